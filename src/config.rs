@@ -1,0 +1,621 @@
+//! Plugin configuration: the operator's provider/model catalog and routing defaults.
+//!
+//! The JSON given to the Wasm plugin is parsed into `Raw*` structs (serde, unknown fields
+//! rejected), then validated and compiled into a [`Catalog`] with indexes the request path uses.
+//! Every error names the offending field so an operator can fix it from the log line alone.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+
+/// A configuration error: `field` is a JSON path such as `models["x"].endpoints[0].pricing`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid plugin configuration: {}: {}", self.field, self.reason)
+    }
+}
+
+fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError { field: field.into(), reason: reason.into() }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw (as written by the operator)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    providers: BTreeMap<String, RawProvider>,
+    models: BTreeMap<String, RawModel>,
+    #[serde(default)]
+    routing: RawRouting,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    cluster: String,
+    authority: String,
+    #[serde(default = "default_path_prefix")]
+    path_prefix: String,
+    #[serde(default)]
+    credential: Option<RawCredential>,
+    #[serde(default)]
+    byok: bool,
+    #[serde(default)]
+    data_policy: RawDataPolicy,
+}
+
+fn default_path_prefix() -> String {
+    "/v1".to_string()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredential {
+    #[serde(default = "default_credential_header")]
+    header: String,
+    #[serde(default = "default_credential_prefix")]
+    prefix: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    env: Option<String>,
+}
+
+fn default_credential_header() -> String {
+    "authorization".to_string()
+}
+fn default_credential_prefix() -> String {
+    "Bearer ".to_string()
+}
+
+/// Unknown data handling is assumed to be the unsafe kind, so compliance filters
+/// (`data_collection: deny`, `zdr`) never pass a provider whose policy was not declared.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDataPolicy {
+    #[serde(default = "yes")]
+    retains_data: bool,
+    #[serde(default = "yes")]
+    trains_on_data: bool,
+    #[serde(default)]
+    zdr: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RawDataPolicy {
+    fn default() -> Self {
+        RawDataPolicy { retains_data: true, trains_on_data: true, zdr: false }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    #[serde(default)]
+    distillable: bool,
+    endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEndpoint {
+    provider: String,
+    #[serde(default)]
+    upstream_model: Option<String>,
+    pricing: Pricing,
+    #[serde(default)]
+    quantization: Option<String>,
+    #[serde(default)]
+    context_length: Option<u64>,
+    #[serde(default)]
+    supported_parameters: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    #[serde(default = "default_policy")]
+    default_policy: String,
+    #[serde(default = "default_outage_window")]
+    outage_window_s: u64,
+    #[serde(default = "default_max_body")]
+    max_body_bytes: u64,
+    #[serde(default = "default_expected_completion")]
+    expected_completion_tokens: u64,
+    #[serde(default = "yes")]
+    debug_header: bool,
+}
+
+fn default_policy() -> String {
+    "price_weighted".to_string()
+}
+fn default_outage_window() -> u64 {
+    30
+}
+fn default_max_body() -> u64 {
+    1024 * 1024
+}
+fn default_expected_completion() -> u64 {
+    256
+}
+
+impl Default for RawRouting {
+    fn default() -> Self {
+        RawRouting {
+            default_policy: default_policy(),
+            outage_window_s: default_outage_window(),
+            max_body_bytes: default_max_body(),
+            expected_completion_tokens: default_expected_completion(),
+            debug_header: true,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compiled catalog
+// ---------------------------------------------------------------------------------------------
+
+/// Prices in USD: per million tokens for prompt/completion, per unit for request/image.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Pricing {
+    pub prompt: f64,
+    pub completion: f64,
+    #[serde(default)]
+    pub request: f64,
+    #[serde(default)]
+    pub image: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantization {
+    Int4,
+    Int8,
+    Fp4,
+    Fp6,
+    Fp8,
+    Fp16,
+    Bf16,
+    Fp32,
+    Unknown,
+}
+
+impl Quantization {
+    pub fn parse(s: &str) -> Option<Quantization> {
+        Some(match s {
+            "int4" => Quantization::Int4,
+            "int8" => Quantization::Int8,
+            "fp4" => Quantization::Fp4,
+            "fp6" => Quantization::Fp6,
+            "fp8" => Quantization::Fp8,
+            "fp16" => Quantization::Fp16,
+            "bf16" => Quantization::Bf16,
+            "fp32" => Quantization::Fp32,
+            "unknown" => Quantization::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultPolicy {
+    PriceWeighted,
+}
+
+#[derive(Debug, Clone)]
+pub struct Credential {
+    /// Lower-case header name.
+    pub header: String,
+    /// Full header value (prefix + secret). Never logged.
+    pub value: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    /// The key in `providers`: `name` or `name/variant`.
+    pub slug: String,
+    pub cluster: String,
+    pub authority: String,
+    pub path_prefix: String,
+    pub credential: Option<Credential>,
+    pub byok: bool,
+    pub retains_data: bool,
+    pub trains_on_data: bool,
+    pub zdr: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// Full slug of the serving provider: `name` or `name/variant`.
+    pub slug: String,
+    /// Index into `Catalog::providers`.
+    pub provider: usize,
+    /// Index into `Catalog::models`.
+    pub model: usize,
+    pub upstream_model: String,
+    pub pricing: Pricing,
+    pub quantization: Quantization,
+    pub context_length: Option<u64>,
+    pub supported_parameters: Vec<String>,
+}
+
+impl Endpoint {
+    /// Provider name without the variant (`deepinfra` for `deepinfra/turbo`).
+    pub fn base_slug(&self) -> &str {
+        base_of(&self.slug)
+    }
+
+    /// A base slug matches every variant; a full slug only itself.
+    pub fn matches_slug(&self, slug: &str) -> bool {
+        if slug.contains('/') {
+            self.slug == slug
+        } else {
+            self.base_slug() == slug
+        }
+    }
+
+    pub fn supports(&self, parameter: &str) -> bool {
+        self.supported_parameters.iter().any(|p| p == parameter)
+    }
+}
+
+pub fn base_of(slug: &str) -> &str {
+    slug.split('/').next().unwrap_or(slug)
+}
+
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub id: String,
+    pub distillable: bool,
+    /// Indexes into `Catalog::endpoints`.
+    pub endpoints: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Routing {
+    pub default_policy: DefaultPolicy,
+    pub outage_window_s: u64,
+    pub max_body_bytes: u64,
+    pub expected_completion_tokens: u64,
+    pub debug_header: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pub providers: Vec<Provider>,
+    pub models: Vec<Model>,
+    pub endpoints: Vec<Endpoint>,
+    pub routing: Routing,
+    model_index: HashMap<String, usize>,
+    /// Base provider names, for `provider-slug/vendor/model` pinning and slug validation.
+    provider_bases: Vec<String>,
+    /// Every credential header name in the catalog (lower-case), stripped from every upstream
+    /// request so no attempt carries a key meant for another provider or the caller's own.
+    pub credential_headers: Vec<String>,
+}
+
+impl Catalog {
+    /// Parses and validates the plugin configuration. `env` resolves `credential.env` names
+    /// (the Wasm VM's environment in production; a closure in tests).
+    pub fn from_json(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Catalog, ConfigError> {
+        let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        compile(raw, env)
+    }
+
+    pub fn model(&self, id: &str) -> Option<&Model> {
+        self.model_index.get(id).and_then(|&i| self.models.get(i))
+    }
+
+    pub fn endpoint(&self, idx: usize) -> Option<&Endpoint> {
+        self.endpoints.get(idx)
+    }
+
+    pub fn provider_of(&self, ep: &Endpoint) -> Option<&Provider> {
+        self.providers.get(ep.provider)
+    }
+
+    pub fn is_provider_base(&self, name: &str) -> bool {
+        self.provider_bases.iter().any(|b| b == name)
+    }
+}
+
+fn valid_header_name(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn valid_slug(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok_part = |p: &str| {
+        !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    };
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(a), None, None) => ok_part(a),
+        (Some(a), Some(b), None) => ok_part(a) && ok_part(b),
+        _ => false,
+    }
+}
+
+fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catalog, ConfigError> {
+    if raw.providers.is_empty() {
+        return Err(err("providers", "at least one provider is required"));
+    }
+    if raw.models.is_empty() {
+        return Err(err("models", "at least one model is required"));
+    }
+
+    let routing = compile_routing(&raw.routing)?;
+
+    let mut providers = Vec::with_capacity(raw.providers.len());
+    let mut provider_slot: HashMap<String, usize> = HashMap::new();
+    let mut credential_headers: Vec<String> = Vec::new();
+    for (slug, p) in &raw.providers {
+        let field = format!("providers[\"{slug}\"]");
+        if !valid_slug(slug) {
+            return Err(err(&field, "provider slug must be `name` or `name/variant` (letters, digits, - _ .)"));
+        }
+        if p.cluster.is_empty() {
+            return Err(err(format!("{field}.cluster"), "must name the Envoy cluster of this provider"));
+        }
+        if p.authority.is_empty() {
+            return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
+        }
+        if !p.path_prefix.starts_with('/') {
+            return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
+        }
+        let credential = match &p.credential {
+            None => None,
+            Some(c) => {
+                let header = c.header.to_ascii_lowercase();
+                if !valid_header_name(&header) || header.starts_with(':') {
+                    return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
+                }
+                let secret = match (&c.value, &c.env) {
+                    (Some(v), None) => v.clone(),
+                    (None, Some(name)) => env(name).ok_or_else(|| {
+                        err(
+                            format!("{field}.credential.env"),
+                            format!("environment variable {name} is not set in the Wasm VM (add it to vm_config.environment_variables)"),
+                        )
+                    })?,
+                    _ => {
+                        return Err(err(format!("{field}.credential"), "set exactly one of `value` or `env`"));
+                    }
+                };
+                if secret.is_empty() || secret.bytes().any(|b| b == b'\r' || b == b'\n') {
+                    return Err(err(format!("{field}.credential"), "the secret is empty or contains a line break"));
+                }
+                if !credential_headers.contains(&header) {
+                    credential_headers.push(header.clone());
+                }
+                Some(Credential { header, value: format!("{}{}", c.prefix, secret) })
+            }
+        };
+        provider_slot.insert(slug.clone(), providers.len());
+        providers.push(Provider {
+            slug: slug.clone(),
+            cluster: p.cluster.clone(),
+            authority: p.authority.clone(),
+            path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
+            credential,
+            byok: p.byok,
+            retains_data: p.data_policy.retains_data,
+            trains_on_data: p.data_policy.trains_on_data,
+            zdr: p.data_policy.zdr,
+        });
+    }
+    // The caller's own key never reaches a provider, whatever the catalog uses.
+    if !credential_headers.iter().any(|h| h == "authorization") {
+        credential_headers.push("authorization".to_string());
+    }
+
+    let mut provider_bases: Vec<String> = providers.iter().map(|p| base_of(&p.slug).to_string()).collect();
+    provider_bases.sort();
+    provider_bases.dedup();
+
+    let mut models = Vec::with_capacity(raw.models.len());
+    let mut endpoints = Vec::new();
+    let mut model_index = HashMap::new();
+    for (id, m) in &raw.models {
+        let field = format!("models[\"{id}\"]");
+        if id.is_empty() || id.contains(char::is_whitespace) {
+            return Err(err(&field, "model id must be non-empty without whitespace"));
+        }
+        if m.endpoints.is_empty() {
+            return Err(err(format!("{field}.endpoints"), "a model needs at least one endpoint"));
+        }
+        let model_idx = models.len();
+        let mut ids = Vec::with_capacity(m.endpoints.len());
+        for (i, e) in m.endpoints.iter().enumerate() {
+            let ef = format!("{field}.endpoints[{i}]");
+            if !valid_slug(&e.provider) {
+                return Err(err(format!("{ef}.provider"), "must be `name` or `name/variant`"));
+            }
+            // A variant may have its own provider entry (own cluster/key) or share its base's.
+            let slot = provider_slot
+                .get(&e.provider)
+                .or_else(|| provider_slot.get(base_of(&e.provider)))
+                .copied()
+                .ok_or_else(|| err(format!("{ef}.provider"), format!("unknown provider \"{}\" (not in providers)", e.provider)))?;
+            if ids.iter().any(|&j: &usize| endpoints.get(j).map(|x: &Endpoint| x.slug == e.provider).unwrap_or(false)) {
+                return Err(err(format!("{ef}.provider"), format!("duplicate endpoint \"{}\" for this model", e.provider)));
+            }
+            let pr = e.pricing;
+            for (name, v) in [("prompt", pr.prompt), ("completion", pr.completion), ("request", pr.request), ("image", pr.image)] {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(err(format!("{ef}.pricing.{name}"), "must be a finite number >= 0"));
+                }
+            }
+            let quantization = match &e.quantization {
+                None => Quantization::Unknown,
+                Some(q) => Quantization::parse(q).ok_or_else(|| {
+                    err(format!("{ef}.quantization"), format!("unknown quantization \"{q}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"))
+                })?,
+            };
+            if e.context_length == Some(0) {
+                return Err(err(format!("{ef}.context_length"), "must be > 0 when set"));
+            }
+            let upstream_model = e.upstream_model.clone().unwrap_or_else(|| id.clone());
+            if upstream_model.is_empty() {
+                return Err(err(format!("{ef}.upstream_model"), "must not be empty"));
+            }
+            ids.push(endpoints.len());
+            endpoints.push(Endpoint {
+                slug: e.provider.clone(),
+                provider: slot,
+                model: model_idx,
+                upstream_model,
+                pricing: pr,
+                quantization,
+                context_length: e.context_length,
+                supported_parameters: e.supported_parameters.clone(),
+            });
+        }
+        model_index.insert(id.clone(), model_idx);
+        models.push(Model { id: id.clone(), distillable: m.distillable, endpoints: ids });
+    }
+
+    Ok(Catalog { providers, models, endpoints, routing, model_index, provider_bases, credential_headers })
+}
+
+fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
+    let default_policy = match r.default_policy.as_str() {
+        "price_weighted" => DefaultPolicy::PriceWeighted,
+        other => {
+            return Err(err("routing.default_policy", format!("unknown policy \"{other}\" (available: price_weighted)")));
+        }
+    };
+    if r.outage_window_s == 0 {
+        return Err(err("routing.outage_window_s", "must be > 0"));
+    }
+    if r.max_body_bytes == 0 {
+        return Err(err("routing.max_body_bytes", "must be > 0"));
+    }
+    Ok(Routing {
+        default_policy,
+        outage_window_s: r.outage_window_s,
+        max_body_bytes: r.max_body_bytes,
+        expected_completion_tokens: r.expected_completion_tokens,
+        debug_header: r.debug_header,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    pub(crate) fn sample() -> &'static str {
+        r#"{
+          "providers": {
+            "deepinfra": {"cluster": "c_deepinfra", "authority": "api.deepinfra.com",
+                          "credential": {"value": "di-key"},
+                          "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+            "together": {"cluster": "c_together", "authority": "api.together.xyz",
+                         "credential": {"header": "x-api-key", "prefix": "", "env": "TOGETHER_KEY"}}
+          },
+          "models": {
+            "meta-llama/llama-4-maverick": {
+              "distillable": true,
+              "endpoints": [
+                {"provider": "deepinfra/turbo", "upstream_model": "llama-4-turbo", "pricing": {"prompt": 1, "completion": 2},
+                 "quantization": "fp8", "context_length": 8192, "supported_parameters": ["tools"]},
+                {"provider": "together", "pricing": {"prompt": 2, "completion": 2}}
+              ]
+            }
+          }
+        }"#
+    }
+
+    #[test]
+    fn compiles_sample_with_env_credential_and_variant() {
+        let env = |k: &str| (k == "TOGETHER_KEY").then(|| "tk".to_string());
+        let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+        let m = c.model("meta-llama/llama-4-maverick").unwrap();
+        assert_eq!(m.endpoints.len(), 2);
+        let e0 = c.endpoint(m.endpoints[0]).unwrap();
+        assert_eq!(e0.slug, "deepinfra/turbo");
+        assert_eq!(e0.base_slug(), "deepinfra");
+        assert_eq!(c.provider_of(e0).unwrap().cluster, "c_deepinfra");
+        assert_eq!(e0.quantization, Quantization::Fp8);
+        let e1 = c.endpoint(m.endpoints[1]).unwrap();
+        assert_eq!(e1.upstream_model, "meta-llama/llama-4-maverick");
+        assert_eq!(e1.quantization, Quantization::Unknown);
+        let p1 = c.provider_of(e1).unwrap();
+        assert_eq!(p1.credential.as_ref().unwrap().value, "tk");
+        assert_eq!(p1.credential.as_ref().unwrap().header, "x-api-key");
+        assert!(p1.retains_data && p1.trains_on_data && !p1.zdr, "undeclared data policy is assumed unsafe");
+        assert_eq!(c.credential_headers, vec!["authorization".to_string(), "x-api-key".to_string()]);
+        assert_eq!(c.routing.default_policy, DefaultPolicy::PriceWeighted);
+        assert_eq!(c.routing.outage_window_s, 30);
+        assert!(c.is_provider_base("deepinfra"));
+        assert!(!c.is_provider_base("deepinfra/turbo"));
+    }
+
+    #[test]
+    fn slug_matching_base_and_variant() {
+        let env = |_: &str| Some("k".to_string());
+        let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+        let e0 = &c.endpoints[0];
+        assert!(e0.matches_slug("deepinfra"));
+        assert!(e0.matches_slug("deepinfra/turbo"));
+        assert!(!e0.matches_slug("deepinfra/fast"));
+        assert!(!e0.matches_slug("deep"));
+    }
+
+    fn expect_err(json: &str) -> ConfigError {
+        let env = |_: &str| Some("k".to_string());
+        match Catalog::from_json(json.as_bytes(), &env) {
+            Ok(_) => panic!("config should be rejected: {json}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = expect_err(&sample().replace("\"fp8\"", "\"fp9\""));
+        assert_eq!(e.field, "models[\"meta-llama/llama-4-maverick\"].endpoints[0].quantization");
+        let e = expect_err(&sample().replace("\"provider\": \"together\"", "\"provider\": \"nobody\""));
+        assert_eq!(e.field, "models[\"meta-llama/llama-4-maverick\"].endpoints[1].provider");
+        assert!(e.reason.contains("unknown provider"));
+        let e = expect_err(&sample().replace("\"prompt\": 2", "\"prompt\": -2"));
+        assert_eq!(e.field, "models[\"meta-llama/llama-4-maverick\"].endpoints[1].pricing.prompt");
+        let e = expect_err(&sample().replace("\"cluster\": \"c_together\"", "\"cluster\": \"\""));
+        assert_eq!(e.field, "providers[\"together\"].cluster");
+        let e = expect_err(&sample().replace("\"header\": \"x-api-key\"", "\"header\": \"x api\""));
+        assert_eq!(e.field, "providers[\"together\"].credential.header");
+        let e = expect_err(&sample().replace("\"value\": \"di-key\"", "\"value\": \"a\", \"env\": \"B\""));
+        assert_eq!(e.field, "providers[\"deepinfra\"].credential");
+        let e = expect_err(&sample().replace("\"distillable\": true,", "\"distillable\": true, \"colour\": 1,"));
+        assert!(e.reason.contains("unknown field `colour`"), "{e}");
+        let e = expect_err(&sample().replace("\"deepinfra/turbo\"", "\"together\""));
+        assert!(e.reason.contains("duplicate endpoint"), "{e}");
+        let e = expect_err(&format!("{}, \"routing\": {{\"default_policy\": \"magic\"}}}}", sample().trim_end().trim_end_matches('}')));
+        assert_eq!(e.field, "routing.default_policy");
+        let e = expect_err(r#"{"providers": {}, "models": {}}"#);
+        assert_eq!(e.field, "providers");
+    }
+
+    #[test]
+    fn missing_env_var_is_rejected() {
+        let e = Catalog::from_json(sample().as_bytes(), &no_env).unwrap_err();
+        assert_eq!(e.field, "providers[\"together\"].credential.env");
+        assert!(e.reason.contains("TOGETHER_KEY"));
+        assert!(!e.to_string().contains("tk"));
+    }
+}

@@ -1,0 +1,23 @@
+//! Switchyard: OpenRouter-style LLM provider routing as an Envoy proxy-wasm filter.
+//!
+//! Everything except `host` is pure Rust with no host calls and is tested natively:
+//! - `config`: the operator's catalog (providers, models, endpoints) and routing defaults
+//! - `request`: parsing OpenAI-style bodies and the `provider` object
+//! - `router`: hard filters, orderings, soft preferences, BYOK, fallback truncation
+//! - `health`: the live-statistics view the orderings read
+//! - `rewrite`: upstream body/path rewrites and the response `provider` field
+//! - `errors`: OpenAI-style error bodies
+//! - `decision`: one request from body bytes to the first attempt's rewrite
+//! - `host` (Wasm only): the thin proxy-wasm adapter
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod config;
+pub mod decision;
+pub mod errors;
+pub mod health;
+pub mod request;
+pub mod rewrite;
+pub mod router;
+
+#[cfg(target_arch = "wasm32")]
+mod host;

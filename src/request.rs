@@ -1,0 +1,614 @@
+//! Parsing an OpenAI-style request body into what routing needs, keeping every other top-level
+//! field as raw bytes so the upstream body can be spliced rather than re-serialized.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::config::Quantization;
+use crate::errors::ApiError;
+
+/// Fields that steer routing and never reach a provider.
+pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins", "route"];
+
+/// Top-level fields that are the request itself rather than optional parameters; everything
+/// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
+const NON_PARAMETERS: [&str; 14] = [
+    "model", "models", "provider", "plugins", "route", "messages", "prompt", "input", "stream",
+    "stream_options", "user", "session_id", "metadata", "instructions",
+];
+
+pub const MAX_MODELS: usize = 8;
+
+/// The object's top-level members, in order, values as raw JSON text.
+pub struct TopLevel<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for TopLevel<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TopLevel<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel<'de>, A::Error> {
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    if out.iter().any(|(seen, _)| *seen == k) {
+                        return Err(de::Error::custom(format!("duplicate field `{k}`")));
+                    }
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(TopLevel(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl<'a> TopLevel<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<TopLevel<'a>, serde_json::Error> {
+        serde_json::from_slice(body)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Model variant suffix (`model:nitro`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Nitro,
+    Floor,
+    Exacto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortBy {
+    Price,
+    Throughput,
+    Latency,
+}
+
+impl SortBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            SortBy::Price => "price",
+            SortBy::Throughput => "throughput",
+            SortBy::Latency => "latency",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partition {
+    Model,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sort {
+    pub by: SortBy,
+    pub partition: Partition,
+}
+
+/// Percentile cutoffs; a bare number means p50.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Cutoffs {
+    pub p50: Option<f64>,
+    pub p75: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MaxPrice {
+    pub prompt: Option<f64>,
+    pub completion: Option<f64>,
+    pub request: Option<f64>,
+    pub image: Option<f64>,
+}
+
+/// The request's `provider` object, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderPrefs {
+    pub order: Vec<String>,
+    pub allow_fallbacks: bool,
+    pub only: Option<Vec<String>>,
+    pub ignore: Vec<String>,
+    pub sort: Option<Sort>,
+    pub quantizations: Option<Vec<Quantization>>,
+    pub data_collection_deny: bool,
+    pub zdr: bool,
+    pub enforce_distillable_text: bool,
+    pub require_parameters: bool,
+    pub max_price: MaxPrice,
+    pub preferred_min_throughput: Option<Cutoffs>,
+    pub preferred_max_latency: Option<Cutoffs>,
+}
+
+impl Default for ProviderPrefs {
+    fn default() -> Self {
+        ProviderPrefs {
+            order: Vec::new(),
+            allow_fallbacks: true,
+            only: None,
+            ignore: Vec::new(),
+            sort: None,
+            quantizations: None,
+            data_collection_deny: false,
+            zdr: false,
+            enforce_distillable_text: false,
+            require_parameters: false,
+            max_price: MaxPrice::default(),
+            preferred_min_throughput: None,
+            preferred_max_latency: None,
+        }
+    }
+}
+
+/// One routing-relevant view of a request body.
+pub struct ChatRequest<'a> {
+    pub fields: TopLevel<'a>,
+    /// The primary model as written (suffix included).
+    pub model: Option<String>,
+    /// Fallback models as written.
+    pub models: Vec<String>,
+    pub provider: ProviderPrefs,
+    pub stream: bool,
+    /// `max_tokens` / `max_completion_tokens` / `max_output_tokens`.
+    pub max_tokens: Option<u64>,
+    /// `tools` or `tool_choice` present.
+    pub has_tools: bool,
+    /// Rough prompt size in tokens (bytes of messages/prompt/input / 4).
+    pub prompt_tokens: u64,
+    /// Optional parameters present, for `require_parameters`.
+    pub parameters: Vec<String>,
+}
+
+fn bad(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(param, message)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn parse_value(raw: &RawValue, param: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(raw.get()).map_err(|e| bad(param, format!("`{param}` is not valid JSON: {e}")))
+}
+
+fn string_list(v: &Value, param: &str) -> Result<Vec<String>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(bad(param, format!("`{param}` must be an array of strings, got {}", type_name(v))));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, x)| match x {
+            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(bad(param, format!("`{param}[{i}]` must be a non-empty string"))),
+        })
+        .collect()
+}
+
+fn non_negative(v: &Value, param: &str) -> Result<f64, ApiError> {
+    match v.as_f64() {
+        Some(n) if n.is_finite() && n >= 0.0 => Ok(n),
+        _ => Err(bad(param, format!("`{param}` must be a number >= 0, got {}", type_name(v)))),
+    }
+}
+
+fn boolean(v: &Value, param: &str) -> Result<bool, ApiError> {
+    v.as_bool().ok_or_else(|| bad(param, format!("`{param}` must be a boolean, got {}", type_name(v))))
+}
+
+fn cutoffs(v: &Value, param: &str) -> Result<Cutoffs, ApiError> {
+    match v {
+        Value::Number(_) => Ok(Cutoffs { p50: Some(non_negative(v, param)?), ..Cutoffs::default() }),
+        Value::Object(map) => {
+            let mut c = Cutoffs::default();
+            for (k, x) in map {
+                let p = format!("{param}.{k}");
+                if x.is_null() {
+                    continue;
+                }
+                let n = Some(non_negative(x, &p)?);
+                match k.as_str() {
+                    "p50" => c.p50 = n,
+                    "p75" => c.p75 = n,
+                    "p90" => c.p90 = n,
+                    "p99" => c.p99 = n,
+                    _ => return Err(bad(&p, format!("unknown percentile `{k}` in `{param}` (p50, p75, p90, p99)"))),
+                }
+            }
+            Ok(c)
+        }
+        _ => Err(bad(param, format!("`{param}` must be a number or an object of percentiles, got {}", type_name(v)))),
+    }
+}
+
+fn sort_by(s: &str, param: &str) -> Result<SortBy, ApiError> {
+    match s {
+        "price" => Ok(SortBy::Price),
+        "throughput" => Ok(SortBy::Throughput),
+        "latency" => Ok(SortBy::Latency),
+        _ => Err(bad(param, format!("`{param}` must be \"price\", \"throughput\" or \"latency\", got \"{s}\""))),
+    }
+}
+
+/// Validates the `provider` object. Unknown fields, wrong types and bad values name the field.
+pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
+    let mut p = ProviderPrefs::default();
+    let map = match v {
+        Value::Null => return Ok(p),
+        Value::Object(m) => m,
+        _ => return Err(bad("provider", format!("`provider` must be an object, got {}", type_name(v)))),
+    };
+    for (k, x) in map {
+        let param = format!("provider.{k}");
+        let param = param.as_str();
+        // OpenRouter clients send explicit nulls for unset fields.
+        if x.is_null() {
+            if !KNOWN_PROVIDER_FIELDS.contains(&k.as_str()) {
+                return Err(unknown_provider_field(k));
+            }
+            continue;
+        }
+        match k.as_str() {
+            "order" => p.order = string_list(x, param)?,
+            "allow_fallbacks" => p.allow_fallbacks = boolean(x, param)?,
+            "only" => p.only = Some(string_list(x, param)?),
+            "ignore" => p.ignore = string_list(x, param)?,
+            "sort" => {
+                p.sort = Some(match x {
+                    Value::String(s) => Sort { by: sort_by(s, param)?, partition: Partition::Model },
+                    Value::Object(m) => {
+                        let mut by = None;
+                        let mut partition = Partition::Model;
+                        for (sk, sv) in m {
+                            let sp = format!("provider.sort.{sk}");
+                            match (sk.as_str(), sv) {
+                                ("by", Value::String(s)) => by = Some(sort_by(s, &sp)?),
+                                ("partition", Value::String(s)) => {
+                                    partition = match s.as_str() {
+                                        "model" => Partition::Model,
+                                        "none" => Partition::None,
+                                        _ => return Err(bad(&sp, format!("`{sp}` must be \"model\" or \"none\", got \"{s}\""))),
+                                    }
+                                }
+                                ("partition", Value::Null) => {}
+                                ("by" | "partition", other) => {
+                                    return Err(bad(&sp, format!("`{sp}` must be a string, got {}", type_name(other))));
+                                }
+                                _ => return Err(bad(&sp, format!("unknown field `{sk}` in `provider.sort` (by, partition)"))),
+                            }
+                        }
+                        let by = by.ok_or_else(|| bad("provider.sort.by", "`provider.sort.by` is required"))?;
+                        Sort { by, partition }
+                    }
+                    _ => return Err(bad(param, format!("`provider.sort` must be a string or {{by, partition}}, got {}", type_name(x)))),
+                })
+            }
+            "quantizations" => {
+                let names = string_list(x, param)?;
+                let mut qs = Vec::with_capacity(names.len());
+                for (i, n) in names.iter().enumerate() {
+                    qs.push(Quantization::parse(n).ok_or_else(|| {
+                        bad(param, format!("`provider.quantizations[{i}]`: unknown quantization \"{n}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"))
+                    })?);
+                }
+                p.quantizations = Some(qs);
+            }
+            "data_collection" => {
+                p.data_collection_deny = match x.as_str() {
+                    Some("allow") => false,
+                    Some("deny") => true,
+                    _ => return Err(bad(param, "`provider.data_collection` must be \"allow\" or \"deny\"")),
+                }
+            }
+            "zdr" => p.zdr = boolean(x, param)?,
+            "enforce_distillable_text" => p.enforce_distillable_text = boolean(x, param)?,
+            "require_parameters" => p.require_parameters = boolean(x, param)?,
+            "max_price" => {
+                let Value::Object(m) = x else {
+                    return Err(bad(param, format!("`provider.max_price` must be an object, got {}", type_name(x))));
+                };
+                for (mk, mv) in m {
+                    let mp = format!("provider.max_price.{mk}");
+                    if mv.is_null() {
+                        continue;
+                    }
+                    let n = Some(non_negative(mv, &mp)?);
+                    match mk.as_str() {
+                        "prompt" => p.max_price.prompt = n,
+                        "completion" => p.max_price.completion = n,
+                        "request" => p.max_price.request = n,
+                        "image" => p.max_price.image = n,
+                        _ => return Err(bad(&mp, format!("unknown field `{mk}` in `provider.max_price` (prompt, completion, request, image)"))),
+                    }
+                }
+            }
+            "preferred_min_throughput" => p.preferred_min_throughput = Some(cutoffs(x, param)?),
+            "preferred_max_latency" => p.preferred_max_latency = Some(cutoffs(x, param)?),
+            _ => return Err(unknown_provider_field(k)),
+        }
+    }
+    Ok(p)
+}
+
+const KNOWN_PROVIDER_FIELDS: [&str; 13] = [
+    "order", "allow_fallbacks", "only", "ignore", "sort", "quantizations", "data_collection", "zdr",
+    "enforce_distillable_text", "require_parameters", "max_price", "preferred_min_throughput",
+    "preferred_max_latency",
+];
+
+fn unknown_provider_field(k: &str) -> ApiError {
+    bad(&format!("provider.{k}"), format!("unknown field `provider.{k}`"))
+}
+
+/// Splits a `vendor/name:variant` id. An id that is itself in the catalog keeps its colon.
+pub fn split_variant<'s>(model: &'s str, is_known: &dyn Fn(&str) -> bool, param: &str) -> Result<(&'s str, Option<Variant>), ApiError> {
+    if is_known(model) {
+        return Ok((model, None));
+    }
+    match model.rsplit_once(':') {
+        None => Ok((model, None)),
+        Some((base, suffix)) => {
+            let v = match suffix {
+                "nitro" => Variant::Nitro,
+                "floor" => Variant::Floor,
+                "exacto" => Variant::Exacto,
+                _ => {
+                    return Err(ApiError::invalid(
+                        param,
+                        format!("unknown model variant suffix `:{suffix}` in `{param}` (supported: :nitro, :floor, :exacto)"),
+                    ))
+                }
+            };
+            Ok((base, Some(v)))
+        }
+    }
+}
+
+impl<'a> ChatRequest<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<ChatRequest<'a>, ApiError> {
+        let fields = TopLevel::parse(body).map_err(|e| {
+            ApiError::invalid_json(format!("request body is not a valid JSON object: {e}"))
+        })?;
+        let mut req = ChatRequest {
+            fields,
+            model: None,
+            models: Vec::new(),
+            provider: ProviderPrefs::default(),
+            stream: false,
+            max_tokens: None,
+            has_tools: false,
+            prompt_tokens: 0,
+            parameters: Vec::new(),
+        };
+        let mut prompt_bytes: usize = 0;
+        for (key, raw) in &req.fields.0 {
+            let key: &str = key;
+            match key {
+                "model" => match parse_value(raw, "model")? {
+                    Value::String(s) if !s.is_empty() => req.model = Some(s),
+                    Value::Null => {}
+                    v => return Err(bad("model", format!("`model` must be a non-empty string, got {}", type_name(&v)))),
+                },
+                "models" => {
+                    let v = parse_value(raw, "models")?;
+                    if !v.is_null() {
+                        req.models = string_list(&v, "models")?;
+                    }
+                }
+                "provider" => req.provider = parse_provider(&parse_value(raw, "provider")?)?,
+                "stream" => match parse_value(raw, "stream")? {
+                    Value::Bool(b) => req.stream = b,
+                    Value::Null => {}
+                    v => return Err(bad("stream", format!("`stream` must be a boolean, got {}", type_name(&v)))),
+                },
+                "max_tokens" | "max_completion_tokens" | "max_output_tokens" => match parse_value(raw, key)? {
+                    Value::Null => {}
+                    v => {
+                        let n = v.as_u64().ok_or_else(|| bad(key, format!("`{key}` must be a non-negative integer")))?;
+                        req.max_tokens = Some(req.max_tokens.map_or(n, |m| m.max(n)));
+                    }
+                },
+                "tools" | "tool_choice" => {
+                    let t = raw.get();
+                    if t != "null" && t != "[]" {
+                        req.has_tools = true;
+                    }
+                }
+                "messages" | "prompt" | "input" | "instructions" | "system" => prompt_bytes += raw.get().len(),
+                _ => {}
+            }
+            if !NON_PARAMETERS.contains(&key) && raw.get() != "null" {
+                req.parameters.push(key.to_string());
+            }
+        }
+        if req.model.is_none() && req.models.is_empty() {
+            return Err(bad("model", "`model` is required"));
+        }
+        if req.models.len() > MAX_MODELS {
+            return Err(bad("models", format!("`models` may list at most {MAX_MODELS} models, got {}", req.models.len())));
+        }
+        req.prompt_tokens = (prompt_bytes as u64).div_ceil(4);
+        Ok(req)
+    }
+
+    /// Models in the order they are tried: `model` then `models`, duplicates removed.
+    pub fn model_sequence(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        if let Some(m) = &self.model {
+            out.push((m.clone(), "model".to_string()));
+        }
+        for (i, m) in self.models.iter().enumerate() {
+            if !out.iter().any(|(x, _)| x == m) {
+                out.push((m.clone(), format!("models[{i}]")));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<ChatRequest<'_>, ApiError> {
+        ChatRequest::parse(s.as_bytes())
+    }
+
+    fn parse_err(s: &str) -> ApiError {
+        match parse(s) {
+            Ok(_) => panic!("should fail: {s}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn parses_core_fields() {
+        let r = parse(r#"{"model":"a/b:nitro","models":["c/d"],"stream":true,"max_tokens":100,
+            "messages":[{"role":"user","content":"hello there"}],"temperature":0.2,"tools":[{"type":"function"}]}"#)
+        .unwrap();
+        assert_eq!(r.model.as_deref(), Some("a/b:nitro"));
+        assert_eq!(r.models, vec!["c/d"]);
+        assert!(r.stream);
+        assert_eq!(r.max_tokens, Some(100));
+        assert!(r.has_tools);
+        assert!(r.prompt_tokens > 5);
+        assert_eq!(r.parameters, vec!["max_tokens", "temperature", "tools"]);
+        assert_eq!(r.model_sequence().len(), 2);
+    }
+
+    #[test]
+    fn parses_full_provider_object() {
+        let r = parse(r#"{"model":"a/b","provider":{"order":["x","y/z"],"allow_fallbacks":false,"only":["x"],
+          "ignore":["q"],"sort":{"by":"latency","partition":"none"},"quantizations":["fp8","bf16"],
+          "data_collection":"deny","zdr":true,"enforce_distillable_text":true,"require_parameters":true,
+          "max_price":{"prompt":1,"completion":2.5,"request":0.01,"image":0.1},
+          "preferred_min_throughput":{"p50":100,"p90":50},"preferred_max_latency":2}}"#)
+        .unwrap();
+        let p = r.provider;
+        assert_eq!(p.order, vec!["x", "y/z"]);
+        assert!(!p.allow_fallbacks);
+        assert_eq!(p.only, Some(vec!["x".to_string()]));
+        assert_eq!(p.ignore, vec!["q"]);
+        assert_eq!(p.sort, Some(Sort { by: SortBy::Latency, partition: Partition::None }));
+        assert_eq!(p.quantizations, Some(vec![Quantization::Fp8, Quantization::Bf16]));
+        assert!(p.data_collection_deny && p.zdr && p.enforce_distillable_text && p.require_parameters);
+        assert_eq!(p.max_price, MaxPrice { prompt: Some(1.0), completion: Some(2.5), request: Some(0.01), image: Some(0.1) });
+        assert_eq!(p.preferred_min_throughput, Some(Cutoffs { p50: Some(100.0), p90: Some(50.0), ..Cutoffs::default() }));
+        assert_eq!(p.preferred_max_latency, Some(Cutoffs { p50: Some(2.0), ..Cutoffs::default() }));
+    }
+
+    #[test]
+    fn sort_string_defaults_to_model_partition_and_nulls_are_unset() {
+        let r = parse(r#"{"model":"a/b","provider":{"sort":"price","order":null,"zdr":null}}"#).unwrap();
+        assert_eq!(r.provider.sort, Some(Sort { by: SortBy::Price, partition: Partition::Model }));
+        assert!(r.provider.order.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (r#"{"model":"a","provider":{"colour":1}}"#, "provider.colour"),
+            (r#"{"model":"a","provider":{"order":"x"}}"#, "provider.order"),
+            (r#"{"model":"a","provider":{"order":[1]}}"#, "provider.order"),
+            (r#"{"model":"a","provider":{"allow_fallbacks":"no"}}"#, "provider.allow_fallbacks"),
+            (r#"{"model":"a","provider":{"sort":"cheap"}}"#, "provider.sort"),
+            (r#"{"model":"a","provider":{"sort":{"by":"price","partition":"x"}}}"#, "provider.sort.partition"),
+            (r#"{"model":"a","provider":{"sort":{"partition":"none"}}}"#, "provider.sort.by"),
+            (r#"{"model":"a","provider":{"quantizations":["fp9"]}}"#, "provider.quantizations"),
+            (r#"{"model":"a","provider":{"data_collection":"maybe"}}"#, "provider.data_collection"),
+            (r#"{"model":"a","provider":{"zdr":1}}"#, "provider.zdr"),
+            (r#"{"model":"a","provider":{"max_price":{"tokens":1}}}"#, "provider.max_price.tokens"),
+            (r#"{"model":"a","provider":{"max_price":{"prompt":-1}}}"#, "provider.max_price.prompt"),
+            (r#"{"model":"a","provider":{"preferred_max_latency":{"p42":1}}}"#, "provider.preferred_max_latency.p42"),
+            (r#"{"model":"a","provider":{"preferred_min_throughput":"fast"}}"#, "provider.preferred_min_throughput"),
+            (r#"{"model":"a","provider":[]}"#, "provider"),
+            (r#"{"model":5}"#, "model"),
+            (r#"{"messages":[]}"#, "model"),
+            (r#"{"model":"a","stream":"yes"}"#, "stream"),
+            (r#"{"model":"a","max_tokens":-3}"#, "max_tokens"),
+            (r#"{"model":"a","models":"b"}"#, "models"),
+            (r#"{"model":"a","models":["1","2","3","4","5","6","7","8","9"]}"#, "models"),
+        ];
+        for (body, param) in cases {
+            let e = parse_err(body);
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+            assert!(e.message.contains(param.split('.').next_back().unwrap_or(param)), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_400_invalid_json() {
+        for body in ["{", "[]", "not json", r#"{"model":"a","model":"b"}"#] {
+            let e = parse_err(body);
+            assert_eq!(e.status, 400);
+            assert_eq!(e.code, "invalid_json", "{body}");
+        }
+    }
+
+    #[test]
+    fn variant_suffixes() {
+        let known = |m: &str| m == "ollama/llama3:8b";
+        assert_eq!(split_variant("a/b:nitro", &known, "model").unwrap(), ("a/b", Some(Variant::Nitro)));
+        assert_eq!(split_variant("a/b:floor", &known, "model").unwrap(), ("a/b", Some(Variant::Floor)));
+        assert_eq!(split_variant("a/b:exacto", &known, "model").unwrap(), ("a/b", Some(Variant::Exacto)));
+        assert_eq!(split_variant("a/b", &known, "model").unwrap(), ("a/b", None));
+        assert_eq!(split_variant("ollama/llama3:8b", &known, "model").unwrap(), ("ollama/llama3:8b", None));
+        let e = split_variant("a/b:turbo", &known, "models[1]").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.param.as_deref(), Some("models[1]"));
+        assert!(e.message.contains(":turbo"));
+    }
+
+    #[test]
+    fn top_level_keeps_raw_values_and_order() {
+        let body = br#"{"b": {"x" : 1}, "a\u0041":[1, 2]}"#;
+        let t = TopLevel::parse(body).unwrap();
+        assert_eq!(t.0.len(), 2);
+        assert_eq!(t.0[0].0, "b");
+        assert_eq!(t.0[0].1.get(), r#"{"x" : 1}"#);
+        assert_eq!(t.0[1].0, "aA");
+        assert_eq!(t.get("aA").unwrap().get(), "[1, 2]");
+    }
+}

@@ -1,0 +1,103 @@
+//! Body rewrites, done by splicing raw JSON rather than re-serializing the whole document.
+
+use crate::request::{TopLevel, ROUTING_FIELDS};
+
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // serde_json's string escaping cannot fail for a &str.
+    match serde_json::to_vec(s) {
+        Ok(v) => out.extend_from_slice(&v),
+        Err(_) => out.extend_from_slice(b"\"\""),
+    }
+}
+
+/// The body a provider receives: `model` first (the endpoint's upstream id), routing fields
+/// removed, every other member copied byte-for-byte in its original order.
+pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
+    let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
+    let mut out = Vec::with_capacity(size + upstream_model.len() + 16);
+    out.extend_from_slice(b"{\"model\":");
+    push_json_string(&mut out, upstream_model);
+    for (k, v) in &fields.0 {
+        if ROUTING_FIELDS.contains(&k.as_ref()) {
+            continue;
+        }
+        out.push(b',');
+        push_json_string(&mut out, k);
+        out.push(b':');
+        out.extend_from_slice(v.get().as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// Adds (or replaces) `"provider": "<slug>"` in a JSON object response. Returns None when the
+/// body is not a JSON object, so the caller passes it through untouched.
+pub fn with_provider_field(body: &[u8], slug: &str) -> Option<Vec<u8>> {
+    let fields = TopLevel::parse(body).ok()?;
+    let mut out = Vec::with_capacity(body.len() + slug.len() + 16);
+    out.extend_from_slice(b"{\"provider\":");
+    push_json_string(&mut out, slug);
+    for (k, v) in &fields.0 {
+        if k == "provider" {
+            continue;
+        }
+        out.push(b',');
+        push_json_string(&mut out, k);
+        out.push(b':');
+        out.extend_from_slice(v.get().as_bytes());
+    }
+    out.push(b'}');
+    Some(out)
+}
+
+/// Path sent upstream: the request's `/v1` prefix replaced by the provider's `path_prefix`.
+pub fn upstream_path(request_path: &str, path_prefix: &str) -> String {
+    match request_path.strip_prefix("/v1") {
+        Some(rest) if path_prefix != "/v1" => format!("{path_prefix}{rest}"),
+        _ => request_path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn strips_routing_fields_and_replaces_model() {
+        let body = br#"{"model":"a/b:nitro","messages":[{"role":"user","content":"h\u00e9 \"q\""}],"provider":{"sort":"price"},"models":["x"],"plugins":[],"route":"fallback","temperature":0.50,"stream":true}"#;
+        let t = TopLevel::parse(body).unwrap();
+        let out = upstream_body(&t, "up-id");
+        let s = String::from_utf8(out.clone()).unwrap();
+        assert!(s.starts_with(r#"{"model":"up-id","#), "{s}");
+        // raw values are copied byte-for-byte (escapes and number formatting kept)
+        assert!(s.contains(r#""content":"h\u00e9 \"q\"""#), "{s}");
+        assert!(s.contains(r#""temperature":0.50"#), "{s}");
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let o = v.as_object().unwrap();
+        for f in ROUTING_FIELDS.iter().filter(|f| **f != "model") {
+            assert!(!o.contains_key(*f), "{f} leaked");
+        }
+        assert_eq!(o["stream"], true);
+        assert_eq!(o.len(), 4);
+    }
+
+    #[test]
+    fn provider_field_is_added_or_replaced() {
+        let out = with_provider_field(br#"{"id":"x","choices":[]}"#, "deepinfra/turbo").unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["provider"], "deepinfra/turbo");
+        assert_eq!(v["id"], "x");
+        let out = with_provider_field(br#"{"provider":"Other","id":"x"}"#, "p").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), r#"{"provider":"p","id":"x"}"#);
+        assert!(with_provider_field(b"data: {}", "p").is_none());
+        assert_eq!(with_provider_field(b"{}", "p").unwrap(), br#"{"provider":"p"}"#.to_vec());
+    }
+
+    #[test]
+    fn path_prefix_rewrite() {
+        assert_eq!(upstream_path("/v1/chat/completions", "/v1"), "/v1/chat/completions");
+        assert_eq!(upstream_path("/v1/chat/completions", "/openai/v1"), "/openai/v1/chat/completions");
+        assert_eq!(upstream_path("/v1/chat/completions", ""), "/chat/completions");
+    }
+}

@@ -1,0 +1,443 @@
+//! Provider routing: from a parsed request to the ranked list of endpoints to attempt.
+//!
+//! Order of evaluation (SPEC section 4): candidates = endpoints of each model -> hard filters ->
+//! ordering (`order`, else `sort`/suffix, else the default policy) -> soft preferences move
+//! misses to the end -> BYOK endpoints first -> `allow_fallbacks` truncation.
+
+use std::cmp::Ordering;
+
+use crate::config::{Catalog, Endpoint};
+use crate::errors::ApiError;
+use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
+use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, Sort, SortBy, Variant};
+
+/// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub endpoint: usize,
+    pub score: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Endpoints in the order they are tried; model fallbacks follow the primary model's.
+    pub attempts: Vec<Attempt>,
+    /// How the order was decided, for the `x-switchyard-strategy` header.
+    pub strategy: String,
+}
+
+/// Everything the orderings need about one request.
+struct Ctx<'a> {
+    catalog: &'a Catalog,
+    req: &'a ChatRequest<'a>,
+    health: &'a dyn HealthView,
+    completion_tokens: u64,
+}
+
+impl Ctx<'_> {
+    fn ep(&self, idx: usize) -> Option<&Endpoint> {
+        self.catalog.endpoint(idx)
+    }
+
+    fn model_id(&self, ep: &Endpoint) -> &str {
+        self.catalog.models.get(ep.model).map(|m| m.id.as_str()).unwrap_or("")
+    }
+
+    fn health(&self, idx: usize) -> EndpointHealth {
+        match self.ep(idx) {
+            Some(ep) => self.health.endpoint(self.model_id(ep), &ep.slug),
+            None => EndpointHealth::default(),
+        }
+    }
+
+    /// Estimated USD cost of this request at the endpoint's list price.
+    fn cost(&self, idx: usize) -> f64 {
+        match self.ep(idx) {
+            Some(ep) => {
+                let p = ep.pricing;
+                self.req.prompt_tokens as f64 * p.prompt / 1e6 + self.completion_tokens as f64 * p.completion / 1e6 + p.request
+            }
+            None => f64::INFINITY,
+        }
+    }
+
+    fn slug(&self, idx: usize) -> &str {
+        self.ep(idx).map(|e| e.slug.as_str()).unwrap_or("")
+    }
+
+    fn is_byok(&self, idx: usize) -> bool {
+        self.ep(idx).and_then(|e| self.catalog.provider_of(e)).map(|p| p.byok).unwrap_or(false)
+    }
+}
+
+/// How one model's endpoints are ordered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ordering_ {
+    Sort(SortBy),
+    Exacto,
+    Default,
+}
+
+/// A model of the request resolved against the catalog.
+struct ResolvedModel {
+    model: usize,
+    variant: Option<Variant>,
+    /// Provider pinned by a `provider-slug/vendor/model` id.
+    pin: Option<String>,
+}
+
+fn resolve_model(catalog: &Catalog, written: &str, param: &str) -> Result<ResolvedModel, ApiError> {
+    let known = |m: &str| catalog.model(m).is_some();
+    let (base, variant) = split_variant(written, &known, param)?;
+    if let Some(i) = catalog.models.iter().position(|m| m.id == base) {
+        return Ok(ResolvedModel { model: i, variant, pin: None });
+    }
+    // BitRouter's migration form: `anthropic-direct/anthropic/claude-sonnet-4-6`.
+    if let Some((first, rest)) = base.split_once('/') {
+        if catalog.is_provider_base(first) {
+            if let Some(i) = catalog.models.iter().position(|m| m.id == rest) {
+                return Ok(ResolvedModel { model: i, variant, pin: Some(first.to_string()) });
+            }
+        }
+    }
+    Err(ApiError::model_not_found(param, written))
+}
+
+/// Applies the hard filters in SPEC order; on an empty set returns the field that emptied it.
+fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static str> {
+    let cat = ctx.catalog;
+    let p = &ctx.req.provider;
+    let Some(m) = cat.models.get(model.model) else { return Err("model") };
+    let mut set: Vec<usize> = m.endpoints.clone();
+
+    let step = |set: &mut Vec<usize>, name: &'static str, keep: &dyn Fn(&Endpoint) -> bool| -> Result<(), &'static str> {
+        set.retain(|&i| cat.endpoint(i).map(keep).unwrap_or(false));
+        if set.is_empty() {
+            Err(name)
+        } else {
+            Ok(())
+        }
+    };
+
+    if let Some(pin) = &model.pin {
+        step(&mut set, "model", &|e| e.matches_slug(pin))?;
+    }
+    if let Some(only) = &p.only {
+        step(&mut set, "only", &|e| only.iter().any(|s| e.matches_slug(s)))?;
+    }
+    if !p.ignore.is_empty() {
+        step(&mut set, "ignore", &|e| !p.ignore.iter().any(|s| e.matches_slug(s)))?;
+    }
+    if let Some(qs) = &p.quantizations {
+        step(&mut set, "quantizations", &|e| qs.contains(&e.quantization))?;
+    }
+    if p.data_collection_deny {
+        step(&mut set, "data_collection", &|e| cat.provider_of(e).map(|pr| !pr.retains_data && !pr.trains_on_data).unwrap_or(false))?;
+    }
+    if p.zdr {
+        step(&mut set, "zdr", &|e| cat.provider_of(e).map(|pr| pr.zdr).unwrap_or(false))?;
+    }
+    if p.enforce_distillable_text {
+        step(&mut set, "enforce_distillable_text", &|_| m.distillable)?;
+    }
+    if p.require_parameters {
+        step(&mut set, "require_parameters", &|e| ctx.req.parameters.iter().all(|k| e.supports(k)))?;
+    }
+    let mp = p.max_price;
+    if mp.prompt.is_some() || mp.completion.is_some() || mp.request.is_some() || mp.image.is_some() {
+        let within = |limit: Option<f64>, price: f64| limit.map_or(true, |l| price <= l);
+        step(&mut set, "max_price", &|e| {
+            within(mp.prompt, e.pricing.prompt)
+                && within(mp.completion, e.pricing.completion)
+                && within(mp.request, e.pricing.request)
+                && within(mp.image, e.pricing.image)
+        })?;
+    }
+    let needed = ctx.req.prompt_tokens + ctx.req.max_tokens.unwrap_or(0);
+    step(&mut set, "context_length", &|e| e.context_length.map_or(true, |c| c >= needed))?;
+    // With fallbacks off, only the caller's `order` may be attempted.
+    if !p.allow_fallbacks && !p.order.is_empty() {
+        step(&mut set, "order", &|e| p.order.iter().any(|s| e.matches_slug(s)))?;
+    }
+    Ok(set)
+}
+
+fn cmp_f64(a: f64, b: f64) -> Ordering {
+    a.partial_cmp(&b).unwrap_or(Ordering::Equal)
+}
+
+/// Measured values sort before unmeasured ones; `desc` puts larger values first.
+fn cmp_measured(a: Option<f64>, b: Option<f64>, desc: bool) -> Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => {
+            if desc {
+                cmp_f64(y, x)
+            } else {
+                cmp_f64(x, y)
+            }
+        }
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+/// Deterministic explicit sorts with BitRouter's tie-breaks. Unknown uptime counts as 1 and
+/// unknown error rate as 0; endpoints without latency/throughput data go after measured ones,
+/// cheaper first.
+fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
+    let key = |a: &Attempt| (ctx.health(a.endpoint), ctx.cost(a.endpoint));
+    set.sort_by(|a, b| {
+        let ((ha, ca), (hb, cb)) = (key(a), key(b));
+        let uptime = || cmp_f64(hb.uptime.unwrap_or(1.0), ha.uptime.unwrap_or(1.0));
+        let errors = || cmp_f64(ha.error_rate.unwrap_or(0.0), hb.error_rate.unwrap_or(0.0));
+        let slug = || ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint));
+        match by {
+            SortBy::Price => cmp_f64(ca, cb).then_with(uptime).then_with(errors).then_with(slug),
+            SortBy::Latency => cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false)
+                .then_with(|| cmp_measured(ha.throughput_tps.p50, hb.throughput_tps.p50, true))
+                .then_with(uptime)
+                .then_with(|| cmp_f64(ca, cb))
+                .then_with(slug),
+            SortBy::Throughput => cmp_measured(ha.throughput_tps.p50, hb.throughput_tps.p50, true)
+                .then_with(|| cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false))
+                .then_with(uptime)
+                .then_with(|| cmp_f64(ca, cb))
+                .then_with(slug),
+        }
+    });
+    for a in set.iter_mut() {
+        let h = ctx.health(a.endpoint);
+        a.score = match by {
+            SortBy::Price => ctx.cost(a.endpoint),
+            SortBy::Latency => h.ttft_ms.p50.unwrap_or(f64::NAN),
+            SortBy::Throughput => h.throughput_tps.p50.unwrap_or(f64::NAN),
+        };
+    }
+}
+
+/// `:exacto`: lowest measured malformed-tool-call rate first (unmeasured after), then price.
+fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
+    set.sort_by(|a, b| {
+        cmp_measured(ctx.health(a.endpoint).tool_error_rate, ctx.health(b.endpoint).tool_error_rate, false)
+            .then_with(|| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)))
+            .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
+    });
+    for a in set.iter_mut() {
+        a.score = ctx.health(a.endpoint).tool_error_rate.unwrap_or(f64::NAN);
+    }
+}
+
+/// Default policy A: endpoints with a recent outage go to the back; among the stable ones the
+/// first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
+/// probability of being drawn first (0 for endpoints that cannot be).
+fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) {
+    set.sort_by(|a, b| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint))));
+    let (mut stable, unstable): (Vec<Attempt>, Vec<Attempt>) = set.drain(..).partition(|a| !ctx.health(a.endpoint).recent_outage);
+    // Free endpoints have infinite weight: they share the draw among themselves.
+    let free = stable.iter().filter(|a| ctx.cost(a.endpoint) <= 0.0).count();
+    let weight = |a: &Attempt| {
+        let c = ctx.cost(a.endpoint);
+        if free > 0 {
+            if c <= 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        } else {
+            1.0 / (c * c)
+        }
+    };
+    let total: f64 = stable.iter().map(weight).sum();
+    for a in stable.iter_mut() {
+        a.score = if total > 0.0 { weight(a) / total } else { 0.0 };
+    }
+    if total > 0.0 && total.is_finite() {
+        let mut target = rand() * total;
+        let mut pick = stable.len().saturating_sub(1);
+        for (i, a) in stable.iter().enumerate() {
+            let w = weight(a);
+            if target < w {
+                pick = i;
+                break;
+            }
+            target -= w;
+        }
+        if pick < stable.len() {
+            let chosen = stable.remove(pick);
+            stable.insert(0, chosen);
+        }
+    }
+    for mut a in unstable {
+        a.score = 0.0;
+        stable.push(a);
+    }
+    *set = stable;
+}
+
+/// Tool-call quality tier: unmeasured endpoints get the benefit of the doubt.
+fn tool_tier(h: &EndpointHealth) -> u8 {
+    match h.tool_error_rate {
+        None => 0,
+        Some(r) if r < 0.05 => 0,
+        Some(r) if r < 0.20 => 1,
+        Some(_) => 2,
+    }
+}
+
+fn misses(cutoffs: &Cutoffs, measured: &Percentiles, higher_is_better: bool, scale: f64) -> bool {
+    let want = [cutoffs.p50, cutoffs.p75, cutoffs.p90, cutoffs.p99];
+    PERCENTILES.iter().zip(want).any(|(&p, cutoff)| match (cutoff, measured.at(p)) {
+        (Some(c), Some(v)) => {
+            let v = v * scale;
+            if higher_is_better {
+                v < c
+            } else {
+                v > c
+            }
+        }
+        _ => false,
+    })
+}
+
+/// Moves entries failing `keep` to the end, preserving order on both sides.
+fn stable_partition(set: &mut Vec<Attempt>, keep: impl Fn(&Attempt) -> bool) {
+    let (front, back): (Vec<Attempt>, Vec<Attempt>) = set.drain(..).partition(|a| keep(a));
+    set.extend(front);
+    set.extend(back);
+}
+
+fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<Attempt>)) {
+    let order = &ctx.req.provider.order;
+    let mut head: Vec<Attempt> = Vec::new();
+    for (pos, slug) in order.iter().enumerate() {
+        let mut group: Vec<Attempt> = Vec::new();
+        set.retain(|a| {
+            let hit = ctx.ep(a.endpoint).map(|e| e.matches_slug(slug)).unwrap_or(false);
+            if hit {
+                group.push(Attempt { endpoint: a.endpoint, score: pos as f64 });
+            }
+            !hit
+        });
+        // A base slug may match several variants: cheapest first.
+        group.sort_by(|a, b| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint))));
+        head.extend(group);
+    }
+    then(set);
+    head.append(set);
+    *set = head;
+}
+
+/// Computes the ranked attempt list for a request.
+pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand: &mut dyn FnMut() -> f64) -> Result<Plan, ApiError> {
+    let prefs = &req.provider;
+    let ctx = Ctx {
+        catalog,
+        req,
+        health,
+        completion_tokens: req.max_tokens.unwrap_or(catalog.routing.expected_completion_tokens),
+    };
+
+    let mut resolved = Vec::new();
+    for (written, param) in req.model_sequence() {
+        resolved.push((resolve_model(catalog, &written, &param)?, written));
+    }
+    let primary_variant = resolved.first().and_then(|(r, _)| r.variant);
+    let pinned = resolved.iter().any(|(r, _)| r.pin.is_some());
+
+    let effective = |variant: Option<Variant>| -> Ordering_ {
+        match (prefs.sort, variant) {
+            (Some(s), _) => Ordering_::Sort(s.by),
+            (None, Some(Variant::Nitro)) => Ordering_::Sort(SortBy::Throughput),
+            (None, Some(Variant::Floor)) => Ordering_::Sort(SortBy::Price),
+            (None, Some(Variant::Exacto)) => Ordering_::Exacto,
+            (None, None) => Ordering_::Default,
+        }
+    };
+
+    // Hard filters per model; the 404 names the constraint that emptied the primary model.
+    let mut pools: Vec<(Vec<Attempt>, Ordering_)> = Vec::new();
+    let mut first_failure: Option<(String, &'static str)> = None;
+    for (r, written) in &resolved {
+        match hard_filter(&ctx, r) {
+            Ok(set) => pools.push((set.into_iter().map(|endpoint| Attempt { endpoint, score: 0.0 }).collect(), effective(r.variant))),
+            Err(constraint) => {
+                if first_failure.is_none() {
+                    first_failure = Some((written.clone(), constraint));
+                }
+            }
+        }
+    }
+    if pools.is_empty() {
+        let (model, constraint) = first_failure.unwrap_or_else(|| (String::new(), "model"));
+        return Err(ApiError::no_endpoints(&model, constraint));
+    }
+
+    let merge_all = matches!(prefs.sort, Some(Sort { partition: Partition::None, .. }));
+    if merge_all && pools.len() > 1 {
+        let ord = pools.first().map(|p| p.1).unwrap_or(Ordering_::Default);
+        let all: Vec<Attempt> = pools.drain(..).flat_map(|p| p.0).collect();
+        pools.push((all, ord));
+    }
+
+    let mut attempts: Vec<Attempt> = Vec::new();
+    for (mut set, ord) in pools {
+        let mut order_within = |set: &mut Vec<Attempt>| match ord {
+            Ordering_::Sort(by) => explicit_sort(&ctx, set, by),
+            Ordering_::Exacto => exacto_sort(&ctx, set),
+            Ordering_::Default => {
+                price_weighted(&ctx, set, rand);
+                // Requests with tools: tier by tool-call quality, default order kept inside.
+                if req.has_tools {
+                    set.sort_by_key(|a| tool_tier(&ctx.health(a.endpoint)));
+                }
+            }
+        };
+        if prefs.order.is_empty() {
+            order_within(&mut set);
+            // Even without require_parameters, tool requests prefer endpoints that support tools.
+            if req.has_tools && !prefs.require_parameters {
+                stable_partition(&mut set, |a| ctx.ep(a.endpoint).map(|e| e.supports("tools")).unwrap_or(false));
+            }
+        } else {
+            order_rank(&ctx, &mut set, &mut order_within);
+        }
+        // Soft preferences: endpoints missing a listed cutoff move to the end.
+        if let Some(c) = &prefs.preferred_max_latency {
+            stable_partition(&mut set, |a| !misses(c, &ctx.health(a.endpoint).ttft_ms, false, 1e-3));
+        }
+        if let Some(c) = &prefs.preferred_min_throughput {
+            stable_partition(&mut set, |a| !misses(c, &ctx.health(a.endpoint).throughput_tps, true, 1.0));
+        }
+        stable_partition(&mut set, |a| ctx.is_byok(a.endpoint));
+        attempts.extend(set);
+    }
+
+    // allow_fallbacks: false — only the `order` list (already filtered) or each model's first.
+    if !prefs.allow_fallbacks && prefs.order.is_empty() {
+        let mut seen_models: Vec<usize> = Vec::new();
+        attempts.retain(|a| {
+            let m = ctx.ep(a.endpoint).map(|e| e.model).unwrap_or(usize::MAX);
+            if seen_models.contains(&m) {
+                false
+            } else {
+                seen_models.push(m);
+                true
+            }
+        });
+    }
+
+    let strategy = if pinned {
+        "pinned".to_string()
+    } else if !prefs.order.is_empty() {
+        "order".to_string()
+    } else {
+        match effective(primary_variant) {
+            Ordering_::Sort(by) => format!("sort:{}", by.name()),
+            Ordering_::Exacto => "exacto".to_string(),
+            Ordering_::Default if req.has_tools => "price_weighted+tool_tiers".to_string(),
+            Ordering_::Default => "price_weighted".to_string(),
+        }
+    };
+    Ok(Plan { attempts, strategy })
+}
