@@ -1,1 +1,7 @@
+//! Test and demo support for Switchyard: mock providers, an Envoy runner, an HTTP client,
+//! and the demo catalog shared by `make run` and the integration tests.
+
+pub mod client;
+pub mod demo;
+pub mod envoy;
 pub mod mock;

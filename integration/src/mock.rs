@@ -1,0 +1,268 @@
+//! A fast mock LLM provider: an OpenAI-compatible HTTP/1.1 server on 127.0.0.1 that behaves
+//! like a real one (latency, time to first token, SSE streaming, 429 with Retry-After, 5xx,
+//! connection resets, a concurrency capacity) and records exactly what it received.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// How the provider answers.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// 200 with a completion (SSE when the request has `"stream": true`).
+    Ok,
+    /// This status with an OpenAI-style error body; `retry_after` adds the header (seconds).
+    Status { status: u16, retry_after: Option<u32> },
+    /// Close the connection without answering.
+    Reset,
+}
+
+#[derive(Clone, Debug)]
+pub struct Behavior {
+    pub mode: Mode,
+    /// Delay before the response headers (and the first SSE chunk).
+    pub ttft: Duration,
+    /// Delay between SSE chunks.
+    pub chunk_interval: Duration,
+    /// Number of content chunks in a stream.
+    pub chunks: usize,
+    /// Requests in flight above this get 429 with `Retry-After: 1`.
+    pub capacity: Option<usize>,
+}
+
+impl Default for Behavior {
+    fn default() -> Self {
+        Behavior { mode: Mode::Ok, ttft: Duration::ZERO, chunk_interval: Duration::ZERO, chunks: 3, capacity: None }
+    }
+}
+
+/// One request as the provider saw it.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Lower-case names, in arrival order.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+struct Shared {
+    name: String,
+    behavior: Mutex<Behavior>,
+    received: Mutex<Vec<Received>>,
+    in_flight: AtomicUsize,
+    served: AtomicU64,
+}
+
+/// A running mock provider. It stops when the tokio runtime that started it stops.
+#[derive(Clone)]
+pub struct MockProvider {
+    pub name: String,
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl MockProvider {
+    /// Binds 127.0.0.1:`port` (0 = any free port) and serves on the current tokio runtime.
+    pub async fn start(name: &str, port: u16, behavior: Behavior) -> std::io::Result<MockProvider> {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            name: name.to_string(),
+            behavior: Mutex::new(behavior),
+            received: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicU64::new(0),
+        });
+        let s = Arc::clone(&shared);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
+                let s = Arc::clone(&s);
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&s), req));
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        Ok(MockProvider { name: name.to_string(), addr, shared })
+    }
+
+    pub fn set_behavior(&self, b: Behavior) {
+        if let Ok(mut g) = self.shared.behavior.lock() {
+            *g = b;
+        }
+    }
+
+    /// Every request received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.received.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Requests carrying `x-test-id: <id>` (tests tag requests to share one provider set).
+    pub fn received_for(&self, test_id: &str) -> Vec<Received> {
+        self.received().into_iter().filter(|r| r.header("x-test-id") == Some(test_id)).collect()
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body fed from a channel, so chunks leave when they are produced.
+pub struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn completion_json(provider: &str, model: &str, id: u64, prompt_tokens: u64) -> Value {
+    json!({
+        "id": format!("chatcmpl-{provider}-{id}"),
+        "object": "chat.completion",
+        "created": 1_700_000_000u64,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("Hello from {provider}")}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4}
+    })
+}
+
+fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage: bool) -> String {
+    let mut v = json!({
+        "id": format!("chatcmpl-{provider}-{id}"),
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000u64,
+        "model": model,
+        "choices": [{"index": 0, "delta": content.map_or(json!({}), |c| json!({"content": c})), "finish_reason": if content.is_none() { json!("stop") } else { Value::Null }}],
+    });
+    if usage {
+        v["usage"] = json!({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8});
+    }
+    format!("data: {v}\n\n")
+}
+
+struct InFlight(Arc<Shared>);
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<ChannelBody>, BoxError> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let mut full_headers: Vec<(String, String)> = headers;
+    // hyper moves :authority into Host for HTTP/1.1; record both views for assertions.
+    if let Some(h) = parts.uri.authority() {
+        full_headers.push((":authority".into(), h.to_string()));
+    }
+    if let Ok(mut g) = s.received.lock() {
+        g.push(Received { method: parts.method.to_string(), path: parts.uri.to_string(), headers: full_headers, body: body.clone() });
+    }
+    let behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
+    let n = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    let guard = InFlight(Arc::clone(&s));
+    let id = s.served.fetch_add(1, Ordering::Relaxed);
+
+    if let Some(cap) = behavior.capacity {
+        if n > cap {
+            return Ok(error_response(&s.name, 429, Some(1), "capacity exceeded"));
+        }
+    }
+    if !behavior.ttft.is_zero() {
+        tokio::time::sleep(behavior.ttft).await;
+    }
+    match behavior.mode {
+        Mode::Reset => return Err("mock reset".into()),
+        Mode::Status { status, retry_after } => return Ok(error_response(&s.name, status, retry_after, "mock failure")),
+        Mode::Ok => {}
+    }
+
+    let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let stream = req_json.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    if stream {
+        let name = s.name.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            for i in 0..behavior.chunks {
+                if i > 0 && !behavior.chunk_interval.is_zero() {
+                    tokio::time::sleep(behavior.chunk_interval).await;
+                }
+                let c = chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false);
+                if tx.send(Bytes::from(c)).await.is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Bytes::from(chunk_json(&name, &model, id, None, true))).await;
+            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+        });
+        let resp = Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .header("x-mock-provider", s.name.as_str())
+            .body(ChannelBody(rx))?;
+        Ok(resp)
+    } else {
+        drop(guard);
+        let prompt_tokens = (body.len() as u64).div_ceil(4);
+        let out = completion_json(&s.name, &model, id, prompt_tokens).to_string();
+        let _ = tx.try_send(Bytes::from(out.clone()));
+        drop(tx);
+        let resp = Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .header("content-length", out.len())
+            .header("x-mock-provider", s.name.as_str())
+            .body(ChannelBody(rx))?;
+        Ok(resp)
+    }
+}
+
+fn error_response(provider: &str, status: u16, retry_after: Option<u32>, msg: &str) -> Response<ChannelBody> {
+    let body = json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}}).to_string();
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let _ = tx.try_send(Bytes::from(body.clone()));
+    let mut b = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("content-length", body.len())
+        .header("x-mock-provider", provider);
+    if let Some(s) = retry_after {
+        b = b.header("retry-after", s.to_string());
+    }
+    b.body(ChannelBody(rx)).unwrap_or_else(|_| Response::new(ChannelBody(mpsc::channel(1).1)))
+}

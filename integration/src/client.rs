@@ -1,0 +1,79 @@
+//! A small HTTP/1.1 client for tests and load tools: one connection per request, records when
+//! each body chunk arrived so streaming tests can check chunks are not buffered.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    /// (time since the request was sent, chunk)
+    pub chunks: Vec<(Duration, Bytes)>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Reply, String> {
+    tokio::time::timeout(Duration::from_secs(30), send_inner(addr, method, path, headers, body))
+        .await
+        .map_err(|_| format!("{method} {path}: no answer within 30s"))?
+}
+
+async fn send_inner(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Reply, String> {
+    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let mut b = Request::builder().method(method).uri(path).header("host", "switchyard.local");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let mut body = resp.into_body();
+    let mut chunks = Vec::new();
+    let mut all = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| e.to_string())?;
+        if let Ok(data) = frame.into_data() {
+            all.extend_from_slice(&data);
+            chunks.push((start.elapsed(), data));
+        }
+    }
+    Ok(Reply { status, headers, body: Bytes::from(all), chunks })
+}
+
+/// POST a JSON body to `path`.
+pub async fn post_json(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &Value) -> Result<Reply, String> {
+    let mut h: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+    h.extend_from_slice(headers);
+    send(addr, "POST", path, &h, body.to_string().as_bytes()).await
+}

@@ -1,0 +1,92 @@
+//! The demo stack behind `make run` (and the Python SDK test): a few mock providers on
+//! 127.0.0.1, a catalog that routes one model across them, and Envoy with the filter.
+
+use serde_json::{json, Value};
+
+use crate::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
+use crate::mock::{Behavior, MockProvider};
+
+/// Demo providers: (slug, cluster, authority).
+pub const DEMO_PROVIDERS: [(&str, &str, &str); 4] = [
+    ("deepinfra", "provider_deepinfra", "api.deepinfra.example"),
+    ("together", "provider_together", "api.together.example"),
+    ("fireworks", "provider_fireworks", "api.fireworks.example"),
+    ("anthropic-direct", "provider_anthropic", "api.anthropic.example"),
+];
+
+/// The demo catalog. Keys are literal demo values, never real secrets.
+pub fn demo_catalog() -> Value {
+    json!({
+        "providers": {
+            "deepinfra": {"cluster": "provider_deepinfra", "authority": "api.deepinfra.example",
+                          "credential": {"value": "demo-deepinfra-key"},
+                          "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+            "together": {"cluster": "provider_together", "authority": "api.together.example",
+                         "credential": {"value": "demo-together-key"},
+                         "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
+            "fireworks": {"cluster": "provider_fireworks", "authority": "api.fireworks.example",
+                          "credential": {"value": "demo-fireworks-key"},
+                          "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": false}},
+            "anthropic-direct": {"cluster": "provider_anthropic", "authority": "api.anthropic.example",
+                                 "credential": {"header": "x-api-key", "prefix": "", "value": "demo-anthropic-key"},
+                                 "byok": true,
+                                 "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}}
+        },
+        "models": {
+            "meta-llama/llama-4-maverick": {
+                "distillable": true,
+                "endpoints": [
+                    {"provider": "deepinfra/turbo", "upstream_model": "meta-llama/Llama-4-Maverick-17B-128E-Instruct-Turbo",
+                     "pricing": {"prompt": 0.5, "completion": 1.5}, "quantization": "fp8", "context_length": 131072,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice", "response_format"]},
+                    {"provider": "together", "upstream_model": "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8",
+                     "pricing": {"prompt": 0.27, "completion": 0.85}, "quantization": "fp8", "context_length": 1048576,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]},
+                    {"provider": "fireworks", "upstream_model": "accounts/fireworks/models/llama4-maverick-instruct-basic",
+                     "pricing": {"prompt": 0.22, "completion": 0.88}, "quantization": "bf16", "context_length": 1048576,
+                     "supported_parameters": ["max_tokens", "temperature"]}
+                ]
+            },
+            "anthropic/claude-sonnet-4-6": {
+                "endpoints": [
+                    {"provider": "anthropic-direct", "upstream_model": "claude-sonnet-4-6",
+                     "pricing": {"prompt": 3, "completion": 15}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
+                ]
+            }
+        },
+        "routing": {"default_policy": "price_weighted"}
+    })
+}
+
+pub struct DemoStack {
+    pub envoy: Envoy,
+    pub providers: Vec<MockProvider>,
+}
+
+/// Starts the demo providers on `provider_base_port..` (0 = any free ports) and Envoy on
+/// `listener_port` (0 = any free port). Must run inside a tokio runtime.
+pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16) -> Result<DemoStack, String> {
+    let mut providers = Vec::new();
+    let mut clusters = Vec::new();
+    for (i, (slug, cluster, _)) in DEMO_PROVIDERS.iter().enumerate() {
+        let port = if provider_base_port == 0 { 0 } else { provider_base_port + i as u16 };
+        let behavior = Behavior { ttft: std::time::Duration::from_millis(20), chunk_interval: std::time::Duration::from_millis(30), chunks: 5, ..Behavior::default() };
+        let p = MockProvider::start(slug, port, behavior).await.map_err(|e| format!("mock {slug}: {e}"))?;
+        clusters.push(ClusterSpec { name: cluster.to_string(), port: p.addr.port() });
+        providers.push(p);
+    }
+    let passthrough = ClusterSpec { name: "passthrough".into(), port: providers.first().map(|p| p.addr.port()).unwrap_or(0) };
+    let cfg = StackConfig {
+        wasm: wasm_path(),
+        plugin_config: demo_catalog(),
+        clusters,
+        passthrough,
+        listener_port,
+        admin_port,
+        env_keys: vec![],
+        buffer_limit_bytes: 4 * 1024 * 1024,
+    };
+    let envoy = tokio::task::spawn_blocking(move || Envoy::start(&cfg, "demo")).await.map_err(|e| e.to_string())??;
+    Ok(DemoStack { envoy, providers })
+}

@@ -1,0 +1,351 @@
+//! Generating an Envoy configuration for Switchyard and running a real Envoy process with it.
+//!
+//! Each Envoy gets its own `--base-id`, a listener without SO_REUSEPORT, an OS-assigned port
+//! (read back from the admin API), and is stopped by PID when dropped. It also dies with the
+//! thread that started it (PR_SET_PDEATHSIG), so a failing test never leaves one behind.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Repository root (the integration crate lives one level below it).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub fn envoy_binary() -> PathBuf {
+    std::env::var_os("SWITCHYARD_ENVOY").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/envoy"))
+}
+
+pub fn wasm_path() -> PathBuf {
+    std::env::var_os("SWITCHYARD_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/wasm32-wasip1/release/switchyard.wasm"))
+}
+
+/// One provider cluster: an Envoy cluster name and the loopback port behind it.
+#[derive(Clone, Debug)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    pub wasm: PathBuf,
+    /// The Switchyard plugin configuration (JSON).
+    pub plugin_config: Value,
+    pub clusters: Vec<ClusterSpec>,
+    /// Cluster for requests Switchyard does not route (other paths, GET).
+    pub passthrough: ClusterSpec,
+    /// 0 = any free port.
+    pub listener_port: u16,
+    pub admin_port: u16,
+    /// Environment variables exposed to the Wasm VM (credential `env` references).
+    pub env_keys: Vec<String>,
+    /// Envoy's request buffer limit; kept above `routing.max_body_bytes` so the filter's own
+    /// OpenAI-style 413 answers first.
+    pub buffer_limit_bytes: u64,
+}
+
+fn cluster(c: &ClusterSpec) -> Value {
+    json!({
+        "name": c.name,
+        "type": "STATIC",
+        "connect_timeout": "1s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {
+            "cluster_name": c.name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": c.port}}}}]}]
+        }
+    })
+}
+
+/// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
+pub fn bootstrap(cfg: &StackConfig) -> Value {
+    let mut clusters: Vec<Value> = cfg.clusters.iter().map(cluster).collect();
+    clusters.push(cluster(&cfg.passthrough));
+    json!({
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "switchyard",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.listener_port}},
+                "enable_reuse_port": false,
+                "per_connection_buffer_limit_bytes": cfg.buffer_limit_bytes,
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "switchyard",
+                        "route_config": {
+                            "name": "switchyard",
+                            "virtual_hosts": [{
+                                "name": "llm",
+                                "domains": ["*"],
+                                "routes": [
+                                    {
+                                        // Set by the filter after it picked the endpoint.
+                                        "match": {"prefix": "/", "headers": [{"name": "x-switchyard-cluster", "present_match": true}]},
+                                        "route": {"cluster_header": "x-switchyard-cluster", "timeout": "300s"},
+                                        "request_headers_to_remove": ["x-switchyard-cluster"]
+                                    },
+                                    {"match": {"prefix": "/"}, "route": {"cluster": cfg.passthrough.name, "timeout": "60s"}}
+                                ]
+                            }]
+                        },
+                        // Envoy's own errors (no upstream, reset, timeout) as OpenAI-style JSON.
+                        "local_reply_config": {"mappers": [{
+                            "filter": {"response_flag_filter": {"flags": ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"]}},
+                            "body_format_override": {
+                                "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "upstream_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
+                                "content_type": "application/json"
+                            }
+                        }]},
+                        "http_filters": [
+                            {
+                                "name": "envoy.filters.http.wasm",
+                                "typed_config": {
+                                    "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                                    "config": {
+                                        "name": "switchyard",
+                                        "root_id": "switchyard",
+                                        "allow_on_headers_stop_iteration": true,
+                                        "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": cfg.plugin_config.to_string()},
+                                        "vm_config": {
+                                            "vm_id": "switchyard",
+                                            "runtime": "envoy.wasm.runtime.v8",
+                                            "code": {"local": {"filename": cfg.wasm.to_string_lossy()}},
+                                            "environment_variables": {"host_env_keys": cfg.env_keys}
+                                        }
+                                    }
+                                }
+                            },
+                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+                        ]
+                    }
+                }]}]
+            }],
+            "clusters": clusters
+        }
+    })
+}
+
+/// Renders JSON as block YAML (for the committed, human-read example config).
+pub fn to_yaml(v: &Value) -> String {
+    fn scalar(v: &Value) -> String {
+        match v {
+            Value::String(s) => {
+                let plain = !s.is_empty()
+                    && s.chars().all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c))
+                    && !matches!(s.as_str(), "true" | "false" | "null" | "yes" | "no" | "on" | "off")
+                    && s.parse::<f64>().is_err();
+                if plain {
+                    s.clone()
+                } else {
+                    Value::String(s.clone()).to_string()
+                }
+            }
+            Value::Array(a) if a.is_empty() => "[]".into(),
+            Value::Object(o) if o.is_empty() => "{}".into(),
+            other => other.to_string(),
+        }
+    }
+    fn is_block(v: &Value) -> bool {
+        matches!(v, Value::Array(a) if !a.is_empty()) || matches!(v, Value::Object(o) if !o.is_empty())
+    }
+    fn emit(v: &Value, indent: usize, out: &mut String) {
+        let pad = " ".repeat(indent);
+        match v {
+            Value::Object(o) if !o.is_empty() => {
+                for (k, x) in o {
+                    let key = scalar(&Value::String(k.clone()));
+                    if is_block(x) {
+                        out.push_str(&format!("{pad}{key}:\n"));
+                        emit(x, indent + 2, out);
+                    } else {
+                        out.push_str(&format!("{pad}{key}: {}\n", scalar(x)));
+                    }
+                }
+            }
+            Value::Array(a) if !a.is_empty() => {
+                for x in a {
+                    if is_block(x) {
+                        let mut inner = String::new();
+                        emit(x, indent + 2, &mut inner);
+                        let trimmed = inner.trim_start_matches(' ');
+                        out.push_str(&format!("{pad}- {trimmed}"));
+                    } else {
+                        out.push_str(&format!("{pad}- {}\n", scalar(x)));
+                    }
+                }
+            }
+            other => out.push_str(&format!("{pad}{}\n", scalar(other))),
+        }
+    }
+    let mut out = String::new();
+    emit(v, 0, &mut out);
+    out
+}
+
+static INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// A running Envoy, stopped (by PID) on drop.
+pub struct Envoy {
+    child: Child,
+    pub port: u16,
+    pub admin: SocketAddr,
+    pub dir: PathBuf,
+}
+
+fn work_dir(tag: &str) -> PathBuf {
+    let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
+    let dir = repo_root().join(".work").join(format!("{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+impl Envoy {
+    pub fn start(cfg: &StackConfig, tag: &str) -> Result<Envoy, String> {
+        Envoy::start_with_env(cfg, tag, &[])
+    }
+
+    /// Starts Envoy with extra environment variables (for credential `env` references).
+    pub fn start_with_env(cfg: &StackConfig, tag: &str, env: &[(&str, &str)]) -> Result<Envoy, String> {
+        let dir = work_dir(tag);
+        let config_path = dir.join("envoy.yaml");
+        let admin_path = dir.join("admin.txt");
+        std::fs::write(&config_path, to_yaml(&bootstrap(cfg))).map_err(|e| format!("write config: {e}"))?;
+        let base_id = 20_000 + (std::process::id() % 10_000) * 16 + INSTANCE.fetch_add(1, Ordering::SeqCst) % 16;
+        let log = std::fs::File::create(dir.join("envoy.log")).map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(envoy_binary());
+        cmd.arg("-c")
+            .arg(&config_path)
+            .arg("--base-id")
+            .arg(base_id.to_string())
+            .arg("--disable-hot-restart")
+            .arg("--concurrency")
+            .arg("2")
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            .arg("-l")
+            .arg("info")
+            .arg("--component-log-level")
+            .arg("wasm:info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL this child
+        // when the thread that spawned it exits.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", envoy_binary().display()))?;
+        let mut envoy = Envoy { child, port: 0, admin: "127.0.0.1:0".parse().map_err(|_| "addr")?, dir };
+        envoy.wait_ready(&admin_path, Duration::from_secs(30))?;
+        Ok(envoy)
+    }
+
+    fn wait_ready(&mut self, admin_path: &Path, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("envoy exited with {status}; log:\n{}", self.log_tail()));
+            }
+            if let Ok(a) = std::fs::read_to_string(admin_path) {
+                if let Ok(addr) = a.trim().parse::<SocketAddr>() {
+                    self.admin = addr;
+                    if let Ok((200, body)) = http_get(addr, "/listeners?format=json") {
+                        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                        let port = v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64().unwrap_or(0);
+                        if port > 0 {
+                            if let Ok((200, _)) = http_get(addr, "/ready") {
+                                self.port = port as u16;
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("envoy not ready after {timeout:?}; log:\n{}", self.log_tail()))
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// GET on the admin interface (e.g. `/stats/prometheus`).
+    pub fn admin_get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(self.admin, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        // Stop exactly the process we started.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Minimal blocking HTTP/1.1 GET (admin API); returns (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
+    Ok((status, if chunked { dechunk(body) } else { body.to_string() }))
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
