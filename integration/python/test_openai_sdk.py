@@ -1,0 +1,86 @@
+"""The official `openai` Python SDK, pointed at the Envoy listener, works unchanged.
+
+Starts the demo stack (mock providers + Envoy with the filter) by PID, and stops exactly it.
+"""
+import os
+import signal
+import subprocess
+import time
+
+import openai
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO = os.path.join(ROOT, "target", "debug", "switchyard-demo")
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        port = None
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("READY "):
+                port = int(line.split()[1])
+                break
+        assert port, "demo stack did not become ready"
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def client(base_url):
+    return openai.OpenAI(base_url=base_url, api_key="caller-key-never-forwarded", max_retries=0, timeout=20)
+
+
+def test_plain_chat_completion_with_provider_in_extra_body(base_url):
+    raw = client(base_url).chat.completions.with_raw_response.create(
+        model="meta-llama/llama-4-maverick",
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"provider": {"order": ["fireworks"], "allow_fallbacks": False}},
+    )
+    completion = raw.parse()
+    assert raw.headers["x-switchyard-provider"] == "fireworks"
+    assert raw.headers["x-switchyard-model"] == "meta-llama/llama-4-maverick"
+    assert completion.choices[0].message.content == "Hello from fireworks"
+    assert completion.model == "accounts/fireworks/models/llama4-maverick-instruct-basic"
+    assert completion.model_extra["provider"] == "fireworks"
+    assert completion.usage.total_tokens > 0
+
+
+def test_streaming_chat_completion(base_url):
+    stream = client(base_url).chat.completions.create(
+        model="meta-llama/llama-4-maverick",
+        messages=[{"role": "user", "content": "Stream please"}],
+        stream=True,
+        extra_body={"provider": {"sort": "price", "ignore": ["fireworks"]}},
+    )
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == "tok0 tok1 tok2 tok3 tok4 "
+
+
+def test_errors_surface_as_openai_exceptions(base_url):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(base_url).chat.completions.create(
+            model="meta-llama/llama-4-maverick",
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"provider": {"sort": "cheapest"}},
+        )
+    assert e.value.body["param"] == "provider.sort"
+    with pytest.raises(openai.NotFoundError) as e:
+        client(base_url).chat.completions.create(
+            model="meta-llama/llama-4-maverick",
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"provider": {"zdr": True, "only": ["together"]}},
+        )
+    assert e.value.body["code"] == "no_endpoints"
+    assert e.value.body["metadata"]["constraint"] == "zdr"

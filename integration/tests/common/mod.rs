@@ -1,0 +1,156 @@
+//! One Envoy + mock-provider stack shared by the tests of a binary. Tests tag their requests
+//! with `x-test-id` and read back exactly what each provider received for that id.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{mpsc, OnceLock};
+
+use serde_json::{json, Value};
+use switchyard_integration::client::{post_json, Reply};
+use switchyard_integration::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::mock::{Behavior, MockProvider, Received};
+
+pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
+
+/// Catalog exercising every field: data policies, a BYOK provider, an env credential, a
+/// variant slug, a path prefix, quantizations, context lengths and supported parameters.
+pub fn test_catalog() -> Value {
+    json!({
+        "providers": {
+            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
+                      "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+            "beta": {"cluster": "c_beta", "authority": "beta.example",
+                     "credential": {"header": "x-api-key", "prefix": "", "env": "SY_TEST_BETA_KEY"},
+                     "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
+            "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "path_prefix": "/openai/v1",
+                      "credential": {"value": "key-gamma"}, "byok": true},
+            "delta": {"cluster": "c_delta", "authority": "delta.example", "credential": {"value": "key-delta"},
+                      "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": false}}
+        },
+        "models": {
+            "test/basic": {"endpoints": [
+                {"provider": "alpha", "upstream_model": "alpha-basic", "pricing": {"prompt": 1, "completion": 1},
+                 "quantization": "fp8", "context_length": 4000, "supported_parameters": ["max_tokens", "temperature", "tools"]},
+                {"provider": "beta", "upstream_model": "beta-basic", "pricing": {"prompt": 2, "completion": 2},
+                 "quantization": "fp16", "context_length": 100000, "supported_parameters": ["max_tokens", "temperature", "response_format"]},
+                {"provider": "delta", "upstream_model": "delta-basic", "pricing": {"prompt": 3, "completion": 3},
+                 "quantization": "bf16", "supported_parameters": ["max_tokens", "tools"]},
+                {"provider": "delta/fast", "upstream_model": "delta-basic-fast", "pricing": {"prompt": 4, "completion": 4, "request": 0.01},
+                 "quantization": "int4"}
+            ]},
+            "test/distill": {"distillable": true, "endpoints": [
+                {"provider": "beta", "upstream_model": "beta-distill", "pricing": {"prompt": 1, "completion": 1}}
+            ]},
+            "test/byok": {"endpoints": [
+                {"provider": "alpha", "upstream_model": "alpha-byok", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "gamma", "upstream_model": "gamma-byok", "pricing": {"prompt": 5, "completion": 5}}
+            ]},
+            "vendor/colon:8b": {"endpoints": [
+                {"provider": "alpha", "upstream_model": "colon-8b", "pricing": {"prompt": 1, "completion": 1}}
+            ]},
+            "anthropic/claude-test": {"endpoints": [
+                {"provider": "alpha", "upstream_model": "claude-alpha", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "delta", "upstream_model": "claude-delta", "pricing": {"prompt": 3, "completion": 3}}
+            ]}
+        },
+        "routing": {"max_body_bytes": 65536}
+    })
+}
+
+pub struct Stack {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub providers: Vec<MockProvider>,
+    pub log_dir: std::path::PathBuf,
+}
+
+impl Stack {
+    pub fn provider(&self, name: &str) -> &MockProvider {
+        match self.providers.iter().find(|p| p.name == name) {
+            Some(p) => p,
+            None => panic!("no mock provider {name}"),
+        }
+    }
+
+    /// Every (provider name, request) received for this test id.
+    pub fn received(&self, test_id: &str) -> Vec<(String, Received)> {
+        self.providers.iter().flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r))).collect()
+    }
+
+    /// The single provider that received this test id's single request.
+    pub fn only_receiver(&self, test_id: &str) -> (String, Received) {
+        let mut got = self.received(test_id);
+        assert_eq!(got.len(), 1, "expected exactly one upstream request for {test_id}, got {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
+        got.remove(0)
+    }
+
+    pub async fn chat(&self, test_id: &str, body: Value) -> Reply {
+        self.chat_with(test_id, &[], body).await
+    }
+
+    pub async fn chat_with(&self, test_id: &str, headers: &[(&str, &str)], body: Value) -> Reply {
+        let mut h: Vec<(&str, &str)> = vec![("x-test-id", test_id)];
+        h.extend_from_slice(headers);
+        match post_json(self.addr, "/v1/chat/completions", &h, &body).await {
+            Ok(r) => r,
+            Err(e) => panic!("{test_id}: request failed: {e}"),
+        }
+    }
+}
+
+static STACK: OnceLock<Stack> = OnceLock::new();
+
+/// Starts (once per test binary) the mock providers and Envoy on a dedicated thread that lives
+/// as long as the process, so Envoy (PR_SET_PDEATHSIG) dies with the test binary.
+pub fn stack() -> &'static Stack {
+    STACK.get_or_init(|| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => panic!("runtime: {e}"),
+            };
+            let started = rt.block_on(async {
+                let mut providers = Vec::new();
+                for name in PROVIDERS {
+                    providers.push(MockProvider::start(name, 0, Behavior::default()).await.map_err(|e| e.to_string())?);
+                }
+                Ok::<_, String>(providers)
+            });
+            let providers = match started {
+                Ok(p) => p,
+                Err(e) => panic!("mock providers: {e}"),
+            };
+            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+            let cfg = StackConfig {
+                wasm: wasm_path(),
+                plugin_config: test_catalog(),
+                clusters: ["alpha", "beta", "gamma", "delta"].iter().map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) }).collect(),
+                passthrough: ClusterSpec { name: "c_origin".into(), port: port("origin") },
+                listener_port: 0,
+                admin_port: 0,
+                env_keys: vec!["SY_TEST_BETA_KEY".into()],
+                buffer_limit_bytes: 1024 * 1024,
+            };
+            let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
+                Ok(e) => e,
+                Err(e) => panic!("envoy: {e}"),
+            };
+            let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() });
+            // Keep Envoy and the providers alive for the whole test binary.
+            let _keep = envoy;
+            loop {
+                std::thread::park();
+            }
+        });
+        match rx.recv() {
+            Ok(s) => s,
+            Err(_) => panic!("test stack failed to start (see panic above)"),
+        }
+    })
+}
+
+pub fn msg(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
