@@ -136,6 +136,12 @@ struct RawRouting {
     expected_completion_tokens: u64,
     #[serde(default = "yes")]
     debug_header: bool,
+    #[serde(default = "default_max_attempts")]
+    max_attempts: usize,
+}
+
+fn default_max_attempts() -> usize {
+    4
 }
 
 fn default_policy() -> String {
@@ -159,6 +165,7 @@ impl Default for RawRouting {
             max_body_bytes: default_max_body(),
             expected_completion_tokens: default_expected_completion(),
             debug_header: true,
+            max_attempts: default_max_attempts(),
         }
     }
 }
@@ -290,6 +297,8 @@ pub struct Routing {
     pub max_body_bytes: u64,
     pub expected_completion_tokens: u64,
     pub debug_header: bool,
+    /// Attempts per request (first try + failovers), across providers and fallback models.
+    pub max_attempts: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -503,12 +512,16 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
     if r.max_body_bytes == 0 {
         return Err(err("routing.max_body_bytes", "must be > 0"));
     }
+    if !(1..=16).contains(&r.max_attempts) {
+        return Err(err("routing.max_attempts", "must be between 1 and 16"));
+    }
     Ok(Routing {
         default_policy,
         outage_window_s: r.outage_window_s,
         max_body_bytes: r.max_body_bytes,
         expected_completion_tokens: r.expected_completion_tokens,
         debug_header: r.debug_header,
+        max_attempts: r.max_attempts,
     })
 }
 

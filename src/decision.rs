@@ -62,16 +62,31 @@ pub fn decide(
     Ok(Decision { stream: req.stream, plan, first })
 }
 
-/// The ranked candidates with their scores, for the opt-in debug header (one line of JSON).
-pub fn candidates_json(catalog: &Catalog, plan: &Plan) -> String {
+/// The ranked candidates with their scores and the live statistics the decision saw, for the
+/// opt-in debug header (one line of JSON).
+pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) -> String {
+    let num = |v: Option<f64>| v.filter(|x| x.is_finite()).map_or(Value::Null, |x| json!(x));
     let list: Vec<Value> = plan
         .attempts
         .iter()
         .filter_map(|a| {
             let ep = catalog.endpoint(a.endpoint)?;
             let model = catalog.models.get(ep.model)?;
-            let score = if a.score.is_finite() { json!(a.score) } else { Value::Null };
-            Some(json!({"endpoint": ep.slug, "model": model.id, "score": score}))
+            let h = health.endpoint(&model.id, &ep.slug);
+            Some(json!({
+                "endpoint": ep.slug,
+                "model": model.id,
+                "score": num(Some(a.score)),
+                "health": {
+                    "attempts": h.attempts,
+                    "uptime": num(h.uptime),
+                    "error_rate": num(h.error_rate),
+                    "ttft_p50_ms": num(h.ttft_ms.p50),
+                    "throughput_p50_tps": num(h.throughput_tps.p50),
+                    "recent_outage": h.recent_outage,
+                    "cooling_down": h.cooling_down,
+                }
+            }))
         })
         .collect();
     Value::Array(list).to_string()

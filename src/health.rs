@@ -37,6 +37,8 @@ pub const PERCENTILES: [Percentile; 4] = [Percentile::P50, Percentile::P75, Perc
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct EndpointHealth {
+    /// Attempts seen over the window (0: no data).
+    pub attempts: u32,
     /// Fraction of attempts that succeeded over the window (None: no attempts seen).
     pub uptime: Option<f64>,
     /// Fraction of attempts that failed (5xx, reset, timeout) over the window.
@@ -49,6 +51,8 @@ pub struct EndpointHealth {
     pub throughput_tps: Percentiles,
     /// A significant outage inside the outage window (price_weighted sends it to the back).
     pub recent_outage: bool,
+    /// In cool-down after a `Retry-After`: tried only after every other endpoint.
+    pub cooling_down: bool,
 }
 
 /// Read-only access to live statistics, keyed by (model id, endpoint slug).

@@ -8,6 +8,8 @@
 //! - `rewrite`: upstream body/path rewrites and the response `provider` field
 //! - `errors`: OpenAI-style error bodies
 //! - `decision`: one request from body bytes to the first attempt's rewrite
+//! - `failover`: the per-attempt plan, rewrite, outcome records and final error
+//! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
@@ -16,10 +18,12 @@
 pub mod config;
 pub mod decision;
 pub mod errors;
+pub mod failover;
 pub mod health;
 pub mod request;
 pub mod rewrite;
 pub mod router;
+pub mod stats;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

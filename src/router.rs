@@ -87,20 +87,26 @@ struct ResolvedModel {
 }
 
 fn resolve_model(catalog: &Catalog, written: &str, param: &str) -> Result<ResolvedModel, ApiError> {
-    let known = |m: &str| catalog.model(m).is_some();
-    let (base, variant) = split_variant(written, &known, param)?;
-    if let Some(i) = catalog.models.iter().position(|m| m.id == base) {
-        return Ok(ResolvedModel { model: i, variant, pin: None });
-    }
-    // BitRouter's migration form: `anthropic-direct/anthropic/claude-sonnet-4-6`.
-    if let Some((first, rest)) = base.split_once('/') {
-        if catalog.is_provider_base(first) {
-            if let Some(i) = catalog.models.iter().position(|m| m.id == rest) {
-                return Ok(ResolvedModel { model: i, variant, pin: Some(first.to_string()) });
-            }
+    // A catalog id (even one with a colon), or `provider/<catalog id>`.
+    let lookup = |id: &str| -> Option<(usize, Option<String>)> {
+        if let Some(i) = catalog.models.iter().position(|m| m.id == id) {
+            return Some((i, None));
         }
+        // BitRouter's migration form: `anthropic-direct/anthropic/claude-sonnet-4-6`.
+        let (first, rest) = id.split_once('/')?;
+        if !catalog.is_provider_base(first) {
+            return None;
+        }
+        catalog.models.iter().position(|m| m.id == rest).map(|i| (i, Some(first.to_string())))
+    };
+    if let Some((model, pin)) = lookup(written) {
+        return Ok(ResolvedModel { model, variant: None, pin });
     }
-    Err(ApiError::model_not_found(param, written))
+    let (base, variant) = split_variant(written, &|_| false, param)?;
+    match lookup(base) {
+        Some((model, pin)) => Ok(ResolvedModel { model, variant, pin }),
+        None => Err(ApiError::model_not_found(param, written)),
+    }
 }
 
 /// Applies the hard filters in SPEC order; on an empty set returns the field that emptied it.
@@ -192,17 +198,19 @@ fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
         let uptime = || cmp_f64(hb.uptime.unwrap_or(1.0), ha.uptime.unwrap_or(1.0));
         let errors = || cmp_f64(ha.error_rate.unwrap_or(0.0), hb.error_rate.unwrap_or(0.0));
         let slug = || ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint));
+        // Without measurements the sort has nothing to go on: cheapest first.
+        let cheaper_if_unmeasured = |x: Option<f64>, y: Option<f64>| if x.is_none() && y.is_none() { cmp_f64(ca, cb) } else { Ordering::Equal };
         match by {
             SortBy::Price => cmp_f64(ca, cb).then_with(uptime).then_with(errors).then_with(slug),
             SortBy::Latency => cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false)
+                .then_with(|| cheaper_if_unmeasured(ha.ttft_ms.p50, hb.ttft_ms.p50))
                 .then_with(|| cmp_measured(ha.throughput_tps.p50, hb.throughput_tps.p50, true))
                 .then_with(uptime)
-                .then_with(|| cmp_f64(ca, cb))
                 .then_with(slug),
             SortBy::Throughput => cmp_measured(ha.throughput_tps.p50, hb.throughput_tps.p50, true)
+                .then_with(|| cheaper_if_unmeasured(ha.throughput_tps.p50, hb.throughput_tps.p50))
                 .then_with(|| cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false))
                 .then_with(uptime)
-                .then_with(|| cmp_f64(ca, cb))
                 .then_with(slug),
         }
     });
@@ -338,12 +346,16 @@ pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand:
         completion_tokens: req.max_tokens.unwrap_or(catalog.routing.expected_completion_tokens),
     };
 
-    let mut resolved = Vec::new();
+    let mut resolved: Vec<(ResolvedModel, String)> = Vec::new();
     for (written, param) in req.model_sequence() {
-        resolved.push((resolve_model(catalog, &written, &param)?, written));
+        let r = resolve_model(catalog, &written, &param)?;
+        // `m` and `m:floor` are one model: planning it twice would retry failed endpoints.
+        if !resolved.iter().any(|(x, _)| x.model == r.model) {
+            resolved.push((r, written));
+        }
     }
     let primary_variant = resolved.first().and_then(|(r, _)| r.variant);
-    let pinned = resolved.iter().any(|(r, _)| r.pin.is_some());
+    let pinned = resolved.first().is_some_and(|(r, _)| r.pin.is_some());
 
     let effective = |variant: Option<Variant>| -> Ordering_ {
         match (prefs.sort, variant) {
@@ -387,8 +399,9 @@ pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand:
             Ordering_::Exacto => exacto_sort(&ctx, set),
             Ordering_::Default => {
                 price_weighted(&ctx, set, rand);
-                // Requests with tools: tier by tool-call quality, default order kept inside.
-                if req.has_tools {
+                // Requests with tools: tier by tool-call quality, default order kept inside
+                // (not when the caller set `order`).
+                if req.has_tools && prefs.order.is_empty() {
                     set.sort_by_key(|a| tool_tier(&ctx.health(a.endpoint)));
                 }
             }
@@ -410,6 +423,8 @@ pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand:
             stable_partition(&mut set, |a| !misses(c, &ctx.health(a.endpoint).throughput_tps, true, 1.0));
         }
         stable_partition(&mut set, |a| ctx.is_byok(a.endpoint));
+        // Endpoints cooling down after a Retry-After are tried only after all others.
+        stable_partition(&mut set, |a| !ctx.health(a.endpoint).cooling_down);
         attempts.extend(set);
     }
 
@@ -441,3 +456,7 @@ pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand:
     };
     Ok(Plan { attempts, strategy })
 }
+
+#[cfg(test)]
+#[path = "router_tests.rs"]
+mod tests;

@@ -86,6 +86,8 @@ pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16)
         admin_port,
         env_keys: vec![],
         buffer_limit_bytes: 4 * 1024 * 1024,
+        max_attempts: 4,
+        retry_back_off_ms: 2,
     };
     let envoy = tokio::task::spawn_blocking(move || Envoy::start(&cfg, "demo")).await.map_err(|e| e.to_string())??;
     Ok(DemoStack { envoy, providers })

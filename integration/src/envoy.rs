@@ -52,6 +52,10 @@ pub struct StackConfig {
     /// Envoy's request buffer limit; kept above `routing.max_body_bytes` so the filter's own
     /// OpenAI-style 413 answers first.
     pub buffer_limit_bytes: u64,
+    /// Route retry ceiling: attempts per request (the filter lowers it per request).
+    pub max_attempts: u32,
+    /// Pause between failovers (Envoy's default back-off adds 25-250 ms).
+    pub retry_back_off_ms: u32,
 }
 
 fn cluster(c: &ClusterSpec) -> Value {
@@ -67,11 +71,53 @@ fn cluster(c: &ClusterSpec) -> Value {
     })
 }
 
+/// The Wasm filter config for one of the module's roles; every role shares one VM (`vm_id`),
+/// hence one set of shared data.
+fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_headers: bool) -> Value {
+    let mut config = json!({
+        "name": root_id,
+        "root_id": root_id,
+        "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration},
+        "vm_config": {
+            "vm_id": "switchyard",
+            "runtime": "envoy.wasm.runtime.v8",
+            "code": {"local": {"filename": cfg.wasm.to_string_lossy()}},
+            "environment_variables": {"host_env_keys": cfg.env_keys}
+        }
+    });
+    if stop_on_headers {
+        // The router pauses headers until the body is complete.
+        config["allow_on_headers_stop_iteration"] = json!(true);
+    }
+    json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm", "config": config})
+}
+
+/// A provider cluster: per-attempt rewrites run in its upstream filter chain.
+fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
+    let mut v = cluster(c);
+    v["typed_extension_protocol_options"] = json!({
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http_protocol_options": {}},
+            "http_filters": [
+                {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_upstream", &cfg.plugin_config.to_string(), false)},
+                {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+            ]
+        }
+    });
+    v
+}
+
 /// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
 pub fn bootstrap(cfg: &StackConfig) -> Value {
-    let mut clusters: Vec<Value> = cfg.clusters.iter().map(cluster).collect();
+    let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
     clusters.push(cluster(&cfg.passthrough));
+    // One static group per provider cluster; each request overrides the order.
+    let groups: Vec<Value> = cfg.clusters.iter().map(|c| json!({"name": c.name, "clusters": [{"cluster_name": c.name, "weight": 1}]})).collect();
+    let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     json!({
+        // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
+        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -91,10 +137,28 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                                 "domains": ["*"],
                                 "routes": [
                                     {
-                                        // Set by the filter after it picked the endpoint.
-                                        "match": {"prefix": "/", "headers": [{"name": "x-switchyard-cluster", "present_match": true}]},
-                                        "route": {"cluster_header": "x-switchyard-cluster", "timeout": "300s"},
-                                        "request_headers_to_remove": ["x-switchyard-cluster"]
+                                        // Requests the filter routed: attempt k goes to the k-th cluster of the
+                                        // per-request order (dynamic metadata `switchyard.priority_groups`).
+                                        "match": {"prefix": "/", "headers": [{"name": "x-switchyard-routed", "present_match": true}]},
+                                        "route": {
+                                            "inline_cluster_specifier_plugin": {"extension": {
+                                                "name": "envoy.router.cluster_specifier_plugin.priority_group",
+                                                "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.priority_group.v3.PriorityGroupClusterSpecifier",
+                                                    "override_metadata_namespace": "switchyard",
+                                                    "priority_groups": groups
+                                                }
+                                            }},
+                                            "timeout": "300s",
+                                            "retry_policy": {
+                                                "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
+                                                "retriable_status_codes": [408, 429],
+                                                "num_retries": cfg.max_attempts.saturating_sub(1),
+                                                "refresh_cluster_on_retry": true,
+                                                "retry_back_off": {"base_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1)) / 1000.0), "max_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1) * 4) / 1000.0)}
+                                            }
+                                        },
+                                        "request_headers_to_remove": ["x-switchyard-routed"]
                                     },
                                     {"match": {"prefix": "/"}, "route": {"cluster": cfg.passthrough.name, "timeout": "60s"}}
                                 ]
@@ -109,24 +173,19 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                             }
                         }]},
                         "http_filters": [
-                            {
-                                "name": "envoy.filters.http.wasm",
-                                "typed_config": {
-                                    "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                                    "config": {
-                                        "name": "switchyard",
-                                        "root_id": "switchyard",
-                                        "allow_on_headers_stop_iteration": true,
-                                        "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": cfg.plugin_config.to_string()},
-                                        "vm_config": {
-                                            "vm_id": "switchyard",
-                                            "runtime": "envoy.wasm.runtime.v8",
-                                            "code": {"local": {"filename": cfg.wasm.to_string_lossy()}},
-                                            "environment_variables": {"host_env_keys": cfg.env_keys}
-                                        }
-                                    }
-                                }
-                            },
+                            // 1. Parse the body, plan the endpoints, set the order header.
+                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &cfg.plugin_config.to_string(), true)},
+                            // 2. Order header -> dynamic metadata read by priority_group.
+                            {"name": "envoy.filters.http.header_to_metadata", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+                                "request_rules": [{
+                                    "header": "x-switchyard-groups",
+                                    "on_header_present": {"metadata_namespace": "switchyard", "key": "priority_groups", "type": "PROTOBUF_VALUE", "encode": "BASE64"},
+                                    "remove": true
+                                }]
+                            }},
+                            // 3. Re-resolve the route now that the metadata exists.
+                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_clear", "", false)},
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
                         ]
                     }

@@ -1,5 +1,6 @@
 //! Test and demo support for Switchyard: mock providers, an Envoy runner, an HTTP client,
 //! and the demo catalog shared by `make run` and the integration tests.
+#![recursion_limit = "256"]
 
 pub mod client;
 pub mod demo;

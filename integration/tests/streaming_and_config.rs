@@ -53,6 +53,8 @@ fn invalid_configuration_is_rejected_naming_the_field() {
         admin_port: 0,
         env_keys: vec!["SY_TEST_BETA_KEY".into()],
         buffer_limit_bytes: 1024 * 1024,
+        max_attempts: 4,
+        retry_back_off_ms: 2,
     };
     let err = match Envoy::start_with_env(&cfg, "bad-config", &[("SY_TEST_BETA_KEY", "k")]) {
         Ok(_) => panic!("Envoy must not serve with an invalid Switchyard configuration"),

@@ -132,6 +132,8 @@ pub fn stack() -> &'static Stack {
                 admin_port: 0,
                 env_keys: vec!["SY_TEST_BETA_KEY".into()],
                 buffer_limit_bytes: 1024 * 1024,
+                max_attempts: 4,
+                retry_back_off_ms: 2,
             };
             let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
                 Ok(e) => e,

@@ -1,0 +1,454 @@
+//! Failover across provider clusters, executed by Envoy's own retry policy.
+//!
+//! The downstream filter computes the ranked plan once; Envoy's `priority_group` cluster
+//! specifier sends attempt k to the k-th cluster of a per-request override (dynamic metadata,
+//! bridged from a request header by `header_to_metadata`); the upstream (per-attempt) filter
+//! rewrites each attempt for its provider and records its outcome. This module is the pure part:
+//! encodings shared by both filters, the per-attempt rewrite, outcome classes and the final error.
+
+use serde_json::{json, Value};
+
+use crate::config::Catalog;
+use crate::errors::ApiError;
+
+/// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
+/// upstream filters of every attempt share).
+pub const PLAN_PROPERTY: &str = "switchyard_plan";
+pub const ATTEMPTS_PROPERTY: &str = "switchyard_attempts";
+/// Request header carrying the base64 `google.protobuf.Value` priority-group override.
+pub const GROUPS_HEADER: &str = "x-switchyard-groups";
+
+/// What every attempt's upstream filter needs to know about the request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptPlan {
+    /// Fingerprint of the catalog the plan indexes into; a mismatch means a config change raced.
+    pub catalog_id: u64,
+    pub stream: bool,
+    /// Length of the body the downstream filter produced.
+    pub body_len: u32,
+    /// Length of its `{"model":"<id>"` prefix, replaced per attempt.
+    pub prefix_len: u32,
+    /// Original request path (header changes persist across attempts: never derive from them).
+    pub path: String,
+    /// Catalog endpoint index per attempt.
+    pub endpoints: Vec<u16>,
+}
+
+const PLAN_VERSION: u8 = 1;
+
+impl AttemptPlan {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.path.len() + 2 * self.endpoints.len());
+        out.push(PLAN_VERSION);
+        out.extend_from_slice(&self.catalog_id.to_le_bytes());
+        out.push(u8::from(self.stream));
+        out.extend_from_slice(&self.body_len.to_le_bytes());
+        out.extend_from_slice(&self.prefix_len.to_le_bytes());
+        let path = self.path.as_bytes();
+        let plen = path.len().min(u16::MAX as usize);
+        out.extend_from_slice(&(plen as u16).to_le_bytes());
+        out.extend_from_slice(path.get(..plen).unwrap_or(&[]));
+        out.push(self.endpoints.len().min(255) as u8);
+        for e in self.endpoints.iter().take(255) {
+            out.extend_from_slice(&e.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Option<AttemptPlan> {
+        let mut r = Reader(b);
+        if r.u8()? != PLAN_VERSION {
+            return None;
+        }
+        let catalog_id = r.u64()?;
+        let stream = r.u8()? != 0;
+        let body_len = r.u32()?;
+        let prefix_len = r.u32()?;
+        let plen = r.u16()? as usize;
+        let path = String::from_utf8(r.take(plen)?.to_vec()).ok()?;
+        let n = r.u8()? as usize;
+        let mut endpoints = Vec::with_capacity(n);
+        for _ in 0..n {
+            endpoints.push(r.u16()?);
+        }
+        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (h, t) = self.0.split_at(n);
+        self.0 = t;
+        Some(h)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// FNV-1a, used to fingerprint the configuration bytes.
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+// ---------------------------------------------------------------------------------------------
+// priority_group override: base64(google.protobuf.Value) = list of {name: <group>}
+// ---------------------------------------------------------------------------------------------
+
+fn varint(mut n: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn len_delimited(field: u64, payload: &[u8], out: &mut Vec<u8>) {
+    varint((field << 3) | 2, out);
+    varint(payload.len() as u64, out);
+    out.extend_from_slice(payload);
+}
+
+/// `Value{list_value: [Value{struct_value: {"name": Value{string_value: g}}}, ...]}`
+pub fn groups_value(groups: &[&str]) -> Vec<u8> {
+    let mut list = Vec::new();
+    for g in groups {
+        let mut name_value = Vec::new();
+        len_delimited(3, g.as_bytes(), &mut name_value); // Value.string_value
+        let mut entry = Vec::new();
+        len_delimited(1, b"name", &mut entry); // FieldsEntry.key
+        len_delimited(2, &name_value, &mut entry); // FieldsEntry.value
+        let mut st = Vec::new();
+        len_delimited(1, &entry, &mut st); // Struct.fields
+        let mut value = Vec::new();
+        len_delimited(5, &st, &mut value); // Value.struct_value
+        len_delimited(1, &value, &mut list); // ListValue.values
+    }
+    let mut out = Vec::new();
+    len_delimited(6, &list, &mut out); // Value.list_value
+    out
+}
+
+pub fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk.first().copied().unwrap_or(0), chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T.get(((n >> (18 - 6 * i)) & 63) as usize).copied().unwrap_or(b'A') as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-attempt rewrite
+// ---------------------------------------------------------------------------------------------
+
+/// What one attempt's upstream filter sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRewrite {
+    pub endpoint: usize,
+    pub authority: String,
+    pub path: String,
+    pub credential: Option<(String, String)>,
+    pub content_length: usize,
+    /// Replacement for the body's first `prefix_len` bytes; None when already right.
+    pub new_prefix: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptError {
+    /// The plan came from another catalog version or is corrupt.
+    StalePlan,
+    /// Envoy sent this attempt to a cluster the plan did not choose.
+    WrongCluster { expected: String, got: String },
+    /// More attempts than planned endpoints.
+    PlanExhausted,
+}
+
+pub fn model_prefix(upstream_model: &str) -> Vec<u8> {
+    let mut p = b"{\"model\":".to_vec();
+    p.extend_from_slice(&serde_json::to_vec(upstream_model).unwrap_or_else(|_| b"\"\"".to_vec()));
+    p
+}
+
+/// The rewrite for attempt `attempt` (1-based) that Envoy sent to `cluster`.
+pub fn attempt_rewrite(catalog: &Catalog, catalog_id: u64, plan: &AttemptPlan, attempt: usize, cluster: &str) -> Result<AttemptRewrite, AttemptError> {
+    if plan.catalog_id != catalog_id {
+        return Err(AttemptError::StalePlan);
+    }
+    let idx = *plan.endpoints.get(attempt.saturating_sub(1)).ok_or(AttemptError::PlanExhausted)? as usize;
+    let ep = catalog.endpoint(idx).ok_or(AttemptError::StalePlan)?;
+    let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
+    if provider.cluster != cluster {
+        return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
+    }
+    let prefix = model_prefix(&ep.upstream_model);
+    let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
+    let first = plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
+    let new_prefix = if attempt <= 1 || first == Some(ep.upstream_model.as_str()) { None } else { Some(prefix) };
+    let bare = plan.path.split('?').next().unwrap_or("");
+    let mut path = crate::rewrite::upstream_path(bare, &provider.path_prefix);
+    if let Some((_, q)) = plan.path.split_once('?') {
+        path = format!("{path}?{q}");
+    }
+    Ok(AttemptRewrite {
+        endpoint: idx,
+        authority: provider.authority.clone(),
+        path,
+        credential: provider.credential.as_ref().map(|c| (c.header.clone(), c.value.clone())),
+        content_length,
+        new_prefix,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outcomes
+// ---------------------------------------------------------------------------------------------
+
+/// One attempt's outcome as recorded by its upstream filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptRecord {
+    pub endpoint: u16,
+    /// HTTP status; 0 = no response (connect failure, reset, timeout).
+    pub status: u16,
+    /// Seconds from `Retry-After`, if any.
+    pub retry_after_s: Option<u32>,
+    /// The attempt was not sent: its model already failed in a way only model fallback fixes.
+    pub skipped: bool,
+}
+
+pub fn encode_records(records: &[AttemptRecord]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(records.len() * 9);
+    for r in records {
+        out.extend_from_slice(&r.endpoint.to_le_bytes());
+        out.extend_from_slice(&r.status.to_le_bytes());
+        out.extend_from_slice(&r.retry_after_s.map_or(u32::MAX, |s| s.min(u32::MAX - 1)).to_le_bytes());
+        out.push(u8::from(r.skipped));
+    }
+    out
+}
+
+pub fn decode_records(b: &[u8]) -> Vec<AttemptRecord> {
+    let mut r = Reader(b);
+    let mut out = Vec::new();
+    while let (Some(endpoint), Some(status), Some(ra), Some(sk)) = (r.u16(), r.u16(), r.u32(), r.u8()) {
+        out.push(AttemptRecord { endpoint, status, retry_after_s: (ra != u32::MAX).then_some(ra), skipped: sk != 0 });
+    }
+    out
+}
+
+/// Statuses Envoy's retry policy retries (besides connect failure, reset and timeout).
+pub fn is_retryable_status(status: u16) -> bool {
+    status == 408 || status == 429 || (500..600).contains(&status)
+}
+
+/// Outcome class for metrics and health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    RateLimited,
+    ServerError,
+    ClientError,
+    NoResponse,
+    Skipped,
+}
+
+impl Outcome {
+    pub fn of(status: u16) -> Outcome {
+        match status {
+            0 => Outcome::NoResponse,
+            200..=399 => Outcome::Success,
+            429 => Outcome::RateLimited,
+            408 | 500..=599 => Outcome::ServerError,
+            _ => Outcome::ClientError,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::ServerError => "server_error",
+            Outcome::ClientError => "client_error",
+            Outcome::NoResponse => "no_response",
+            Outcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent).
+pub fn parse_retry_after(v: &str) -> Option<u32> {
+    v.trim().parse::<u32>().ok()
+}
+
+/// The caller's error when every attempt failed. All 429: 429 `capacity_exhausted` with the
+/// smallest `Retry-After` seen; otherwise 502 (or 503 when every failure was a 503/no response)
+/// listing each attempt.
+pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
+    let sent: Vec<&AttemptRecord> = records.iter().filter(|r| !r.skipped).collect();
+    let list: Vec<Value> = records
+        .iter()
+        .map(|r| {
+            let ep = catalog.endpoint(r.endpoint as usize);
+            let model = ep.and_then(|e| catalog.models.get(e.model)).map(|m| m.id.clone());
+            json!({
+                "endpoint": ep.map(|e| e.slug.clone()),
+                "model": model,
+                "status": if r.status == 0 { Value::Null } else { json!(r.status) },
+                "outcome": if r.skipped { "skipped" } else { Outcome::of(r.status).name() },
+            })
+        })
+        .collect();
+    let mut e = if !sent.is_empty() && sent.iter().all(|r| r.status == 429) {
+        let mut e = ApiError::new(429, "rate_limit_error", "capacity_exhausted", "every allowed endpoint is rate limited; retry later");
+        if let Some(min) = sent.iter().filter_map(|r| r.retry_after_s).min() {
+            e.headers.push(("retry-after".to_string(), min.to_string()));
+        }
+        e
+    } else if !sent.is_empty() && sent.iter().all(|r| r.status == 503 || r.status == 0 || r.status == 429) {
+        ApiError::new(503, "server_error", "no_endpoint_available", "every allowed endpoint failed or was unavailable")
+    } else {
+        ApiError::new(502, "server_error", "all_endpoints_failed", "every allowed endpoint failed")
+    };
+    e.metadata.insert("attempts".to_string(), Value::Array(list));
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_round_trips() {
+        let p = AttemptPlan { catalog_id: 42, stream: true, body_len: 1000, prefix_len: 20, path: "/v1/chat/completions?x=1".into(), endpoints: vec![3, 0, 7] };
+        assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
+        assert_eq!(AttemptPlan::decode(&p.encode()[..10]), None);
+        assert_eq!(AttemptPlan::decode(b""), None);
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let r = vec![
+            AttemptRecord { endpoint: 1, status: 429, retry_after_s: Some(7), skipped: false },
+            AttemptRecord { endpoint: 2, status: 0, retry_after_s: None, skipped: true },
+        ];
+        assert_eq!(decode_records(&encode_records(&r)), r);
+    }
+
+    #[test]
+    fn groups_value_matches_reference_encoding() {
+        // Reference bytes produced by a hand-written protobuf encoder in the Envoy spike and
+        // accepted by Envoy 1.40's header_to_metadata (PROTOBUF_VALUE, BASE64).
+        assert_eq!(
+            base64(&groups_value(&["c_b", "c_a", "c_c"])),
+            "MjkKESoPCg0KBG5hbWUSBRoDY19iChEqDwoNCgRuYW1lEgUaA2NfYQoRKg8KDQoEbmFtZRIFGgNjX2M="
+        );
+    }
+
+    #[test]
+    fn base64_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foob"), "Zm9vYg==");
+    }
+
+    #[test]
+    fn retryable_statuses() {
+        for s in [408, 429, 500, 502, 503, 504] {
+            assert!(is_retryable_status(s), "{s}");
+        }
+        for s in [200, 400, 401, 404, 413, 422] {
+            assert!(!is_retryable_status(s), "{s}");
+        }
+        assert_eq!(Outcome::of(0), Outcome::NoResponse);
+        assert_eq!(Outcome::of(429), Outcome::RateLimited);
+        assert_eq!(Outcome::of(400), Outcome::ClientError);
+    }
+
+    fn catalog() -> Catalog {
+        let json = r#"{"providers": {
+            "a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "ka"}},
+            "b": {"cluster": "c_b", "authority": "b.example", "path_prefix": "/openai/v1", "credential": {"header": "x-api-key", "prefix": "", "value": "kb"}}},
+          "models": {"m/one": {"endpoints": [
+            {"provider": "a", "upstream_model": "one-a", "pricing": {"prompt": 1, "completion": 1}},
+            {"provider": "b", "upstream_model": "one-b-longer", "pricing": {"prompt": 2, "completion": 2}}]}}}"#;
+        Catalog::from_json(json.as_bytes(), &|_| None).unwrap()
+    }
+
+    #[test]
+    fn attempt_rewrite_per_provider() {
+        let c = catalog();
+        let prefix = model_prefix("one-a");
+        let plan = AttemptPlan { catalog_id: 9, stream: false, body_len: 100, prefix_len: prefix.len() as u32, path: "/v1/chat/completions".into(), endpoints: vec![0, 1] };
+        let a1 = attempt_rewrite(&c, 9, &plan, 1, "c_a").unwrap();
+        assert_eq!(a1.authority, "a.example");
+        assert_eq!(a1.credential, Some(("authorization".into(), "Bearer ka".into())));
+        assert_eq!(a1.content_length, 100);
+        assert_eq!(a1.new_prefix, None);
+        assert_eq!(a1.path, "/v1/chat/completions");
+        let a2 = attempt_rewrite(&c, 9, &plan, 2, "c_b").unwrap();
+        assert_eq!(a2.authority, "b.example");
+        assert_eq!(a2.credential, Some(("x-api-key".into(), "kb".into())));
+        assert_eq!(a2.new_prefix.as_deref(), Some(&br#"{"model":"one-b-longer""#[..]));
+        assert_eq!(a2.content_length, 100 - prefix.len() + a2.new_prefix.as_ref().unwrap().len());
+        assert_eq!(a2.path, "/openai/v1/chat/completions");
+        assert_eq!(attempt_rewrite(&c, 9, &plan, 3, "c_b"), Err(AttemptError::PlanExhausted));
+        assert_eq!(attempt_rewrite(&c, 8, &plan, 1, "c_a"), Err(AttemptError::StalePlan));
+        assert!(matches!(attempt_rewrite(&c, 9, &plan, 2, "c_a"), Err(AttemptError::WrongCluster { .. })));
+    }
+
+    #[test]
+    fn final_error_shapes() {
+        let c = catalog();
+        let r = |endpoint, status, ra| AttemptRecord { endpoint, status, retry_after_s: ra, skipped: false };
+        let e = final_error(&c, &[r(0, 429, Some(30)), r(1, 429, Some(5))]);
+        assert_eq!((e.status, e.code), (429, "capacity_exhausted"));
+        assert_eq!(e.headers, vec![("retry-after".to_string(), "5".to_string())]);
+        let e = final_error(&c, &[r(0, 429, None), r(1, 429, None)]);
+        assert!(e.headers.is_empty());
+        let e = final_error(&c, &[r(0, 503, None), r(1, 0, None)]);
+        assert_eq!((e.status, e.code), (503, "no_endpoint_available"));
+        let e = final_error(&c, &[r(0, 500, None), r(1, 429, Some(1))]);
+        assert_eq!((e.status, e.code), (502, "all_endpoints_failed"));
+        let v: Value = serde_json::from_str(&e.body()).unwrap();
+        let attempts = v["error"]["metadata"]["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 2);
+        assert_eq!(attempts[0]["endpoint"], "a");
+        assert_eq!(attempts[0]["status"], 500);
+        assert_eq!(attempts[1]["endpoint"], "b");
+        assert_eq!(attempts[1]["outcome"], "rate_limited");
+        assert_eq!(attempts[0]["model"], "m/one");
+    }
+}

@@ -1,0 +1,226 @@
+//! Downstream (per-request) filter: routes the request and shapes the response.
+
+use std::rc::Rc;
+
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+
+use super::shared::{count, SharedHealth};
+use super::{api, random_unit, Configured, ROUTED_HEADER};
+use crate::decision::{candidates_json, decide, Decision};
+use crate::errors::ApiError;
+use crate::failover::{base64, decode_records, encode_records, final_error, groups_value, model_prefix, AttemptPlan, ATTEMPTS_PROPERTY, GROUPS_HEADER, PLAN_PROPERTY};
+use crate::rewrite::with_provider_field;
+
+const DEBUG_HEADER: &str = "x-switchyard-debug";
+/// Paths whose POST bodies are routed. Everything else passes through untouched.
+const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+
+enum BodyAction {
+    None,
+    /// Non-streaming JSON: add `"provider"`.
+    InjectProvider(String),
+    /// Every attempt failed: the whole body becomes this error.
+    Replace(String),
+}
+
+pub struct Stream {
+    config: Rc<Configured>,
+    routed: bool,
+    path: String,
+    debug: bool,
+    decision: Option<Decision>,
+    /// Debug header value, computed with the statistics the decision used.
+    candidates: Option<String>,
+    body_action: BodyAction,
+}
+
+impl Stream {
+    pub fn new(config: Rc<Configured>) -> Stream {
+        Stream { config, routed: false, path: String::new(), debug: false, decision: None, candidates: None, body_action: BodyAction::None }
+    }
+
+    fn reject(&self, e: &ApiError) -> Action {
+        count(&format!("switchyard.requests.result.rejected.code.{}", e.code));
+        let body = e.body();
+        let mut headers: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        for (k, v) in &e.headers {
+            headers.push((k.as_str(), v.as_str()));
+        }
+        api::reply(e.status, headers, body.as_bytes());
+        Action::Pause
+    }
+
+    /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
+    /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
+    fn apply(&mut self, d: Decision) {
+        let catalog = &self.config.catalog;
+        let budget = catalog.routing.max_attempts.max(1);
+        let endpoints: Vec<u16> = d.plan.attempts.iter().take(budget).map(|a| a.endpoint.min(u16::MAX as usize) as u16).collect();
+        let clusters: Vec<&str> = endpoints
+            .iter()
+            .filter_map(|&i| catalog.endpoint(i as usize).and_then(|e| catalog.provider_of(e)).map(|p| p.cluster.as_str()))
+            .collect();
+        let first_model = endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str()).unwrap_or("");
+        let plan = AttemptPlan {
+            catalog_id: self.config.id,
+            stream: d.stream,
+            body_len: d.first.body.len() as u32,
+            prefix_len: model_prefix(first_model).len() as u32,
+            path: self.path.clone(),
+            endpoints,
+        };
+        api::set_property(vec![PLAN_PROPERTY], &plan.encode());
+        // Neither the caller's key nor any provider key is on the request before an attempt.
+        for h in &catalog.credential_headers {
+            api::set_req_header(h, None);
+        }
+        api::set_req_header(ROUTED_HEADER, Some("1"));
+        api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
+        api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
+        api::set_req_header("content-length", Some(&d.first.body.len().to_string()));
+        api::set_request_body(0, usize::MAX, &d.first.body);
+        self.decision = Some(d);
+    }
+}
+
+impl Context for Stream {}
+
+impl HttpContext for Stream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        // Internal headers are never taken from a caller.
+        api::set_req_header(ROUTED_HEADER, None);
+        api::set_req_header(GROUPS_HEADER, None);
+        let method = api::req_header(":method").unwrap_or_default();
+        let path = api::req_header(":path").unwrap_or_default();
+        let bare = path.split('?').next().unwrap_or("");
+        if method != "POST" || !ROUTED_PATHS.contains(&bare) {
+            return Action::Continue;
+        }
+        self.routed = true;
+        self.path = path;
+        if let Some(v) = api::req_header(DEBUG_HEADER) {
+            self.debug = self.config.catalog.routing.debug_header && matches!(v.as_str(), "1" | "true" | "yes");
+            api::set_req_header(DEBUG_HEADER, None);
+        }
+        let limit = self.config.catalog.routing.max_body_bytes;
+        if let Some(len) = api::req_header("content-length").and_then(|v| v.parse::<u64>().ok()) {
+            if len > limit {
+                return self.reject(&ApiError::too_large(limit));
+            }
+        }
+        if end_of_stream {
+            return self.reject(&ApiError::invalid_json("request body is empty; expected a JSON object"));
+        }
+        // Wait for the whole body before routing (needs allow_on_headers_stop_iteration).
+        Action::Pause
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.routed || self.decision.is_some() {
+            return Action::Continue;
+        }
+        let limit = self.config.catalog.routing.max_body_bytes;
+        if body_size as u64 > limit {
+            return self.reject(&ApiError::too_large(limit));
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let body = api::request_body(0, body_size).unwrap_or_default();
+        let config = Rc::clone(&self.config);
+        let bare_path = self.path.split('?').next().unwrap_or("").to_string();
+        let health = SharedHealth::new(api::now_ms());
+        match decide(&config.catalog, &body, &bare_path, &health, &mut random_unit) {
+            Ok(d) => {
+                if self.debug {
+                    self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
+                }
+                self.apply(d);
+                Action::Continue
+            }
+            Err(e) => self.reject(&e),
+        }
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(d) = &self.decision else { return Action::Continue };
+        let config = Rc::clone(&self.config);
+        let catalog = &config.catalog;
+        let status: u16 = api::resp_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
+        let strategy = d.plan.strategy.clone();
+        let candidates = self.candidates.take();
+        let primary_model = d.first.model.clone();
+        let stream = d.stream;
+        api::set_resp_header("x-switchyard-strategy", Some(&strategy));
+        if let Some(c) = candidates {
+            api::set_resp_header("x-switchyard-candidates", Some(&c));
+        }
+        // Envoy answered itself (no upstream response recorded for the last attempt) or the last
+        // attempt failed retryably: every allowed endpoint failed.
+        let exhausted = status == 429 || status >= 500;
+        if exhausted && !records.is_empty() {
+            let e = final_error(catalog, &records);
+            count("switchyard.requests.result.failed");
+            api::set_resp_header(":status", Some(&e.status.to_string()));
+            api::set_resp_header("content-type", Some("application/json"));
+            api::set_resp_header("content-length", None);
+            api::set_resp_header("content-encoding", None);
+            api::set_resp_header("retry-after", None);
+            for (k, v) in &e.headers {
+                api::set_resp_header(k, Some(v));
+            }
+            api::set_resp_header("x-switchyard-provider", None);
+            api::set_resp_header("x-switchyard-model", None);
+            api::set_resp_header("x-switchyard-attempts", Some(&records.len().to_string()));
+            self.body_action = BodyAction::Replace(e.body());
+            return Action::Continue;
+        }
+        let served = api::resp_header("x-switchyard-provider");
+        if let Some(slug) = served {
+            count("switchyard.requests.result.served");
+            if records.len() > 1 {
+                let served_model = api::resp_header("x-switchyard-model").unwrap_or_default();
+                let kind = if served_model != primary_model { "model" } else { "provider" };
+                count(&format!("switchyard.fallbacks.kind.{kind}"));
+            }
+            let json = api::resp_header("content-type").map(|c| c.contains("application/json")).unwrap_or(false);
+            let encoded = api::resp_header("content-encoding").map(|e| e != "identity").unwrap_or(false);
+            if !stream && json && !encoded {
+                // The body grows; let Envoy frame it.
+                api::set_resp_header("content-length", None);
+                self.body_action = BodyAction::InjectProvider(slug);
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if matches!(self.body_action, BodyAction::None) {
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        match std::mem::replace(&mut self.body_action, BodyAction::None) {
+            BodyAction::Replace(body) => api::set_response_body(0, usize::MAX, body.as_bytes()),
+            BodyAction::InjectProvider(slug) => {
+                if let Some(body) = api::response_body(0, body_size) {
+                    if let Some(out) = with_provider_field(&body, &slug) {
+                        api::set_response_body(0, body_size, &out);
+                    }
+                }
+            }
+            BodyAction::None => {}
+        }
+        Action::Continue
+    }
+}
+
+/// Appends one attempt record to the request's filter state (used by the upstream filter).
+pub fn append_record(record: crate::failover::AttemptRecord) {
+    let mut records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
+    records.push(record);
+    api::set_property(vec![ATTEMPTS_PROPERTY], &encode_records(&records));
+}

@@ -1,0 +1,148 @@
+//! The proxy-wasm adapter: the only code that talks to the host. One Wasm module serves three
+//! roles, chosen by the plugin's `root_id` (all three share one `vm_id`, so they share the VM's
+//! shared data):
+//!
+//! - `switchyard` (downstream HTTP filter): parse the body once, plan the ranked endpoints,
+//!   hand the order to Envoy's retry policy, shape the response.
+//! - `switchyard_clear` (downstream HTTP filter placed after `header_to_metadata`): clear the
+//!   route cache so `priority_group` sees the per-request order.
+//! - `switchyard_upstream` (upstream HTTP filter on each provider cluster): rewrite each attempt
+//!   for its provider and record its outcome.
+//!
+//! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
+
+mod api;
+mod downstream;
+mod shared;
+mod upstream;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
+
+use crate::config::Catalog;
+use crate::failover::fingerprint;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: Role::Downstream, config: None }) });
+}}
+
+/// Marker the downstream filter sets on routed requests; the route matches on it and removes it.
+pub const ROUTED_HEADER: &str = "x-switchyard-routed";
+
+thread_local! {
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// xorshift64*, seeded once per VM from the host's randomness. Only used for load balancing.
+pub fn random_unit() -> f64 {
+    RNG.with(|cell| {
+        let mut x = cell.get();
+        if x == 0 {
+            let mut seed = [0u8; 8];
+            if getrandom::getrandom(&mut seed).is_err() {
+                seed = 0x9E37_79B9_7F4A_7C15u64.to_le_bytes();
+            }
+            x = u64::from_le_bytes(seed) | 1;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        cell.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// Clears Envoy's cached route so the next route lookup sees changed headers/metadata.
+pub fn clear_route_cache() {
+    if let Err(status) = proxy_wasm::hostcalls::call_foreign_function("clear_route_cache", Some(&[])) {
+        log::warn!("switchyard: clear_route_cache failed: {status:?}");
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Downstream,
+    ClearRouteCache,
+    Upstream,
+}
+
+/// The configured catalog plus its fingerprint (plans carry it so an upstream filter never
+/// applies a plan made against another configuration).
+pub struct Configured {
+    pub catalog: Catalog,
+    pub id: u64,
+}
+
+struct Root {
+    role: Role,
+    config: Option<Rc<Configured>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let root_id = api::property(vec!["plugin_root_id"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+        self.role = match root_id.as_str() {
+            "switchyard_clear" => Role::ClearRouteCache,
+            "switchyard_upstream" => Role::Upstream,
+            _ => Role::Downstream,
+        };
+        if self.role == Role::ClearRouteCache {
+            return true;
+        }
+        let Some(bytes) = proxy_wasm::hostcalls::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX).ok().flatten() else {
+            log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
+            return false;
+        };
+        match Catalog::from_json(&bytes, &|name| std::env::var(name).ok()) {
+            Ok(catalog) => {
+                log::info!(
+                    "switchyard ({root_id}): configured {} providers, {} models, {} endpoints",
+                    catalog.providers.len(),
+                    catalog.models.len(),
+                    catalog.endpoints.len()
+                );
+                if self.role == Role::Downstream {
+                    shared::prune_stale_keys(&catalog);
+                }
+                self.config = Some(Rc::new(Configured { catalog, id: fingerprint(&bytes) }));
+                true
+            }
+            Err(e) => {
+                log::error!("switchyard: {e}");
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        match self.role {
+            Role::ClearRouteCache => Some(Box::new(ClearRoute)),
+            Role::Downstream => Some(Box::new(downstream::Stream::new(Rc::clone(self.config.as_ref()?)))),
+            Role::Upstream => Some(Box::new(upstream::Attempt::new(Rc::clone(self.config.as_ref()?)))),
+        }
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// Runs after `header_to_metadata` turned the order header into dynamic metadata.
+struct ClearRoute;
+
+impl Context for ClearRoute {}
+
+impl HttpContext for ClearRoute {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if api::req_header(ROUTED_HEADER).is_some() {
+            clear_route_cache();
+        }
+        Action::Continue
+    }
+}

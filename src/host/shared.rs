@@ -1,0 +1,164 @@
+//! Cross-worker state: per-endpoint statistics in proxy-wasm shared data (compare-and-swap
+//! updates, so several workers never lose an increment) and Envoy stats (metrics).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{MetricType, Status};
+
+use crate::config::Catalog;
+use crate::health::{EndpointHealth, HealthView};
+use crate::stats::EndpointStats;
+
+const KEY_PREFIX: &str = "sy/h/";
+/// Registry of stats keys ever written, so keys of endpoints removed from the catalog are pruned.
+const REGISTRY_KEY: &str = "sy/keys";
+const CAS_ATTEMPTS: usize = 16;
+
+pub fn stats_key(model: &str, slug: &str) -> String {
+    format!("{KEY_PREFIX}{model}|{slug}")
+}
+
+pub fn read_stats(key: &str) -> EndpointStats {
+    match hostcalls::get_shared_data(key) {
+        Ok((Some(bytes), _)) => EndpointStats::decode(&bytes),
+        _ => EndpointStats::default(),
+    }
+}
+
+/// Read-modify-write with CAS; retried when another worker wrote in between.
+pub fn update_stats(key: &str, mut f: impl FnMut(&mut EndpointStats)) {
+    for _ in 0..CAS_ATTEMPTS {
+        let (bytes, cas) = hostcalls::get_shared_data(key).unwrap_or((None, None));
+        let fresh = bytes.is_none();
+        let mut stats = bytes.map(|b| EndpointStats::decode(&b)).unwrap_or_default();
+        f(&mut stats);
+        match hostcalls::set_shared_data(key, Some(&stats.encode()), cas) {
+            Ok(()) => {
+                if fresh {
+                    register_key(key);
+                }
+                return;
+            }
+            Err(Status::CasMismatch) => continue,
+            Err(e) => {
+                log::warn!("switchyard: shared data write failed: {e:?}");
+                return;
+            }
+        }
+    }
+    log::warn!("switchyard: shared data contention on {key}; update dropped");
+}
+
+fn register_key(key: &str) {
+    for _ in 0..CAS_ATTEMPTS {
+        let (bytes, cas) = hostcalls::get_shared_data(REGISTRY_KEY).unwrap_or((None, None));
+        let mut list = bytes.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+        if list.lines().any(|l| l == key) {
+            return;
+        }
+        list.push_str(key);
+        list.push('\n');
+        match hostcalls::set_shared_data(REGISTRY_KEY, Some(list.as_bytes()), cas) {
+            Err(Status::CasMismatch) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Drops statistics of endpoints no longer in the catalog (called on configuration).
+pub fn prune_stale_keys(catalog: &Catalog) {
+    let wanted: Vec<String> = catalog
+        .endpoints
+        .iter()
+        .filter_map(|e| catalog.models.get(e.model).map(|m| stats_key(&m.id, &e.slug)))
+        .collect();
+    for _ in 0..CAS_ATTEMPTS {
+        let (bytes, cas) = hostcalls::get_shared_data(REGISTRY_KEY).unwrap_or((None, None));
+        let Some(bytes) = bytes else { return };
+        let list = String::from_utf8_lossy(&bytes).into_owned();
+        let (keep, drop): (Vec<&str>, Vec<&str>) = list.lines().filter(|l| !l.is_empty()).partition(|k| wanted.iter().any(|w| w == k));
+        if drop.is_empty() {
+            return;
+        }
+        let kept: String = keep.iter().map(|k| format!("{k}\n")).collect();
+        match hostcalls::set_shared_data(REGISTRY_KEY, Some(kept.as_bytes()), cas) {
+            Err(Status::CasMismatch) => continue,
+            _ => {
+                for k in drop {
+                    let _ = hostcalls::set_shared_data(k, None, None);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The health view for one request, read from shared data once per endpoint.
+pub struct SharedHealth {
+    now_ms: u64,
+    memo: RefCell<HashMap<String, EndpointHealth>>,
+}
+
+impl SharedHealth {
+    pub fn new(now_ms: u64) -> SharedHealth {
+        SharedHealth { now_ms, memo: RefCell::new(HashMap::new()) }
+    }
+}
+
+impl HealthView for SharedHealth {
+    fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
+        let key = stats_key(model, slug);
+        if let Some(h) = self.memo.borrow().get(&key) {
+            return *h;
+        }
+        let h = read_stats(&key).view(self.now_ms);
+        self.memo.borrow_mut().insert(key, h);
+        h
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+// ---------------------------------------------------------------------------------------------
+
+thread_local! {
+    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+}
+
+/// Stats names use `.`-separated tag segments (`.model.<m>.endpoint.<e>`) that the bootstrap's
+/// `stats_tags` turn into labels; tag values are sanitized to `[A-Za-z0-9_-]`.
+pub fn tag(v: &str) -> String {
+    v.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+fn metric(kind: MetricType, name: &str) -> Option<u32> {
+    METRICS.with(|m| {
+        if let Some(id) = m.borrow().get(name) {
+            return Some(*id);
+        }
+        match hostcalls::define_metric(kind, name) {
+            Ok(id) => {
+                m.borrow_mut().insert(name.to_string(), id);
+                Some(id)
+            }
+            Err(e) => {
+                log::warn!("switchyard: define_metric {name}: {e:?}");
+                None
+            }
+        }
+    })
+}
+
+pub fn count(name: &str) {
+    if let Some(id) = metric(MetricType::Counter, name) {
+        let _ = hostcalls::increment_metric(id, 1);
+    }
+}
+
+pub fn observe(name: &str, value: u64) {
+    if let Some(id) = metric(MetricType::Histogram, name) {
+        let _ = hostcalls::record_metric(id, value);
+    }
+}

@@ -1,0 +1,244 @@
+//! Upstream (per-attempt) filter, installed on every provider cluster. Envoy runs it once per
+//! attempt with a fresh context. It rewrites the attempt for its provider and records the
+//! outcome. Header changes made here persist into later attempts, so every attempt sets all
+//! per-provider headers from the plan and removes every other credential header.
+
+use std::rc::Rc;
+
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+
+use super::downstream::append_record;
+use super::shared::{count, observe, stats_key, tag, update_stats};
+use super::{api, Configured};
+use crate::failover::{
+    attempt_rewrite, decode_records, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
+    ATTEMPTS_PROPERTY, PLAN_PROPERTY,
+};
+use crate::stats::Finished;
+
+/// Response header telling the downstream filter that a non-retryable failure was turned into
+/// a retry because a fallback model remains.
+const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
+
+pub struct Attempt {
+    config: Rc<Configured>,
+    /// Catalog endpoint of this attempt, once the plan was applied.
+    endpoint: Option<usize>,
+    attempt: usize,
+    new_prefix: Option<(usize, Vec<u8>)>,
+    started_ms: u64,
+    first_byte_ms: Option<u64>,
+    status: Option<u16>,
+    retry_after_s: Option<u32>,
+    body_chunks: u32,
+    completion_tokens: Option<u64>,
+    recorded: bool,
+}
+
+fn u64_le(b: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))
+}
+
+/// Finds `"completion_tokens":N` (or `output_tokens`) in the tail of a response.
+fn completion_tokens(tail: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(tail);
+    for key in ["\"completion_tokens\":", "\"output_tokens\":"] {
+        if let Some(pos) = text.rfind(key) {
+            let digits: String = text.get(pos + key.len()..)?.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
+            if let Ok(n) = digits.parse() {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+impl Attempt {
+    pub fn new(config: Rc<Configured>) -> Attempt {
+        Attempt {
+            config,
+            endpoint: None,
+            attempt: 0,
+            new_prefix: None,
+            started_ms: 0,
+            first_byte_ms: None,
+            status: None,
+            retry_after_s: None,
+            body_chunks: 0,
+            completion_tokens: None,
+            recorded: false,
+        }
+    }
+
+    fn names(&self) -> Option<(String, String)> {
+        let ep = self.config.catalog.endpoint(self.endpoint?)?;
+        let model = self.config.catalog.models.get(ep.model)?;
+        Some((model.id.clone(), ep.slug.clone()))
+    }
+
+    /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
+    fn refuse(&mut self, status: u32, why: &str) -> Action {
+        log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
+        let body = format!("{{\"error\":{{\"message\":\"{why}\",\"type\":\"server_error\",\"code\":\"attempt_not_sent\"}}}}");
+        api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
+        Action::Pause
+    }
+
+    fn record(&mut self, status: u16, skipped: bool) {
+        if self.recorded {
+            return;
+        }
+        self.recorded = true;
+        let Some(endpoint) = self.endpoint else { return };
+        append_record(AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s, skipped });
+        let Some((model, slug)) = self.names() else { return };
+        let outcome = if skipped { Outcome::Skipped } else { Outcome::of(status) };
+        let now = api::now_ms();
+        let ttft = self.first_byte_ms.map(|t| t.saturating_sub(self.started_ms) as u32);
+        let tokens_per_s = match (self.first_byte_ms, outcome) {
+            (Some(first), Outcome::Success) => {
+                let secs = now.saturating_sub(first) as f64 / 1000.0;
+                // Usage when the provider reports it, otherwise one token per streamed chunk.
+                let tokens = self.completion_tokens.unwrap_or(u64::from(self.body_chunks)) as f64;
+                (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
+            }
+            _ => None,
+        };
+        let window = self.config.catalog.routing.outage_window_s * 1000;
+        let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s };
+        if !skipped {
+            update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
+        }
+        let tags = format!("model.{}.endpoint.{}", tag(&model), tag(&slug));
+        count(&format!("switchyard.attempts.{tags}.outcome.{}", outcome.name()));
+        if let Some(t) = ttft {
+            observe(&format!("switchyard.ttft_ms.{tags}"), u64::from(t));
+        }
+        observe(&format!("switchyard.latency_ms.{tags}"), now.saturating_sub(self.started_ms));
+    }
+}
+
+impl Context for Attempt {}
+
+impl HttpContext for Attempt {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(plan) = api::property(vec![PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)) else {
+            // Only Switchyard-routed requests may use a provider cluster (it injects keys).
+            return self.refuse(403, "request reached a provider cluster without a Switchyard plan");
+        };
+        self.attempt = api::property(vec!["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
+        let cluster = api::property(vec!["xds", "cluster_name"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+        let config = Rc::clone(&self.config);
+        let catalog = &config.catalog;
+        let rw = match attempt_rewrite(catalog, config.id, &plan, self.attempt, &cluster) {
+            Ok(rw) => rw,
+            Err(AttemptError::StalePlan) => return self.refuse(503, "configuration changed during the request"),
+            Err(AttemptError::PlanExhausted) => return self.refuse(503, "no planned endpoint left"),
+            Err(AttemptError::WrongCluster { expected, got }) => {
+                return self.refuse(503, &format!("attempt routed to {got}, plan chose {expected}"));
+            }
+        };
+        self.endpoint = Some(rw.endpoint);
+        self.started_ms = api::now_ms();
+        // A model that already failed for a reason only model fallback fixes is not retried
+        // on its other endpoints.
+        let this_model = catalog.endpoint(rw.endpoint).map(|e| e.model);
+        let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
+        let model_failed = records.iter().any(|r| {
+            !r.skipped && !is_retryable_status(r.status) && r.status >= 400 && catalog.endpoint(r.endpoint as usize).map(|e| e.model) == this_model
+        });
+        if model_failed {
+            self.record(0, true);
+            count("switchyard.attempts_skipped");
+            return self.refuse(503, "model already failed; moving to the next model");
+        }
+        for h in &catalog.credential_headers {
+            api::set_req_header(h, None);
+        }
+        if let Some((h, v)) = &rw.credential {
+            api::set_req_header(h, Some(v));
+        }
+        api::set_req_header(":authority", Some(&rw.authority));
+        api::set_req_header(":path", Some(&rw.path));
+        api::set_req_header("content-length", Some(&rw.content_length.to_string()));
+        self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
+        if let Some((model, slug)) = self.names() {
+            update_stats(&stats_key(&model, &slug), |s| s.start());
+        }
+        Action::Continue
+    }
+
+    fn on_http_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
+        if self.new_prefix.is_none() {
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        if let Some((old_len, prefix)) = self.new_prefix.take() {
+            api::set_request_body(0, old_len, &prefix);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(endpoint) = self.endpoint else { return Action::Continue };
+        let status: u16 = api::resp_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        self.status = Some(status);
+        self.retry_after_s = api::resp_header("retry-after").and_then(|v| parse_retry_after(&v));
+        let catalog = &self.config.catalog;
+        let Some(ep) = catalog.endpoint(endpoint) else { return Action::Continue };
+        // A non-retryable failure with another model still planned: let Envoy retry.
+        if status >= 400 && !is_retryable_status(status) {
+            let plan = api::property(vec![PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b));
+            let later_model = plan.is_some_and(|p| {
+                p.endpoints.iter().skip(self.attempt).any(|&i| catalog.endpoint(i as usize).is_some_and(|e| e.model != ep.model))
+            });
+            if later_model {
+                api::set_resp_header(":status", Some("503"));
+                api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
+                self.record(status, false);
+                return Action::Continue;
+            }
+        }
+        let model = catalog.models.get(ep.model).map(|m| m.id.clone()).unwrap_or_default();
+        let slug = ep.slug.clone();
+        api::set_resp_header("x-switchyard-provider", Some(&slug));
+        api::set_resp_header("x-switchyard-model", Some(&model));
+        api::set_resp_header("x-switchyard-attempts", Some(&self.attempt.to_string()));
+        if status >= 400 {
+            self.record(status, false);
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.endpoint.is_none() || self.recorded {
+            return Action::Continue;
+        }
+        if self.first_byte_ms.is_none() {
+            self.first_byte_ms = Some(api::now_ms());
+        }
+        if body_size > 0 {
+            self.body_chunks += 1;
+            // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
+            let tail = body_size.min(256);
+            if let Some(n) = api::response_body(body_size - tail, tail).and_then(|b| completion_tokens(&b)) {
+                self.completion_tokens = Some(n);
+            }
+        }
+        if end_of_stream {
+            self.record(self.status.unwrap_or(0), false);
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        // No response at all (connect failure, reset, timeout) or a body-less response.
+        if self.endpoint.is_some() && !self.recorded {
+            let status = self.status.unwrap_or(0);
+            self.record(status, false);
+        }
+    }
+}

@@ -1,0 +1,1218 @@
+//! Native tests for the routing brain: SPEC sections 3-5 plus the README's "Behaviour where the
+//! spec is silent". Every test builds a catalog from JSON, parses a real request body and asserts
+//! on the ranked endpoint slugs (or on the ApiError) that `plan` produces.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::*;
+use crate::decision::{attempt_request, candidates_json, decide};
+use crate::health::NoHealthData;
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------------
+
+/// Providers shared by every test catalog.
+/// - alpha: no retention, no training, ZDR; credential from env (`Bearer k`).
+/// - beta: no retention, no training, not ZDR; custom header, `/openai/v1` path prefix.
+/// - gamma: data policy undeclared (counts as retains + trains, not ZDR).
+/// - delta: retains data (does not train).
+/// - deepinfra: base entry shared by its variants `deepinfra/turbo`, `deepinfra/fast`; ZDR.
+/// - mine, mine2: BYOK.
+/// - aa..zz: plain providers for ordering tests.
+const PROVIDERS: &str = r#"{
+  "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"env": "ALPHA_KEY"},
+            "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+  "beta": {"cluster": "c_beta", "authority": "beta.example", "path_prefix": "/openai/v1",
+           "credential": {"header": "x-api-key", "prefix": "", "value": "beta-secret"},
+           "data_policy": {"retains_data": false, "trains_on_data": false}},
+  "gamma": {"cluster": "c_gamma", "authority": "gamma.example"},
+  "delta": {"cluster": "c_delta", "authority": "delta.example",
+            "data_policy": {"retains_data": true, "trains_on_data": false}},
+  "deepinfra": {"cluster": "c_deepinfra", "authority": "deepinfra.example",
+                "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+  "mine": {"cluster": "c_mine", "authority": "mine.example", "byok": true},
+  "mine2": {"cluster": "c_mine2", "authority": "mine2.example", "byok": true},
+  "aa": {"cluster": "c_aa", "authority": "aa.example"},
+  "bb": {"cluster": "c_bb", "authority": "bb.example"},
+  "cc": {"cluster": "c_cc", "authority": "cc.example"},
+  "dd": {"cluster": "c_dd", "authority": "dd.example"},
+  "ee": {"cluster": "c_ee", "authority": "ee.example"},
+  "ff": {"cluster": "c_ff", "authority": "ff.example"},
+  "yy": {"cluster": "c_yy", "authority": "yy.example"},
+  "zz": {"cluster": "c_zz", "authority": "zz.example"}
+}"#;
+
+/// An endpoint priced `price` per million for both prompt and completion tokens (same token
+/// mix everywhere, so cost is proportional to `price`).
+fn ep(slug: &str, price: f64) -> String {
+    ep_x(slug, price, "")
+}
+
+/// As `ep`, with extra endpoint members (`extra` starts with a comma).
+fn ep_x(slug: &str, price: f64, extra: &str) -> String {
+    format!(r#"{{"provider": "{slug}", "pricing": {{"prompt": {price}, "completion": {price}}}{extra}}}"#)
+}
+
+fn model(id: &str, eps: &[String]) -> String {
+    model_x(id, "", eps)
+}
+
+/// A model entry; `extra` are model members placed before `endpoints` (end with a comma).
+fn model_x(id: &str, extra: &str, eps: &[String]) -> String {
+    format!(r#""{id}": {{{extra}"endpoints": [{}]}}"#, eps.join(", "))
+}
+
+fn catalog(models: &[String]) -> Catalog {
+    catalog_json(&format!(r#"{{"providers": {PROVIDERS}, "models": {{{}}}}}"#, models.join(", ")))
+}
+
+fn catalog_routing(models: &[String], routing: &str) -> Catalog {
+    catalog_json(&format!(r#"{{"providers": {PROVIDERS}, "models": {{{}}}, "routing": {routing}}}"#, models.join(", ")))
+}
+
+fn catalog_json(json: &str) -> Catalog {
+    Catalog::from_json(json.as_bytes(), &|_| Some("k".into())).unwrap_or_else(|e| panic!("test catalog rejected: {e}"))
+}
+
+const MSG: &str = r#""messages": [{"role": "user", "content": "hi"}]"#;
+const TOOLS: &str = r#", "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]"#;
+
+/// A chat body for `model`; `rest` is appended after `messages` (starts with a comma).
+fn body(model: &str, rest: &str) -> String {
+    format!(r#"{{"model": "{model}", {MSG}{rest}}}"#)
+}
+
+/// A body with `provider: {<fields>}` (`fields` without braces, may be empty).
+fn with_provider(model: &str, fields: &str) -> String {
+    body(model, &format!(r#", "provider": {{{fields}}}"#))
+}
+
+/// A body sorted by price (a deterministic order) plus extra `provider` fields.
+fn priced(model: &str, more: &str) -> String {
+    with_provider(model, &format!(r#""sort": "price"{more}"#))
+}
+
+/// Test statistics keyed by (model id, endpoint slug).
+#[derive(Default)]
+struct Stats(HashMap<(String, String), EndpointHealth>);
+
+impl Stats {
+    fn with(mut self, model: &str, slug: &str, h: EndpointHealth) -> Stats {
+        self.0.insert((model.to_string(), slug.to_string()), h);
+        self
+    }
+}
+
+impl HealthView for Stats {
+    fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
+        self.0.get(&(model.to_string(), slug.to_string())).copied().unwrap_or_default()
+    }
+}
+
+fn p50(v: f64) -> Percentiles {
+    Percentiles { p50: Some(v), ..Default::default() }
+}
+
+/// Deterministic 64-bit LCG (Knuth's MMIX constants), 53 high bits mapped to [0, 1).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn run_with(cat: &Catalog, body: &str, health: &dyn HealthView, rand: &mut dyn FnMut() -> f64) -> Result<Plan, ApiError> {
+    let req = ChatRequest::parse(body.as_bytes())?;
+    plan(cat, &req, health, rand)
+}
+
+/// Plans with `rand() == 0`, which makes `price_weighted` draw the cheapest stable endpoint.
+fn run(cat: &Catalog, body: &str, health: &dyn HealthView) -> Result<Plan, ApiError> {
+    run_with(cat, body, health, &mut || 0.0)
+}
+
+fn ok(cat: &Catalog, body: &str, health: &dyn HealthView) -> Plan {
+    run(cat, body, health).unwrap_or_else(|e| panic!("{body}\n=> {}", e.body()))
+}
+
+fn slugs(cat: &Catalog, plan: &Plan) -> Vec<String> {
+    plan.attempts.iter().map(|a| cat.endpoint(a.endpoint).map(|e| e.slug.clone()).unwrap_or_default()).collect()
+}
+
+/// `model@slug` per attempt, for tests with several models.
+fn labels(cat: &Catalog, plan: &Plan) -> Vec<String> {
+    plan.attempts
+        .iter()
+        .map(|a| {
+            let e = cat.endpoint(a.endpoint).unwrap_or_else(|| panic!("bad endpoint index"));
+            format!("{}@{}", cat.models[e.model].id, e.slug)
+        })
+        .collect()
+}
+
+/// Ranked slugs with `rand() == 0`.
+fn ranked(cat: &Catalog, body: &str, health: &dyn HealthView) -> Vec<String> {
+    slugs(cat, &ok(cat, body, health))
+}
+
+fn fails(cat: &Catalog, body: &str) -> ApiError {
+    match run(cat, body, &NoHealthData) {
+        Ok(p) => panic!("{body} should fail, got {:?}", slugs(cat, &p)),
+        Err(e) => e,
+    }
+}
+
+fn assert_no_endpoints(e: &ApiError, model: &str, constraint: &str) {
+    assert_eq!(e.status, 404, "{}", e.body());
+    assert_eq!(e.code, "no_endpoints");
+    assert_eq!(e.kind, "not_found_error");
+    assert_eq!(e.param, None);
+    assert_eq!(e.metadata.get("constraint"), Some(&Value::String(constraint.to_string())), "{}", e.body());
+    assert_eq!(e.metadata.get("model"), Some(&Value::String(model.to_string())), "{}", e.body());
+    assert!(e.message.contains(constraint), "{}", e.message);
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// `m/x`: six endpoints differing in exactly what the hard filters read; prices 1..6 so that
+/// `sort: price` lists them in declaration order. `m/d` is distillable; `m/unsafe` is served only
+/// by providers that fail every compliance filter and have small context windows.
+fn filter_catalog() -> Catalog {
+    catalog(&[
+        model(
+            "m/x",
+            &[
+                ep_x("alpha", 1.0, r#", "quantization": "fp8", "context_length": 1000, "supported_parameters": ["tools", "temperature"]"#),
+                ep_x("beta", 2.0, r#", "quantization": "bf16", "supported_parameters": ["tools"]"#),
+                ep_x("gamma", 3.0, r#", "quantization": "fp16", "context_length": 100000"#),
+                ep_x("deepinfra/turbo", 4.0, r#", "quantization": "int8", "supported_parameters": ["tools", "temperature"]"#),
+                ep_x("deepinfra/fast", 5.0, r#", "quantization": "int8""#),
+                ep_x("delta", 6.0, r#", "quantization": "fp8""#),
+            ],
+        ),
+        model_x("m/d", r#""distillable": true, "#, &[ep("alpha", 1.0), ep("gamma", 2.0)]),
+        model("m/unsafe", &[ep_x("gamma", 1.0, r#", "context_length": 4096"#), ep_x("delta", 2.0, r#", "context_length": 8192"#)]),
+    ])
+}
+
+const ALL_X: [&str; 6] = ["alpha", "beta", "gamma", "deepinfra/turbo", "deepinfra/fast", "delta"];
+
+// ---------------------------------------------------------------------------------------------
+// Hard filters
+// ---------------------------------------------------------------------------------------------
+
+// The fixture itself: with no filter every endpoint survives, in price order.
+#[test]
+fn no_filters_keep_every_endpoint() {
+    let c = filter_catalog();
+    assert_eq!(ranked(&c, &priced("m/x", ""), &NoHealthData), s(&ALL_X));
+}
+
+// `only` is a hard allow-list; a base slug allows every variant, a full slug only that variant.
+#[test]
+fn only_allows_listed_slugs_base_matching_every_variant() {
+    let c = filter_catalog();
+    assert_eq!(ranked(&c, &priced("m/x", r#", "only": ["beta", "deepinfra"]"#), &NoHealthData), s(&["beta", "deepinfra/turbo", "deepinfra/fast"]));
+    assert_eq!(ranked(&c, &priced("m/x", r#", "only": ["deepinfra/fast", "gamma"]"#), &NoHealthData), s(&["gamma", "deepinfra/fast"]));
+}
+
+// `ignore` is a hard deny-list; a base slug removes every variant, a full slug only that one.
+#[test]
+fn ignore_base_slug_drops_every_variant_full_slug_only_that_one() {
+    let c = filter_catalog();
+    assert_eq!(ranked(&c, &priced("m/x", r#", "ignore": ["deepinfra"]"#), &NoHealthData), s(&["alpha", "beta", "gamma", "delta"]));
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "ignore": ["deepinfra/turbo"]"#), &NoHealthData),
+        s(&["alpha", "beta", "gamma", "deepinfra/fast", "delta"])
+    );
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "ignore": ["alpha", "beta", "gamma", "deepinfra/turbo", "delta"]"#), &NoHealthData),
+        s(&["deepinfra/fast"])
+    );
+}
+
+// `quantizations` keeps only endpoints whose quantization is listed (`unknown` included).
+#[test]
+fn quantizations_keep_only_listed() {
+    let c = filter_catalog();
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "quantizations": ["fp8", "int8"]"#), &NoHealthData),
+        s(&["alpha", "deepinfra/turbo", "deepinfra/fast", "delta"])
+    );
+    assert_eq!(ranked(&c, &priced("m/x", r#", "quantizations": ["bf16"]"#), &NoHealthData), s(&["beta"]));
+    // m/d's endpoints declare no quantization: they are `unknown`.
+    assert_eq!(ranked(&c, &priced("m/d", r#", "quantizations": ["unknown"]"#), &NoHealthData), s(&["alpha", "gamma"]));
+}
+
+// `data_collection: deny` keeps providers that neither retain nor train; undeclared = unsafe;
+// variants share their base's policy. `allow` filters nothing.
+#[test]
+fn data_collection_deny_keeps_providers_that_neither_retain_nor_train() {
+    let c = filter_catalog();
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "data_collection": "deny""#), &NoHealthData),
+        s(&["alpha", "beta", "deepinfra/turbo", "deepinfra/fast"])
+    );
+    assert_eq!(ranked(&c, &priced("m/x", r#", "data_collection": "allow""#), &NoHealthData), s(&ALL_X));
+}
+
+// `zdr: true` keeps only zero-data-retention providers; `zdr: false` filters nothing.
+#[test]
+fn zdr_keeps_only_zero_retention_providers() {
+    let c = filter_catalog();
+    assert_eq!(ranked(&c, &priced("m/x", r#", "zdr": true"#), &NoHealthData), s(&["alpha", "deepinfra/turbo", "deepinfra/fast"]));
+    assert_eq!(ranked(&c, &priced("m/x", r#", "zdr": false"#), &NoHealthData), s(&ALL_X));
+}
+
+// `enforce_distillable_text` reads the model's `distillable` flag (all endpoints or none).
+#[test]
+fn enforce_distillable_text_uses_the_model_flag() {
+    let c = filter_catalog();
+    assert_eq!(ranked(&c, &priced("m/d", r#", "enforce_distillable_text": true"#), &NoHealthData), s(&["alpha", "gamma"]));
+    let e = fails(&c, &priced("m/x", r#", "enforce_distillable_text": true"#));
+    assert_no_endpoints(&e, "m/x", "enforce_distillable_text");
+}
+
+// `require_parameters` keeps endpoints supporting every optional top-level parameter of the
+// request; without it nothing is dropped.
+#[test]
+fn require_parameters_drops_endpoints_missing_any_parameter() {
+    let c = filter_catalog();
+    let b = body("m/x", r#", "temperature": 0.2, "provider": {"sort": "price", "require_parameters": true}"#);
+    assert_eq!(ranked(&c, &b, &NoHealthData), s(&["alpha", "deepinfra/turbo"]));
+    let b = body("m/x", r#", "temperature": 0.2, "provider": {"sort": "price"}"#);
+    assert_eq!(ranked(&c, &b, &NoHealthData), s(&ALL_X));
+    // Only request members count: messages/stream/user/metadata are never "parameters".
+    let b = body("m/x", r#", "stream": true, "user": "u", "metadata": {}, "provider": {"sort": "price", "require_parameters": true}"#);
+    assert_eq!(ranked(&c, &b, &NoHealthData), s(&ALL_X));
+}
+
+/// Four endpoints with asymmetric prices. Costs of the default short request (8 prompt tokens,
+/// 256 completion tokens): dd 520e-6 < bb 552e-6 < aa 2568e-6 < cc 10520e-6.
+fn max_price_catalog() -> Catalog {
+    catalog(&[r#""m/mp": {"endpoints": [
+        {"provider": "aa", "pricing": {"prompt": 1, "completion": 10}},
+        {"provider": "bb", "pricing": {"prompt": 5, "completion": 2}},
+        {"provider": "cc", "pricing": {"prompt": 1, "completion": 2, "request": 0.01}},
+        {"provider": "dd", "pricing": {"prompt": 1, "completion": 2, "image": 0.05}}
+    ]}"#
+        .to_string()])
+}
+
+// `max_price` is a hard ceiling on each listed dimension independently; equal is allowed.
+#[test]
+fn max_price_each_dimension_is_a_hard_ceiling() {
+    let c = max_price_catalog();
+    let r = |mp: &str| ranked(&c, &priced("m/mp", &format!(r#", "max_price": {mp}"#)), &NoHealthData);
+    assert_eq!(r(r#"{"prompt": 1}"#), s(&["dd", "aa", "cc"]));
+    assert_eq!(r(r#"{"completion": 2}"#), s(&["dd", "bb", "cc"]));
+    assert_eq!(r(r#"{"request": 0.001}"#), s(&["dd", "bb", "aa"]));
+    assert_eq!(r(r#"{"image": 0.01}"#), s(&["bb", "aa", "cc"]));
+    // Boundaries are inclusive; explicit nulls are unset.
+    assert_eq!(r(r#"{"prompt": 5, "completion": 10, "request": 0.01, "image": 0.05}"#), s(&["dd", "bb", "aa", "cc"]));
+    assert_eq!(r(r#"{"prompt": null, "completion": 2}"#), s(&["dd", "bb", "cc"]));
+    let e = fails(&c, &priced("m/mp", r#", "max_price": {"prompt": 1, "completion": 2, "request": 0.001, "image": 0.01}"#));
+    assert_no_endpoints(&e, "m/mp", "max_price");
+}
+
+// Context length must hold the prompt estimate plus max_tokens (boundary inclusive); endpoints
+// without `context_length` are never dropped.
+#[test]
+fn context_length_must_hold_prompt_plus_max_tokens() {
+    let c = filter_catalog();
+    let prompt = ChatRequest::parse(body("m/x", "").as_bytes()).map(|r| r.prompt_tokens).unwrap_or(0);
+    assert!(prompt > 0);
+    let with_max = |n: u64| priced_max("m/x", n);
+    // Exactly fills alpha's 1000-token window: kept.
+    assert_eq!(ranked(&c, &with_max(1000 - prompt), &NoHealthData), s(&ALL_X));
+    // One token more: alpha dropped.
+    assert_eq!(ranked(&c, &with_max(1001 - prompt), &NoHealthData), s(&["beta", "gamma", "deepinfra/turbo", "deepinfra/fast", "delta"]));
+    // Beyond gamma's 100k as well: only endpoints without a declared window remain.
+    assert_eq!(ranked(&c, &with_max(200_000), &NoHealthData), s(&["beta", "deepinfra/turbo", "deepinfra/fast", "delta"]));
+    // max_completion_tokens / max_output_tokens count the same way.
+    let b = body("m/x", &format!(r#", "max_output_tokens": {}, "provider": {{"sort": "price"}}"#, 1001 - prompt));
+    assert_eq!(ranked(&c, &b, &NoHealthData)[0], "beta");
+}
+
+fn priced_max(model: &str, max_tokens: u64) -> String {
+    body(model, &format!(r#", "max_tokens": {max_tokens}, "provider": {{"sort": "price"}}"#))
+}
+
+// Each hard filter, emptying the set on its own, is named in `error.metadata.constraint`.
+#[test]
+fn each_filter_names_itself_when_it_empties_the_set() {
+    let c = filter_catalog();
+    let cases: [(&str, &str, &str); 10] = [
+        ("m/x", r#""only": ["mine"]"#, "only"),
+        ("m/x", r#""ignore": ["alpha", "beta", "gamma", "deepinfra", "delta"]"#, "ignore"),
+        ("m/x", r#""quantizations": ["int4"]"#, "quantizations"),
+        ("m/unsafe", r#""data_collection": "deny""#, "data_collection"),
+        ("m/unsafe", r#""zdr": true"#, "zdr"),
+        ("m/x", r#""enforce_distillable_text": true"#, "enforce_distillable_text"),
+        ("m/x", r#""require_parameters": true"#, "require_parameters"),
+        ("m/x", r#""max_price": {"completion": 0.5}"#, "max_price"),
+        ("m/unsafe", "", "context_length"),
+        ("m/x", r#""order": ["mine", "nobody"], "allow_fallbacks": false"#, "order"),
+    ];
+    for (m, fields, constraint) in cases {
+        // `logprobs` is supported nowhere; 10000 tokens fit only endpoints without a small window.
+        let b = body(m, &format!(r#", "logprobs": true, "max_tokens": 10000, "provider": {{{fields}}}"#));
+        let e = fails(&c, &b);
+        assert_no_endpoints(&e, m, constraint);
+    }
+}
+
+// When several filters would empty the set, the constraint is the FIRST in SPEC order (only,
+// ignore, quantizations, data_collection, zdr, enforce_distillable_text, require_parameters,
+// max_price, context length). Each step below drops the first filter and expects the next.
+#[test]
+fn constraint_is_the_first_emptying_filter_in_spec_order() {
+    let c = filter_catalog();
+    let filters = [
+        (r#""only": ["nobody"]"#, "only"),
+        (r#""ignore": ["gamma", "delta"]"#, "ignore"),
+        (r#""quantizations": ["int4"]"#, "quantizations"),
+        (r#""data_collection": "deny""#, "data_collection"),
+        (r#""zdr": true"#, "zdr"),
+        (r#""enforce_distillable_text": true"#, "enforce_distillable_text"),
+        (r#""require_parameters": true"#, "require_parameters"),
+        (r#""max_price": {"prompt": 0.5}"#, "max_price"),
+        ("", "context_length"),
+    ];
+    for i in 0..filters.len() {
+        let fields: Vec<&str> = filters[i..].iter().map(|f| f.0).filter(|f| !f.is_empty()).collect();
+        let b = body("m/unsafe", &format!(r#", "logprobs": true, "max_tokens": 100000, "provider": {{{}}}"#, fields.join(", ")));
+        let e = fails(&c, &b);
+        assert_no_endpoints(&e, "m/unsafe", filters[i].1);
+    }
+    // A filter that narrows without emptying never gets named: only leaves gamma, quantizations empties.
+    let e = fails(&c, &priced("m/x", r#", "only": ["gamma"], "quantizations": ["fp8"]"#));
+    assert_no_endpoints(&e, "m/x", "quantizations");
+}
+
+// All models filtered empty: the 404 names the primary model and ITS constraint, even when a
+// fallback model failed on a filter that comes earlier in SPEC order.
+#[test]
+fn all_models_filtered_reports_the_primary_models_constraint() {
+    let c = catalog(&[
+        model("m/a", &[ep_x("gamma", 1.0, r#", "quantization": "bf16""#)]),
+        model("m/b", &[ep_x("alpha", 1.0, r#", "quantization": "fp8""#)]),
+    ]);
+    // m/a passes quantizations and fails zdr; m/b fails quantizations.
+    let b = body("m/a", r#", "models": ["m/b"], "provider": {"zdr": true, "quantizations": ["bf16"]}"#);
+    let e = fails(&c, &b);
+    assert_no_endpoints(&e, "m/a", "zdr");
+}
+
+// A later model is still served when the primary model is filtered empty.
+#[test]
+fn later_model_is_served_when_the_primary_is_filtered_empty() {
+    let c = filter_catalog();
+    let p = ok(&c, &body("m/unsafe", r#", "models": ["m/x"], "provider": {"sort": "price", "zdr": true}"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/x@alpha", "m/x@deepinfra/turbo", "m/x@deepinfra/fast"]));
+}
+
+// Unknown `model` / `models[i]` is a 400 model_not_found naming the field.
+#[test]
+fn unknown_model_is_400_model_not_found_naming_the_field() {
+    let c = filter_catalog();
+    let e = fails(&c, &body("m/nope", ""));
+    assert_eq!((e.status, e.code, e.param.as_deref()), (400, "model_not_found", Some("model")));
+    let e = fails(&c, &body("m/x", r#", "models": ["m/d", "m/nope"]"#));
+    assert_eq!((e.status, e.code, e.param.as_deref()), (400, "model_not_found", Some("models[1]")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// `order` and `allow_fallbacks`
+// ---------------------------------------------------------------------------------------------
+
+/// `m/o`: aa $1, deepinfra/fast $1.5, bb $2, deepinfra/turbo $2.5, cc $3.
+fn order_catalog() -> Catalog {
+    catalog(&[model(
+        "m/o",
+        &[ep("aa", 1.0), ep("bb", 2.0), ep("cc", 3.0), ep("deepinfra/turbo", 2.5), ep("deepinfra/fast", 1.5)],
+    )])
+}
+
+// `order` slugs go first in the given order; slugs not serving the model (a provider of another
+// model, an unknown name) are skipped; the rest follow (here: cheapest first). Score = position.
+#[test]
+fn order_goes_first_skipping_slugs_that_do_not_serve_the_model() {
+    let c = order_catalog();
+    let p = ok(&c, &with_provider("m/o", r#""order": ["cc", "nobody", "mine", "bb"]"#), &NoHealthData);
+    assert_eq!(slugs(&c, &p), s(&["cc", "bb", "aa", "deepinfra/fast", "deepinfra/turbo"]));
+    assert_eq!(p.strategy, "order");
+    assert_eq!(p.attempts[0].score, 0.0);
+    assert_eq!(p.attempts[1].score, 3.0);
+}
+
+// A base slug in `order` matches every variant, cheapest first; a full slug only its variant.
+#[test]
+fn order_base_slug_matches_variants_cheapest_first() {
+    let c = order_catalog();
+    assert_eq!(
+        ranked(&c, &with_provider("m/o", r#""order": ["deepinfra"]"#), &NoHealthData),
+        s(&["deepinfra/fast", "deepinfra/turbo", "aa", "bb", "cc"])
+    );
+    assert_eq!(
+        ranked(&c, &with_provider("m/o", r#""order": ["deepinfra/turbo", "aa"]"#), &NoHealthData),
+        s(&["deepinfra/turbo", "aa", "deepinfra/fast", "bb", "cc"])
+    );
+}
+
+// After the `order` list the rest follow the default policy (a price-weighted draw: rand near 1
+// draws the most expensive remaining endpoint first, then ascending price).
+#[test]
+fn order_rest_follows_the_default_price_weighted_draw() {
+    let c = order_catalog();
+    let p = run_with(&c, &with_provider("m/o", r#""order": ["cc"]"#), &NoHealthData, &mut || 0.9999).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &p), s(&["cc", "deepinfra/turbo", "aa", "deepinfra/fast", "bb"]));
+}
+
+// With `order` and `sort`, the rest follow the explicit sort.
+#[test]
+fn order_rest_follows_explicit_sort() {
+    let c = order_catalog();
+    let h = Stats::default()
+        .with("m/o", "aa", EndpointHealth { ttft_ms: p50(300.0), ..Default::default() })
+        .with("m/o", "bb", EndpointHealth { ttft_ms: p50(100.0), ..Default::default() })
+        .with("m/o", "cc", EndpointHealth { ttft_ms: p50(900.0), ..Default::default() })
+        .with("m/o", "deepinfra/fast", EndpointHealth { ttft_ms: p50(200.0), ..Default::default() });
+    let p = ok(&c, &with_provider("m/o", r#""order": ["cc"], "sort": "latency""#), &h);
+    assert_eq!(slugs(&c, &p), s(&["cc", "bb", "deepinfra/fast", "aa", "deepinfra/turbo"]));
+    assert_eq!(p.strategy, "order");
+}
+
+// allow_fallbacks false with `order`: only the order list is ever attempted, in order.
+#[test]
+fn allow_fallbacks_false_with_order_keeps_only_the_order_list() {
+    let c = order_catalog();
+    let b = with_provider("m/o", r#""order": ["cc", "mine", "aa"], "allow_fallbacks": false"#);
+    assert_eq!(ranked(&c, &b, &NoHealthData), s(&["cc", "aa"]));
+    let b = with_provider("m/o", r#""order": ["deepinfra"], "allow_fallbacks": false, "sort": "price""#);
+    assert_eq!(ranked(&c, &b, &NoHealthData), s(&["deepinfra/fast", "deepinfra/turbo"]));
+    // None of the order slugs serves the model: nothing may be attempted.
+    let e = fails(&c, &with_provider("m/o", r#""order": ["mine"], "allow_fallbacks": false"#));
+    assert_no_endpoints(&e, "m/o", "order");
+}
+
+// allow_fallbacks false without `order`: only the primary (first-ranked) endpoint.
+#[test]
+fn allow_fallbacks_false_without_order_keeps_only_the_primary() {
+    let c = order_catalog();
+    assert_eq!(ranked(&c, &with_provider("m/o", r#""allow_fallbacks": false"#), &NoHealthData), s(&["aa"]));
+    assert_eq!(ranked(&c, &priced("m/o", r#", "allow_fallbacks": false, "ignore": ["aa"]"#), &NoHealthData), s(&["deepinfra/fast"]));
+}
+
+/// `m/p1`: aa $3, bb $1. `m/p2`: cc $2, dd $4.
+fn two_model_catalog() -> Catalog {
+    catalog(&[model("m/p1", &[ep("aa", 3.0), ep("bb", 1.0)]), model("m/p2", &[ep("cc", 2.0), ep("dd", 4.0)])])
+}
+
+// `models`: each model's endpoints in turn, model by model, in priority order; a model repeated
+// in `models` is tried once.
+#[test]
+fn models_array_tries_models_in_priority_order() {
+    let c = two_model_catalog();
+    let p = ok(&c, &body("m/p1", r#", "models": ["m/p1", "m/p2"]"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p1@aa", "m/p2@cc", "m/p2@dd"]));
+    let p = ok(&c, &body("m/p2", r#", "models": ["m/p1"]"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/p2@cc", "m/p2@dd", "m/p1@bb", "m/p1@aa"]));
+}
+
+// allow_fallbacks false with `models`: provider fallbacks off, model fallbacks on (each model
+// keeps its first endpoint); with `order`, each model keeps its order-listed endpoints.
+#[test]
+fn allow_fallbacks_false_with_models_keeps_each_models_first() {
+    let c = two_model_catalog();
+    let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false}"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p2@cc"]));
+    let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "sort": "price"}"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p2@cc"]));
+    let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "order": ["dd", "aa"]}"#), &NoHealthData);
+    assert_eq!(labels(&c, &p), s(&["m/p1@aa", "m/p2@dd"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Explicit sorts (SPEC section 5)
+// ---------------------------------------------------------------------------------------------
+
+// Price sort ranks by the estimated cost of THIS request: prompt estimate x prompt price +
+// expected completion (max_tokens, else routing.expected_completion_tokens) x completion price +
+// request price. The score is that cost in USD.
+#[test]
+fn sort_price_uses_the_estimated_cost_of_this_request() {
+    let models = [r#""m/c": {"endpoints": [
+        {"provider": "aa", "pricing": {"prompt": 10, "completion": 1}},
+        {"provider": "bb", "pricing": {"prompt": 1, "completion": 10}},
+        {"provider": "cc", "pricing": {"prompt": 1, "completion": 1, "request": 0.01}}
+    ]}"#
+    .to_string()];
+    let c = catalog(&models);
+    // Short prompt, long completion: completion price dominates.
+    let short = body("m/c", r#", "max_tokens": 1000, "provider": {"sort": "price"}"#);
+    let p = ok(&c, &short, &NoHealthData);
+    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
+    assert_eq!(p.strategy, "sort:price");
+    let pt = ChatRequest::parse(short.as_bytes()).map(|r| r.prompt_tokens as f64).unwrap_or(f64::NAN);
+    let expect = [pt * 10.0 / 1e6 + 1000.0 / 1e6, pt / 1e6 + 1000.0 * 10.0 / 1e6, pt / 1e6 + 1000.0 / 1e6 + 0.01];
+    for (a, want) in p.attempts.iter().zip(expect) {
+        assert!((a.score - want).abs() < 1e-12, "score {} != {want}", a.score);
+    }
+    // Long prompt (~1000 tokens), one completion token: prompt price dominates.
+    let long = format!(r#"{{"model": "m/c", "prompt": "{}", "max_tokens": 1, "provider": {{"sort": "price"}}}}"#, "x".repeat(4000));
+    assert_eq!(ranked(&c, &long, &NoHealthData), s(&["bb", "aa", "cc"]));
+    // Without max_tokens the configured completion estimate is used (default 256).
+    assert_eq!(ranked(&c, &priced("m/c", ""), &NoHealthData), s(&["aa", "bb", "cc"]));
+    let c0 = catalog_routing(&models, r#"{"expected_completion_tokens": 0}"#);
+    assert_eq!(ranked(&c0, &priced("m/c", ""), &NoHealthData), s(&["bb", "aa", "cc"]));
+}
+
+// Price ties: higher uptime, then lower error rate, then slug. Unknown uptime counts as 1 and
+// unknown error rate as 0; a cheaper endpoint wins whatever its health.
+#[test]
+fn sort_price_ties_higher_uptime_then_lower_error_rate_then_slug() {
+    let c = catalog(&[model("m/t", &[ep("aa", 1.0), ep("bb", 1.0), ep("cc", 1.0), ep("dd", 1.0), ep("ee", 1.0), ep("zz", 0.5)])]);
+    let h = Stats::default()
+        .with("m/t", "zz", EndpointHealth { uptime: Some(0.5), error_rate: Some(0.5), ..Default::default() })
+        .with("m/t", "aa", EndpointHealth { uptime: Some(0.90), ..Default::default() })
+        .with("m/t", "bb", EndpointHealth { uptime: Some(0.99), error_rate: Some(0.05), ..Default::default() })
+        .with("m/t", "cc", EndpointHealth { uptime: Some(0.99), error_rate: Some(0.01), ..Default::default() })
+        .with("m/t", "dd", EndpointHealth { uptime: Some(0.99), error_rate: Some(0.01), ..Default::default() });
+    assert_eq!(ranked(&c, &priced("m/t", ""), &h), s(&["zz", "ee", "cc", "dd", "bb", "aa"]));
+}
+
+/// Equal prices for the measured endpoints so only the SPEC tie-breaks decide; ff ($1.5) and
+/// ee ($2) are never measured.
+fn sort_catalog() -> Catalog {
+    catalog(&[model(
+        "m/t",
+        &[ep("aa", 1.0), ep("bb", 1.0), ep("cc", 1.0), ep("dd", 1.0), ep("yy", 1.0), ep("zz", 1.0), ep("ee", 2.0), ep("ff", 1.5)],
+    )])
+}
+
+fn perf(ttft: Option<f64>, tps: Option<f64>, uptime: Option<f64>) -> EndpointHealth {
+    EndpointHealth {
+        ttft_ms: Percentiles { p50: ttft, ..Default::default() },
+        throughput_tps: Percentiles { p50: tps, ..Default::default() },
+        uptime,
+        ..Default::default()
+    }
+}
+
+// Latency: lowest p50 TTFT; ties by higher throughput, higher uptime, slug; unmeasured after
+// the measured ones, cheapest first. Score = p50 TTFT (NaN without data).
+#[test]
+fn sort_latency_ties_higher_throughput_then_uptime_then_slug() {
+    let c = sort_catalog();
+    let h = Stats::default()
+        .with("m/t", "zz", perf(Some(100.0), None, None))
+        .with("m/t", "dd", perf(Some(200.0), Some(80.0), Some(1.0)))
+        .with("m/t", "cc", perf(Some(200.0), Some(80.0), Some(0.9)))
+        .with("m/t", "bb", perf(Some(200.0), Some(80.0), Some(0.9)))
+        .with("m/t", "aa", perf(Some(200.0), Some(50.0), None))
+        .with("m/t", "yy", perf(Some(250.0), Some(999.0), None));
+    let p = ok(&c, &with_provider("m/t", r#""sort": "latency""#), &h);
+    assert_eq!(slugs(&c, &p), s(&["zz", "dd", "bb", "cc", "aa", "yy", "ff", "ee"]));
+    assert_eq!(p.strategy, "sort:latency");
+    assert_eq!(p.attempts[0].score, 100.0);
+    assert!(p.attempts[7].score.is_nan());
+}
+
+// Throughput: highest p50 tokens/s; ties by lower TTFT, higher uptime, slug; unmeasured after,
+// cheapest first. Score = p50 tokens/s.
+#[test]
+fn sort_throughput_ties_lower_ttft_then_uptime_then_slug() {
+    let c = sort_catalog();
+    let h = Stats::default()
+        .with("m/t", "zz", perf(None, Some(200.0), None))
+        .with("m/t", "dd", perf(Some(50.0), Some(100.0), None))
+        .with("m/t", "cc", perf(Some(80.0), Some(100.0), Some(1.0)))
+        .with("m/t", "aa", perf(Some(80.0), Some(100.0), Some(0.9)))
+        .with("m/t", "bb", perf(Some(80.0), Some(100.0), Some(0.9)))
+        .with("m/t", "yy", perf(Some(1.0), Some(10.0), None));
+    let p = ok(&c, &with_provider("m/t", r#""sort": "throughput""#), &h);
+    assert_eq!(slugs(&c, &p), s(&["zz", "dd", "cc", "aa", "bb", "yy", "ff", "ee"]));
+    assert_eq!(p.strategy, "sort:throughput");
+    assert_eq!(p.attempts[0].score, 200.0);
+}
+
+// No measurements at all: latency/throughput sorts fall back to cheapest first, then slug; a
+// single measured endpoint goes before every unmeasured one whatever its price.
+#[test]
+fn sort_latency_and_throughput_without_data_measured_first_then_cheapest() {
+    let c = catalog(&[model("m/n", &[ep("aa", 3.0), ep("bb", 1.0), ep("cc", 2.0), ep("dd", 1.0)])]);
+    for by in ["latency", "throughput"] {
+        let b = with_provider("m/n", &format!(r#""sort": "{by}""#));
+        assert_eq!(ranked(&c, &b, &NoHealthData), s(&["bb", "dd", "cc", "aa"]), "{by}");
+        let h = Stats::default().with("m/n", "aa", perf(Some(5000.0), Some(1.0), None));
+        assert_eq!(ranked(&c, &b, &h), s(&["aa", "bb", "dd", "cc"]), "{by}");
+    }
+}
+
+// SPEC 5: latency ties are broken by "higher throughput, higher uptime, slug" - price is not in
+// the chain. The README's "cheapest first" rule is only for endpoints WITHOUT data.
+#[test]
+fn sort_latency_full_tie_is_broken_by_slug_not_price() {
+    let c = catalog(&[model("m/t", &[ep("aa", 2.0), ep("bb", 1.0)])]);
+    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with("m/t", "bb", perf(Some(200.0), Some(80.0), Some(0.9)));
+    assert_eq!(ranked(&c, &with_provider("m/t", r#""sort": "latency""#), &h), s(&["aa", "bb"]));
+}
+
+// SPEC 5: throughput ties are broken by "lower TTFT, higher uptime, slug" - price is not in it.
+#[test]
+fn sort_throughput_full_tie_is_broken_by_slug_not_price() {
+    let c = catalog(&[model("m/t", &[ep("aa", 2.0), ep("bb", 1.0)])]);
+    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with("m/t", "bb", perf(Some(200.0), Some(80.0), Some(0.9)));
+    assert_eq!(ranked(&c, &with_provider("m/t", r#""sort": "throughput""#), &h), s(&["aa", "bb"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model suffixes and strategy names
+// ---------------------------------------------------------------------------------------------
+
+/// `m/s`: aa $1 (10 tok/s, tool errors unmeasured), bb $2 (100 tok/s, 20 %), cc $3 (50 tok/s,
+/// 5 %). `m/s2`: dd $1 (10 tok/s), ee $2 (100 tok/s).
+fn suffix_catalog() -> (Catalog, Stats) {
+    let c = catalog(&[
+        model("m/s", &[ep("aa", 1.0), ep("bb", 2.0), ep("cc", 3.0)]),
+        model("m/s2", &[ep("dd", 1.0), ep("ee", 2.0)]),
+        model("v/llama3:8b", &[ep("aa", 2.0), ep("bb", 1.0)]),
+    ]);
+    let h = Stats::default()
+        .with("m/s", "aa", EndpointHealth { throughput_tps: p50(10.0), ..Default::default() })
+        .with("m/s", "bb", EndpointHealth { throughput_tps: p50(100.0), tool_error_rate: Some(0.2), ..Default::default() })
+        .with("m/s", "cc", EndpointHealth { throughput_tps: p50(50.0), tool_error_rate: Some(0.05), ..Default::default() })
+        .with("m/s2", "dd", EndpointHealth { throughput_tps: p50(10.0), ..Default::default() })
+        .with("m/s2", "ee", EndpointHealth { throughput_tps: p50(100.0), ..Default::default() });
+    (c, h)
+}
+
+// `:nitro` = sort throughput, `:floor` = sort price, `:exacto` = lowest measured malformed
+// tool-call rate first (unmeasured after), then price.
+#[test]
+fn nitro_floor_exacto_suffixes_map_to_orderings() {
+    let (c, h) = suffix_catalog();
+    let p = ok(&c, &body("m/s:nitro", ""), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+    let p = ok(&c, &body("m/s:floor", ""), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
+    let p = ok(&c, &body("m/s:exacto", ""), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["cc", "bb", "aa"]), "exacto"));
+    assert!((p.attempts[0].score - 0.05).abs() < 1e-12);
+}
+
+// An explicit `provider.sort` wins over the suffix (string and object forms).
+#[test]
+fn explicit_sort_wins_over_suffix() {
+    let (c, h) = suffix_catalog();
+    let p = ok(&c, &with_provider("m/s:nitro", r#""sort": "price""#), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
+    let p = ok(&c, &with_provider("m/s:floor", r#""sort": {"by": "throughput"}"#), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+    let p = ok(&c, &with_provider("m/s:exacto", r#""sort": "throughput""#), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+}
+
+// An unknown suffix is a 400 invalid_parameter naming the field and the suffix.
+#[test]
+fn unknown_suffix_is_400_naming_the_field() {
+    let (c, _) = suffix_catalog();
+    let e = fails(&c, &body("m/s:turbo", ""));
+    assert_eq!((e.status, e.code, e.param.as_deref()), (400, "invalid_parameter", Some("model")));
+    assert!(e.message.contains(":turbo"), "{}", e.message);
+    let e = fails(&c, &body("m/s", r#", "models": ["m/s2:bogus"]"#));
+    assert_eq!((e.status, e.param.as_deref()), (400, Some("models[0]")));
+}
+
+// A catalog id containing a colon is matched whole (not split as a suffix); a real suffix after
+// it still works.
+#[test]
+fn catalog_ids_with_a_colon_are_not_split() {
+    let (c, _) = suffix_catalog();
+    let p = ok(&c, &body("v/llama3:8b", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "aa"]), "price_weighted"));
+    let p = ok(&c, &body("v/llama3:8b:floor", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "aa"]), "sort:price"));
+}
+
+// Each model of `models` is ordered by its own suffix; the strategy header names the primary's.
+#[test]
+fn each_model_in_models_keeps_its_own_suffix() {
+    let (c, h) = suffix_catalog();
+    let p = ok(&c, &body("m/s:floor", r#", "models": ["m/s2:nitro"]"#), &h);
+    assert_eq!(labels(&c, &p), s(&["m/s@aa", "m/s@bb", "m/s@cc", "m/s2@ee", "m/s2@dd"]));
+    assert_eq!(p.strategy, "sort:price");
+}
+
+// The `x-switchyard-strategy` value for each way an order can be decided.
+#[test]
+fn strategy_strings() {
+    let (c, h) = suffix_catalog();
+    let cases = [
+        (body("m/s", ""), "price_weighted"),
+        (body("m/s", TOOLS), "price_weighted+tool_tiers"),
+        (body("m/s", r#", "tool_choice": "auto""#), "price_weighted+tool_tiers"),
+        (with_provider("m/s", r#""sort": "price""#), "sort:price"),
+        (with_provider("m/s", r#""sort": "latency""#), "sort:latency"),
+        (with_provider("m/s", r#""sort": {"by": "throughput", "partition": "none"}"#), "sort:throughput"),
+        (body("m/s:nitro", TOOLS), "sort:throughput"),
+        (body("m/s:exacto", ""), "exacto"),
+        (with_provider("m/s", r#""order": ["bb"]"#), "order"),
+        (with_provider("m/s:floor", r#""order": ["bb"], "sort": "price""#), "order"),
+        (body("aa/m/s", ""), "pinned"),
+        (body("aa/m/s:nitro", ""), "pinned"),
+    ];
+    for (b, want) in cases {
+        assert_eq!(ok(&c, &b, &h).strategy, want, "{b}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Default policy A: price_weighted
+// ---------------------------------------------------------------------------------------------
+
+/// `m/pw`: aa $1, bb $2, cc $3 (same token mix).
+fn pw_catalog() -> Catalog {
+    catalog(&[model("m/pw", &[ep("cc", 3.0), ep("aa", 1.0), ep("bb", 2.0)])])
+}
+
+/// Ranks the catalog `n` times with a deterministic LCG and counts who was drawn first; every
+/// plan is passed to `check`.
+fn draws(c: &Catalog, b: &str, h: &dyn HealthView, n: usize, check: &mut dyn FnMut(&[String])) -> HashMap<String, usize> {
+    let req = ChatRequest::parse(b.as_bytes()).unwrap_or_else(|e| panic!("{}", e.body()));
+    let mut lcg = Lcg(0x5eed_1234_abcd_0001);
+    let mut firsts: HashMap<String, usize> = HashMap::new();
+    for _ in 0..n {
+        let p = plan(c, &req, h, &mut || lcg.next()).unwrap_or_else(|e| panic!("{}", e.body()));
+        let order = slugs(c, &p);
+        check(&order);
+        *firsts.entry(order[0].clone()).or_default() += 1;
+    }
+    firsts
+}
+
+// A at $1 vs C at $3: weight 1/price^2, so A is drawn first about 9x as often as C (B at $2 about
+// 2.25x as often as C). Whoever is drawn, the rest follow by ascending price.
+#[test]
+fn price_weighted_draws_first_with_inverse_square_price_weight() {
+    let c = pw_catalog();
+    let firsts = draws(&c, &body("m/pw", ""), &NoHealthData, 20_000, &mut |order| {
+        let rest: Vec<String> = s(&["aa", "bb", "cc"]).into_iter().filter(|x| *x != order[0]).collect();
+        assert_eq!(order[1..], rest[..], "rest must follow by ascending price");
+    });
+    let (a, b, cc) = (firsts["aa"] as f64, firsts["bb"] as f64, firsts["cc"] as f64);
+    assert_eq!(a + b + cc, 20_000.0);
+    let ratio = a / cc;
+    assert!((7.5..=10.5).contains(&ratio), "A/C first-pick ratio {ratio} (A {a}, C {cc})");
+    let ratio_b = b / cc;
+    assert!((1.8..=2.8).contains(&ratio_b), "B/C first-pick ratio {ratio_b}");
+}
+
+// The debug score under price_weighted is the probability of being drawn first: weights
+// 1 : 1/4 : 1/9 normalised (36/49, 9/49, 4/49), summing to 1.
+#[test]
+fn price_weighted_scores_are_first_pick_probabilities() {
+    let c = pw_catalog();
+    let p = ok(&c, &body("m/pw", ""), &NoHealthData);
+    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
+    assert_eq!(p.strategy, "price_weighted");
+    let scores: Vec<f64> = p.attempts.iter().map(|a| a.score).collect();
+    for (got, want) in scores.iter().zip([36.0 / 49.0, 9.0 / 49.0, 4.0 / 49.0]) {
+        assert!((got - want).abs() < 1e-9, "{scores:?}");
+    }
+    assert!((scores.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+}
+
+// An endpoint with a recent outage goes to the back: never first while a stable one exists,
+// score 0, and the stable ones' scores still sum to 1.
+#[test]
+fn price_weighted_recent_outage_goes_to_the_back() {
+    let c = pw_catalog();
+    let h = Stats::default().with("m/pw", "aa", EndpointHealth { recent_outage: true, ..Default::default() });
+    let firsts = draws(&c, &body("m/pw", ""), &h, 2_000, &mut |order| {
+        assert_eq!(order.last().map(String::as_str), Some("aa"), "{order:?}");
+    });
+    assert!(!firsts.contains_key("aa"));
+    assert!(firsts["bb"] > firsts["cc"]);
+    let p = ok(&c, &body("m/pw", ""), &h);
+    assert_eq!(slugs(&c, &p), s(&["bb", "cc", "aa"]));
+    let sc: Vec<f64> = p.attempts.iter().map(|a| a.score).collect();
+    assert!((sc[0] - 9.0 / 13.0).abs() < 1e-9 && (sc[1] - 4.0 / 13.0).abs() < 1e-9 && sc[2] == 0.0, "{sc:?}");
+    // Two in outage: they follow the stable one, by ascending price.
+    let h2 = h.with("m/pw", "bb", EndpointHealth { recent_outage: true, ..Default::default() });
+    assert_eq!(ranked(&c, &body("m/pw", ""), &h2), s(&["cc", "aa", "bb"]));
+}
+
+// Every endpoint in outage: none is dropped; they are tried by ascending price, scores 0.
+#[test]
+fn price_weighted_all_in_outage_keeps_ascending_price() {
+    let c = pw_catalog();
+    let out = EndpointHealth { recent_outage: true, ..Default::default() };
+    let h = Stats::default().with("m/pw", "aa", out).with("m/pw", "bb", out).with("m/pw", "cc", out);
+    let p = run_with(&c, &body("m/pw", ""), &h, &mut || 0.9).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
+    assert!(p.attempts.iter().all(|a| a.score == 0.0));
+}
+
+// Free endpoints (cost 0) have infinite weight: they share the first pick evenly, paid ones are
+// never first (score 0) and follow by price.
+#[test]
+fn price_weighted_free_endpoints_share_the_first_pick() {
+    let c = catalog(&[model("m/free", &[ep("aa", 1.0), ep("ee", 0.0), ep("ff", 0.0)])]);
+    let firsts = draws(&c, &body("m/free", ""), &NoHealthData, 4_000, &mut |order| {
+        assert_eq!(order[2], "aa", "{order:?}");
+    });
+    assert!(!firsts.contains_key("aa"));
+    let share = firsts["ee"] as f64 / 4_000.0;
+    assert!((0.45..=0.55).contains(&share), "ee share {share}");
+    let p = ok(&c, &body("m/free", ""), &NoHealthData);
+    let sc: Vec<f64> = p.attempts.iter().map(|a| a.score).collect();
+    assert_eq!((slugs(&c, &p), sc), (s(&["ee", "ff", "aa"]), vec![0.5, 0.5, 0.0]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Soft preferences
+// ---------------------------------------------------------------------------------------------
+
+/// `m/soft`: aa $1, bb $2, cc $3, dd $4 (sorted by price in these tests).
+fn soft_catalog() -> Catalog {
+    catalog(&[model("m/soft", &[ep("aa", 1.0), ep("bb", 2.0), ep("cc", 3.0), ep("dd", 4.0)])])
+}
+
+fn ttft(p50: Option<f64>, p90: Option<f64>) -> EndpointHealth {
+    EndpointHealth { ttft_ms: Percentiles { p50, p90, ..Default::default() }, ..Default::default() }
+}
+
+// preferred_max_latency as a number is a p50 TTFT cutoff in SECONDS (health is in ms); misses
+// move to the end keeping their order; unmeasured endpoints are not penalised.
+#[test]
+fn preferred_max_latency_number_is_p50_seconds() {
+    let c = soft_catalog();
+    let h = Stats::default()
+        .with("m/soft", "aa", ttft(Some(1500.0), None))
+        .with("m/soft", "bb", ttft(Some(500.0), Some(5000.0)))
+        .with("m/soft", "dd", ttft(Some(2000.0), None));
+    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": 1"#), &h), s(&["bb", "cc", "aa", "dd"]));
+    // 1.5 s exactly is not a miss.
+    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": 1.5"#), &h), s(&["aa", "bb", "cc", "dd"]));
+}
+
+// preferred_max_latency as an object checks only the listed percentiles.
+#[test]
+fn preferred_max_latency_percentile_object_checks_only_listed() {
+    let c = soft_catalog();
+    let h = Stats::default()
+        .with("m/soft", "aa", ttft(Some(500.0), Some(3000.0)))
+        .with("m/soft", "bb", ttft(Some(1500.0), Some(1800.0)))
+        .with("m/soft", "cc", ttft(Some(5000.0), None))
+        .with("m/soft", "dd", ttft(None, Some(2500.0)));
+    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p90": 2}"#), &h), s(&["bb", "cc", "aa", "dd"]));
+    // Listing p50 as well: cc (p50 5 s) now misses too; bb passes both.
+    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p50": 2, "p90": 2}"#), &h), s(&["bb", "aa", "cc", "dd"]));
+}
+
+// preferred_min_throughput: a number is a p50 tokens/s floor; an object checks each listed
+// percentile; misses move to the end in order; unmeasured endpoints are not penalised.
+#[test]
+fn preferred_min_throughput_number_and_object() {
+    let c = soft_catalog();
+    let tps = |p50: Option<f64>, p75: Option<f64>, p99: Option<f64>| EndpointHealth {
+        throughput_tps: Percentiles { p50, p75, p99, ..Default::default() },
+        ..Default::default()
+    };
+    let h = Stats::default()
+        .with("m/soft", "aa", tps(Some(30.0), Some(50.0), Some(5.0)))
+        .with("m/soft", "bb", tps(Some(60.0), Some(45.0), Some(20.0)))
+        .with("m/soft", "dd", tps(Some(10.0), None, None));
+    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_min_throughput": 50"#), &h), s(&["bb", "cc", "aa", "dd"]));
+    let h = h.with("m/soft", "cc", tps(None, Some(30.0), None));
+    assert_eq!(
+        ranked(&c, &priced("m/soft", r#", "preferred_min_throughput": {"p75": 40, "p99": 10}"#), &h),
+        s(&["bb", "dd", "aa", "cc"])
+    );
+}
+
+// Soft preferences apply after `order`: an order-listed endpoint that misses moves to the end.
+#[test]
+fn soft_preferences_apply_after_order() {
+    let c = soft_catalog();
+    let h = Stats::default().with("m/soft", "aa", ttft(Some(3000.0), None));
+    let b = with_provider("m/soft", r#""order": ["aa", "bb"], "preferred_max_latency": 1"#);
+    assert_eq!(ranked(&c, &b, &h), s(&["bb", "cc", "dd", "aa"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// BYOK
+// ---------------------------------------------------------------------------------------------
+
+/// `m/byok`: aa $1, bb $2, mine2 $3 (BYOK), mine $5 (BYOK).
+fn byok_catalog() -> Catalog {
+    catalog(&[model("m/byok", &[ep("aa", 1.0), ep("mine", 5.0), ep("bb", 2.0), ep("mine2", 3.0)])])
+}
+
+// BYOK endpoints go before all others (stable): the ordering still applies among the BYOK ones
+// and among the rest; with allow_fallbacks false the kept endpoint is a BYOK one.
+#[test]
+fn byok_endpoints_go_first_and_sort_applies_among_them() {
+    let c = byok_catalog();
+    assert_eq!(ranked(&c, &priced("m/byok", ""), &NoHealthData), s(&["mine2", "mine", "aa", "bb"]));
+    assert_eq!(ranked(&c, &body("m/byok", ""), &NoHealthData), s(&["mine2", "mine", "aa", "bb"]));
+    let h = Stats::default()
+        .with("m/byok", "mine", perf(Some(100.0), None, None))
+        .with("m/byok", "mine2", perf(Some(300.0), None, None))
+        .with("m/byok", "aa", perf(Some(50.0), None, None))
+        .with("m/byok", "bb", perf(Some(60.0), None, None));
+    assert_eq!(ranked(&c, &with_provider("m/byok", r#""sort": "latency""#), &h), s(&["mine", "mine2", "aa", "bb"]));
+    assert_eq!(ranked(&c, &priced("m/byok", r#", "allow_fallbacks": false"#), &NoHealthData), s(&["mine2"]));
+}
+
+// BYOK-first comes after soft preferences: a BYOK endpoint that misses a preference still goes
+// before every non-BYOK endpoint (but after the BYOK ones that do not miss).
+#[test]
+fn byok_first_even_when_missing_a_soft_preference() {
+    let c = byok_catalog();
+    let h = Stats::default().with("m/byok", "mine2", perf(Some(3000.0), None, None));
+    assert_eq!(ranked(&c, &priced("m/byok", r#", "preferred_max_latency": 1"#), &h), s(&["mine", "mine2", "aa", "bb"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests with tools
+// ---------------------------------------------------------------------------------------------
+
+/// `m/t`: ee $0.5 (no tools support), aa $1, bb $2, cc $3, dd $4 (all support tools).
+/// Malformed tool-call rates: aa 30 % (tier 2), bb 10 % (tier 1), cc 1 % (tier 0), dd and ee
+/// unmeasured (tier 0).
+fn tools_catalog() -> (Catalog, Stats) {
+    let t = r#", "supported_parameters": ["tools", "tool_choice"]"#;
+    let c = catalog(&[model("m/t", &[ep("ee", 0.5), ep_x("aa", 1.0, t), ep_x("bb", 2.0, t), ep_x("cc", 3.0, t), ep_x("dd", 4.0, t)])]);
+    let te = |r: f64| EndpointHealth { tool_error_rate: Some(r), ..Default::default() };
+    let h = Stats::default().with("m/t", "aa", te(0.30)).with("m/t", "bb", te(0.10)).with("m/t", "cc", te(0.01));
+    (c, h)
+}
+
+// Default policy with tools: tiers by tool-call quality (default order kept inside each tier),
+// then endpoints not supporting `tools` move to the end.
+#[test]
+fn tools_tier_by_malformed_tool_call_rate_then_supports_tools() {
+    let (c, h) = tools_catalog();
+    let p = ok(&c, &body("m/t", TOOLS), &h);
+    assert_eq!(slugs(&c, &p), s(&["cc", "dd", "bb", "aa", "ee"]));
+    assert_eq!(p.strategy, "price_weighted+tool_tiers");
+    // Without tools nothing of this applies: plain price-weighted order.
+    let p = ok(&c, &body("m/t", ""), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted"));
+}
+
+// Tier boundaries: < 5 % best, < 20 % middle, the rest last.
+#[test]
+fn tool_tier_boundaries_are_5_and_20_percent() {
+    let (c, _) = tools_catalog();
+    let te = |r: f64| EndpointHealth { tool_error_rate: Some(r), ..Default::default() };
+    let h = Stats::default().with("m/t", "aa", te(0.20)).with("m/t", "bb", te(0.05)).with("m/t", "cc", te(0.0499)).with("m/t", "dd", te(0.1999));
+    assert_eq!(ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#)), &h), s(&["cc", "bb", "dd", "aa"]));
+}
+
+// `tool_choice` alone also marks a tool request; `tools: []` / null does not.
+#[test]
+fn tool_choice_alone_triggers_tool_routing_but_empty_tools_does_not() {
+    let (c, h) = tools_catalog();
+    assert_eq!(ranked(&c, &body("m/t", r#", "tool_choice": "auto""#), &h), s(&["cc", "dd", "bb", "aa", "ee"]));
+    let p = ok(&c, &body("m/t", r#", "tools": [], "tool_choice": null"#), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted"));
+}
+
+// `sort: price` or `:floor` turn tool tiers off (pure price order); the supports-tools preference
+// still applies ("even when require_parameters is false, tools prefers endpoints that support tools").
+#[test]
+fn sort_price_and_floor_turn_tool_tiers_off() {
+    let (c, h) = tools_catalog();
+    let ignore_ee = format!(r#"{TOOLS}, "provider": {{"sort": "price", "ignore": ["ee"]}}"#);
+    assert_eq!(ranked(&c, &body("m/t", &ignore_ee), &h), s(&["aa", "bb", "cc", "dd"]));
+    let floor = format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#);
+    let p = ok(&c, &body("m/t:floor", &floor), &h);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc", "dd"]), "sort:price"));
+    assert_eq!(ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"sort": "price"}}"#)), &h), s(&["aa", "bb", "cc", "dd", "ee"]));
+}
+
+// With require_parameters the endpoint without `tools` support is removed instead of demoted.
+#[test]
+fn require_parameters_with_tools_removes_non_supporting() {
+    let (c, h) = tools_catalog();
+    let b = body("m/t", &format!(r#"{TOOLS}, "provider": {{"require_parameters": true}}"#));
+    assert_eq!(ranked(&c, &b, &h), s(&["cc", "dd", "bb", "aa"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// sort partition
+// ---------------------------------------------------------------------------------------------
+
+// partition "model" (the default, also for the string form) sorts within each model of `models`.
+#[test]
+fn sort_partition_model_sorts_within_each_model() {
+    let c = two_model_catalog();
+    for sort in [r#""price""#, r#"{"by": "price"}"#, r#"{"by": "price", "partition": "model"}"#] {
+        let p = ok(&c, &body("m/p1", &format!(r#", "models": ["m/p2"], "provider": {{"sort": {sort}}}"#)), &NoHealthData);
+        assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p1@aa", "m/p2@cc", "m/p2@dd"]), "{sort}");
+    }
+}
+
+// partition "none" sorts the endpoints of all models together; with allow_fallbacks false each
+// model still keeps only its first.
+#[test]
+fn sort_partition_none_merges_models() {
+    let c = two_model_catalog();
+    let b = body("m/p1", r#", "models": ["m/p2"], "provider": {"sort": {"by": "price", "partition": "none"}}"#);
+    assert_eq!(labels(&c, &ok(&c, &b, &NoHealthData)), s(&["m/p1@bb", "m/p2@cc", "m/p1@aa", "m/p2@dd"]));
+    let b = body("m/p1", r#", "models": ["m/p2"], "provider": {"sort": {"by": "price", "partition": "none"}, "allow_fallbacks": false}"#);
+    assert_eq!(labels(&c, &ok(&c, &b, &NoHealthData)), s(&["m/p1@bb", "m/p2@cc"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Provider-pinned model ids
+// ---------------------------------------------------------------------------------------------
+
+fn pin_catalog() -> Catalog {
+    catalog(&[
+        model("m/s", &[ep("aa", 1.0), ep("bb", 2.0), ep("cc", 3.0)]),
+        model("m/o", &[ep("aa", 1.0), ep("deepinfra/turbo", 2.5), ep("deepinfra/fast", 1.5)]),
+        model("alpha/chat", &[ep("beta", 2.0), ep("gamma", 1.0)]),
+        model("v/llama3:8b", &[ep("aa", 2.0), ep("bb", 1.0)]),
+    ])
+}
+
+// `provider/vendor/model` routes `vendor/model` on that provider only (no fallback to others),
+// strategy "pinned"; a suffix still applies.
+#[test]
+fn provider_prefixed_model_id_pins_that_provider() {
+    let c = pin_catalog();
+    let p = ok(&c, &body("bb/m/s", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb"]), "pinned"));
+    assert_eq!(c.models[c.endpoints[p.attempts[0].endpoint].model].id, "m/s");
+    let p = ok(&c, &body("cc/m/s:floor", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["cc"]), "pinned"));
+}
+
+// A pinned base slug keeps every variant of that provider; a pin on a provider that does not
+// serve the model is a 404; a first segment that is not a provider is an unknown model.
+#[test]
+fn pinned_base_slug_keeps_variants_and_unserved_pin_is_404() {
+    let c = pin_catalog();
+    assert_eq!(ranked(&c, &body("deepinfra/m/o", ""), &NoHealthData), s(&["deepinfra/fast", "deepinfra/turbo"]));
+    let e = fails(&c, &body("mine/m/s", ""));
+    assert_no_endpoints(&e, "mine/m/s", "model");
+    let e = fails(&c, &body("nobody/m/s", ""));
+    assert_eq!((e.status, e.code, e.param.as_deref()), (400, "model_not_found", Some("model")));
+}
+
+// A vendor/model id whose first segment happens to equal a provider name, but which is itself a
+// catalog model, is that model - not a pin.
+#[test]
+fn catalog_model_whose_vendor_equals_a_provider_is_not_pinned() {
+    let c = pin_catalog();
+    let p = ok(&c, &body("alpha/chat", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["gamma", "beta"]), "price_weighted"));
+}
+
+// SPEC 3: `provider/<catalog model id>` pins that provider for ANY catalog model, including ids
+// that contain a colon (`:free`/`:8b`-style ids the catalog lists whole).
+#[test]
+fn pinned_id_of_a_colon_model_is_routed() {
+    let c = pin_catalog();
+    let p = ok(&c, &body("aa/v/llama3:8b", ""), &NoHealthData);
+    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa"]), "pinned"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// decision: the first attempt's upstream request
+// ---------------------------------------------------------------------------------------------
+
+fn decision_catalog() -> Catalog {
+    catalog(&[model(
+        "m/dec",
+        &[
+            r#"{"provider": "alpha", "upstream_model": "alpha-model-v1", "pricing": {"prompt": 1, "completion": 1}}"#.to_string(),
+            r#"{"provider": "beta", "upstream_model": "beta/m", "pricing": {"prompt": 2, "completion": 2}}"#.to_string(),
+        ],
+    )])
+}
+
+const DEC_BODY: &str = r#"{"route": "fallback", "model": "m/dec", "temperature": 0.70, "messages": [{"role": "user", "content": "h\u00e9"}], "provider": {"sort": "price"}, "models": ["m/dec"], "plugins": [], "stream": true}"#;
+
+// decide: the body goes to the first-ranked endpoint with `model` replaced by its upstream id and
+// first, routing fields removed, everything else byte-for-byte in order; cluster, authority,
+// path and credential are that provider's.
+#[test]
+fn decide_rewrites_body_and_targets_the_first_endpoint() {
+    let c = decision_catalog();
+    let d = decide(&c, DEC_BODY.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert!(d.stream);
+    assert_eq!(d.plan.strategy, "sort:price");
+    let f = &d.first;
+    assert_eq!((f.slug.as_str(), f.model.as_str()), ("alpha", "m/dec"));
+    assert_eq!((f.cluster.as_str(), f.authority.as_str(), f.path.as_str()), ("c_alpha", "alpha.example", "/v1/chat/completions"));
+    assert_eq!(f.credential, Some(("authorization".to_string(), "Bearer k".to_string())));
+    assert_eq!(
+        String::from_utf8_lossy(&f.body),
+        r#"{"model":"alpha-model-v1","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
+    );
+}
+
+// attempt_request builds every later attempt the same way (here beta: path prefix `/openai/v1`,
+// custom credential header); past the end of the plan there is none.
+#[test]
+fn attempt_request_builds_each_fallback_attempt() {
+    let c = decision_catalog();
+    let req = ChatRequest::parse(DEC_BODY.as_bytes()).unwrap_or_else(|e| panic!("{}", e.body()));
+    let p = plan(&c, &req, &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    let second = attempt_request(&c, &req, &p, 1, "/v1/responses").unwrap_or_else(|| panic!("no second attempt"));
+    assert_eq!((second.slug.as_str(), second.cluster.as_str(), second.authority.as_str()), ("beta", "c_beta", "beta.example"));
+    assert_eq!(second.path, "/openai/v1/responses");
+    assert_eq!(second.credential, Some(("x-api-key".to_string(), "beta-secret".to_string())));
+    let v: Value = serde_json::from_slice(&second.body).unwrap_or_else(|e| panic!("{e}"));
+    let keys: Vec<&str> = v.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    assert_eq!(v["model"], "beta/m");
+    assert!(String::from_utf8_lossy(&second.body).starts_with(r#"{"model":"beta/m","#));
+    for routing in ["provider", "models", "plugins", "route"] {
+        assert!(!keys.contains(&routing), "{routing} leaked upstream");
+    }
+    assert!(attempt_request(&c, &req, &p, 2, "/v1/responses").is_none());
+}
+
+// decide propagates routing errors unchanged (400 bad JSON, 404 no_endpoints).
+#[test]
+fn decide_propagates_errors() {
+    let c = decision_catalog();
+    let e = decide(&c, b"not json", "/v1/chat/completions", &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
+    assert_eq!((e.status, e.code), (400, "invalid_json"));
+    let b = body("m/dec", r#", "provider": {"only": ["gamma"]}"#);
+    let e = decide(&c, b.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
+    assert_no_endpoints(&e, "m/dec", "only");
+}
+
+// The debug candidate list is the ranked order with each score and the statistics the
+// decision saw; a score or statistic without data is null.
+#[test]
+fn candidates_json_lists_ranked_scores_null_without_data() {
+    let (c, h) = suffix_catalog();
+    let p = ok(&c, &body("m/s:nitro", r#", "provider": {"ignore": ["cc"]}"#), &h);
+    let v: Value = serde_json::from_str(&candidates_json(&c, &p, &h)).unwrap_or_else(|e| panic!("{e}"));
+    let ends: Vec<(&str, f64)> = v.as_array().unwrap().iter().map(|x| (x["endpoint"].as_str().unwrap(), x["score"].as_f64().unwrap())).collect();
+    assert_eq!(ends, vec![("bb", 100.0), ("aa", 10.0)]);
+    assert_eq!(v[0]["health"]["throughput_p50_tps"], 100.0);
+    assert_eq!(v[0]["model"], "m/s");
+    let p = ok(&c, &with_provider("m/s2", r#""sort": "latency""#), &NoHealthData);
+    let v: Value = serde_json::from_str(&candidates_json(&c, &p, &NoHealthData)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v[0]["endpoint"], "dd");
+    assert_eq!(v[1]["endpoint"], "ee");
+    assert!(v[0]["score"].is_null() && v[1]["score"].is_null());
+    assert_eq!(v[0]["health"]["attempts"], 0);
+    assert!(v[0]["health"]["ttft_p50_ms"].is_null());
+}

@@ -1,0 +1,319 @@
+//! Per-endpoint live statistics over a rolling window, in a fixed-size binary record that the
+//! host keeps in proxy-wasm shared data (one key per endpoint, updated with compare-and-swap so
+//! every worker sees the same numbers).
+//!
+//! Window: 15 buckets of 20 s (5 minutes). A bucket is reused when its epoch has passed, so old
+//! data decays without a sweeper and the record never grows.
+
+use crate::failover::Outcome;
+use crate::health::{EndpointHealth, Percentiles};
+
+pub const BUCKET_MS: u64 = 20_000;
+pub const BUCKETS: usize = 15;
+/// Consecutive server errors / no-responses that make a significant outage.
+pub const OUTAGE_CONSECUTIVE_FAILURES: u32 = 2;
+
+/// Upper bounds of the TTFT histogram bins, milliseconds (last bin is open).
+pub const TTFT_BOUNDS_MS: [u32; 11] = [50, 100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, u32::MAX];
+/// Upper bounds of the output-throughput histogram bins, tokens/s.
+pub const TPS_BOUNDS: [u32; 10] = [5, 10, 20, 40, 80, 160, 320, 640, 1_280, u32::MAX];
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Bucket {
+    epoch: u32,
+    attempts: u32,
+    successes: u32,
+    failures: u32,
+    rate_limited: u32,
+    ttft: [u32; 11],
+    tps: [u32; 10],
+}
+
+const BUCKET_WORDS: usize = 5 + 11 + 10;
+const HEADER_WORDS: usize = 1 + 2 + 2 + 1;
+pub const RECORD_BYTES: usize = 4 * (HEADER_WORDS + BUCKETS * BUCKET_WORDS);
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EndpointStats {
+    buckets: [Bucket; BUCKETS],
+    consecutive_failures: u32,
+    outage_until_ms: u64,
+    cooldown_until_ms: u64,
+    in_flight: u32,
+}
+
+/// One finished attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    pub outcome: Outcome,
+    pub ttft_ms: Option<u32>,
+    pub tokens_per_s: Option<f64>,
+    pub retry_after_s: Option<u32>,
+}
+
+fn bin(bounds: &[u32], v: u32) -> usize {
+    bounds.iter().position(|&b| v <= b).unwrap_or(bounds.len().saturating_sub(1))
+}
+
+/// Value reported for a histogram quantile: the middle of the bin that holds it.
+fn quantile(hist: &[u32], bounds: &[u32], q: f64) -> Option<f64> {
+    let total: u64 = hist.iter().map(|&c| u64::from(c)).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (q * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0u64;
+    for (i, &c) in hist.iter().enumerate() {
+        seen += u64::from(c);
+        if seen >= rank {
+            let lo = if i == 0 { 0 } else { bounds.get(i - 1).copied().unwrap_or(0) };
+            let hi = bounds.get(i).copied().unwrap_or(u32::MAX);
+            return Some(if hi == u32::MAX { f64::from(lo) * 1.5 } else { (f64::from(lo) + f64::from(hi)) / 2.0 });
+        }
+    }
+    None
+}
+
+impl EndpointStats {
+    fn epoch(now_ms: u64) -> u32 {
+        (now_ms / BUCKET_MS) as u32
+    }
+
+    fn bucket_mut(&mut self, now_ms: u64) -> Option<&mut Bucket> {
+        let epoch = Self::epoch(now_ms);
+        let b = self.buckets.get_mut(epoch as usize % BUCKETS)?;
+        if b.epoch != epoch {
+            *b = Bucket { epoch, ..Bucket::default() };
+        }
+        Some(b)
+    }
+
+    fn live(&self, now_ms: u64) -> impl Iterator<Item = &Bucket> {
+        let now = Self::epoch(now_ms);
+        self.buckets.iter().filter(move |b| b.epoch <= now && now - b.epoch < BUCKETS as u32 && b.attempts > 0)
+    }
+
+    pub fn start(&mut self) {
+        self.in_flight = self.in_flight.saturating_add(1);
+    }
+
+    pub fn finish(&mut self, now_ms: u64, f: Finished, outage_window_ms: u64) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if f.outcome == Outcome::Skipped {
+            return;
+        }
+        let Some(b) = self.bucket_mut(now_ms) else { return };
+        b.attempts += 1;
+        match f.outcome {
+            Outcome::Success => b.successes += 1,
+            Outcome::ServerError | Outcome::NoResponse => b.failures += 1,
+            Outcome::RateLimited => b.rate_limited += 1,
+            Outcome::ClientError | Outcome::Skipped => {}
+        }
+        if let Some(t) = f.ttft_ms {
+            if let Some(c) = b.ttft.get_mut(bin(&TTFT_BOUNDS_MS, t)) {
+                *c += 1;
+            }
+        }
+        if let Some(tps) = f.tokens_per_s {
+            if tps.is_finite() && tps > 0.0 {
+                if let Some(c) = b.tps.get_mut(bin(&TPS_BOUNDS, tps.min(u32::MAX as f64) as u32)) {
+                    *c += 1;
+                }
+            }
+        }
+        match f.outcome {
+            Outcome::Success => self.consecutive_failures = 0,
+            Outcome::ServerError | Outcome::NoResponse => {
+                self.consecutive_failures += 1;
+                if self.consecutive_failures >= OUTAGE_CONSECUTIVE_FAILURES {
+                    self.outage_until_ms = now_ms + outage_window_ms;
+                }
+            }
+            _ => {}
+        }
+        if let (Outcome::RateLimited, Some(s)) = (f.outcome, f.retry_after_s) {
+            self.cooldown_until_ms = self.cooldown_until_ms.max(now_ms + u64::from(s) * 1000);
+        }
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Totals over the window: (attempts, successes, failures, rate_limited).
+    pub fn totals(&self, now_ms: u64) -> (u32, u32, u32, u32) {
+        self.live(now_ms).fold((0, 0, 0, 0), |a, b| (a.0 + b.attempts, a.1 + b.successes, a.2 + b.failures, a.3 + b.rate_limited))
+    }
+
+    pub fn view(&self, now_ms: u64) -> EndpointHealth {
+        let (attempts, successes, failures, _) = self.totals(now_ms);
+        let mut ttft = [0u32; 11];
+        let mut tps = [0u32; 10];
+        for b in self.live(now_ms) {
+            for (a, x) in ttft.iter_mut().zip(b.ttft.iter()) {
+                *a += x;
+            }
+            for (a, x) in tps.iter_mut().zip(b.tps.iter()) {
+                *a += x;
+            }
+        }
+        let pct = |h: &[u32], bounds: &[u32]| Percentiles {
+            p50: quantile(h, bounds, 0.50),
+            p75: quantile(h, bounds, 0.75),
+            p90: quantile(h, bounds, 0.90),
+            p99: quantile(h, bounds, 0.99),
+        };
+        let judged = successes + failures;
+        EndpointHealth {
+            attempts,
+            uptime: (judged > 0).then(|| f64::from(successes) / f64::from(judged)),
+            error_rate: (attempts > 0).then(|| f64::from(failures) / f64::from(attempts)),
+            tool_error_rate: None,
+            ttft_ms: pct(&ttft, &TTFT_BOUNDS_MS),
+            throughput_tps: pct(&tps, &TPS_BOUNDS),
+            recent_outage: now_ms < self.outage_until_ms,
+            cooling_down: now_ms < self.cooldown_until_ms,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(RECORD_BYTES);
+        let mut w = |v: u32| out.extend_from_slice(&v.to_le_bytes());
+        w(self.consecutive_failures);
+        w(self.outage_until_ms as u32);
+        w((self.outage_until_ms >> 32) as u32);
+        w(self.cooldown_until_ms as u32);
+        w((self.cooldown_until_ms >> 32) as u32);
+        w(self.in_flight);
+        for b in &self.buckets {
+            for v in [b.epoch, b.attempts, b.successes, b.failures, b.rate_limited] {
+                w(v);
+            }
+            for v in b.ttft.iter().chain(b.tps.iter()) {
+                w(*v);
+            }
+        }
+        out
+    }
+
+    /// Decodes a record; anything malformed (e.g. a record from an older layout) starts fresh.
+    pub fn decode(bytes: &[u8]) -> EndpointStats {
+        if bytes.len() != RECORD_BYTES {
+            return EndpointStats::default();
+        }
+        let mut words = bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])));
+        let mut r = || words.next().unwrap_or(0);
+        let mut s = EndpointStats {
+            consecutive_failures: r(),
+            outage_until_ms: u64::from(r()) | (u64::from(r()) << 32),
+            cooldown_until_ms: u64::from(r()) | (u64::from(r()) << 32),
+            in_flight: r(),
+            ..EndpointStats::default()
+        };
+        for b in s.buckets.iter_mut() {
+            b.epoch = r();
+            b.attempts = r();
+            b.successes = r();
+            b.failures = r();
+            b.rate_limited = r();
+            for v in b.ttft.iter_mut() {
+                *v = r();
+            }
+            for v in b.tps.iter_mut() {
+                *v = r();
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(ttft: u32, tps: f64) -> Finished {
+        Finished { outcome: Outcome::Success, ttft_ms: Some(ttft), tokens_per_s: Some(tps), retry_after_s: None }
+    }
+    fn fail(outcome: Outcome) -> Finished {
+        Finished { outcome, ttft_ms: None, tokens_per_s: None, retry_after_s: None }
+    }
+
+    #[test]
+    fn empty_has_no_data() {
+        let v = EndpointStats::default().view(1_000_000);
+        assert_eq!(v, EndpointHealth::default());
+    }
+
+    #[test]
+    fn percentiles_and_rates() {
+        let mut s = EndpointStats::default();
+        let now = 10_000_000;
+        for _ in 0..90 {
+            s.finish(now, ok(150, 100.0), 30_000);
+        }
+        for _ in 0..10 {
+            s.finish(now, ok(3000, 10.0), 30_000);
+        }
+        let v = s.view(now);
+        assert_eq!(v.ttft_ms.p50, Some(150.0)); // bin (100, 200]
+        assert_eq!(v.ttft_ms.p99, Some(2400.0)); // bin (1600, 3200]
+        assert_eq!(v.throughput_tps.p50, Some(120.0)); // bin (80, 160]
+        assert_eq!(v.uptime, Some(1.0));
+        assert_eq!(v.error_rate, Some(0.0));
+    }
+
+    #[test]
+    fn outage_after_consecutive_failures_expires_after_window() {
+        let mut s = EndpointStats::default();
+        let now = 50_000_000;
+        s.finish(now, fail(Outcome::ServerError), 30_000);
+        assert!(!s.view(now).recent_outage, "one failure is not an outage");
+        s.finish(now, fail(Outcome::NoResponse), 30_000);
+        assert!(s.view(now).recent_outage);
+        assert!(s.view(now + 29_000).recent_outage);
+        assert!(!s.view(now + 31_000).recent_outage);
+        assert_eq!(s.view(now).uptime, Some(0.0));
+        s.finish(now + 1, ok(100, 50.0), 30_000);
+        s.finish(now + 2, fail(Outcome::ServerError), 30_000);
+        assert_eq!(s.consecutive_failures, 1, "a success resets the streak");
+    }
+
+    #[test]
+    fn retry_after_sets_cooldown_and_429_is_not_an_outage() {
+        let mut s = EndpointStats::default();
+        let now = 70_000_000;
+        s.finish(now, Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: Some(5) }, 30_000);
+        s.finish(now, Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: None }, 30_000);
+        let v = s.view(now + 4_000);
+        assert!(v.cooling_down && !v.recent_outage);
+        assert!(!s.view(now + 5_001).cooling_down);
+        assert_eq!(s.totals(now).3, 2);
+    }
+
+    #[test]
+    fn window_decays_and_buckets_are_reused() {
+        let mut s = EndpointStats::default();
+        let t0 = 100_000_000;
+        s.finish(t0, ok(100, 10.0), 30_000);
+        assert_eq!(s.totals(t0).0, 1);
+        assert_eq!(s.totals(t0 + 4 * 60_000).0, 1);
+        assert_eq!(s.totals(t0 + 5 * 60_000 + BUCKET_MS).0, 0, "older than the window");
+        // Same slot one full cycle later: reset, not accumulated.
+        s.finish(t0 + BUCKET_MS * BUCKETS as u64, ok(100, 10.0), 30_000);
+        assert_eq!(s.totals(t0 + BUCKET_MS * BUCKETS as u64).0, 1);
+    }
+
+    #[test]
+    fn in_flight_and_encoding_round_trip() {
+        let mut s = EndpointStats::default();
+        s.start();
+        s.start();
+        s.finish(123_456_789, ok(300, 42.0), 30_000);
+        assert_eq!(s.in_flight(), 1);
+        let bytes = s.encode();
+        assert_eq!(bytes.len(), RECORD_BYTES);
+        assert_eq!(EndpointStats::decode(&bytes), s);
+        assert_eq!(EndpointStats::decode(&bytes[1..]), EndpointStats::default());
+    }
+}
