@@ -243,17 +243,14 @@ pub struct AttemptRecord {
     pub status: u16,
     /// Seconds from `Retry-After`, if any.
     pub retry_after_s: Option<u32>,
-    /// The attempt was not sent: its model already failed in a way only model fallback fixes.
-    pub skipped: bool,
 }
 
 pub fn encode_records(records: &[AttemptRecord]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(records.len() * 9);
+    let mut out = Vec::with_capacity(records.len() * 8);
     for r in records {
         out.extend_from_slice(&r.endpoint.to_le_bytes());
         out.extend_from_slice(&r.status.to_le_bytes());
         out.extend_from_slice(&r.retry_after_s.map_or(u32::MAX, |s| s.min(u32::MAX - 1)).to_le_bytes());
-        out.push(u8::from(r.skipped));
     }
     out
 }
@@ -261,8 +258,8 @@ pub fn encode_records(records: &[AttemptRecord]) -> Vec<u8> {
 pub fn decode_records(b: &[u8]) -> Vec<AttemptRecord> {
     let mut r = Reader(b);
     let mut out = Vec::new();
-    while let (Some(endpoint), Some(status), Some(ra), Some(sk)) = (r.u16(), r.u16(), r.u32(), r.u8()) {
-        out.push(AttemptRecord { endpoint, status, retry_after_s: (ra != u32::MAX).then_some(ra), skipped: sk != 0 });
+    while let (Some(endpoint), Some(status), Some(ra)) = (r.u16(), r.u16(), r.u32()) {
+        out.push(AttemptRecord { endpoint, status, retry_after_s: (ra != u32::MAX).then_some(ra) });
     }
     out
 }
@@ -280,7 +277,6 @@ pub enum Outcome {
     ServerError,
     ClientError,
     NoResponse,
-    Skipped,
 }
 
 impl Outcome {
@@ -301,7 +297,6 @@ impl Outcome {
             Outcome::ServerError => "server_error",
             Outcome::ClientError => "client_error",
             Outcome::NoResponse => "no_response",
-            Outcome::Skipped => "skipped",
         }
     }
 }
@@ -315,7 +310,7 @@ pub fn parse_retry_after(v: &str) -> Option<u32> {
 /// smallest `Retry-After` seen; otherwise 502 (or 503 when every failure was a 503/no response)
 /// listing each attempt.
 pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
-    let sent: Vec<&AttemptRecord> = records.iter().filter(|r| !r.skipped).collect();
+    let sent: Vec<&AttemptRecord> = records.iter().collect();
     let list: Vec<Value> = records
         .iter()
         .map(|r| {
@@ -325,7 +320,7 @@ pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
                 "endpoint": ep.map(|e| e.slug.clone()),
                 "model": model,
                 "status": if r.status == 0 { Value::Null } else { json!(r.status) },
-                "outcome": if r.skipped { "skipped" } else { Outcome::of(r.status).name() },
+                "outcome": Outcome::of(r.status).name(),
             })
         })
         .collect();
@@ -359,8 +354,8 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let r = vec![
-            AttemptRecord { endpoint: 1, status: 429, retry_after_s: Some(7), skipped: false },
-            AttemptRecord { endpoint: 2, status: 0, retry_after_s: None, skipped: true },
+            AttemptRecord { endpoint: 1, status: 429, retry_after_s: Some(7) },
+            AttemptRecord { endpoint: 2, status: 0, retry_after_s: None },
         ];
         assert_eq!(decode_records(&encode_records(&r)), r);
     }
@@ -432,7 +427,7 @@ mod tests {
     #[test]
     fn final_error_shapes() {
         let c = catalog();
-        let r = |endpoint, status, ra| AttemptRecord { endpoint, status, retry_after_s: ra, skipped: false };
+        let r = |endpoint, status, ra| AttemptRecord { endpoint, status, retry_after_s: ra };
         let e = final_error(&c, &[r(0, 429, Some(30)), r(1, 429, Some(5))]);
         assert_eq!((e.status, e.code), (429, "capacity_exhausted"));
         assert_eq!(e.headers, vec![("retry-after".to_string(), "5".to_string())]);

@@ -99,16 +99,13 @@ impl EndpointStats {
 
     pub fn finish(&mut self, now_ms: u64, f: Finished, outage_window_ms: u64) {
         self.in_flight = self.in_flight.saturating_sub(1);
-        if f.outcome == Outcome::Skipped {
-            return;
-        }
         let Some(b) = self.bucket_mut(now_ms) else { return };
         b.attempts += 1;
         match f.outcome {
             Outcome::Success => b.successes += 1,
             Outcome::ServerError | Outcome::NoResponse => b.failures += 1,
             Outcome::RateLimited => b.rate_limited += 1,
-            Outcome::ClientError | Outcome::Skipped => {}
+            Outcome::ClientError => {}
         }
         if let Some(t) = f.ttft_ms {
             if let Some(c) = b.ttft.get_mut(bin(&TTFT_BOUNDS_MS, t)) {

@@ -131,6 +131,37 @@ impl MockProvider {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Per-request behaviour from the `x-mock-behavior` request header, so parallel tests can share
+/// providers: `alpha=429/7,beta=503,delta=reset,gamma=ttft300+interval50+chunks8`.
+/// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
+/// `ttft<ms>`, `interval<ms>`, `chunks<n>`.
+pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
+    for entry in header.split(',') {
+        let Some((who, spec)) = entry.trim().split_once('=') else { continue };
+        if who != name {
+            continue;
+        }
+        for tok in spec.split('+') {
+            if tok == "ok" {
+                b.mode = Mode::Ok;
+            } else if tok == "reset" {
+                b.mode = Mode::Reset;
+            } else if let Some(ms) = tok.strip_prefix("ttft") {
+                b.ttft = Duration::from_millis(ms.parse().unwrap_or(0));
+            } else if let Some(ms) = tok.strip_prefix("interval") {
+                b.chunk_interval = Duration::from_millis(ms.parse().unwrap_or(0));
+            } else if let Some(n) = tok.strip_prefix("chunks") {
+                b.chunks = n.parse().unwrap_or(3);
+            } else {
+                let (status, ra) = tok.split_once('/').map_or((tok, None), |(s, r)| (s, r.parse().ok()));
+                if let Ok(status) = status.parse() {
+                    b.mode = Mode::Status { status, retry_after: ra };
+                }
+            }
+        }
+    }
+}
+
 /// A response body fed from a channel, so chunks leave when they are produced.
 pub struct ChannelBody(mpsc::Receiver<Bytes>);
 
@@ -188,9 +219,12 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
         full_headers.push((":authority".into(), h.to_string()));
     }
     if let Ok(mut g) = s.received.lock() {
-        g.push(Received { method: parts.method.to_string(), path: parts.uri.to_string(), headers: full_headers, body: body.clone() });
+        g.push(Received { method: parts.method.to_string(), path: parts.uri.to_string(), headers: full_headers.clone(), body: body.clone() });
     }
-    let behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
+    let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
+    if let Some((_, spec)) = full_headers.iter().find(|(k, _)| k == "x-mock-behavior") {
+        apply_override(&mut behavior, &s.name, spec);
+    }
     let n = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let guard = InFlight(Arc::clone(&s));
     let id = s.served.fetch_add(1, Ordering::Relaxed);

@@ -173,6 +173,7 @@ impl HttpContext for Stream {
             }
             api::set_resp_header("x-switchyard-provider", None);
             api::set_resp_header("x-switchyard-model", None);
+            api::set_resp_header("x-switchyard-model-failure", None);
             api::set_resp_header("x-switchyard-attempts", Some(&records.len().to_string()));
             self.body_action = BodyAction::Replace(e.body());
             return Action::Continue;

@@ -12,8 +12,7 @@ use super::downstream::append_record;
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::{api, Configured};
 use crate::failover::{
-    attempt_rewrite, decode_records, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
-    ATTEMPTS_PROPERTY, PLAN_PROPERTY,
+    attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome, PLAN_PROPERTY,
 };
 use crate::stats::Finished;
 
@@ -85,15 +84,15 @@ impl Attempt {
         Action::Pause
     }
 
-    fn record(&mut self, status: u16, skipped: bool) {
+    fn record(&mut self, status: u16) {
         if self.recorded {
             return;
         }
         self.recorded = true;
         let Some(endpoint) = self.endpoint else { return };
-        append_record(AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s, skipped });
+        append_record(AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s });
         let Some((model, slug)) = self.names() else { return };
-        let outcome = if skipped { Outcome::Skipped } else { Outcome::of(status) };
+        let outcome = Outcome::of(status);
         let now = api::now_ms();
         let ttft = self.first_byte_ms.map(|t| t.saturating_sub(self.started_ms) as u32);
         let tokens_per_s = match (self.first_byte_ms, outcome) {
@@ -107,9 +106,7 @@ impl Attempt {
         };
         let window = self.config.catalog.routing.outage_window_s * 1000;
         let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s };
-        if !skipped {
-            update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
-        }
+        update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
         let tags = format!("model.{}.endpoint.{}", tag(&model), tag(&slug));
         count(&format!("switchyard.attempts.{tags}.outcome.{}", outcome.name()));
         if let Some(t) = ttft {
@@ -141,18 +138,6 @@ impl HttpContext for Attempt {
         };
         self.endpoint = Some(rw.endpoint);
         self.started_ms = api::now_ms();
-        // A model that already failed for a reason only model fallback fixes is not retried
-        // on its other endpoints.
-        let this_model = catalog.endpoint(rw.endpoint).map(|e| e.model);
-        let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
-        let model_failed = records.iter().any(|r| {
-            !r.skipped && !is_retryable_status(r.status) && r.status >= 400 && catalog.endpoint(r.endpoint as usize).map(|e| e.model) == this_model
-        });
-        if model_failed {
-            self.record(0, true);
-            count("switchyard.attempts_skipped");
-            return self.refuse(503, "model already failed; moving to the next model");
-        }
         for h in &catalog.credential_headers {
             api::set_req_header(h, None);
         }
@@ -198,7 +183,7 @@ impl HttpContext for Attempt {
             if later_model {
                 api::set_resp_header(":status", Some("503"));
                 api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
-                self.record(status, false);
+                self.record(status);
                 return Action::Continue;
             }
         }
@@ -208,7 +193,7 @@ impl HttpContext for Attempt {
         api::set_resp_header("x-switchyard-model", Some(&model));
         api::set_resp_header("x-switchyard-attempts", Some(&self.attempt.to_string()));
         if status >= 400 {
-            self.record(status, false);
+            self.record(status);
         }
         Action::Continue
     }
@@ -229,7 +214,7 @@ impl HttpContext for Attempt {
             }
         }
         if end_of_stream {
-            self.record(self.status.unwrap_or(0), false);
+            self.record(self.status.unwrap_or(0));
         }
         Action::Continue
     }
@@ -238,7 +223,7 @@ impl HttpContext for Attempt {
         // No response at all (connect failure, reset, timeout) or a body-less response.
         if self.endpoint.is_some() && !self.recorded {
             let status = self.status.unwrap_or(0);
-            self.record(status, false);
+            self.record(status);
         }
     }
 }

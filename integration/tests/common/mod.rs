@@ -16,7 +16,7 @@ pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
 /// Catalog exercising every field: data policies, a BYOK provider, an env credential, a
 /// variant slug, a path prefix, quantizations, context lengths and supported parameters.
 pub fn test_catalog() -> Value {
-    json!({
+    let mut catalog = json!({
         "providers": {
             "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
                       "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
@@ -55,7 +55,43 @@ pub fn test_catalog() -> Value {
             ]}
         },
         "routing": {"max_body_bytes": 65536}
-    })
+    });
+    // Failover tests: one model per test so live statistics never leak between tests.
+    let failover_models: [(&str, &[(&str, f64)]); 16] = [
+        ("fo/order", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
+        ("fo/reset", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/dead", &[("dead", 1.0), ("alpha", 2.0)]),
+        ("fo/4xx", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/nofb", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
+        ("fo/429", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
+        ("fo/mixed", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
+        ("fo/stream", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/m1", &[("alpha", 1.0), ("delta", 2.0)]),
+        ("fo/m2", &[("beta", 1.0)]),
+        ("fo/p1", &[("alpha", 5.0)]),
+        ("fo/p2", &[("beta", 1.0)]),
+        ("fo/cd", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/stats", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/out", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/lat", &[("alpha", 1.0), ("beta", 2.0)]),
+    ];
+    for (model, endpoints) in failover_models {
+        let eps: Vec<Value> = endpoints
+            .iter()
+            .map(|(p, price)| json!({"provider": p, "upstream_model": format!("{p}-{}", model.trim_start_matches("fo/")), "pricing": {"prompt": price, "completion": price}}))
+            .collect();
+        catalog["models"][model] = json!({"endpoints": eps});
+    }
+    catalog["providers"]["dead"] = json!({"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"}});
+    catalog
+}
+
+/// A loopback port with nothing listening (connect failures).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").ok();
+    let port = l.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()).unwrap_or(1);
+    drop(l);
+    port
 }
 
 pub struct Stack {
@@ -126,7 +162,11 @@ pub fn stack() -> &'static Stack {
             let cfg = StackConfig {
                 wasm: wasm_path(),
                 plugin_config: test_catalog(),
-                clusters: ["alpha", "beta", "gamma", "delta"].iter().map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) }).collect(),
+                clusters: ["alpha", "beta", "gamma", "delta"]
+                    .iter()
+                    .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+                    .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
+                    .collect(),
                 passthrough: ClusterSpec { name: "c_origin".into(), port: port("origin") },
                 listener_port: 0,
                 admin_port: 0,
