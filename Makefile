@@ -49,3 +49,7 @@ test: lint unit integration sdk
 clean:
 	cargo clean
 	rm -rf .work
+
+bench: wasm
+	cargo build --release -p switchyard-integration --bin switchyard-bench
+	target/release/switchyard-bench

@@ -89,6 +89,8 @@ pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16)
         max_attempts: 4,
         retry_back_off_ms: 2,
     };
-    let envoy = tokio::task::spawn_blocking(move || Envoy::start(&cfg, "demo")).await.map_err(|e| e.to_string())??;
+    // Started on the caller's thread, not a blocking-pool thread: Envoy is killed when the
+    // thread that started it exits (PR_SET_PDEATHSIG), and pool threads exit when idle.
+    let envoy = Envoy::start(&cfg, "demo")?;
     Ok(DemoStack { envoy, providers })
 }

@@ -2,7 +2,8 @@
 //!
 //! Each Envoy gets its own `--base-id`, a listener without SO_REUSEPORT, an OS-assigned port
 //! (read back from the admin API), and is stopped by PID when dropped. It also dies with the
-//! thread that started it (PR_SET_PDEATHSIG), so a failing test never leaves one behind.
+//! thread that started it (PR_SET_PDEATHSIG), so a failing test never leaves one behind: start
+//! it from a thread that lives as long as the Envoy should (never a blocking-pool thread).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -196,6 +197,32 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
     })
 }
 
+/// Plain Envoy with the same listener settings routing straight to one cluster: the baseline
+/// the benchmark compares Switchyard against.
+pub fn plain_bootstrap(upstream: &ClusterSpec, listener_port: u16, admin_port: u16) -> Value {
+    json!({
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "plain",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": listener_port}},
+                "enable_reuse_port": false,
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "plain",
+                        "route_config": {"name": "plain", "virtual_hosts": [{"name": "all", "domains": ["*"],
+                            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": upstream.name, "timeout": "300s"}}]}]},
+                        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]
+                    }
+                }]}]
+            }],
+            "clusters": [cluster(upstream)]
+        }
+    })
+}
+
 /// Renders JSON as block YAML (for the committed, human-read example config).
 pub fn to_yaml(v: &Value) -> String {
     fn scalar(v: &Value) -> String {
@@ -277,10 +304,15 @@ impl Envoy {
 
     /// Starts Envoy with extra environment variables (for credential `env` references).
     pub fn start_with_env(cfg: &StackConfig, tag: &str, env: &[(&str, &str)]) -> Result<Envoy, String> {
+        Envoy::start_bootstrap(&bootstrap(cfg), tag, env, 2)
+    }
+
+    /// Starts Envoy with any bootstrap (benchmarks use a plain one too).
+    pub fn start_bootstrap(boot: &Value, tag: &str, env: &[(&str, &str)], concurrency: u32) -> Result<Envoy, String> {
         let dir = work_dir(tag);
         let config_path = dir.join("envoy.yaml");
         let admin_path = dir.join("admin.txt");
-        std::fs::write(&config_path, to_yaml(&bootstrap(cfg))).map_err(|e| format!("write config: {e}"))?;
+        std::fs::write(&config_path, to_yaml(boot)).map_err(|e| format!("write config: {e}"))?;
         let base_id = 20_000 + (std::process::id() % 10_000) * 16 + INSTANCE.fetch_add(1, Ordering::SeqCst) % 16;
         let log = std::fs::File::create(dir.join("envoy.log")).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
@@ -291,7 +323,7 @@ impl Envoy {
             .arg(base_id.to_string())
             .arg("--disable-hot-restart")
             .arg("--concurrency")
-            .arg("2")
+            .arg(concurrency.to_string())
             .arg("--admin-address-path")
             .arg(&admin_path)
             .arg("-l")
@@ -361,6 +393,14 @@ impl Envoy {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Resident memory of the Envoy process, KiB.
+    pub fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+            .unwrap_or(0)
     }
 }
 

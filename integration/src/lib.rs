@@ -5,4 +5,5 @@
 pub mod client;
 pub mod demo;
 pub mod envoy;
+pub mod load;
 pub mod mock;

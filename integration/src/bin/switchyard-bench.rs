@@ -1,0 +1,122 @@
+//! `make bench`: Switchyard's full routing + failover path against plain Envoy, side by side in
+//! one run, same machine, same mock provider, same 1 KB request body. Prints one table.
+//!
+//! Env: BENCH_SECONDS (per round, default 5), BENCH_ROUNDS (default 3), BENCH_CONNECTIONS (32).
+
+use std::time::Duration;
+
+use serde_json::json;
+use switchyard_integration::envoy::{bootstrap, plain_bootstrap, wasm_path, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::load::{run, LoadResult};
+use switchyard_integration::mock::{Behavior, MockProvider};
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn main() {
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(bench()) {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn bench() -> Result<(), String> {
+    let seconds = env_num("BENCH_SECONDS", 5);
+    let rounds = env_num("BENCH_ROUNDS", 3) as usize;
+    let connections = env_num("BENCH_CONNECTIONS", 32) as usize;
+    let provider = MockProvider::start("bench", 0, Behavior::default()).await.map_err(|e| e.to_string())?;
+    let port = provider.addr.port();
+
+    let catalog = json!({
+        "providers": {
+            "fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
+            "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}
+        },
+        "models": {"bench/model": {"endpoints": [
+            {"provider": "fast", "upstream_model": "fast-model", "pricing": {"prompt": 2, "completion": 2}},
+            {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}
+        ]}}
+    });
+    let cfg = StackConfig {
+        wasm: wasm_path(),
+        plugin_config: catalog,
+        clusters: vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
+        passthrough: ClusterSpec { name: "passthrough".into(), port },
+        listener_port: 0,
+        admin_port: 0,
+        env_keys: vec![],
+        buffer_limit_bytes: 1024 * 1024,
+        max_attempts: 4,
+        retry_back_off_ms: 2,
+    };
+    let boot = bootstrap(&cfg);
+    // On this (main) thread: Envoy dies with the thread that started it.
+    let sy = Envoy::start_bootstrap(&boot, "bench-switchyard", &[], 1)?;
+    let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
+    let plain = Envoy::start_bootstrap(&plain_boot, "bench-plain", &[], 1)?;
+
+    // A 1 KB OpenAI chat request (the same bytes for both paths).
+    let mut body = json!({"model": "bench/model", "max_tokens": 16, "messages": [{"role": "user", "content": ""}]});
+    let filler = 1024 - body.to_string().len();
+    body["messages"][0]["content"] = json!("x".repeat(filler));
+    let body = body.to_string().into_bytes();
+    let headers = [("content-type", "application/json")];
+    let path = "/v1/chat/completions";
+
+    println!("Switchyard benchmark: Envoy 1.40, 1 worker each, {connections} connections, {} B body, {rounds} x {seconds}s rounds, alternating", body.len());
+    let warm = Duration::from_secs(1);
+    run(plain.addr(), path, &headers, &body, connections, warm).await;
+    run(sy.addr(), path, &headers, &body, connections, warm).await;
+
+    let mut results: Vec<(&str, Vec<LoadResult>)> = vec![("plain Envoy (router only)", Vec::new()), ("Switchyard full path", Vec::new())];
+    for _ in 0..rounds {
+        for (i, addr) in [plain.addr(), sy.addr()].into_iter().enumerate() {
+            let r = run(addr, path, &headers, &body, connections, Duration::from_secs(seconds)).await;
+            if let Some(slot) = results.get_mut(i) {
+                slot.1.push(r);
+            }
+        }
+    }
+    let summary: Vec<(&str, f64, f64, f64, u64)> = results
+        .iter()
+        .map(|(name, rs)| {
+            let rps = median(rs.iter().map(LoadResult::rps).collect());
+            let p50 = median(rs.iter().map(|r| f64::from(r.percentile_us(0.50))).collect());
+            let p99 = median(rs.iter().map(|r| f64::from(r.percentile_us(0.99))).collect());
+            let errors: u64 = rs.iter().map(|r| r.errors).sum();
+            (*name, rps, p50, p99, errors)
+        })
+        .collect();
+    let base = summary.first().map(|s| (s.1, s.2)).unwrap_or((1.0, 0.0));
+    let rss = [plain.rss_kib(), sy.rss_kib()];
+    println!();
+    println!("| path | req/s (median) | vs plain | p50 us | p50 delta us | p99 us | errors | Envoy RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (name, rps, p50, p99, errors)) in summary.iter().enumerate() {
+        println!(
+            "| {name} | {rps:.0} | {:.2}x | {p50:.0} | {:+.0} | {p99:.0} | {errors} | {:.1} |",
+            rps / base.0.max(1e-9),
+            p50 - base.1,
+            rss.get(i).copied().unwrap_or(0) as f64 / 1024.0
+        );
+    }
+    let served = provider.received().len();
+    println!("\nmock provider served {served} requests; per-round req/s:");
+    for (name, rs) in &results {
+        println!("  {name}: {}", rs.iter().map(|r| format!("{:.0}", r.rps())).collect::<Vec<_>>().join(", "));
+    }
+    Ok(())
+}
