@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_integration::envoy::{bootstrap, plain_bootstrap, wasm_path, ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::load::{run, LoadResult};
 use switchyard_integration::mock::{Behavior, MockProvider};
@@ -65,6 +65,17 @@ async fn bench() -> Result<(), String> {
     let boot = bootstrap(&cfg);
     // On this (main) thread: Envoy dies with the thread that started it.
     let sy = Envoy::start_bootstrap(&boot, "bench-switchyard", &[], 1)?;
+    // BENCH_BREAKDOWN=1: where the cost goes (not product configurations, measurement only).
+    let breakdown = env_num("BENCH_BREAKDOWN", 0) == 1;
+    let mut extra: Vec<(&str, Envoy)> = Vec::new();
+    if breakdown {
+        let mut no_upstream = boot.clone();
+        strip_upstream_filters(&mut no_upstream);
+        extra.push(("  - without the per-attempt filter", Envoy::start_bootstrap(&no_upstream, "bench-no-upstream", &[], 1)?));
+        let mut wasm_only = no_upstream.clone();
+        wasm_only_static_route(&mut wasm_only);
+        extra.push(("  - downstream Wasm only, static route", Envoy::start_bootstrap(&wasm_only, "bench-wasm-only", &[], 1)?));
+    }
     let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
     let plain = Envoy::start_bootstrap(&plain_boot, "bench-plain", &[], 1)?;
 
@@ -82,8 +93,13 @@ async fn bench() -> Result<(), String> {
     run(sy.addr(), path, &headers, &body, connections, warm).await;
 
     let mut results: Vec<(&str, Vec<LoadResult>)> = vec![("plain Envoy (router only)", Vec::new()), ("Switchyard full path", Vec::new())];
+    let mut addrs = vec![plain.addr(), sy.addr()];
+    for (name, e) in &extra {
+        results.push((name, Vec::new()));
+        addrs.push(e.addr());
+    }
     for _ in 0..rounds {
-        for (i, addr) in [plain.addr(), sy.addr()].into_iter().enumerate() {
+        for (i, addr) in addrs.iter().copied().enumerate() {
             let r = run(addr, path, &headers, &body, connections, Duration::from_secs(seconds)).await;
             if let Some(slot) = results.get_mut(i) {
                 slot.1.push(r);
@@ -101,7 +117,8 @@ async fn bench() -> Result<(), String> {
         })
         .collect();
     let base = summary.first().map(|s| (s.1, s.2)).unwrap_or((1.0, 0.0));
-    let rss = [plain.rss_kib(), sy.rss_kib()];
+    let mut rss = vec![plain.rss_kib(), sy.rss_kib()];
+    rss.extend(extra.iter().map(|(_, e)| e.rss_kib()));
     println!();
     println!("| path | req/s (median) | vs plain | p50 us | p50 delta us | p99 us | errors | Envoy RSS MiB |");
     println!("|---|---|---|---|---|---|---|---|");
@@ -119,4 +136,24 @@ async fn bench() -> Result<(), String> {
         println!("  {name}: {}", rs.iter().map(|r| format!("{:.0}", r.rps())).collect::<Vec<_>>().join(", "));
     }
     Ok(())
+}
+
+fn strip_upstream_filters(boot: &mut Value) {
+    if let Some(clusters) = boot["static_resources"]["clusters"].as_array_mut() {
+        for c in clusters {
+            if let Some(o) = c.as_object_mut() {
+                o.remove("typed_extension_protocol_options");
+            }
+        }
+    }
+}
+
+/// Keeps only the downstream routing filter and sends routed requests to one static cluster.
+fn wasm_only_static_route(boot: &mut Value) {
+    let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+    if let Some(filters) = hcm["http_filters"].as_array_mut() {
+        filters.retain(|f| f["name"] != "envoy.filters.http.header_to_metadata" && f["typed_config"]["config"]["root_id"] != "switchyard_clear");
+    }
+    let route = &mut hcm["route_config"]["virtual_hosts"][0]["routes"][0];
+    route["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
 }
