@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use std::path::PathBuf;
+
 use crate::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
 use crate::mock::{Behavior, MockProvider};
 
@@ -57,6 +59,23 @@ pub fn demo_catalog() -> Value {
         },
         "routing": {"default_policy": "price_weighted"}
     })
+}
+
+/// The demo's Envoy bootstrap with fixed ports (listener 10000, admin 9901, providers from
+/// 18101) and the `.wasm` path relative to the repository root: `envoy/switchyard-demo.yaml`.
+pub fn example_config(wasm: PathBuf) -> StackConfig {
+    StackConfig {
+        wasm,
+        plugin_config: demo_catalog(),
+        clusters: DEMO_PROVIDERS.iter().enumerate().map(|(i, (_, c, _))| ClusterSpec { name: c.to_string(), port: 18101 + i as u16 }).collect(),
+        passthrough: ClusterSpec { name: "passthrough".into(), port: 18101 },
+        listener_port: 10000,
+        admin_port: 9901,
+        env_keys: vec![],
+        buffer_limit_bytes: 4 * 1024 * 1024,
+        max_attempts: 4,
+        retry_back_off_ms: 2,
+    }
 }
 
 pub struct DemoStack {

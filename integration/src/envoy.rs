@@ -93,6 +93,11 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
     json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm", "config": config})
 }
 
+/// The plugin configuration as Envoy receives it (pretty, so the YAML shows it as a block).
+fn plugin_json(cfg: &StackConfig) -> String {
+    serde_json::to_string_pretty(&cfg.plugin_config).unwrap_or_else(|_| cfg.plugin_config.to_string())
+}
+
 /// A provider cluster: per-attempt rewrites run in its upstream filter chain.
 fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
     let mut v = cluster(c);
@@ -101,7 +106,7 @@ fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
             "explicit_http_config": {"http_protocol_options": {}},
             "http_filters": [
-                {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_upstream", &cfg.plugin_config.to_string(), false)},
+                {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false)},
                 {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
             ]
         }
@@ -175,7 +180,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                         }]},
                         "http_filters": [
                             // 1. Parse the body, plan the endpoints, set the order header.
-                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &cfg.plugin_config.to_string(), true)},
+                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &plugin_json(cfg), true)},
                             // 2. Order header -> dynamic metadata read by priority_group.
                             {"name": "envoy.filters.http.header_to_metadata", "typed_config": {
                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
@@ -246,7 +251,9 @@ pub fn to_yaml(v: &Value) -> String {
     fn is_block(v: &Value) -> bool {
         matches!(v, Value::Array(a) if !a.is_empty()) || matches!(v, Value::Object(o) if !o.is_empty())
     }
-    fn emit(v: &Value, indent: usize, out: &mut String) {
+    // Repeated multi-line strings (the plugin configuration on every cluster) become YAML
+    // anchors and aliases.
+    fn emit(v: &Value, indent: usize, out: &mut String, seen: &mut Vec<String>) {
         let pad = " ".repeat(indent);
         match v {
             Value::Object(o) if !o.is_empty() => {
@@ -254,7 +261,17 @@ pub fn to_yaml(v: &Value) -> String {
                     let key = scalar(&Value::String(k.clone()));
                     if is_block(x) {
                         out.push_str(&format!("{pad}{key}:\n"));
-                        emit(x, indent + 2, out);
+                        emit(x, indent + 2, out, seen);
+                    } else if let Some(text) = x.as_str().filter(|t| t.contains('\n')) {
+                        if let Some(i) = seen.iter().position(|t| t == text) {
+                            out.push_str(&format!("{pad}{key}: *config{i}\n"));
+                        } else {
+                            out.push_str(&format!("{pad}{key}: &config{} |-\n", seen.len()));
+                            seen.push(text.to_string());
+                            for line in text.lines() {
+                                out.push_str(&format!("{pad}  {line}\n"));
+                            }
+                        }
                     } else {
                         out.push_str(&format!("{pad}{key}: {}\n", scalar(x)));
                     }
@@ -264,7 +281,7 @@ pub fn to_yaml(v: &Value) -> String {
                 for x in a {
                     if is_block(x) {
                         let mut inner = String::new();
-                        emit(x, indent + 2, &mut inner);
+                        emit(x, indent + 2, &mut inner, seen);
                         let trimmed = inner.trim_start_matches(' ');
                         out.push_str(&format!("{pad}- {trimmed}"));
                     } else {
@@ -276,7 +293,7 @@ pub fn to_yaml(v: &Value) -> String {
         }
     }
     let mut out = String::new();
-    emit(v, 0, &mut out);
+    emit(v, 0, &mut out, &mut Vec::new());
     out
 }
 

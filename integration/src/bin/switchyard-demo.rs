@@ -1,6 +1,6 @@
 //! `make run`: mock providers + Envoy with the Switchyard filter, answering real requests.
 //!
-//! Usage: switchyard-demo [--port N] [--admin-port N] [--provider-port N]
+//! Usage: switchyard-demo [--port N] [--admin-port N] [--provider-port N] | --print-config
 //! Prints `READY <port>` once Envoy answers, then example curl calls; stops on Ctrl-C/SIGTERM.
 
 use switchyard_integration::demo;
@@ -11,6 +11,11 @@ fn arg(name: &str, default: u16) -> u16 {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--print-config") {
+        let cfg = demo::example_config("target/wasm32-wasip1/release/switchyard.wasm".into());
+        print!("{}", switchyard_integration::envoy::to_yaml(&switchyard_integration::envoy::bootstrap(&cfg)));
+        return;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
