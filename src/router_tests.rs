@@ -1216,3 +1216,17 @@ fn candidates_json_lists_ranked_scores_null_without_data() {
     assert_eq!(v[0]["health"]["attempts"], 0);
     assert!(v[0]["health"]["ttft_p50_ms"].is_null());
 }
+
+// An endpoint cooling down after a Retry-After goes after every other endpoint, whatever the
+// strategy (order, explicit sort, default), BYOK included; it stays in the list as a last resort.
+#[test]
+fn cooling_down_endpoints_go_last_for_every_strategy() {
+    let c = byok_catalog();
+    let cool = EndpointHealth { cooling_down: true, ..Default::default() };
+    let h = Stats::default().with("m/byok", "aa", cool).with("m/byok", "mine2", cool);
+    assert_eq!(ranked(&c, &priced("m/byok", ""), &h), s(&["mine", "bb", "mine2", "aa"]));
+    assert_eq!(ranked(&c, &body("m/byok", ""), &h), s(&["mine", "bb", "mine2", "aa"]));
+    assert_eq!(ranked(&c, &with_provider("m/byok", r#""order": ["aa", "bb"]"#), &h), s(&["mine", "bb", "mine2", "aa"]));
+    // With fallbacks off and only the cooling endpoint approved, it is still attempted.
+    assert_eq!(ranked(&c, &with_provider("m/byok", r#""order": ["aa"], "allow_fallbacks": false"#), &h), s(&["aa"]));
+}
