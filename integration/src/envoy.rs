@@ -412,6 +412,18 @@ impl Envoy {
         self.child.id()
     }
 
+    /// CPU time (user + system) the Envoy process has used so far, microseconds.
+    pub fn cpu_us(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let field = |i: usize| rest.split_whitespace().nth(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+        let ticks = field(11) + field(12);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        ticks * 1_000_000 / hz
+    }
+
     /// Resident memory of the Envoy process, KiB.
     pub fn rss_kib(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

@@ -98,9 +98,17 @@ async fn bench() -> Result<(), String> {
         results.push((name, Vec::new()));
         addrs.push(e.addr());
     }
+    let pids: Vec<&Envoy> = [&plain, &sy].into_iter().chain(extra.iter().map(|(_, e)| e)).collect();
+    // Envoy CPU time per served request: far steadier than req/s on a shared 2-core machine.
+    let mut cpu_per_req: Vec<Vec<f64>> = vec![Vec::new(); addrs.len()];
     for _ in 0..rounds {
         for (i, addr) in addrs.iter().copied().enumerate() {
+            let cpu0 = pids.get(i).map(|e| e.cpu_us()).unwrap_or(0);
             let r = run(addr, path, &headers, &body, connections, Duration::from_secs(seconds)).await;
+            let cpu1 = pids.get(i).map(|e| e.cpu_us()).unwrap_or(0);
+            if let Some(v) = cpu_per_req.get_mut(i) {
+                v.push(cpu1.saturating_sub(cpu0) as f64 / r.requests.max(1) as f64);
+            }
             if let Some(slot) = results.get_mut(i) {
                 slot.1.push(r);
             }
@@ -120,13 +128,17 @@ async fn bench() -> Result<(), String> {
     let mut rss = vec![plain.rss_kib(), sy.rss_kib()];
     rss.extend(extra.iter().map(|(_, e)| e.rss_kib()));
     println!();
-    println!("| path | req/s (median) | vs plain | p50 us | p50 delta us | p99 us | errors | Envoy RSS MiB |");
-    println!("|---|---|---|---|---|---|---|---|");
+    let cpu: Vec<f64> = cpu_per_req.into_iter().map(median).collect();
+    let base_cpu = cpu.first().copied().unwrap_or(0.0);
+    println!("| path | req/s (median) | vs plain | p50 us | p50 delta us | p99 us | Envoy CPU us/req | CPU delta us/req | errors | Envoy RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (i, (name, rps, p50, p99, errors)) in summary.iter().enumerate() {
+        let c = cpu.get(i).copied().unwrap_or(0.0);
         println!(
-            "| {name} | {rps:.0} | {:.2}x | {p50:.0} | {:+.0} | {p99:.0} | {errors} | {:.1} |",
+            "| {name} | {rps:.0} | {:.2}x | {p50:.0} | {:+.0} | {p99:.0} | {c:.1} | {:+.1} | {errors} | {:.1} |",
             rps / base.0.max(1e-9),
             p50 - base.1,
+            c - base_cpu,
             rss.get(i).copied().unwrap_or(0) as f64 / 1024.0
         );
     }
