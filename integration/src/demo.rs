@@ -75,6 +75,7 @@ pub fn example_config(wasm: PathBuf) -> StackConfig {
         buffer_limit_bytes: 4 * 1024 * 1024,
         max_attempts: 4,
         retry_back_off_ms: 2,
+        per_try_idle_timeout_ms: 60_000,
     }
 }
 
@@ -107,6 +108,7 @@ pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16)
         buffer_limit_bytes: 4 * 1024 * 1024,
         max_attempts: 4,
         retry_back_off_ms: 2,
+        per_try_idle_timeout_ms: 60_000,
     };
     // Started on the caller's thread, not a blocking-pool thread: Envoy is killed when the
     // thread that started it exits (PR_SET_PDEATHSIG), and pool threads exit when idle.

@@ -57,6 +57,9 @@ pub struct StackConfig {
     pub max_attempts: u32,
     /// Pause between failovers (Envoy's default back-off adds 25-250 ms).
     pub retry_back_off_ms: u32,
+    /// An attempt that sends nothing for this long times out and fails over (before the first
+    /// response byte); after that a stalled stream is reset. 0 = none.
+    pub per_try_idle_timeout_ms: u32,
 }
 
 fn cluster(c: &ClusterSpec) -> Value {
@@ -120,6 +123,16 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
     clusters.push(cluster(&cfg.passthrough));
     // One static group per provider cluster; each request overrides the order.
     let groups: Vec<Value> = cfg.clusters.iter().map(|c| json!({"name": c.name, "clusters": [{"cluster_name": c.name, "weight": 1}]})).collect();
+    let mut retry_policy = json!({
+        "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
+        "retriable_status_codes": [408, 429],
+        "num_retries": cfg.max_attempts.saturating_sub(1),
+        "refresh_cluster_on_retry": true,
+        "retry_back_off": {"base_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1)) / 1000.0), "max_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1) * 4) / 1000.0)}
+    });
+    if cfg.per_try_idle_timeout_ms > 0 {
+        retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
+    }
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
@@ -156,13 +169,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                                                 }
                                             }},
                                             "timeout": "300s",
-                                            "retry_policy": {
-                                                "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
-                                                "retriable_status_codes": [408, 429],
-                                                "num_retries": cfg.max_attempts.saturating_sub(1),
-                                                "refresh_cluster_on_retry": true,
-                                                "retry_back_off": {"base_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1)) / 1000.0), "max_interval": format!("{}s", f64::from(cfg.retry_back_off_ms.max(1) * 4) / 1000.0)}
-                                            }
+                                            "retry_policy": retry_policy
                                         },
                                         "request_headers_to_remove": ["x-switchyard-routed"]
                                     },

@@ -328,3 +328,13 @@ where
     }
     out
 }
+
+#[tokio::test]
+async fn a_provider_silent_past_the_idle_timeout_fails_over() {
+    let s = stack();
+    // The test stack's per-try idle timeout is 1 s; alpha would answer after 3 s.
+    let r = s.chat_with("fo-timeout", &[("x-mock-behavior", "alpha=ttft3000")], json!({"model": "fo/reset", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
+    assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
+}

@@ -55,6 +55,7 @@ fn invalid_configuration_is_rejected_naming_the_field() {
         buffer_limit_bytes: 1024 * 1024,
         max_attempts: 4,
         retry_back_off_ms: 2,
+        per_try_idle_timeout_ms: 1_000,
     };
     let err = match Envoy::start_with_env(&cfg, "bad-config", &[("SY_TEST_BETA_KEY", "k")]) {
         Ok(_) => panic!("Envoy must not serve with an invalid Switchyard configuration"),

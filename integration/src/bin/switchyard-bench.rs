@@ -61,6 +61,7 @@ async fn bench() -> Result<(), String> {
         buffer_limit_bytes: 1024 * 1024,
         max_attempts: 4,
         retry_back_off_ms: 2,
+        per_try_idle_timeout_ms: 60_000,
     };
     let boot = bootstrap(&cfg);
     // On this (main) thread: Envoy dies with the thread that started it.

@@ -174,6 +174,7 @@ pub fn stack() -> &'static Stack {
                 buffer_limit_bytes: 1024 * 1024,
                 max_attempts: 4,
                 retry_back_off_ms: 2,
+                per_try_idle_timeout_ms: 1_000,
             };
             let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
                 Ok(e) => e,

@@ -1,0 +1,32 @@
+//! Native cost of the pure routing logic for the benchmark's 1 KB request: parse, plan and
+//! body rewrite (`decide`), and the response `provider` splice. Run with
+//! `cargo run --release --example decide_cost`.
+
+use std::time::Instant;
+use switchyard::config::Catalog;
+use switchyard::decision::decide;
+use switchyard::health::NoHealthData;
+use switchyard::rewrite::with_provider_field;
+fn main() {
+    let cfg = r#"{"providers": {"fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
+      "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}},
+      "models": {"bench/model": {"endpoints": [
+        {"provider": "fast", "upstream_model": "fast-model", "pricing": {"prompt": 2, "completion": 2}},
+        {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}]}}}"#;
+    let c = Catalog::from_json(cfg.as_bytes(), &|_| None).unwrap();
+    let body = format!(r#"{{"model":"bench/model","max_tokens":16,"messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(950));
+    let n = 200_000;
+    let t = Instant::now();
+    let mut x = 0usize;
+    for _ in 0..n {
+        let d = decide(&c, body.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.3).unwrap();
+        x += d.first.body.len();
+    }
+    println!("decide: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    let resp = br#"{"id":"chatcmpl-bench-1","object":"chat.completion","created":1700000000,"model":"fast-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from bench"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":4,"total_tokens":260}}"#;
+    let t = Instant::now();
+    for _ in 0..n {
+        x += with_provider_field(resp, "fast").unwrap().len();
+    }
+    println!("inject: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+}
