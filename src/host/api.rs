@@ -16,6 +16,21 @@ fn set(map: MapType, name: &str, value: Option<&str>) {
     }
 }
 
+/// All request headers in one host call (cheaper than several single lookups).
+pub fn req_headers() -> Vec<(String, String)> {
+    hostcalls::get_map(MapType::HttpRequestHeaders).unwrap_or_default()
+}
+
+/// All response headers in one host call.
+pub fn resp_headers() -> Vec<(String, String)> {
+    hostcalls::get_map(MapType::HttpResponseHeaders).unwrap_or_default()
+}
+
+/// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).
+pub fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
 pub fn req_header(name: &str) -> Option<String> {
     get(MapType::HttpRequestHeaders, name)
 }

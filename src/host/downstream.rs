@@ -30,6 +30,8 @@ pub struct Stream {
     path: String,
     debug: bool,
     decision: Option<Decision>,
+    /// Credential headers the caller sent (removed before any attempt).
+    caller_credentials: Vec<String>,
     /// Debug header value, computed with the statistics the decision used.
     candidates: Option<String>,
     body_action: BodyAction,
@@ -37,7 +39,7 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(config: Rc<Configured>) -> Stream {
-        Stream { config, routed: false, path: String::new(), debug: false, decision: None, candidates: None, body_action: BodyAction::None }
+        Stream { config, routed: false, path: String::new(), debug: false, decision: None, caller_credentials: Vec::new(), candidates: None, body_action: BodyAction::None }
     }
 
     fn reject(&self, e: &ApiError) -> Action {
@@ -72,7 +74,7 @@ impl Stream {
         };
         api::set_property(vec![PLAN_PROPERTY], &plan.encode());
         // Neither the caller's key nor any provider key is on the request before an attempt.
-        for h in &catalog.credential_headers {
+        for h in &self.caller_credentials {
             api::set_req_header(h, None);
         }
         api::set_req_header(ROUTED_HEADER, Some("1"));
@@ -88,23 +90,29 @@ impl Context for Stream {}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let headers = api::req_headers();
         // Internal headers are never taken from a caller.
-        api::set_req_header(ROUTED_HEADER, None);
-        api::set_req_header(GROUPS_HEADER, None);
-        let method = api::req_header(":method").unwrap_or_default();
-        let path = api::req_header(":path").unwrap_or_default();
+        for h in [ROUTED_HEADER, GROUPS_HEADER] {
+            if api::find(&headers, h).is_some() {
+                api::set_req_header(h, None);
+            }
+        }
+        let method = api::find(&headers, ":method").unwrap_or_default();
+        let path = api::find(&headers, ":path").unwrap_or_default();
         let bare = path.split('?').next().unwrap_or("");
         if method != "POST" || !ROUTED_PATHS.contains(&bare) {
             return Action::Continue;
         }
         self.routed = true;
-        self.path = path;
-        if let Some(v) = api::req_header(DEBUG_HEADER) {
-            self.debug = self.config.catalog.routing.debug_header && matches!(v.as_str(), "1" | "true" | "yes");
+        self.path = path.to_string();
+        let catalog = &self.config.catalog;
+        self.caller_credentials = catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
+        if let Some(v) = api::find(&headers, DEBUG_HEADER) {
+            self.debug = catalog.routing.debug_header && matches!(v, "1" | "true" | "yes");
             api::set_req_header(DEBUG_HEADER, None);
         }
-        let limit = self.config.catalog.routing.max_body_bytes;
-        if let Some(len) = api::req_header("content-length").and_then(|v| v.parse::<u64>().ok()) {
+        let limit = catalog.routing.max_body_bytes;
+        if let Some(len) = api::find(&headers, "content-length").and_then(|v| v.parse::<u64>().ok()) {
             if len > limit {
                 return self.reject(&ApiError::too_large(limit));
             }
@@ -147,7 +155,8 @@ impl HttpContext for Stream {
         let Some(d) = &self.decision else { return Action::Continue };
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
-        let status: u16 = api::resp_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let headers = api::resp_headers();
+        let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
         let strategy = d.plan.strategy.clone();
         let candidates = self.candidates.take();
@@ -178,16 +187,20 @@ impl HttpContext for Stream {
             self.body_action = BodyAction::Replace(e.body());
             return Action::Continue;
         }
-        let served = api::resp_header("x-switchyard-provider");
-        if let Some(slug) = served {
-            count("switchyard.requests.result.served");
-            if records.len() > 1 {
-                let served_model = api::resp_header("x-switchyard-model").unwrap_or_default();
-                let kind = if served_model != primary_model { "model" } else { "provider" };
-                count(&format!("switchyard.fallbacks.kind.{kind}"));
+        if let Some(slug) = api::find(&headers, "x-switchyard-provider") {
+            let slug = slug.to_string();
+            if status < 400 {
+                count("switchyard.requests.result.served");
+                if records.len() > 1 {
+                    let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default();
+                    let kind = if served_model != primary_model { "model" } else { "provider" };
+                    count(&format!("switchyard.fallbacks.kind.{kind}"));
+                }
+            } else {
+                count("switchyard.requests.result.provider_error");
             }
-            let json = api::resp_header("content-type").map(|c| c.contains("application/json")).unwrap_or(false);
-            let encoded = api::resp_header("content-encoding").map(|e| e != "identity").unwrap_or(false);
+            let json = api::find(&headers, "content-type").is_some_and(|c| c.contains("application/json"));
+            let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
             if !stream && json && !encoded {
                 // The body grows; let Envoy frame it.
                 api::set_resp_header("content-length", None);
