@@ -19,8 +19,8 @@ fn main() {
     let t = Instant::now();
     let mut x = 0usize;
     for _ in 0..n {
-        let d = decide(&c, body.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.3).unwrap();
-        x += d.first.body.len();
+        let d = decide(&c, body.as_bytes(), &NoHealthData, &mut || 0.3).unwrap();
+        x += d.body.len();
     }
     println!("decide: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     let resp = br#"{"id":"chatcmpl-bench-1","object":"chat.completion","created":1700000000,"model":"fast-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from bench"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":4,"total_tokens":260}}"#;

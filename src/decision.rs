@@ -1,4 +1,4 @@
-//! One routed request, from body bytes to what the first attempt sends upstream.
+//! One routed request, from body bytes to the ranked plan and the body attempts start from.
 //! The host adapter applies the result; nothing here touches the host.
 
 use serde_json::{json, Value};
@@ -7,59 +7,34 @@ use crate::config::Catalog;
 use crate::errors::ApiError;
 use crate::health::HealthView;
 use crate::request::ChatRequest;
-use crate::rewrite::{upstream_body, upstream_path};
+use crate::rewrite::upstream_body;
 use crate::router::{plan, Plan};
 
-/// What one attempt sends to its provider.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamRequest {
-    pub cluster: String,
-    pub authority: String,
-    pub path: String,
-    /// (lower-case header name, full value)
-    pub credential: Option<(String, String)>,
-    pub body: Vec<u8>,
-    /// Endpoint slug (`deepinfra/turbo`) and catalog model id that serve this attempt.
-    pub slug: String,
-    pub model: String,
-}
-
+/// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub plan: Plan,
     pub stream: bool,
-    pub first: UpstreamRequest,
-}
-
-/// Builds the upstream request for the plan's attempt number `n` (0-based).
-pub fn attempt_request(catalog: &Catalog, req: &ChatRequest, plan: &Plan, n: usize, request_path: &str) -> Option<UpstreamRequest> {
-    let a = plan.attempts.get(n)?;
-    let ep = catalog.endpoint(a.endpoint)?;
-    let provider = catalog.provider_of(ep)?;
-    let model = catalog.models.get(ep.model)?;
-    Some(UpstreamRequest {
-        cluster: provider.cluster.clone(),
-        authority: provider.authority.clone(),
-        path: upstream_path(request_path, &provider.path_prefix),
-        credential: provider.credential.as_ref().map(|c| (c.header.clone(), c.value.clone())),
-        body: upstream_body(&req.fields, &ep.upstream_model),
-        slug: ep.slug.clone(),
-        model: model.id.clone(),
-    })
+    /// The body every attempt starts from: routing fields removed, `model` first with the first
+    /// endpoint's upstream id (later attempts splice their own id over that prefix).
+    pub body: Vec<u8>,
+    /// Catalog model id of the first planned endpoint.
+    pub model: String,
 }
 
 pub fn decide(
     catalog: &Catalog,
     body: &[u8],
-    request_path: &str,
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
     let req = ChatRequest::parse(body)?;
     let plan = plan(catalog, &req, health, rand)?;
-    let first = attempt_request(catalog, &req, &plan, 0, request_path)
-        .ok_or_else(|| ApiError::new(500, "server_error", "internal_error", "routing produced no attempt"))?;
-    Ok(Decision { stream: req.stream, plan, first })
+    let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
+    let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
+    let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
+    let body = upstream_body(&req.fields, &first.upstream_model);
+    Ok(Decision { stream: req.stream, plan, body, model })
 }
 
 /// The ranked candidates with their scores and the live statistics the decision saw, for the

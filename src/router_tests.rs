@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::*;
-use crate::decision::{attempt_request, candidates_json, decide};
+use crate::decision::{candidates_json, decide};
+use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
 use crate::health::NoHealthData;
 
 // ---------------------------------------------------------------------------------------------
@@ -1147,53 +1148,59 @@ fn decision_catalog() -> Catalog {
 const DEC_BODY: &str = r#"{"route": "fallback", "model": "m/dec", "temperature": 0.70, "messages": [{"role": "user", "content": "h\u00e9"}], "provider": {"sort": "price"}, "models": ["m/dec"], "plugins": [], "stream": true}"#;
 
 // decide: the body goes to the first-ranked endpoint with `model` replaced by its upstream id and
-// first, routing fields removed, everything else byte-for-byte in order; cluster, authority,
-// path and credential are that provider's.
+// first, routing fields removed, everything else byte-for-byte in order.
 #[test]
-fn decide_rewrites_body_and_targets_the_first_endpoint() {
+fn decide_rewrites_body_for_the_first_endpoint() {
     let c = decision_catalog();
-    let d = decide(&c, DEC_BODY.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    let d = decide(&c, DEC_BODY.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
     assert!(d.stream);
     assert_eq!(d.plan.strategy, "sort:price");
-    let f = &d.first;
-    assert_eq!((f.slug.as_str(), f.model.as_str()), ("alpha", "m/dec"));
-    assert_eq!((f.cluster.as_str(), f.authority.as_str(), f.path.as_str()), ("c_alpha", "alpha.example", "/v1/chat/completions"));
-    assert_eq!(f.credential, Some(("authorization".to_string(), "Bearer k".to_string())));
+    assert_eq!(slugs(&c, &d.plan), s(&["alpha", "beta"]));
+    assert_eq!(d.model, "m/dec");
     assert_eq!(
-        String::from_utf8_lossy(&f.body),
+        String::from_utf8_lossy(&d.body),
         r#"{"model":"alpha-model-v1","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
     );
 }
 
-// attempt_request builds every later attempt the same way (here beta: path prefix `/openai/v1`,
-// custom credential header); past the end of the plan there is none.
+// A later attempt splices its own upstream id over the body's model prefix (here beta: path
+// prefix `/openai/v1`, custom credential header); the result is the same body the first
+// attempt got with only `model` changed. Past the end of the plan there is no attempt.
 #[test]
-fn attempt_request_builds_each_fallback_attempt() {
+fn later_attempts_splice_their_model_into_the_decided_body() {
     let c = decision_catalog();
-    let req = ChatRequest::parse(DEC_BODY.as_bytes()).unwrap_or_else(|e| panic!("{}", e.body()));
-    let p = plan(&c, &req, &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
-    let second = attempt_request(&c, &req, &p, 1, "/v1/responses").unwrap_or_else(|| panic!("no second attempt"));
-    assert_eq!((second.slug.as_str(), second.cluster.as_str(), second.authority.as_str()), ("beta", "c_beta", "beta.example"));
+    let d = decide(&c, DEC_BODY.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    let plan = AttemptPlan {
+        catalog_id: 1,
+        stream: d.stream,
+        body_len: d.body.len() as u32,
+        prefix_len: model_prefix("alpha-model-v1").len() as u32,
+        path: "/v1/responses".into(),
+        endpoints: d.plan.attempts.iter().map(|a| a.endpoint as u16).collect(),
+    };
+    let second = attempt_rewrite(&c, 1, &plan, 2, "c_beta").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(second.authority, "beta.example");
     assert_eq!(second.path, "/openai/v1/responses");
     assert_eq!(second.credential, Some(("x-api-key".to_string(), "beta-secret".to_string())));
-    let v: Value = serde_json::from_slice(&second.body).unwrap_or_else(|e| panic!("{e}"));
-    let keys: Vec<&str> = v.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
-    assert_eq!(v["model"], "beta/m");
-    assert!(String::from_utf8_lossy(&second.body).starts_with(r#"{"model":"beta/m","#));
-    for routing in ["provider", "models", "plugins", "route"] {
-        assert!(!keys.contains(&routing), "{routing} leaked upstream");
-    }
-    assert!(attempt_request(&c, &req, &p, 2, "/v1/responses").is_none());
+    let prefix = second.new_prefix.clone().unwrap_or_else(|| panic!("beta needs its own model id"));
+    let mut body = prefix;
+    body.extend_from_slice(&d.body[plan.prefix_len as usize..]);
+    assert_eq!(body.len(), second.content_length);
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        r#"{"model":"beta/m","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
+    );
+    assert!(attempt_rewrite(&c, 1, &plan, 3, "c_beta").is_err());
 }
 
 // decide propagates routing errors unchanged (400 bad JSON, 404 no_endpoints).
 #[test]
 fn decide_propagates_errors() {
     let c = decision_catalog();
-    let e = decide(&c, b"not json", "/v1/chat/completions", &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
+    let e = decide(&c, b"not json", &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
     assert_eq!((e.status, e.code), (400, "invalid_json"));
     let b = body("m/dec", r#", "provider": {"only": ["gamma"]}"#);
-    let e = decide(&c, b.as_bytes(), "/v1/chat/completions", &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
+    let e = decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).err().unwrap_or_else(|| panic!("should fail"));
     assert_no_endpoints(&e, "m/dec", "only");
 }
 

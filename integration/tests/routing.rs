@@ -97,9 +97,9 @@ async fn explicit_sorts_and_suffixes() {
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:price"));
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_eq!(s.only_receiver("floor").1.json()["model"], "beta-basic", "suffix never reaches the provider");
-    let r = s.chat("nitro", json!({"model": "test/basic:nitro", "messages": msg("x")})).await;
+    let r = s.chat("nitro", json!({"model": "test/nodata:nitro", "messages": msg("x")})).await;
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:throughput"));
-    // Without measurements yet, throughput/latency sorts fall back to the cheapest.
+    // Without measurements, throughput/latency sorts fall back to the cheapest.
     assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
     let r = s.chat("nitro-override", json!({"model": "test/basic:nitro", "messages": msg("x"), "provider": {"sort": "latency"}})).await;
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:latency"));
@@ -160,7 +160,7 @@ async fn distillation_filter() {
 async fn soft_preferences_without_measurements_do_not_exclude() {
     let s = stack();
     let r = s
-        .chat("soft", json!({"model": "test/basic", "messages": msg("x"), "provider": {
+        .chat("soft", json!({"model": "test/nodata", "messages": msg("x"), "provider": {
             "sort": "price", "preferred_min_throughput": {"p50": 100, "p90": 50}, "preferred_max_latency": 0.5}}))
         .await;
     assert_eq!(r.status, 200);
@@ -251,7 +251,9 @@ async fn price_weighted_prefers_cheap_but_balances() {
     let a = counts.get("alpha").copied().unwrap_or(0);
     let b = counts.get("beta").copied().unwrap_or(0);
     assert_eq!(a + b, 100);
-    assert!(b > 0 && a > 2 * b, "alpha {a} beta {b}");
+    // Expected ~80/20; a 50/50 split passes this with ~3% probability, a correct policy fails
+    // it with ~1e-6 (the exact 1/price^2 ratio is unit-tested).
+    assert!(b > 0 && a >= 60, "alpha {a} beta {b}");
 }
 
 #[tokio::test]

@@ -67,7 +67,7 @@ impl Stream {
         let plan = AttemptPlan {
             catalog_id: self.config.id,
             stream: d.stream,
-            body_len: d.first.body.len() as u32,
+            body_len: d.body.len() as u32,
             prefix_len: model_prefix(first_model).len() as u32,
             path: self.path.clone(),
             endpoints,
@@ -80,8 +80,8 @@ impl Stream {
         api::set_req_header(ROUTED_HEADER, Some("1"));
         api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
-        api::set_req_header("content-length", Some(&d.first.body.len().to_string()));
-        api::set_request_body(0, usize::MAX, &d.first.body);
+        api::set_req_header("content-length", Some(&d.body.len().to_string()));
+        api::set_request_body(0, usize::MAX, &d.body);
         self.decision = Some(d);
     }
 }
@@ -137,9 +137,8 @@ impl HttpContext for Stream {
         }
         let body = api::request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
-        let bare_path = self.path.split('?').next().unwrap_or("").to_string();
         let health = SharedHealth::new(api::now_ms());
-        match decide(&config.catalog, &body, &bare_path, &health, &mut random_unit) {
+        match decide(&config.catalog, &body, &health, &mut random_unit) {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
@@ -160,7 +159,7 @@ impl HttpContext for Stream {
         let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
         let strategy = d.plan.strategy.clone();
         let candidates = self.candidates.take();
-        let primary_model = d.first.model.clone();
+        let primary_model = d.model.clone();
         let stream = d.stream;
         api::set_resp_header("x-switchyard-strategy", Some(&strategy));
         if let Some(c) = candidates {

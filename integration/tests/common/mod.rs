@@ -46,6 +46,11 @@ pub fn test_catalog() -> Value {
                 {"provider": "alpha", "upstream_model": "alpha-byok", "pricing": {"prompt": 1, "completion": 1}},
                 {"provider": "gamma", "upstream_model": "gamma-byok", "pricing": {"prompt": 5, "completion": 5}}
             ]},
+            // Only used by tests that need endpoints without any measurements.
+            "test/nodata": {"endpoints": [
+                {"provider": "alpha", "upstream_model": "alpha-nodata", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "beta", "upstream_model": "beta-nodata", "pricing": {"prompt": 2, "completion": 2}}
+            ]},
             "vendor/colon:8b": {"endpoints": [
                 {"provider": "alpha", "upstream_model": "colon-8b", "pricing": {"prompt": 1, "completion": 1}}
             ]},
