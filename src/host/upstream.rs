@@ -25,6 +25,7 @@ pub struct Attempt {
     /// Catalog endpoint of this attempt, once the plan was applied.
     endpoint: Option<usize>,
     attempt: usize,
+    stream: bool,
     new_prefix: Option<(usize, Vec<u8>)>,
     started_ms: u64,
     first_byte_ms: Option<u64>,
@@ -59,6 +60,7 @@ impl Attempt {
             config,
             endpoint: None,
             attempt: 0,
+            stream: false,
             new_prefix: None,
             started_ms: 0,
             first_byte_ms: None,
@@ -97,7 +99,9 @@ impl Attempt {
         let ttft = self.first_byte_ms.map(|t| t.saturating_sub(self.started_ms) as u32);
         let tokens_per_s = match (self.first_byte_ms, outcome) {
             (Some(first), Outcome::Success) => {
-                let secs = now.saturating_sub(first) as f64 / 1000.0;
+                // Streams: generation time after the first token; whole answers: the attempt.
+                let since = if self.stream { first } else { self.started_ms };
+                let secs = now.saturating_sub(since) as f64 / 1000.0;
                 // Usage when the provider reports it, otherwise one token per streamed chunk.
                 let tokens = self.completion_tokens.unwrap_or(u64::from(self.body_chunks)) as f64;
                 (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
@@ -137,6 +141,7 @@ impl HttpContext for Attempt {
             }
         };
         self.endpoint = Some(rw.endpoint);
+        self.stream = plan.stream;
         self.started_ms = api::now_ms();
         for h in &catalog.credential_headers {
             api::set_req_header(h, None);
