@@ -317,6 +317,28 @@ async fn latency_sort_uses_measured_ttft() {
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
 }
 
+#[tokio::test]
+async fn throughput_sort_uses_measured_output_speed() {
+    let s = stack();
+    // Streams of 5 chunks (usage: 3 completion tokens): alpha slow (100 ms apart), beta fast.
+    for i in 0..3 {
+        for (p, interval) in [("alpha", 100), ("beta", 5)] {
+            let r = s
+                .chat_with(&format!("fo-tps-{p}{i}"), &[("x-mock-behavior", &format!("{p}=interval{interval}+chunks5"))],
+                    json!({"model": "fo/tps", "stream": true, "messages": msg("x"), "provider": {"order": [p]}}))
+                .await;
+            assert_eq!(r.status, 200);
+        }
+    }
+    let r = s.chat_with("fo-tps", &[("x-switchyard-debug", "1")], json!({"model": "fo/tps:nitro", "messages": msg("x")})).await;
+    let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
+    assert_eq!(r.header("x-switchyard-provider"), Some("beta"), "{c}");
+    assert!(c[0]["score"].as_f64().unwrap() > c[1]["score"].as_f64().unwrap(), "{c}");
+    // The cheaper alpha misses a 20 tokens/s preference and moves back under a price sort.
+    let r = s.chat("fo-tps-pref", json!({"model": "fo/tps", "messages": msg("x"), "provider": {"sort": "price", "preferred_min_throughput": 20}})).await;
+    assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
+}
+
 async fn futures_join<F: std::future::Future + Send + 'static>(tasks: Vec<F>) -> Vec<F::Output>
 where
     F::Output: Send + 'static,
