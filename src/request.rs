@@ -119,14 +119,9 @@ pub struct Sort {
     pub partition: Partition,
 }
 
-/// Percentile cutoffs; a bare number means p50.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Cutoffs {
-    pub p50: Option<f64>,
-    pub p75: Option<f64>,
-    pub p90: Option<f64>,
-    pub p99: Option<f64>,
-}
+/// Percentile cutoffs of a soft preference (a bare number means p50): the same shape as the
+/// measured percentiles they are compared with.
+pub type Cutoffs = crate::health::Percentiles;
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct MaxPrice {

@@ -10,15 +10,17 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// The body a provider receives: `model` first (the endpoint's upstream id), routing fields
-/// removed, every other member copied byte-for-byte in its original order.
-pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
+/// `{"<first_key>":"<first_value>"` followed by every member of `fields` except `skip`, each
+/// copied byte-for-byte in its original order.
+fn splice(fields: &TopLevel, first_key: &str, first_value: &str, skip: &[&str]) -> Vec<u8> {
     let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
-    let mut out = Vec::with_capacity(size + upstream_model.len() + 16);
-    out.extend_from_slice(b"{\"model\":");
-    push_json_string(&mut out, upstream_model);
+    let mut out = Vec::with_capacity(size + first_key.len() + first_value.len() + 8);
+    out.push(b'{');
+    push_json_string(&mut out, first_key);
+    out.push(b':');
+    push_json_string(&mut out, first_value);
     for (k, v) in &fields.0 {
-        if ROUTING_FIELDS.contains(&k.as_ref()) {
+        if skip.contains(&k.as_ref()) {
             continue;
         }
         out.push(b',');
@@ -30,24 +32,17 @@ pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
     out
 }
 
+/// The body a provider receives: `model` first (the endpoint's upstream id), routing fields
+/// removed, every other member copied byte-for-byte in its original order.
+pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
+    splice(fields, "model", upstream_model, &ROUTING_FIELDS)
+}
+
 /// Adds (or replaces) `"provider": "<slug>"` in a JSON object response. Returns None when the
 /// body is not a JSON object, so the caller passes it through untouched.
 pub fn with_provider_field(body: &[u8], slug: &str) -> Option<Vec<u8>> {
     let fields = TopLevel::parse(body).ok()?;
-    let mut out = Vec::with_capacity(body.len() + slug.len() + 16);
-    out.extend_from_slice(b"{\"provider\":");
-    push_json_string(&mut out, slug);
-    for (k, v) in &fields.0 {
-        if k == "provider" {
-            continue;
-        }
-        out.push(b',');
-        push_json_string(&mut out, k);
-        out.push(b':');
-        out.extend_from_slice(v.get().as_bytes());
-    }
-    out.push(b'}');
-    Some(out)
+    Some(splice(&fields, "provider", slug, &["provider"]))
 }
 
 /// Path sent upstream: the request's `/v1` prefix replaced by the provider's `path_prefix`.

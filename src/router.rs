@@ -294,8 +294,7 @@ fn tool_tier(h: &EndpointHealth) -> u8 {
 }
 
 fn misses(cutoffs: &Cutoffs, measured: &Percentiles, higher_is_better: bool, scale: f64) -> bool {
-    let want = [cutoffs.p50, cutoffs.p75, cutoffs.p90, cutoffs.p99];
-    PERCENTILES.iter().zip(want).any(|(&p, cutoff)| match (cutoff, measured.at(p)) {
+    PERCENTILES.iter().any(|&p| match (cutoffs.at(p), measured.at(p)) {
         (Some(c), Some(v)) => {
             let v = v * scale;
             if higher_is_better {

@@ -61,22 +61,28 @@ pub fn demo_catalog() -> Value {
     })
 }
 
+/// The demo stack's configuration: providers on `provider_ports[i]`, the passthrough to the
+/// first provider, a 4 MiB buffer limit.
+fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_ports: &[u16]) -> StackConfig {
+    let clusters: Vec<ClusterSpec> = DEMO_PROVIDERS
+        .iter()
+        .zip(provider_ports)
+        .map(|((_, cluster, _), &port)| ClusterSpec { name: cluster.to_string(), port })
+        .collect();
+    let first = provider_ports.first().copied().unwrap_or(0);
+    let mut cfg = StackConfig::new(demo_catalog(), clusters, ClusterSpec { name: "passthrough".into(), port: first });
+    cfg.wasm = wasm;
+    cfg.listener_port = listener_port;
+    cfg.admin_port = admin_port;
+    cfg.buffer_limit_bytes = 4 * 1024 * 1024;
+    cfg
+}
+
 /// The demo's Envoy bootstrap with fixed ports (listener 10000, admin 9901, providers from
 /// 18101) and the `.wasm` path relative to the repository root: `envoy/switchyard-demo.yaml`.
 pub fn example_config(wasm: PathBuf) -> StackConfig {
-    StackConfig {
-        wasm,
-        plugin_config: demo_catalog(),
-        clusters: DEMO_PROVIDERS.iter().enumerate().map(|(i, (_, c, _))| ClusterSpec { name: c.to_string(), port: 18101 + i as u16 }).collect(),
-        passthrough: ClusterSpec { name: "passthrough".into(), port: 18101 },
-        listener_port: 10000,
-        admin_port: 9901,
-        env_keys: vec![],
-        buffer_limit_bytes: 4 * 1024 * 1024,
-        max_attempts: 4,
-        retry_back_off_ms: 2,
-        per_try_idle_timeout_ms: 60_000,
-    }
+    let ports: Vec<u16> = (0..DEMO_PROVIDERS.len() as u16).map(|i| 18101 + i).collect();
+    demo_config(wasm, 10000, 9901, &ports)
 }
 
 pub struct DemoStack {
@@ -88,28 +94,13 @@ pub struct DemoStack {
 /// `listener_port` (0 = any free port). Must run inside a tokio runtime.
 pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16) -> Result<DemoStack, String> {
     let mut providers = Vec::new();
-    let mut clusters = Vec::new();
-    for (i, (slug, cluster, _)) in DEMO_PROVIDERS.iter().enumerate() {
+    for (i, (slug, _, _)) in DEMO_PROVIDERS.iter().enumerate() {
         let port = if provider_base_port == 0 { 0 } else { provider_base_port + i as u16 };
         let behavior = Behavior { ttft: std::time::Duration::from_millis(20), chunk_interval: std::time::Duration::from_millis(30), chunks: 5, ..Behavior::default() };
-        let p = MockProvider::start(slug, port, behavior).await.map_err(|e| format!("mock {slug}: {e}"))?;
-        clusters.push(ClusterSpec { name: cluster.to_string(), port: p.addr.port() });
-        providers.push(p);
+        providers.push(MockProvider::start(slug, port, behavior).await.map_err(|e| format!("mock {slug}: {e}"))?);
     }
-    let passthrough = ClusterSpec { name: "passthrough".into(), port: providers.first().map(|p| p.addr.port()).unwrap_or(0) };
-    let cfg = StackConfig {
-        wasm: wasm_path(),
-        plugin_config: demo_catalog(),
-        clusters,
-        passthrough,
-        listener_port,
-        admin_port,
-        env_keys: vec![],
-        buffer_limit_bytes: 4 * 1024 * 1024,
-        max_attempts: 4,
-        retry_back_off_ms: 2,
-        per_try_idle_timeout_ms: 60_000,
-    };
+    let ports: Vec<u16> = providers.iter().map(|p| p.addr.port()).collect();
+    let cfg = demo_config(wasm_path(), listener_port, admin_port, &ports);
     // Started on the caller's thread, not a blocking-pool thread: Envoy is killed when the
     // thread that started it exits (PR_SET_PDEATHSIG), and pool threads exit when idle.
     let envoy = Envoy::start(&cfg, "demo")?;

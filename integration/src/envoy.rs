@@ -62,6 +62,26 @@ pub struct StackConfig {
     pub per_try_idle_timeout_ms: u32,
 }
 
+impl StackConfig {
+    /// A Switchyard stack with the defaults tests and tools use: any free ports, 1 MiB buffer
+    /// limit, 4 attempts, 2 ms back-off, 60 s per-attempt idle timeout.
+    pub fn new(plugin_config: Value, clusters: Vec<ClusterSpec>, passthrough: ClusterSpec) -> StackConfig {
+        StackConfig {
+            wasm: wasm_path(),
+            plugin_config,
+            clusters,
+            passthrough,
+            listener_port: 0,
+            admin_port: 0,
+            env_keys: Vec::new(),
+            buffer_limit_bytes: 1024 * 1024,
+            max_attempts: 4,
+            retry_back_off_ms: 2,
+            per_try_idle_timeout_ms: 60_000,
+        }
+    }
+}
+
 fn cluster(c: &ClusterSpec) -> Value {
     json!({
         "name": c.name,

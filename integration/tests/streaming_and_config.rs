@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{msg, stack, test_catalog};
 use serde_json::json;
-use switchyard_integration::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::mock::Behavior;
 
 #[tokio::test]
@@ -44,19 +44,8 @@ async fn sse_chunks_reach_the_client_as_the_provider_sends_them() {
 fn invalid_configuration_is_rejected_naming_the_field() {
     let mut catalog = test_catalog();
     catalog["models"]["test/basic"]["endpoints"][0]["quantization"] = json!("fp9");
-    let cfg = StackConfig {
-        wasm: wasm_path(),
-        plugin_config: catalog,
-        clusters: vec![ClusterSpec { name: "c_alpha".into(), port: 9 }],
-        passthrough: ClusterSpec { name: "c_origin".into(), port: 9 },
-        listener_port: 0,
-        admin_port: 0,
-        env_keys: vec!["SY_TEST_BETA_KEY".into()],
-        buffer_limit_bytes: 1024 * 1024,
-        max_attempts: 4,
-        retry_back_off_ms: 2,
-        per_try_idle_timeout_ms: 1_000,
-    };
+    let mut cfg = StackConfig::new(catalog, vec![ClusterSpec { name: "c_alpha".into(), port: 9 }], ClusterSpec { name: "c_origin".into(), port: 9 });
+    cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
     let err = match Envoy::start_with_env(&cfg, "bad-config", &[("SY_TEST_BETA_KEY", "k")]) {
         Ok(_) => panic!("Envoy must not serve with an invalid Switchyard configuration"),
         Err(e) => e,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard_integration::envoy::{bootstrap, plain_bootstrap, wasm_path, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::load::{run, LoadResult};
 use switchyard_integration::mock::{Behavior, MockProvider};
 
@@ -50,19 +50,11 @@ async fn bench() -> Result<(), String> {
             {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}
         ]}}
     });
-    let cfg = StackConfig {
-        wasm: wasm_path(),
-        plugin_config: catalog,
-        clusters: vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
-        passthrough: ClusterSpec { name: "passthrough".into(), port },
-        listener_port: 0,
-        admin_port: 0,
-        env_keys: vec![],
-        buffer_limit_bytes: 1024 * 1024,
-        max_attempts: 4,
-        retry_back_off_ms: 2,
-        per_try_idle_timeout_ms: 60_000,
-    };
+    let cfg = StackConfig::new(
+        catalog,
+        vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
+        ClusterSpec { name: "passthrough".into(), port },
+    );
     let boot = bootstrap(&cfg);
     // On this (main) thread: Envoy dies with the thread that started it.
     let sy = Envoy::start_bootstrap(&boot, "bench-switchyard", &[], 1)?;

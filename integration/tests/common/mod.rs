@@ -8,7 +8,7 @@ use std::sync::{mpsc, OnceLock};
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::mock::{Behavior, MockProvider, Received};
 
 pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
@@ -165,23 +165,14 @@ pub fn stack() -> &'static Stack {
                 Err(e) => panic!("mock providers: {e}"),
             };
             let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-            let cfg = StackConfig {
-                wasm: wasm_path(),
-                plugin_config: test_catalog(),
-                clusters: ["alpha", "beta", "gamma", "delta"]
-                    .iter()
-                    .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
-                    .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
-                    .collect(),
-                passthrough: ClusterSpec { name: "c_origin".into(), port: port("origin") },
-                listener_port: 0,
-                admin_port: 0,
-                env_keys: vec!["SY_TEST_BETA_KEY".into()],
-                buffer_limit_bytes: 1024 * 1024,
-                max_attempts: 4,
-                retry_back_off_ms: 2,
-                per_try_idle_timeout_ms: 1_000,
-            };
+            let clusters = ["alpha", "beta", "gamma", "delta"]
+                .iter()
+                .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+                .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
+                .collect();
+            let mut cfg = StackConfig::new(test_catalog(), clusters, ClusterSpec { name: "c_origin".into(), port: port("origin") });
+            cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
+            cfg.per_try_idle_timeout_ms = 1_000;
             let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
                 Ok(e) => e,
                 Err(e) => panic!("envoy: {e}"),
