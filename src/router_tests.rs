@@ -1237,3 +1237,55 @@ fn cooling_down_endpoints_go_last_for_every_strategy() {
     // With fallbacks off and only the cooling endpoint approved, it is still attempted.
     assert_eq!(ranked(&c, &with_provider("m/byok", r#""order": ["aa"], "allow_fallbacks": false"#), &h), s(&["aa"]));
 }
+
+// Nothing in the request path may panic: thousands of mutated bodies (byte flips, truncations,
+// spliced fragments of valid requests) through parse + plan + rewrite must each end in a plan
+// or an OpenAI-style error.
+#[test]
+fn mutated_bodies_never_panic() {
+    let c = filter_catalog();
+    let seeds = [
+        r#"{"model":"m/x","messages":[{"role":"user","content":"hi"}],"provider":{"order":["alpha"],"sort":{"by":"price","partition":"none"},"max_price":{"prompt":1},"preferred_max_latency":{"p90":2}},"models":["m/d:nitro"],"max_tokens":10,"tools":[{"type":"function"}]}"#,
+        r#"{"model":"alpha/m/x:exacto","stream":true,"provider":{"quantizations":["fp8"],"data_collection":"deny","zdr":true,"require_parameters":true,"only":["deepinfra/turbo"],"ignore":["x"]}}"#,
+        r#"{"models":["m/x","m/unsafe"],"provider":{"preferred_min_throughput":5,"allow_fallbacks":false,"enforce_distillable_text":true}}"#,
+    ];
+    let fragments = ["{", "}", "[", "]", "\"", ":", ",", "null", "-1", "1e999", "\"\\u0000\"", "\"provider\"", "{\"sort\":[]}", "\u{e9}"];
+    let mut rng = Lcg(0x5eed);
+    let mut outcomes = (0usize, 0usize);
+    for i in 0..30_000 {
+        let seed = seeds[i % seeds.len()].as_bytes();
+        let mut b = seed.to_vec();
+        for _ in 0..1 + (rng.next() * 4.0) as usize {
+            if b.is_empty() {
+                b.push(b'{');
+            }
+            let pos = (rng.next() * b.len() as f64) as usize % b.len();
+            match (rng.next() * 4.0) as u32 {
+                0 => b[pos] = (rng.next() * 256.0) as u8,
+                1 => b.truncate(pos),
+                2 => {
+                    let f = fragments[(rng.next() * fragments.len() as f64) as usize % fragments.len()];
+                    b.splice(pos..pos, f.bytes());
+                }
+                _ => {
+                    if pos < b.len() {
+                        b.remove(pos);
+                    }
+                }
+            }
+        }
+        match decide(&c, &b, &NoHealthData, &mut || rng.next()) {
+            Ok(d) => {
+                assert!(!d.plan.attempts.is_empty());
+                assert!(serde_json::from_slice::<Value>(&d.body).is_ok(), "rewritten body must stay valid JSON");
+                outcomes.0 += 1;
+            }
+            Err(e) => {
+                assert!(matches!(e.status, 400 | 404), "{}", e.body());
+                assert!(serde_json::from_str::<Value>(&e.body()).is_ok());
+                outcomes.1 += 1;
+            }
+        }
+    }
+    assert!(outcomes.0 > 100 && outcomes.1 > 100, "{outcomes:?}");
+}
