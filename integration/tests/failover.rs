@@ -360,3 +360,30 @@ async fn a_provider_silent_past_the_idle_timeout_fails_over() {
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
 }
+
+#[tokio::test]
+async fn no_response_from_any_endpoint_is_503_listing_the_attempts() {
+    let s = stack();
+    // `dead` refuses connections, alpha resets: nothing answers.
+    let r = s
+        .chat_with("fo-allreset", &[("x-mock-behavior", "alpha=reset")],
+            json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["dead", "alpha"]}}))
+        .await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let e = r.json();
+    assert_eq!(e["error"]["code"], "no_endpoint_available", "{e}");
+    let attempts = e["error"]["metadata"]["attempts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(attempts.len(), 2, "{e}");
+    assert_eq!(attempts[0]["endpoint"], "dead");
+    assert_eq!(attempts[0]["outcome"], "no_response");
+    assert!(attempts[0]["status"].is_null());
+    assert_eq!(attempts[1]["endpoint"], "alpha");
+    // The failed connections count in dead's shared health too.
+    let r = s.chat_with("fo-allreset-read", &[("x-switchyard-debug", "1"), ("x-mock-behavior", "alpha=ok")],
+        json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["alpha"]}})).await;
+    let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
+    let dead = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "dead").cloned().unwrap_or(Value::Null);
+    assert!(dead["health"]["attempts"].as_u64().unwrap_or(0) >= 1, "{c}");
+    assert_eq!(dead["health"]["uptime"], 0.0, "{c}");
+}

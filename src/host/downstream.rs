@@ -231,9 +231,17 @@ impl HttpContext for Stream {
     }
 }
 
-/// Appends one attempt record to the request's filter state (used by the upstream filter).
-pub fn append_record(record: crate::failover::AttemptRecord) {
+/// Writes attempt `attempt`'s (1-based) record into the request's filter state. The upstream
+/// filter writes it when the attempt starts (status 0: no response yet) and again when the
+/// answer arrives, so attempts that never got one are listed too.
+pub fn set_record(attempt: usize, record: crate::failover::AttemptRecord) {
     let mut records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
-    records.push(record);
+    let i = attempt.saturating_sub(1);
+    if records.len() <= i {
+        records.resize(i + 1, crate::failover::AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None });
+    }
+    if let Some(slot) = records.get_mut(i) {
+        *slot = record;
+    }
     api::set_property(vec![ATTEMPTS_PROPERTY], &encode_records(&records));
 }

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::downstream::append_record;
+use super::downstream::set_record;
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::{api, Configured};
 use crate::failover::{
@@ -86,13 +86,21 @@ impl Attempt {
         Action::Pause
     }
 
+    /// No response at all (connect failure, reset, timeout) or one that ended without a body.
+    fn record_unanswered(&mut self) {
+        if self.endpoint.is_some() && !self.recorded {
+            let status = self.status.unwrap_or(0);
+            self.record(status);
+        }
+    }
+
     fn record(&mut self, status: u16) {
         if self.recorded {
             return;
         }
         self.recorded = true;
         let Some(endpoint) = self.endpoint else { return };
-        append_record(AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s });
+        set_record(self.attempt, AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s });
         let Some((model, slug)) = self.names() else { return };
         let outcome = Outcome::of(status);
         let now = api::now_ms();
@@ -120,7 +128,14 @@ impl Attempt {
     }
 }
 
-impl Context for Attempt {}
+impl Context for Attempt {
+    // Envoy does not run access-log callbacks (on_log) for upstream filters; on_done runs when
+    // the attempt's stream ends, also after a connect failure, reset or timeout.
+    fn on_done(&mut self) -> bool {
+        self.record_unanswered();
+        true
+    }
+}
 
 impl HttpContext for Attempt {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
@@ -153,6 +168,7 @@ impl HttpContext for Attempt {
         api::set_req_header(":path", Some(&rw.path));
         api::set_req_header("content-length", Some(&rw.content_length.to_string()));
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
+        set_record(self.attempt, AttemptRecord { endpoint: rw.endpoint as u16, status: 0, retry_after_s: None });
         if let Some((model, slug)) = self.names() {
             update_stats(&stats_key(&model, &slug), |s| s.start());
         }
@@ -225,10 +241,6 @@ impl HttpContext for Attempt {
     }
 
     fn on_log(&mut self) {
-        // No response at all (connect failure, reset, timeout) or a body-less response.
-        if self.endpoint.is_some() && !self.recorded {
-            let status = self.status.unwrap_or(0);
-            self.record(status);
-        }
+        self.record_unanswered();
     }
 }
