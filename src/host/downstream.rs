@@ -9,7 +9,10 @@ use super::shared::{count, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide, Decision};
 use crate::errors::ApiError;
-use crate::failover::{base64, decode_records, encode_records, final_error, groups_value, model_prefix, AttemptPlan, ATTEMPTS_PROPERTY, GROUPS_HEADER, PLAN_PROPERTY};
+use crate::failover::{
+    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan, ATTEMPTS_PROPERTY, GROUPS_HEADER,
+    PLAN_PROPERTY,
+};
 use crate::rewrite::with_provider_field;
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
@@ -167,7 +170,7 @@ impl HttpContext for Stream {
         }
         // Envoy answered itself (no upstream response recorded for the last attempt) or the last
         // attempt failed retryably: every allowed endpoint failed.
-        let exhausted = status == 429 || status >= 500;
+        let exhausted = is_retryable_status(status);
         if exhausted && !records.is_empty() {
             let e = final_error(catalog, &records);
             count("switchyard.requests.result.failed");
