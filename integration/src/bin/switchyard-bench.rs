@@ -107,6 +107,12 @@ async fn bench() -> Result<(), String> {
             }
         }
     }
+    // Unloaded latency: one connection, so p50 is the per-request cost, not queueing.
+    let mut idle_p50: Vec<f64> = Vec::new();
+    for addr in addrs.iter().copied() {
+        let r = run(addr, path, &headers, &body, 1, Duration::from_secs(seconds.min(3))).await;
+        idle_p50.push(f64::from(r.percentile_us(0.50)));
+    }
     let summary: Vec<(&str, f64, f64, f64, u64)> = results
         .iter()
         .map(|(name, rs)| {
@@ -117,20 +123,22 @@ async fn bench() -> Result<(), String> {
             (*name, rps, p50, p99, errors)
         })
         .collect();
-    let base = summary.first().map(|s| (s.1, s.2)).unwrap_or((1.0, 0.0));
+    let base = summary.first().map(|s| s.1).unwrap_or(1.0);
     let mut rss = vec![plain.rss_kib(), sy.rss_kib()];
     rss.extend(extra.iter().map(|(_, e)| e.rss_kib()));
     println!();
     let cpu: Vec<f64> = cpu_per_req.into_iter().map(median).collect();
     let base_cpu = cpu.first().copied().unwrap_or(0.0);
-    println!("| path | req/s (median) | vs plain | p50 us | p50 delta us | p99 us | Envoy CPU us/req | CPU delta us/req | errors | Envoy RSS MiB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let base_idle = idle_p50.first().copied().unwrap_or(0.0);
+    println!("| path | req/s (median) | vs plain | p50 us @1 conn | p50 delta us @1 conn | p50 us @{connections} conn | p99 us @{connections} conn | Envoy CPU us/req | CPU delta us/req | errors | Envoy RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, (name, rps, p50, p99, errors)) in summary.iter().enumerate() {
         let c = cpu.get(i).copied().unwrap_or(0.0);
+        let idle = idle_p50.get(i).copied().unwrap_or(0.0);
         println!(
-            "| {name} | {rps:.0} | {:.2}x | {p50:.0} | {:+.0} | {p99:.0} | {c:.1} | {:+.1} | {errors} | {:.1} |",
-            rps / base.0.max(1e-9),
-            p50 - base.1,
+            "| {name} | {rps:.0} | {:.2}x | {idle:.0} | {:+.0} | {p50:.0} | {p99:.0} | {c:.1} | {:+.1} | {errors} | {:.1} |",
+            rps / base.max(1e-9),
+            idle - base_idle,
             c - base_cpu,
             rss.get(i).copied().unwrap_or(0) as f64 / 1024.0
         );
