@@ -199,7 +199,11 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                         },
                         // Envoy's own errors (no upstream, reset, timeout) as OpenAI-style JSON.
                         "local_reply_config": {"mappers": [{
-                            "filter": {"response_flag_filter": {"flags": ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"]}},
+                            "filter": {"and_filter": {"filters": [
+                                {"response_flag_filter": {"flags": ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"]}},
+                                // Not the replies Switchyard already shaped itself.
+                                {"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}}
+                            ]}},
                             "body_format_override": {
                                 "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "upstream_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
                                 "content_type": "application/json"

@@ -41,11 +41,13 @@ pub struct Behavior {
     pub chunks: usize,
     /// Requests in flight above this get 429 with `Retry-After: 1`.
     pub capacity: Option<usize>,
+    /// Error responses without a body.
+    pub empty_errors: bool,
 }
 
 impl Default for Behavior {
     fn default() -> Self {
-        Behavior { mode: Mode::Ok, ttft: Duration::ZERO, chunk_interval: Duration::ZERO, chunks: 3, capacity: None }
+        Behavior { mode: Mode::Ok, ttft: Duration::ZERO, chunk_interval: Duration::ZERO, chunks: 3, capacity: None, empty_errors: false }
     }
 }
 
@@ -134,7 +136,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Per-request behaviour from the `x-mock-behavior` request header, so parallel tests can share
 /// providers: `alpha=429/7,beta=503,delta=reset,gamma=ttft300+interval50+chunks8`.
 /// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
-/// `ttft<ms>`, `interval<ms>`, `chunks<n>`.
+/// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -146,6 +148,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.mode = Mode::Ok;
             } else if tok == "reset" {
                 b.mode = Mode::Reset;
+            } else if tok == "empty" {
+                b.empty_errors = true;
             } else if let Some(ms) = tok.strip_prefix("ttft") {
                 b.ttft = Duration::from_millis(ms.parse().unwrap_or(0));
             } else if let Some(ms) = tok.strip_prefix("interval") {
@@ -231,7 +235,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
 
     if let Some(cap) = behavior.capacity {
         if n > cap {
-            return Ok(error_response(&s.name, 429, Some(1), "capacity exceeded"));
+            return Ok(error_response(&s.name, 429, Some(1), "capacity exceeded", behavior.empty_errors));
         }
     }
     if !behavior.ttft.is_zero() {
@@ -239,7 +243,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
     }
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
-        Mode::Status { status, retry_after } => return Ok(error_response(&s.name, status, retry_after, "mock failure")),
+        Mode::Status { status, retry_after } => return Ok(error_response(&s.name, status, retry_after, "mock failure", behavior.empty_errors)),
         Mode::Ok => {}
     }
 
@@ -286,10 +290,12 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
     }
 }
 
-fn error_response(provider: &str, status: u16, retry_after: Option<u32>, msg: &str) -> Response<ChannelBody> {
-    let body = json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}}).to_string();
+fn error_response(provider: &str, status: u16, retry_after: Option<u32>, msg: &str, empty: bool) -> Response<ChannelBody> {
+    let body = if empty { String::new() } else { json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}}).to_string() };
     let (tx, rx) = mpsc::channel::<Bytes>(1);
-    let _ = tx.try_send(Bytes::from(body.clone()));
+    if !body.is_empty() {
+        let _ = tx.try_send(Bytes::from(body.clone()));
+    }
     let mut b = Response::builder()
         .status(status)
         .header("content-type", "application/json")

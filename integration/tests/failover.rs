@@ -387,3 +387,17 @@ async fn no_response_from_any_endpoint_is_503_listing_the_attempts() {
     assert!(dead["health"]["attempts"].as_u64().unwrap_or(0) >= 1, "{c}");
     assert_eq!(dead["health"]["uptime"], 0.0, "{c}");
 }
+
+#[tokio::test]
+async fn body_less_failures_still_get_the_json_error() {
+    let s = stack();
+    let r = s
+        .chat_with("fo-empty", &[("x-mock-behavior", "alpha=503+empty,beta=429/2+empty")],
+            json!({"model": "fo/4xx", "messages": msg("x"), "provider": {"order": ["alpha", "beta"], "allow_fallbacks": false}}))
+        .await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let e = r.json();
+    assert_eq!(e["error"]["code"], "no_endpoint_available", "{}", r.text());
+    assert_eq!(e["error"]["metadata"]["attempts"].as_array().map(|a| a.len()), Some(2));
+}

@@ -1,29 +1,112 @@
-//! Panic-free wrappers over the proxy-wasm host calls. The SDK's trait methods unwrap host
-//! errors (a panic would abort the VM); these log and carry on instead.
+//! The host calls Switchyard uses, declared against the proxy-wasm ABI directly. The SDK's own
+//! wrappers panic on any status they do not expect (and on non-UTF-8 header values), which
+//! would abort the VM and fail every request on the worker; these return errors instead, and
+//! callers log and carry on.
 
-use std::time::UNIX_EPOCH;
+use std::ptr::null_mut;
 
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType};
+use crate::wire::{deserialize_map, property_path, serialize_map};
 
-fn get(map: MapType, name: &str) -> Option<String> {
-    hostcalls::get_map_value(map, name).ok().flatten()
+const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
+pub const CAS_MISMATCH: u32 = 8;
+
+const REQUEST_BODY: u32 = 0;
+const RESPONSE_BODY: u32 = 1;
+const PLUGIN_CONFIGURATION: u32 = 7;
+const REQUEST_HEADERS: u32 = 0;
+const RESPONSE_HEADERS: u32 = 2;
+pub const COUNTER: u32 = 0;
+pub const HISTOGRAM: u32 = 2;
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_set_buffer_bytes(buffer_type: u32, start: usize, size: usize, data: *const u8, data_size: usize) -> u32;
+    fn proxy_get_header_map_pairs(map_type: u32, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_get_header_map_value(map_type: u32, key: *const u8, key_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_replace_header_map_value(map_type: u32, key: *const u8, key_size: usize, value: *const u8, value_size: usize) -> u32;
+    fn proxy_remove_header_map_value(map_type: u32, key: *const u8, key_size: usize) -> u32;
+    fn proxy_get_property(path: *const u8, path_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_set_property(path: *const u8, path_size: usize, value: *const u8, value_size: usize) -> u32;
+    fn proxy_get_shared_data(key: *const u8, key_size: usize, data: *mut *mut u8, size: *mut usize, cas: *mut u32) -> u32;
+    fn proxy_set_shared_data(key: *const u8, key_size: usize, value: *const u8, value_size: usize, cas: u32) -> u32;
+    #[allow(clippy::too_many_arguments)]
+    fn proxy_send_local_response(
+        status: u32,
+        details: *const u8,
+        details_size: usize,
+        body: *const u8,
+        body_size: usize,
+        headers: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+    fn proxy_call_foreign_function(name: *const u8, name_size: usize, args: *const u8, args_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_define_metric(metric_type: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
+    fn proxy_increment_metric(id: u32, offset: i64) -> u32;
+    fn proxy_record_metric(id: u32, value: u64) -> u32;
 }
 
-fn set(map: MapType, name: &str, value: Option<&str>) {
-    if let Err(e) = hostcalls::set_map_value(map, name, value) {
-        log::warn!("switchyard: setting header {name} failed: {e:?}");
+/// Takes ownership of a buffer the host allocated through the SDK's `proxy_on_memory_allocate`
+/// (a boxed slice of exactly `size` bytes).
+fn take(data: *mut u8, size: usize) -> Option<Vec<u8>> {
+    if data.is_null() {
+        return None;
     }
+    // SAFETY: the host filled `size` bytes at `data`, allocated by our allocator export as a
+    // Box<[u8]> of that length; we are its only owner.
+    Some(unsafe { Vec::from_raw_parts(data, size, size) })
+}
+
+fn get_bytes(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> Result<Option<Vec<u8>>, u32> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    match call(&mut data, &mut size) {
+        OK => Ok(take(data, size)),
+        NOT_FOUND => Ok(None),
+        status => Err(status),
+    }
+}
+
+fn check(what: &str, status: u32) {
+    if status != OK {
+        log::warn!("switchyard: {what} failed (status {status})");
+    }
+}
+
+fn header(map: u32, name: &str) -> Option<String> {
+    // SAFETY: pointers and lengths describe live buffers for the duration of the call.
+    let v = get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) }).ok().flatten()?;
+    Some(String::from_utf8_lossy(&v).into_owned())
+}
+
+fn set_header(map: u32, name: &str, value: Option<&str>) {
+    // SAFETY: as above.
+    let status = unsafe {
+        match value {
+            Some(v) => proxy_replace_header_map_value(map, name.as_ptr(), name.len(), v.as_ptr(), v.len()),
+            None => proxy_remove_header_map_value(map, name.as_ptr(), name.len()),
+        }
+    };
+    check(&format!("setting header {name}"), status);
+}
+
+fn headers(map: u32) -> Vec<(String, String)> {
+    // SAFETY: as above.
+    let bytes = get_bytes(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten();
+    bytes.map(|b| deserialize_map(&b)).unwrap_or_default()
 }
 
 /// All request headers in one host call (cheaper than several single lookups).
 pub fn req_headers() -> Vec<(String, String)> {
-    hostcalls::get_map(MapType::HttpRequestHeaders).unwrap_or_default()
+    headers(REQUEST_HEADERS)
 }
 
 /// All response headers in one host call.
 pub fn resp_headers() -> Vec<(String, String)> {
-    hostcalls::get_map(MapType::HttpResponseHeaders).unwrap_or_default()
+    headers(RESPONSE_HEADERS)
 }
 
 /// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).
@@ -32,62 +115,120 @@ pub fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> 
 }
 
 pub fn req_header(name: &str) -> Option<String> {
-    get(MapType::HttpRequestHeaders, name)
+    header(REQUEST_HEADERS, name)
 }
 
 pub fn set_req_header(name: &str, value: Option<&str>) {
-    set(MapType::HttpRequestHeaders, name, value)
+    set_header(REQUEST_HEADERS, name, value)
 }
 
 pub fn resp_header(name: &str) -> Option<String> {
-    get(MapType::HttpResponseHeaders, name)
+    header(RESPONSE_HEADERS, name)
 }
 
 pub fn set_resp_header(name: &str, value: Option<&str>) {
-    set(MapType::HttpResponseHeaders, name, value)
+    set_header(RESPONSE_HEADERS, name, value)
 }
 
 pub fn property(path: Vec<&str>) -> Option<Vec<u8>> {
-    hostcalls::get_property(path).ok().flatten()
+    let p = property_path(&path);
+    // SAFETY: as above.
+    get_bytes(|d, s| unsafe { proxy_get_property(p.as_ptr(), p.len(), d, s) }).ok().flatten()
 }
 
 pub fn set_property(path: Vec<&str>, value: &[u8]) {
-    if let Err(e) = hostcalls::set_property(path, Some(value)) {
-        log::warn!("switchyard: set_property failed: {e:?}");
-    }
+    let p = property_path(&path);
+    // SAFETY: as above.
+    check("set_property", unsafe { proxy_set_property(p.as_ptr(), p.len(), value.as_ptr(), value.len()) });
+}
+
+fn buffer(kind: u32, start: usize, size: usize) -> Option<Vec<u8>> {
+    // SAFETY: as above.
+    get_bytes(|d, s| unsafe { proxy_get_buffer_bytes(kind, start, size, d, s) }).ok().flatten()
+}
+
+fn set_buffer(kind: u32, start: usize, size: usize, value: &[u8]) {
+    // SAFETY: as above.
+    check("replacing a body", unsafe { proxy_set_buffer_bytes(kind, start, size, value.as_ptr(), value.len()) });
 }
 
 pub fn request_body(start: usize, size: usize) -> Option<Vec<u8>> {
-    hostcalls::get_buffer(BufferType::HttpRequestBody, start, size).ok().flatten()
+    buffer(REQUEST_BODY, start, size)
 }
 
 pub fn set_request_body(start: usize, size: usize, value: &[u8]) {
-    if let Err(e) = hostcalls::set_buffer(BufferType::HttpRequestBody, start, size, value) {
-        log::warn!("switchyard: replacing the request body failed: {e:?}");
-    }
+    set_buffer(REQUEST_BODY, start, size, value)
 }
 
 pub fn response_body(start: usize, size: usize) -> Option<Vec<u8>> {
-    hostcalls::get_buffer(BufferType::HttpResponseBody, start, size).ok().flatten()
+    buffer(RESPONSE_BODY, start, size)
 }
 
 pub fn set_response_body(start: usize, size: usize, value: &[u8]) {
-    if let Err(e) = hostcalls::set_buffer(BufferType::HttpResponseBody, start, size, value) {
-        log::warn!("switchyard: replacing the response body failed: {e:?}");
-    }
+    set_buffer(RESPONSE_BODY, start, size, value)
+}
+
+pub fn plugin_configuration() -> Option<Vec<u8>> {
+    buffer(PLUGIN_CONFIGURATION, 0, usize::MAX)
 }
 
 /// A local reply (the request goes no further).
 pub fn reply(status: u32, headers: Vec<(&str, &str)>, body: &[u8]) {
-    if let Err(e) = hostcalls::send_http_response(status, headers, Some(body)) {
-        log::error!("switchyard: sending a local reply failed: {e:?}");
-    }
+    let h = serialize_map(&headers);
+    // SAFETY: as above.
+    let st = unsafe { proxy_send_local_response(status, null_mut(), 0, body.as_ptr(), body.len(), h.as_ptr(), h.len(), -1) };
+    check("sending a local reply", st);
 }
 
 pub fn now_ms() -> u64 {
-    hostcalls::get_current_time()
-        .unwrap_or(UNIX_EPOCH)
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    let mut ns: u64 = 0;
+    // SAFETY: `ns` outlives the call.
+    if unsafe { proxy_get_current_time_nanoseconds(&mut ns) } != OK {
+        return 0;
+    }
+    ns / 1_000_000
+}
+
+/// Calls an Envoy foreign function (e.g. `clear_route_cache`).
+pub fn foreign(name: &str) {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: as above.
+    let st = unsafe { proxy_call_foreign_function(name.as_ptr(), name.len(), null_mut(), 0, &mut data, &mut size) };
+    let _ = take(data, size);
+    check(name, st);
+}
+
+pub fn shared_data(key: &str) -> (Option<Vec<u8>>, u32) {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    let mut cas: u32 = 0;
+    // SAFETY: as above.
+    match unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) } {
+        OK => (take(data, size), cas),
+        _ => (None, 0),
+    }
+}
+
+/// Writes a shared-data value (empty clears it); `cas` 0 writes unconditionally. Returns the
+/// host status (`CAS_MISMATCH` when another worker wrote first).
+pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> u32 {
+    // SAFETY: as above.
+    unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) }
+}
+
+pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
+    let mut id: u32 = 0;
+    // SAFETY: as above.
+    (unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } == OK).then_some(id)
+}
+
+pub fn increment_metric(id: u32, by: i64) {
+    // SAFETY: no pointers.
+    unsafe { proxy_increment_metric(id, by) };
+}
+
+pub fn record_metric(id: u32, value: u64) {
+    // SAFETY: no pointers.
+    unsafe { proxy_record_metric(id, value) };
 }

@@ -16,6 +16,9 @@ use crate::failover::{
 use crate::rewrite::with_provider_field;
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
+/// Request header marking a local reply Switchyard already shaped (see the bootstrap's
+/// local_reply_config, which skips requests carrying it).
+const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
 /// Paths whose POST bodies are routed. Everything else passes through untouched.
 const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
 
@@ -95,7 +98,7 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = api::req_headers();
         // Internal headers are never taken from a caller.
-        for h in [ROUTED_HEADER, GROUPS_HEADER] {
+        for h in [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER] {
             if api::find(&headers, h).is_some() {
                 api::set_req_header(h, None);
             }
@@ -153,7 +156,7 @@ impl HttpContext for Stream {
         }
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Some(d) = &self.decision else { return Action::Continue };
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
@@ -186,6 +189,19 @@ impl HttpContext for Stream {
             api::set_resp_header("x-switchyard-model", None);
             api::set_resp_header("x-switchyard-model-failure", None);
             api::set_resp_header("x-switchyard-attempts", Some(&records.len().to_string()));
+            if end_of_stream {
+                // The failed answer had no body to replace: answer with a local reply, marked so
+                // the listener's local_reply_config leaves our JSON alone.
+                api::set_req_header(OWN_REPLY_HEADER, Some("1"));
+                let attempts = records.len().to_string();
+                let mut h: Vec<(&str, &str)> =
+                    vec![("content-type", "application/json"), ("x-switchyard-strategy", &strategy), ("x-switchyard-attempts", &attempts)];
+                for (k, v) in &e.headers {
+                    h.push((k.as_str(), v.as_str()));
+                }
+                api::reply(e.status, h, e.body().as_bytes());
+                return Action::Pause;
+            }
             self.body_action = BodyAction::Replace(e.body());
             return Action::Continue;
         }
@@ -203,10 +219,11 @@ impl HttpContext for Stream {
             }
             let json = api::find(&headers, "content-type").is_some_and(|c| c.contains("application/json"));
             let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
-            if !stream && json && !encoded {
-                // The body grows; let Envoy frame it.
-                api::set_resp_header("content-length", None);
+            if !stream && json && !encoded && !end_of_stream {
+                // Hold the headers until the body is complete so the grown body goes out with
+                // its own content-length in one piece.
                 self.body_action = BodyAction::InjectProvider(slug);
+                return Action::Pause;
             }
         }
         Action::Continue
@@ -225,6 +242,7 @@ impl HttpContext for Stream {
                 if let Some(body) = api::response_body(0, body_size) {
                     if let Some(out) = with_provider_field(&body, &slug) {
                         api::set_response_body(0, body_size, &out);
+                        api::set_resp_header("content-length", Some(&out.len().to_string()));
                     }
                 }
             }

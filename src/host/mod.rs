@@ -58,9 +58,7 @@ pub fn random_unit() -> f64 {
 
 /// Clears Envoy's cached route so the next route lookup sees changed headers/metadata.
 pub fn clear_route_cache() {
-    if let Err(status) = proxy_wasm::hostcalls::call_foreign_function("clear_route_cache", Some(&[])) {
-        log::warn!("switchyard: clear_route_cache failed: {status:?}");
-    }
+    api::foreign("clear_route_cache");
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -95,7 +93,7 @@ impl RootContext for Root {
         if self.role == Role::ClearRouteCache {
             return true;
         }
-        let Some(bytes) = proxy_wasm::hostcalls::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX).ok().flatten() else {
+        let Some(bytes) = api::plugin_configuration() else {
             log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
             return false;
         };

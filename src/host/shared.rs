@@ -4,8 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{MetricType, Status};
+use super::api::{self, CAS_MISMATCH, COUNTER, HISTOGRAM};
 
 use crate::config::Catalog;
 use crate::health::{EndpointHealth, HealthView};
@@ -21,8 +20,8 @@ pub fn stats_key(model: &str, slug: &str) -> String {
 }
 
 pub fn read_stats(key: &str) -> EndpointStats {
-    match hostcalls::get_shared_data(key) {
-        Ok((Some(bytes), _)) => EndpointStats::decode(&bytes),
+    match api::shared_data(key) {
+        (Some(bytes), _) => EndpointStats::decode(&bytes),
         _ => EndpointStats::default(),
     }
 }
@@ -30,20 +29,20 @@ pub fn read_stats(key: &str) -> EndpointStats {
 /// Read-modify-write with CAS; retried when another worker wrote in between.
 pub fn update_stats(key: &str, mut f: impl FnMut(&mut EndpointStats)) {
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = hostcalls::get_shared_data(key).unwrap_or((None, None));
+        let (bytes, cas) = api::shared_data(key);
         let fresh = bytes.is_none();
         let mut stats = bytes.map(|b| EndpointStats::decode(&b)).unwrap_or_default();
         f(&mut stats);
-        match hostcalls::set_shared_data(key, Some(&stats.encode()), cas) {
-            Ok(()) => {
+        match api::set_shared_data(key, &stats.encode(), cas) {
+            0 => {
                 if fresh {
                     register_key(key);
                 }
                 return;
             }
-            Err(Status::CasMismatch) => continue,
-            Err(e) => {
-                log::warn!("switchyard: shared data write failed: {e:?}");
+            CAS_MISMATCH => continue,
+            status => {
+                log::warn!("switchyard: shared data write failed (status {status})");
                 return;
             }
         }
@@ -53,16 +52,15 @@ pub fn update_stats(key: &str, mut f: impl FnMut(&mut EndpointStats)) {
 
 fn register_key(key: &str) {
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = hostcalls::get_shared_data(REGISTRY_KEY).unwrap_or((None, None));
+        let (bytes, cas) = api::shared_data(REGISTRY_KEY);
         let mut list = bytes.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
         if list.lines().any(|l| l == key) {
             return;
         }
         list.push_str(key);
         list.push('\n');
-        match hostcalls::set_shared_data(REGISTRY_KEY, Some(list.as_bytes()), cas) {
-            Err(Status::CasMismatch) => continue,
-            _ => return,
+        if api::set_shared_data(REGISTRY_KEY, list.as_bytes(), cas) != CAS_MISMATCH {
+            return;
         }
     }
 }
@@ -75,7 +73,7 @@ pub fn prune_stale_keys(catalog: &Catalog) {
         .filter_map(|e| catalog.models.get(e.model).map(|m| stats_key(&m.id, &e.slug)))
         .collect();
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = hostcalls::get_shared_data(REGISTRY_KEY).unwrap_or((None, None));
+        let (bytes, cas) = api::shared_data(REGISTRY_KEY);
         let Some(bytes) = bytes else { return };
         let list = String::from_utf8_lossy(&bytes).into_owned();
         let (keep, drop): (Vec<&str>, Vec<&str>) = list.lines().filter(|l| !l.is_empty()).partition(|k| wanted.iter().any(|w| w == k));
@@ -83,15 +81,13 @@ pub fn prune_stale_keys(catalog: &Catalog) {
             return;
         }
         let kept: String = keep.iter().map(|k| format!("{k}\n")).collect();
-        match hostcalls::set_shared_data(REGISTRY_KEY, Some(kept.as_bytes()), cas) {
-            Err(Status::CasMismatch) => continue,
-            _ => {
-                for k in drop {
-                    let _ = hostcalls::set_shared_data(k, None, None);
-                }
-                return;
-            }
+        if api::set_shared_data(REGISTRY_KEY, kept.as_bytes(), cas) == CAS_MISMATCH {
+            continue;
         }
+        for k in drop {
+            api::set_shared_data(k, &[], 0);
+        }
+        return;
     }
 }
 
@@ -133,32 +129,30 @@ pub fn tag(v: &str) -> String {
     v.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-fn metric(kind: MetricType, name: &str) -> Option<u32> {
+fn metric(kind: u32, name: &str) -> Option<u32> {
     METRICS.with(|m| {
         if let Some(id) = m.borrow().get(name) {
             return Some(*id);
         }
-        match hostcalls::define_metric(kind, name) {
-            Ok(id) => {
+        let id = api::define_metric(kind, name);
+        match id {
+            Some(id) => {
                 m.borrow_mut().insert(name.to_string(), id);
-                Some(id)
             }
-            Err(e) => {
-                log::warn!("switchyard: define_metric {name}: {e:?}");
-                None
-            }
+            None => log::warn!("switchyard: define_metric {name} failed"),
         }
+        id
     })
 }
 
 pub fn count(name: &str) {
-    if let Some(id) = metric(MetricType::Counter, name) {
-        let _ = hostcalls::increment_metric(id, 1);
+    if let Some(id) = metric(COUNTER, name) {
+        api::increment_metric(id, 1);
     }
 }
 
 pub fn observe(name: &str, value: u64) {
-    if let Some(id) = metric(MetricType::Histogram, name) {
-        let _ = hostcalls::record_metric(id, value);
+    if let Some(id) = metric(HISTOGRAM, name) {
+        api::record_metric(id, value);
     }
 }
