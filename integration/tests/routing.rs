@@ -322,3 +322,28 @@ async fn completions_and_responses_paths_are_routed() {
         assert_eq!(got.json()["model"], "alpha-basic");
     }
 }
+
+#[tokio::test]
+async fn non_utf8_header_values_do_not_break_the_filter() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stack();
+    let body = json!({"model": "test/basic", "messages": msg("x"), "provider": {"only": ["alpha"]}}).to_string();
+    let mut req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-test-id: latin1\r\nconnection: close\r\ncontent-length: {}\r\nx-note: caf",
+        body.len()
+    )
+    .into_bytes();
+    req.push(0xE9); // obs-text: valid in HTTP/1.1, not UTF-8
+    req.extend_from_slice(b"\r\n\r\n");
+    req.extend_from_slice(body.as_bytes());
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    conn.write_all(&req).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), conn.read_to_end(&mut out)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert_eq!(s.only_receiver("latin1").0, "alpha");
+    // The VM is still serving.
+    let r = s.chat("after-latin1", json!({"model": "test/basic", "messages": msg("x")})).await;
+    assert_eq!(r.status, 200);
+}
