@@ -54,6 +54,7 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
                 "score": num(Some(a.score)),
                 "health": {
                     "attempts": h.attempts,
+                    "in_flight": h.in_flight,
                     "uptime": num(h.uptime),
                     "error_rate": num(h.error_rate),
                     "ttft_p50_ms": num(h.ttft_ms.p50),

@@ -39,6 +39,8 @@ pub const PERCENTILES: [Percentile; 4] = [Percentile::P50, Percentile::P75, Perc
 pub struct EndpointHealth {
     /// Attempts seen over the window (0: no data).
     pub attempts: u32,
+    /// Attempts in flight right now, across all workers.
+    pub in_flight: u32,
     /// Fraction of attempts that succeeded over the window (None: no attempts seen).
     pub uptime: Option<f64>,
     /// Fraction of attempts that failed (5xx, reset, timeout) over the window.

@@ -164,6 +164,7 @@ impl EndpointStats {
         let judged = successes + failures;
         EndpointHealth {
             attempts,
+            in_flight: self.in_flight,
             uptime: (judged > 0).then(|| f64::from(successes) / f64::from(judged)),
             error_rate: (attempts > 0).then(|| f64::from(failures) / f64::from(attempts)),
             tool_error_rate: None,

@@ -401,3 +401,22 @@ async fn body_less_failures_still_get_the_json_error() {
     assert_eq!(e["error"]["code"], "no_endpoint_available", "{}", r.text());
     assert_eq!(e["error"]["metadata"]["attempts"].as_array().map(|a| a.len()), Some(2));
 }
+
+#[tokio::test]
+async fn in_flight_attempts_are_counted_across_workers() {
+    let s = stack();
+    let in_flight = |r: &switchyard_integration::client::Reply| -> u64 {
+        let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap_or("[]")).unwrap();
+        c[0]["health"]["in_flight"].as_u64().unwrap_or(99)
+    };
+    let body = json!({"model": "fo/inflight", "stream": true, "messages": msg("x")});
+    let slow = tokio::spawn(async move {
+        stack().chat_with("fo-inflight-slow", &[("x-mock-behavior", "alpha=interval300+chunks5")], body).await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = s.chat_with("fo-inflight-during", &[("x-switchyard-debug", "1")], json!({"model": "fo/inflight", "messages": msg("x")})).await;
+    assert_eq!(in_flight(&r), 1, "{:?}", r.header("x-switchyard-candidates"));
+    assert_eq!(slow.await.unwrap().status, 200);
+    let r = s.chat_with("fo-inflight-after", &[("x-switchyard-debug", "1")], json!({"model": "fo/inflight", "messages": msg("x")})).await;
+    assert_eq!(in_flight(&r), 0, "{:?}", r.header("x-switchyard-candidates"));
+}

@@ -62,7 +62,7 @@ pub fn test_catalog() -> Value {
         "routing": {"max_body_bytes": 65536}
     });
     // Failover tests: one model per test so live statistics never leak between tests.
-    let failover_models: [(&str, &[(&str, f64)]); 17] = [
+    let failover_models: [(&str, &[(&str, f64)]); 18] = [
         ("fo/order", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
         ("fo/reset", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/dead", &[("dead", 1.0), ("alpha", 2.0)]),
@@ -80,6 +80,7 @@ pub fn test_catalog() -> Value {
         ("fo/out", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/lat", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/tps", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/inflight", &[("alpha", 1.0)]),
     ];
     for (model, endpoints) in failover_models {
         let eps: Vec<Value> = endpoints
