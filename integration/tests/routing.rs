@@ -347,3 +347,26 @@ async fn non_utf8_header_values_do_not_break_the_filter() {
     let r = s.chat("after-latin1", json!({"model": "test/basic", "messages": msg("x")})).await;
     assert_eq!(r.status, 200);
 }
+
+#[tokio::test]
+async fn chunked_bodies_over_the_limit_get_413_json() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = stack();
+    // No content-length: the filter counts the body as it arrives (limit 64 KiB in this stack).
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-test-id: chunked-413\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = "x".repeat(16 * 1024);
+    for _ in 0..6 {
+        if conn.write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), conn.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("\"request_too_large\""), "{text}");
+    assert!(s.received("chunked-413").is_empty());
+}
