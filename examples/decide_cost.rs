@@ -14,7 +14,10 @@ fn main() {
         {"provider": "fast", "upstream_model": "fast-model", "pricing": {"prompt": 2, "completion": 2}},
         {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}]}}}"#;
     let c = Catalog::from_json(cfg.as_bytes(), &|_| None).unwrap();
-    let body = format!(r#"{{"model":"bench/model","max_tokens":16,"messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(950));
+    let body = format!(
+        r#"{{"model":"bench/model","max_tokens":16,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(950)
+    );
     let n = 200_000;
     let t = Instant::now();
     let mut x = 0usize;

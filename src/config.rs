@@ -341,15 +341,13 @@ impl Catalog {
 }
 
 fn valid_header_name(h: &str) -> bool {
-    !h.is_empty()
-        && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 fn valid_slug(s: &str) -> bool {
     let mut parts = s.split('/');
-    let ok_part = |p: &str| {
-        !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    };
+    let ok_part =
+        |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
     match (parts.next(), parts.next(), parts.next()) {
         (Some(a), None, None) => ok_part(a),
         (Some(a), Some(b), None) => ok_part(a) && ok_part(b),
@@ -457,12 +455,19 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 .get(&e.provider)
                 .or_else(|| provider_slot.get(base_of(&e.provider)))
                 .copied()
-                .ok_or_else(|| err(format!("{ef}.provider"), format!("unknown provider \"{}\" (not in providers)", e.provider)))?;
+                .ok_or_else(|| {
+                    err(format!("{ef}.provider"), format!("unknown provider \"{}\" (not in providers)", e.provider))
+                })?;
             if ids.iter().any(|&j: &usize| endpoints.get(j).map(|x: &Endpoint| x.slug == e.provider).unwrap_or(false)) {
-                return Err(err(format!("{ef}.provider"), format!("duplicate endpoint \"{}\" for this model", e.provider)));
+                return Err(err(
+                    format!("{ef}.provider"),
+                    format!("duplicate endpoint \"{}\" for this model", e.provider),
+                ));
             }
             let pr = e.pricing;
-            for (name, v) in [("prompt", pr.prompt), ("completion", pr.completion), ("request", pr.request), ("image", pr.image)] {
+            for (name, v) in
+                [("prompt", pr.prompt), ("completion", pr.completion), ("request", pr.request), ("image", pr.image)]
+            {
                 if !v.is_finite() || v < 0.0 {
                     return Err(err(format!("{ef}.pricing.{name}"), "must be a finite number >= 0"));
                 }
@@ -470,7 +475,10 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             let quantization = match &e.quantization {
                 None => Quantization::Unknown,
                 Some(q) => Quantization::parse(q).ok_or_else(|| {
-                    err(format!("{ef}.quantization"), format!("unknown quantization \"{q}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"))
+                    err(
+                        format!("{ef}.quantization"),
+                        format!("unknown quantization \"{q}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"),
+                    )
                 })?,
             };
             if e.context_length == Some(0) {
@@ -503,7 +511,10 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
     let default_policy = match r.default_policy.as_str() {
         "price_weighted" => DefaultPolicy::PriceWeighted,
         other => {
-            return Err(err("routing.default_policy", format!("unknown policy \"{other}\" (available: price_weighted)")));
+            return Err(err(
+                "routing.default_policy",
+                format!("unknown policy \"{other}\" (available: price_weighted)"),
+            ));
         }
     };
     if r.outage_window_s == 0 {
@@ -618,7 +629,10 @@ mod tests {
         assert!(e.reason.contains("unknown field `colour`"), "{e}");
         let e = expect_err(&sample().replace("\"deepinfra/turbo\"", "\"together\""));
         assert!(e.reason.contains("duplicate endpoint"), "{e}");
-        let e = expect_err(&format!("{}, \"routing\": {{\"default_policy\": \"magic\"}}}}", sample().trim_end().trim_end_matches('}')));
+        let e = expect_err(&format!(
+            "{}, \"routing\": {{\"default_policy\": \"magic\"}}}}",
+            sample().trim_end().trim_end_matches('}')
+        ));
         assert_eq!(e.field, "routing.default_policy");
         let e = expect_err(r#"{"providers": {}, "models": {}}"#);
         assert_eq!(e.field, "providers");

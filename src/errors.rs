@@ -33,7 +33,12 @@ impl ApiError {
     }
 
     pub fn model_not_found(param: &str, model: &str) -> ApiError {
-        let mut e = ApiError::new(400, "invalid_request_error", "model_not_found", format!("`{param}`: \"{model}\" is not a model configured on this router"));
+        let mut e = ApiError::new(
+            400,
+            "invalid_request_error",
+            "model_not_found",
+            format!("`{param}`: \"{model}\" is not a model configured on this router"),
+        );
         e.param = Some(param.to_string());
         e
     }
@@ -52,7 +57,12 @@ impl ApiError {
     }
 
     pub fn too_large(limit: u64) -> ApiError {
-        ApiError::new(413, "invalid_request_error", "request_too_large", format!("request body exceeds the {limit}-byte limit of this router"))
+        ApiError::new(
+            413,
+            "invalid_request_error",
+            "request_too_large",
+            format!("request body exceeds the {limit}-byte limit of this router"),
+        )
     }
 
     pub fn body(&self) -> String {

@@ -156,7 +156,11 @@ pub fn base64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk.first().copied().unwrap_or(0), chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -202,7 +206,13 @@ pub fn model_prefix(upstream_model: &str) -> Vec<u8> {
 }
 
 /// The rewrite for attempt `attempt` (1-based) that Envoy sent to `cluster`.
-pub fn attempt_rewrite(catalog: &Catalog, catalog_id: u64, plan: &AttemptPlan, attempt: usize, cluster: &str) -> Result<AttemptRewrite, AttemptError> {
+pub fn attempt_rewrite(
+    catalog: &Catalog,
+    catalog_id: u64,
+    plan: &AttemptPlan,
+    attempt: usize,
+    cluster: &str,
+) -> Result<AttemptRewrite, AttemptError> {
     if plan.catalog_id != catalog_id {
         return Err(AttemptError::StalePlan);
     }
@@ -325,7 +335,12 @@ pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
         })
         .collect();
     let mut e = if !sent.is_empty() && sent.iter().all(|r| r.status == 429) {
-        let mut e = ApiError::new(429, "rate_limit_error", "capacity_exhausted", "every allowed endpoint is rate limited; retry later");
+        let mut e = ApiError::new(
+            429,
+            "rate_limit_error",
+            "capacity_exhausted",
+            "every allowed endpoint is rate limited; retry later",
+        );
         if let Some(min) = sent.iter().filter_map(|r| r.retry_after_s).min() {
             e.headers.push(("retry-after".to_string(), min.to_string()));
         }
@@ -345,7 +360,14 @@ mod tests {
 
     #[test]
     fn plan_round_trips() {
-        let p = AttemptPlan { catalog_id: 42, stream: true, body_len: 1000, prefix_len: 20, path: "/v1/chat/completions?x=1".into(), endpoints: vec![3, 0, 7] };
+        let p = AttemptPlan {
+            catalog_id: 42,
+            stream: true,
+            body_len: 1000,
+            prefix_len: 20,
+            path: "/v1/chat/completions?x=1".into(),
+            endpoints: vec![3, 0, 7],
+        };
         assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
         assert_eq!(AttemptPlan::decode(&p.encode()[..10]), None);
         assert_eq!(AttemptPlan::decode(b""), None);
@@ -406,7 +428,14 @@ mod tests {
     fn attempt_rewrite_per_provider() {
         let c = catalog();
         let prefix = model_prefix("one-a");
-        let plan = AttemptPlan { catalog_id: 9, stream: false, body_len: 100, prefix_len: prefix.len() as u32, path: "/v1/chat/completions".into(), endpoints: vec![0, 1] };
+        let plan = AttemptPlan {
+            catalog_id: 9,
+            stream: false,
+            body_len: 100,
+            prefix_len: prefix.len() as u32,
+            path: "/v1/chat/completions".into(),
+            endpoints: vec![0, 1],
+        };
         let a1 = attempt_rewrite(&c, 9, &plan, 1, "c_a").unwrap();
         assert_eq!(a1.authority, "a.example");
         assert_eq!(a1.credential, Some(("authorization".into(), "Bearer ka".into())));

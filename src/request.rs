@@ -18,8 +18,20 @@ pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins",
 /// Top-level fields that are the request itself rather than optional parameters; everything
 /// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
 const NON_PARAMETERS: [&str; 14] = [
-    "model", "models", "provider", "plugins", "route", "messages", "prompt", "input", "stream",
-    "stream_options", "user", "session_id", "metadata", "instructions",
+    "model",
+    "models",
+    "provider",
+    "plugins",
+    "route",
+    "messages",
+    "prompt",
+    "input",
+    "stream",
+    "stream_options",
+    "user",
+    "session_id",
+    "metadata",
+    "instructions",
 ];
 
 pub const MAX_MODELS: usize = 8;
@@ -303,20 +315,35 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                                     partition = match s.as_str() {
                                         "model" => Partition::Model,
                                         "none" => Partition::None,
-                                        _ => return Err(bad(&sp, format!("`{sp}` must be \"model\" or \"none\", got \"{s}\""))),
+                                        _ => {
+                                            return Err(bad(
+                                                &sp,
+                                                format!("`{sp}` must be \"model\" or \"none\", got \"{s}\""),
+                                            ))
+                                        }
                                     }
                                 }
                                 ("partition", Value::Null) => {}
                                 ("by" | "partition", other) => {
                                     return Err(bad(&sp, format!("`{sp}` must be a string, got {}", type_name(other))));
                                 }
-                                _ => return Err(bad(&sp, format!("unknown field `{sk}` in `provider.sort` (by, partition)"))),
+                                _ => {
+                                    return Err(bad(
+                                        &sp,
+                                        format!("unknown field `{sk}` in `provider.sort` (by, partition)"),
+                                    ))
+                                }
                             }
                         }
                         let by = by.ok_or_else(|| bad("provider.sort.by", "`provider.sort.by` is required"))?;
                         Sort { by, partition }
                     }
-                    _ => return Err(bad(param, format!("`provider.sort` must be a string or {{by, partition}}, got {}", type_name(x)))),
+                    _ => {
+                        return Err(bad(
+                            param,
+                            format!("`provider.sort` must be a string or {{by, partition}}, got {}", type_name(x)),
+                        ))
+                    }
                 })
             }
             "quantizations" => {
@@ -354,7 +381,14 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                         "completion" => p.max_price.completion = n,
                         "request" => p.max_price.request = n,
                         "image" => p.max_price.image = n,
-                        _ => return Err(bad(&mp, format!("unknown field `{mk}` in `provider.max_price` (prompt, completion, request, image)"))),
+                        _ => {
+                            return Err(bad(
+                                &mp,
+                                format!(
+                                    "unknown field `{mk}` in `provider.max_price` (prompt, completion, request, image)"
+                                ),
+                            ))
+                        }
                     }
                 }
             }
@@ -367,8 +401,18 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
 }
 
 const KNOWN_PROVIDER_FIELDS: [&str; 13] = [
-    "order", "allow_fallbacks", "only", "ignore", "sort", "quantizations", "data_collection", "zdr",
-    "enforce_distillable_text", "require_parameters", "max_price", "preferred_min_throughput",
+    "order",
+    "allow_fallbacks",
+    "only",
+    "ignore",
+    "sort",
+    "quantizations",
+    "data_collection",
+    "zdr",
+    "enforce_distillable_text",
+    "require_parameters",
+    "max_price",
+    "preferred_min_throughput",
     "preferred_max_latency",
 ];
 
@@ -377,7 +421,11 @@ fn unknown_provider_field(k: &str) -> ApiError {
 }
 
 /// Splits a `vendor/name:variant` id. An id that is itself in the catalog keeps its colon.
-pub fn split_variant<'s>(model: &'s str, is_known: &dyn Fn(&str) -> bool, param: &str) -> Result<(&'s str, Option<Variant>), ApiError> {
+pub fn split_variant<'s>(
+    model: &'s str,
+    is_known: &dyn Fn(&str) -> bool,
+    param: &str,
+) -> Result<(&'s str, Option<Variant>), ApiError> {
     if is_known(model) {
         return Ok((model, None));
     }
@@ -388,12 +436,12 @@ pub fn split_variant<'s>(model: &'s str, is_known: &dyn Fn(&str) -> bool, param:
                 "nitro" => Variant::Nitro,
                 "floor" => Variant::Floor,
                 "exacto" => Variant::Exacto,
-                _ => {
-                    return Err(ApiError::invalid(
-                        param,
-                        format!("unknown model variant suffix `:{suffix}` in `{param}` (supported: :nitro, :floor, :exacto)"),
-                    ))
-                }
+                _ => return Err(ApiError::invalid(
+                    param,
+                    format!(
+                        "unknown model variant suffix `:{suffix}` in `{param}` (supported: :nitro, :floor, :exacto)"
+                    ),
+                )),
             };
             Ok((base, Some(v)))
         }
@@ -402,9 +450,8 @@ pub fn split_variant<'s>(model: &'s str, is_known: &dyn Fn(&str) -> bool, param:
 
 impl<'a> ChatRequest<'a> {
     pub fn parse(body: &'a [u8]) -> Result<ChatRequest<'a>, ApiError> {
-        let fields = TopLevel::parse(body).map_err(|e| {
-            ApiError::invalid_json(format!("request body is not a valid JSON object: {e}"))
-        })?;
+        let fields = TopLevel::parse(body)
+            .map_err(|e| ApiError::invalid_json(format!("request body is not a valid JSON object: {e}")))?;
         let mut req = ChatRequest {
             fields,
             model: None,
@@ -423,7 +470,9 @@ impl<'a> ChatRequest<'a> {
                 "model" => match parse_value(raw, "model")? {
                     Value::String(s) if !s.is_empty() => req.model = Some(s),
                     Value::Null => {}
-                    v => return Err(bad("model", format!("`model` must be a non-empty string, got {}", type_name(&v)))),
+                    v => {
+                        return Err(bad("model", format!("`model` must be a non-empty string, got {}", type_name(&v))))
+                    }
                 },
                 "models" => {
                     let v = parse_value(raw, "models")?;
@@ -440,7 +489,8 @@ impl<'a> ChatRequest<'a> {
                 "max_tokens" | "max_completion_tokens" | "max_output_tokens" => match parse_value(raw, key)? {
                     Value::Null => {}
                     v => {
-                        let n = v.as_u64().ok_or_else(|| bad(key, format!("`{key}` must be a non-negative integer")))?;
+                        let n =
+                            v.as_u64().ok_or_else(|| bad(key, format!("`{key}` must be a non-negative integer")))?;
                         req.max_tokens = Some(req.max_tokens.map_or(n, |m| m.max(n)));
                     }
                 },
@@ -461,7 +511,10 @@ impl<'a> ChatRequest<'a> {
             return Err(bad("model", "`model` is required"));
         }
         if req.models.len() > MAX_MODELS {
-            return Err(bad("models", format!("`models` may list at most {MAX_MODELS} models, got {}", req.models.len())));
+            return Err(bad(
+                "models",
+                format!("`models` may list at most {MAX_MODELS} models, got {}", req.models.len()),
+            ));
         }
         req.prompt_tokens = (prompt_bytes as u64).div_ceil(4);
         Ok(req)
@@ -499,8 +552,10 @@ mod tests {
 
     #[test]
     fn parses_core_fields() {
-        let r = parse(r#"{"model":"a/b:nitro","models":["c/d"],"stream":true,"max_tokens":100,
-            "messages":[{"role":"user","content":"hello there"}],"temperature":0.2,"tools":[{"type":"function"}]}"#)
+        let r = parse(
+            r#"{"model":"a/b:nitro","models":["c/d"],"stream":true,"max_tokens":100,
+            "messages":[{"role":"user","content":"hello there"}],"temperature":0.2,"tools":[{"type":"function"}]}"#,
+        )
         .unwrap();
         assert_eq!(r.model.as_deref(), Some("a/b:nitro"));
         assert_eq!(r.models, vec!["c/d"]);
@@ -514,11 +569,13 @@ mod tests {
 
     #[test]
     fn parses_full_provider_object() {
-        let r = parse(r#"{"model":"a/b","provider":{"order":["x","y/z"],"allow_fallbacks":false,"only":["x"],
+        let r = parse(
+            r#"{"model":"a/b","provider":{"order":["x","y/z"],"allow_fallbacks":false,"only":["x"],
           "ignore":["q"],"sort":{"by":"latency","partition":"none"},"quantizations":["fp8","bf16"],
           "data_collection":"deny","zdr":true,"enforce_distillable_text":true,"require_parameters":true,
           "max_price":{"prompt":1,"completion":2.5,"request":0.01,"image":0.1},
-          "preferred_min_throughput":{"p50":100,"p90":50},"preferred_max_latency":2}}"#)
+          "preferred_min_throughput":{"p50":100,"p90":50},"preferred_max_latency":2}}"#,
+        )
         .unwrap();
         let p = r.provider;
         assert_eq!(p.order, vec!["x", "y/z"]);
@@ -528,8 +585,14 @@ mod tests {
         assert_eq!(p.sort, Some(Sort { by: SortBy::Latency, partition: Partition::None }));
         assert_eq!(p.quantizations, Some(vec![Quantization::Fp8, Quantization::Bf16]));
         assert!(p.data_collection_deny && p.zdr && p.enforce_distillable_text && p.require_parameters);
-        assert_eq!(p.max_price, MaxPrice { prompt: Some(1.0), completion: Some(2.5), request: Some(0.01), image: Some(0.1) });
-        assert_eq!(p.preferred_min_throughput, Some(Cutoffs { p50: Some(100.0), p90: Some(50.0), ..Cutoffs::default() }));
+        assert_eq!(
+            p.max_price,
+            MaxPrice { prompt: Some(1.0), completion: Some(2.5), request: Some(0.01), image: Some(0.1) }
+        );
+        assert_eq!(
+            p.preferred_min_throughput,
+            Some(Cutoffs { p50: Some(100.0), p90: Some(50.0), ..Cutoffs::default() })
+        );
         assert_eq!(p.preferred_max_latency, Some(Cutoffs { p50: Some(2.0), ..Cutoffs::default() }));
     }
 

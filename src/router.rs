@@ -55,7 +55,9 @@ impl Ctx<'_> {
         match self.ep(idx) {
             Some(ep) => {
                 let p = ep.pricing;
-                self.req.prompt_tokens as f64 * p.prompt / 1e6 + self.completion_tokens as f64 * p.completion / 1e6 + p.request
+                self.req.prompt_tokens as f64 * p.prompt / 1e6
+                    + self.completion_tokens as f64 * p.completion / 1e6
+                    + p.request
             }
             None => f64::INFINITY,
         }
@@ -116,14 +118,15 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static 
     let Some(m) = cat.models.get(model.model) else { return Err("model") };
     let mut set: Vec<usize> = m.endpoints.clone();
 
-    let step = |set: &mut Vec<usize>, name: &'static str, keep: &dyn Fn(&Endpoint) -> bool| -> Result<(), &'static str> {
-        set.retain(|&i| cat.endpoint(i).map(keep).unwrap_or(false));
-        if set.is_empty() {
-            Err(name)
-        } else {
-            Ok(())
-        }
-    };
+    let step =
+        |set: &mut Vec<usize>, name: &'static str, keep: &dyn Fn(&Endpoint) -> bool| -> Result<(), &'static str> {
+            set.retain(|&i| cat.endpoint(i).map(keep).unwrap_or(false));
+            if set.is_empty() {
+                Err(name)
+            } else {
+                Ok(())
+            }
+        };
 
     if let Some(pin) = &model.pin {
         step(&mut set, "model", &|e| e.matches_slug(pin))?;
@@ -138,7 +141,9 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static 
         step(&mut set, "quantizations", &|e| qs.contains(&e.quantization))?;
     }
     if p.data_collection_deny {
-        step(&mut set, "data_collection", &|e| cat.provider_of(e).map(|pr| !pr.retains_data && !pr.trains_on_data).unwrap_or(false))?;
+        step(&mut set, "data_collection", &|e| {
+            cat.provider_of(e).map(|pr| !pr.retains_data && !pr.trains_on_data).unwrap_or(false)
+        })?;
     }
     if p.zdr {
         step(&mut set, "zdr", &|e| cat.provider_of(e).map(|pr| pr.zdr).unwrap_or(false))?;
@@ -199,7 +204,8 @@ fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
         let errors = || cmp_f64(ha.error_rate.unwrap_or(0.0), hb.error_rate.unwrap_or(0.0));
         let slug = || ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint));
         // Without measurements the sort has nothing to go on: cheapest first.
-        let cheaper_if_unmeasured = |x: Option<f64>, y: Option<f64>| if x.is_none() && y.is_none() { cmp_f64(ca, cb) } else { Ordering::Equal };
+        let cheaper_if_unmeasured =
+            |x: Option<f64>, y: Option<f64>| if x.is_none() && y.is_none() { cmp_f64(ca, cb) } else { Ordering::Equal };
         match by {
             SortBy::Price => cmp_f64(ca, cb).then_with(uptime).then_with(errors).then_with(slug),
             SortBy::Latency => cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false)
@@ -240,8 +246,11 @@ fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
 /// first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
 /// probability of being drawn first (0 for endpoints that cannot be).
 fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) {
-    set.sort_by(|a, b| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint))));
-    let (mut stable, unstable): (Vec<Attempt>, Vec<Attempt>) = set.drain(..).partition(|a| !ctx.health(a.endpoint).recent_outage);
+    set.sort_by(|a, b| {
+        cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
+    });
+    let (mut stable, unstable): (Vec<Attempt>, Vec<Attempt>) =
+        set.drain(..).partition(|a| !ctx.health(a.endpoint).recent_outage);
     // Free endpoints have infinite weight: they share the draw among themselves.
     let free = stable.iter().filter(|a| ctx.cost(a.endpoint) <= 0.0).count();
     let weight = |a: &Attempt| {
@@ -327,7 +336,10 @@ fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<A
             !hit
         });
         // A base slug may match several variants: cheapest first.
-        group.sort_by(|a, b| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint))));
+        group.sort_by(|a, b| {
+            cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint))
+                .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
+        });
         head.extend(group);
     }
     then(set);
@@ -336,7 +348,12 @@ fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<A
 }
 
 /// Computes the ranked attempt list for a request.
-pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand: &mut dyn FnMut() -> f64) -> Result<Plan, ApiError> {
+pub fn plan(
+    catalog: &Catalog,
+    req: &ChatRequest,
+    health: &dyn HealthView,
+    rand: &mut dyn FnMut() -> f64,
+) -> Result<Plan, ApiError> {
     let prefs = &req.provider;
     let ctx = Ctx {
         catalog,
@@ -371,7 +388,10 @@ pub fn plan(catalog: &Catalog, req: &ChatRequest, health: &dyn HealthView, rand:
     let mut first_failure: Option<(String, &'static str)> = None;
     for (r, written) in &resolved {
         match hard_filter(&ctx, r) {
-            Ok(set) => pools.push((set.into_iter().map(|endpoint| Attempt { endpoint, score: 0.0 }).collect(), effective(r.variant))),
+            Ok(set) => pools.push((
+                set.into_iter().map(|endpoint| Attempt { endpoint, score: 0.0 }).collect(),
+                effective(r.variant),
+            )),
             Err(constraint) => {
                 if first_failure.is_none() {
                     first_failure = Some((written.clone(), constraint));

@@ -127,7 +127,12 @@ impl Lcg {
     }
 }
 
-fn run_with(cat: &Catalog, body: &str, health: &dyn HealthView, rand: &mut dyn FnMut() -> f64) -> Result<Plan, ApiError> {
+fn run_with(
+    cat: &Catalog,
+    body: &str,
+    health: &dyn HealthView,
+    rand: &mut dyn FnMut() -> f64,
+) -> Result<Plan, ApiError> {
     let req = ChatRequest::parse(body.as_bytes())?;
     plan(cat, &req, health, rand)
 }
@@ -190,16 +195,27 @@ fn filter_catalog() -> Catalog {
         model(
             "m/x",
             &[
-                ep_x("alpha", 1.0, r#", "quantization": "fp8", "context_length": 1000, "supported_parameters": ["tools", "temperature"]"#),
+                ep_x(
+                    "alpha",
+                    1.0,
+                    r#", "quantization": "fp8", "context_length": 1000, "supported_parameters": ["tools", "temperature"]"#,
+                ),
                 ep_x("beta", 2.0, r#", "quantization": "bf16", "supported_parameters": ["tools"]"#),
                 ep_x("gamma", 3.0, r#", "quantization": "fp16", "context_length": 100000"#),
-                ep_x("deepinfra/turbo", 4.0, r#", "quantization": "int8", "supported_parameters": ["tools", "temperature"]"#),
+                ep_x(
+                    "deepinfra/turbo",
+                    4.0,
+                    r#", "quantization": "int8", "supported_parameters": ["tools", "temperature"]"#,
+                ),
                 ep_x("deepinfra/fast", 5.0, r#", "quantization": "int8""#),
                 ep_x("delta", 6.0, r#", "quantization": "fp8""#),
             ],
         ),
         model_x("m/d", r#""distillable": true, "#, &[ep("alpha", 1.0), ep("gamma", 2.0)]),
-        model("m/unsafe", &[ep_x("gamma", 1.0, r#", "context_length": 4096"#), ep_x("delta", 2.0, r#", "context_length": 8192"#)]),
+        model(
+            "m/unsafe",
+            &[ep_x("gamma", 1.0, r#", "context_length": 4096"#), ep_x("delta", 2.0, r#", "context_length": 8192"#)],
+        ),
     ])
 }
 
@@ -220,21 +236,34 @@ fn no_filters_keep_every_endpoint() {
 #[test]
 fn only_allows_listed_slugs_base_matching_every_variant() {
     let c = filter_catalog();
-    assert_eq!(ranked(&c, &priced("m/x", r#", "only": ["beta", "deepinfra"]"#), &NoHealthData), s(&["beta", "deepinfra/turbo", "deepinfra/fast"]));
-    assert_eq!(ranked(&c, &priced("m/x", r#", "only": ["deepinfra/fast", "gamma"]"#), &NoHealthData), s(&["gamma", "deepinfra/fast"]));
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "only": ["beta", "deepinfra"]"#), &NoHealthData),
+        s(&["beta", "deepinfra/turbo", "deepinfra/fast"])
+    );
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "only": ["deepinfra/fast", "gamma"]"#), &NoHealthData),
+        s(&["gamma", "deepinfra/fast"])
+    );
 }
 
 // `ignore` is a hard deny-list; a base slug removes every variant, a full slug only that one.
 #[test]
 fn ignore_base_slug_drops_every_variant_full_slug_only_that_one() {
     let c = filter_catalog();
-    assert_eq!(ranked(&c, &priced("m/x", r#", "ignore": ["deepinfra"]"#), &NoHealthData), s(&["alpha", "beta", "gamma", "delta"]));
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "ignore": ["deepinfra"]"#), &NoHealthData),
+        s(&["alpha", "beta", "gamma", "delta"])
+    );
     assert_eq!(
         ranked(&c, &priced("m/x", r#", "ignore": ["deepinfra/turbo"]"#), &NoHealthData),
         s(&["alpha", "beta", "gamma", "deepinfra/fast", "delta"])
     );
     assert_eq!(
-        ranked(&c, &priced("m/x", r#", "ignore": ["alpha", "beta", "gamma", "deepinfra/turbo", "delta"]"#), &NoHealthData),
+        ranked(
+            &c,
+            &priced("m/x", r#", "ignore": ["alpha", "beta", "gamma", "deepinfra/turbo", "delta"]"#),
+            &NoHealthData
+        ),
         s(&["deepinfra/fast"])
     );
 }
@@ -268,7 +297,10 @@ fn data_collection_deny_keeps_providers_that_neither_retain_nor_train() {
 #[test]
 fn zdr_keeps_only_zero_retention_providers() {
     let c = filter_catalog();
-    assert_eq!(ranked(&c, &priced("m/x", r#", "zdr": true"#), &NoHealthData), s(&["alpha", "deepinfra/turbo", "deepinfra/fast"]));
+    assert_eq!(
+        ranked(&c, &priced("m/x", r#", "zdr": true"#), &NoHealthData),
+        s(&["alpha", "deepinfra/turbo", "deepinfra/fast"])
+    );
     assert_eq!(ranked(&c, &priced("m/x", r#", "zdr": false"#), &NoHealthData), s(&ALL_X));
 }
 
@@ -276,7 +308,10 @@ fn zdr_keeps_only_zero_retention_providers() {
 #[test]
 fn enforce_distillable_text_uses_the_model_flag() {
     let c = filter_catalog();
-    assert_eq!(ranked(&c, &priced("m/d", r#", "enforce_distillable_text": true"#), &NoHealthData), s(&["alpha", "gamma"]));
+    assert_eq!(
+        ranked(&c, &priced("m/d", r#", "enforce_distillable_text": true"#), &NoHealthData),
+        s(&["alpha", "gamma"])
+    );
     let e = fails(&c, &priced("m/x", r#", "enforce_distillable_text": true"#));
     assert_no_endpoints(&e, "m/x", "enforce_distillable_text");
 }
@@ -291,7 +326,10 @@ fn require_parameters_drops_endpoints_missing_any_parameter() {
     let b = body("m/x", r#", "temperature": 0.2, "provider": {"sort": "price"}"#);
     assert_eq!(ranked(&c, &b, &NoHealthData), s(&ALL_X));
     // Only request members count: messages/stream/user/metadata are never "parameters".
-    let b = body("m/x", r#", "stream": true, "user": "u", "metadata": {}, "provider": {"sort": "price", "require_parameters": true}"#);
+    let b = body(
+        "m/x",
+        r#", "stream": true, "user": "u", "metadata": {}, "provider": {"sort": "price", "require_parameters": true}"#,
+    );
     assert_eq!(ranked(&c, &b, &NoHealthData), s(&ALL_X));
 }
 
@@ -304,7 +342,7 @@ fn max_price_catalog() -> Catalog {
         {"provider": "cc", "pricing": {"prompt": 1, "completion": 2, "request": 0.01}},
         {"provider": "dd", "pricing": {"prompt": 1, "completion": 2, "image": 0.05}}
     ]}"#
-        .to_string()])
+    .to_string()])
 }
 
 // `max_price` is a hard ceiling on each listed dimension independently; equal is allowed.
@@ -319,7 +357,8 @@ fn max_price_each_dimension_is_a_hard_ceiling() {
     // Boundaries are inclusive; explicit nulls are unset.
     assert_eq!(r(r#"{"prompt": 5, "completion": 10, "request": 0.01, "image": 0.05}"#), s(&["dd", "bb", "aa", "cc"]));
     assert_eq!(r(r#"{"prompt": null, "completion": 2}"#), s(&["dd", "bb", "cc"]));
-    let e = fails(&c, &priced("m/mp", r#", "max_price": {"prompt": 1, "completion": 2, "request": 0.001, "image": 0.01}"#));
+    let e =
+        fails(&c, &priced("m/mp", r#", "max_price": {"prompt": 1, "completion": 2, "request": 0.001, "image": 0.01}"#));
     assert_no_endpoints(&e, "m/mp", "max_price");
 }
 
@@ -334,9 +373,15 @@ fn context_length_must_hold_prompt_plus_max_tokens() {
     // Exactly fills alpha's 1000-token window: kept.
     assert_eq!(ranked(&c, &with_max(1000 - prompt), &NoHealthData), s(&ALL_X));
     // One token more: alpha dropped.
-    assert_eq!(ranked(&c, &with_max(1001 - prompt), &NoHealthData), s(&["beta", "gamma", "deepinfra/turbo", "deepinfra/fast", "delta"]));
+    assert_eq!(
+        ranked(&c, &with_max(1001 - prompt), &NoHealthData),
+        s(&["beta", "gamma", "deepinfra/turbo", "deepinfra/fast", "delta"])
+    );
     // Beyond gamma's 100k as well: only endpoints without a declared window remain.
-    assert_eq!(ranked(&c, &with_max(200_000), &NoHealthData), s(&["beta", "deepinfra/turbo", "deepinfra/fast", "delta"]));
+    assert_eq!(
+        ranked(&c, &with_max(200_000), &NoHealthData),
+        s(&["beta", "deepinfra/turbo", "deepinfra/fast", "delta"])
+    );
     // max_completion_tokens / max_output_tokens count the same way.
     let b = body("m/x", &format!(r#", "max_output_tokens": {}, "provider": {{"sort": "price"}}"#, 1001 - prompt));
     assert_eq!(ranked(&c, &b, &NoHealthData)[0], "beta");
@@ -389,7 +434,10 @@ fn constraint_is_the_first_emptying_filter_in_spec_order() {
     ];
     for i in 0..filters.len() {
         let fields: Vec<&str> = filters[i..].iter().map(|f| f.0).filter(|f| !f.is_empty()).collect();
-        let b = body("m/unsafe", &format!(r#", "logprobs": true, "max_tokens": 100000, "provider": {{{}}}"#, fields.join(", ")));
+        let b = body(
+            "m/unsafe",
+            &format!(r#", "logprobs": true, "max_tokens": 100000, "provider": {{{}}}"#, fields.join(", ")),
+        );
         let e = fails(&c, &b);
         assert_no_endpoints(&e, "m/unsafe", filters[i].1);
     }
@@ -416,7 +464,8 @@ fn all_models_filtered_reports_the_primary_models_constraint() {
 #[test]
 fn later_model_is_served_when_the_primary_is_filtered_empty() {
     let c = filter_catalog();
-    let p = ok(&c, &body("m/unsafe", r#", "models": ["m/x"], "provider": {"sort": "price", "zdr": true}"#), &NoHealthData);
+    let p =
+        ok(&c, &body("m/unsafe", r#", "models": ["m/x"], "provider": {"sort": "price", "zdr": true}"#), &NoHealthData);
     assert_eq!(labels(&c, &p), s(&["m/x@alpha", "m/x@deepinfra/turbo", "m/x@deepinfra/fast"]));
 }
 
@@ -473,7 +522,8 @@ fn order_base_slug_matches_variants_cheapest_first() {
 #[test]
 fn order_rest_follows_the_default_price_weighted_draw() {
     let c = order_catalog();
-    let p = run_with(&c, &with_provider("m/o", r#""order": ["cc"]"#), &NoHealthData, &mut || 0.9999).unwrap_or_else(|e| panic!("{}", e.body()));
+    let p = run_with(&c, &with_provider("m/o", r#""order": ["cc"]"#), &NoHealthData, &mut || 0.9999)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
     assert_eq!(slugs(&c, &p), s(&["cc", "deepinfra/turbo", "aa", "deepinfra/fast", "bb"]));
 }
 
@@ -509,7 +559,10 @@ fn allow_fallbacks_false_with_order_keeps_only_the_order_list() {
 fn allow_fallbacks_false_without_order_keeps_only_the_primary() {
     let c = order_catalog();
     assert_eq!(ranked(&c, &with_provider("m/o", r#""allow_fallbacks": false"#), &NoHealthData), s(&["aa"]));
-    assert_eq!(ranked(&c, &priced("m/o", r#", "allow_fallbacks": false, "ignore": ["aa"]"#), &NoHealthData), s(&["deepinfra/fast"]));
+    assert_eq!(
+        ranked(&c, &priced("m/o", r#", "allow_fallbacks": false, "ignore": ["aa"]"#), &NoHealthData),
+        s(&["deepinfra/fast"])
+    );
 }
 
 /// `m/p1`: aa $3, bb $1. `m/p2`: cc $2, dd $4.
@@ -535,9 +588,17 @@ fn allow_fallbacks_false_with_models_keeps_each_models_first() {
     let c = two_model_catalog();
     let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false}"#), &NoHealthData);
     assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p2@cc"]));
-    let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "sort": "price"}"#), &NoHealthData);
+    let p = ok(
+        &c,
+        &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "sort": "price"}"#),
+        &NoHealthData,
+    );
     assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p2@cc"]));
-    let p = ok(&c, &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "order": ["dd", "aa"]}"#), &NoHealthData);
+    let p = ok(
+        &c,
+        &body("m/p1", r#", "models": ["m/p2"], "provider": {"allow_fallbacks": false, "order": ["dd", "aa"]}"#),
+        &NoHealthData,
+    );
     assert_eq!(labels(&c, &p), s(&["m/p1@aa", "m/p2@dd"]));
 }
 
@@ -568,7 +629,10 @@ fn sort_price_uses_the_estimated_cost_of_this_request() {
         assert!((a.score - want).abs() < 1e-12, "score {} != {want}", a.score);
     }
     // Long prompt (~1000 tokens), one completion token: prompt price dominates.
-    let long = format!(r#"{{"model": "m/c", "prompt": "{}", "max_tokens": 1, "provider": {{"sort": "price"}}}}"#, "x".repeat(4000));
+    let long = format!(
+        r#"{{"model": "m/c", "prompt": "{}", "max_tokens": 1, "provider": {{"sort": "price"}}}}"#,
+        "x".repeat(4000)
+    );
     assert_eq!(ranked(&c, &long, &NoHealthData), s(&["bb", "aa", "cc"]));
     // Without max_tokens the configured completion estimate is used (default 256).
     assert_eq!(ranked(&c, &priced("m/c", ""), &NoHealthData), s(&["aa", "bb", "cc"]));
@@ -580,7 +644,10 @@ fn sort_price_uses_the_estimated_cost_of_this_request() {
 // unknown error rate as 0; a cheaper endpoint wins whatever its health.
 #[test]
 fn sort_price_ties_higher_uptime_then_lower_error_rate_then_slug() {
-    let c = catalog(&[model("m/t", &[ep("aa", 1.0), ep("bb", 1.0), ep("cc", 1.0), ep("dd", 1.0), ep("ee", 1.0), ep("zz", 0.5)])]);
+    let c = catalog(&[model(
+        "m/t",
+        &[ep("aa", 1.0), ep("bb", 1.0), ep("cc", 1.0), ep("dd", 1.0), ep("ee", 1.0), ep("zz", 0.5)],
+    )]);
     let h = Stats::default()
         .with("m/t", "zz", EndpointHealth { uptime: Some(0.5), error_rate: Some(0.5), ..Default::default() })
         .with("m/t", "aa", EndpointHealth { uptime: Some(0.90), ..Default::default() })
@@ -595,7 +662,16 @@ fn sort_price_ties_higher_uptime_then_lower_error_rate_then_slug() {
 fn sort_catalog() -> Catalog {
     catalog(&[model(
         "m/t",
-        &[ep("aa", 1.0), ep("bb", 1.0), ep("cc", 1.0), ep("dd", 1.0), ep("yy", 1.0), ep("zz", 1.0), ep("ee", 2.0), ep("ff", 1.5)],
+        &[
+            ep("aa", 1.0),
+            ep("bb", 1.0),
+            ep("cc", 1.0),
+            ep("dd", 1.0),
+            ep("yy", 1.0),
+            ep("zz", 1.0),
+            ep("ee", 2.0),
+            ep("ff", 1.5),
+        ],
     )])
 }
 
@@ -663,7 +739,11 @@ fn sort_latency_and_throughput_without_data_measured_first_then_cheapest() {
 #[test]
 fn sort_latency_full_tie_is_broken_by_slug_not_price() {
     let c = catalog(&[model("m/t", &[ep("aa", 2.0), ep("bb", 1.0)])]);
-    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with("m/t", "bb", perf(Some(200.0), Some(80.0), Some(0.9)));
+    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with(
+        "m/t",
+        "bb",
+        perf(Some(200.0), Some(80.0), Some(0.9)),
+    );
     assert_eq!(ranked(&c, &with_provider("m/t", r#""sort": "latency""#), &h), s(&["aa", "bb"]));
 }
 
@@ -671,7 +751,11 @@ fn sort_latency_full_tie_is_broken_by_slug_not_price() {
 #[test]
 fn sort_throughput_full_tie_is_broken_by_slug_not_price() {
     let c = catalog(&[model("m/t", &[ep("aa", 2.0), ep("bb", 1.0)])]);
-    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with("m/t", "bb", perf(Some(200.0), Some(80.0), Some(0.9)));
+    let h = Stats::default().with("m/t", "aa", perf(Some(200.0), Some(80.0), Some(0.9))).with(
+        "m/t",
+        "bb",
+        perf(Some(200.0), Some(80.0), Some(0.9)),
+    );
     assert_eq!(ranked(&c, &with_provider("m/t", r#""sort": "throughput""#), &h), s(&["aa", "bb"]));
 }
 
@@ -689,8 +773,16 @@ fn suffix_catalog() -> (Catalog, Stats) {
     ]);
     let h = Stats::default()
         .with("m/s", "aa", EndpointHealth { throughput_tps: p50(10.0), ..Default::default() })
-        .with("m/s", "bb", EndpointHealth { throughput_tps: p50(100.0), tool_error_rate: Some(0.2), ..Default::default() })
-        .with("m/s", "cc", EndpointHealth { throughput_tps: p50(50.0), tool_error_rate: Some(0.05), ..Default::default() })
+        .with(
+            "m/s",
+            "bb",
+            EndpointHealth { throughput_tps: p50(100.0), tool_error_rate: Some(0.2), ..Default::default() },
+        )
+        .with(
+            "m/s",
+            "cc",
+            EndpointHealth { throughput_tps: p50(50.0), tool_error_rate: Some(0.05), ..Default::default() },
+        )
         .with("m/s2", "dd", EndpointHealth { throughput_tps: p50(10.0), ..Default::default() })
         .with("m/s2", "ee", EndpointHealth { throughput_tps: p50(100.0), ..Default::default() });
     (c, h)
@@ -787,7 +879,13 @@ fn pw_catalog() -> Catalog {
 
 /// Ranks the catalog `n` times with a deterministic LCG and counts who was drawn first; every
 /// plan is passed to `check`.
-fn draws(c: &Catalog, b: &str, h: &dyn HealthView, n: usize, check: &mut dyn FnMut(&[String])) -> HashMap<String, usize> {
+fn draws(
+    c: &Catalog,
+    b: &str,
+    h: &dyn HealthView,
+    n: usize,
+    check: &mut dyn FnMut(&[String]),
+) -> HashMap<String, usize> {
     let req = ChatRequest::parse(b.as_bytes()).unwrap_or_else(|e| panic!("{}", e.body()));
     let mut lcg = Lcg(0x5eed_1234_abcd_0001);
     let mut firsts: HashMap<String, usize> = HashMap::new();
@@ -915,9 +1013,15 @@ fn preferred_max_latency_percentile_object_checks_only_listed() {
         .with("m/soft", "bb", ttft(Some(1500.0), Some(1800.0)))
         .with("m/soft", "cc", ttft(Some(5000.0), None))
         .with("m/soft", "dd", ttft(None, Some(2500.0)));
-    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p90": 2}"#), &h), s(&["bb", "cc", "aa", "dd"]));
+    assert_eq!(
+        ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p90": 2}"#), &h),
+        s(&["bb", "cc", "aa", "dd"])
+    );
     // Listing p50 as well: cc (p50 5 s) now misses too; bb passes both.
-    assert_eq!(ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p50": 2, "p90": 2}"#), &h), s(&["bb", "aa", "cc", "dd"]));
+    assert_eq!(
+        ranked(&c, &priced("m/soft", r#", "preferred_max_latency": {"p50": 2, "p90": 2}"#), &h),
+        s(&["bb", "aa", "cc", "dd"])
+    );
 }
 
 // preferred_min_throughput: a number is a p50 tokens/s floor; an object checks each listed
@@ -993,7 +1097,10 @@ fn byok_first_even_when_missing_a_soft_preference() {
 /// unmeasured (tier 0).
 fn tools_catalog() -> (Catalog, Stats) {
     let t = r#", "supported_parameters": ["tools", "tool_choice"]"#;
-    let c = catalog(&[model("m/t", &[ep("ee", 0.5), ep_x("aa", 1.0, t), ep_x("bb", 2.0, t), ep_x("cc", 3.0, t), ep_x("dd", 4.0, t)])]);
+    let c = catalog(&[model(
+        "m/t",
+        &[ep("ee", 0.5), ep_x("aa", 1.0, t), ep_x("bb", 2.0, t), ep_x("cc", 3.0, t), ep_x("dd", 4.0, t)],
+    )]);
     let te = |r: f64| EndpointHealth { tool_error_rate: Some(r), ..Default::default() };
     let h = Stats::default().with("m/t", "aa", te(0.30)).with("m/t", "bb", te(0.10)).with("m/t", "cc", te(0.01));
     (c, h)
@@ -1017,8 +1124,15 @@ fn tools_tier_by_malformed_tool_call_rate_then_supports_tools() {
 fn tool_tier_boundaries_are_5_and_20_percent() {
     let (c, _) = tools_catalog();
     let te = |r: f64| EndpointHealth { tool_error_rate: Some(r), ..Default::default() };
-    let h = Stats::default().with("m/t", "aa", te(0.20)).with("m/t", "bb", te(0.05)).with("m/t", "cc", te(0.0499)).with("m/t", "dd", te(0.1999));
-    assert_eq!(ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#)), &h), s(&["cc", "bb", "dd", "aa"]));
+    let h = Stats::default()
+        .with("m/t", "aa", te(0.20))
+        .with("m/t", "bb", te(0.05))
+        .with("m/t", "cc", te(0.0499))
+        .with("m/t", "dd", te(0.1999));
+    assert_eq!(
+        ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#)), &h),
+        s(&["cc", "bb", "dd", "aa"])
+    );
 }
 
 // `tool_choice` alone also marks a tool request; `tools: []` / null does not.
@@ -1040,7 +1154,10 @@ fn sort_price_and_floor_turn_tool_tiers_off() {
     let floor = format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#);
     let p = ok(&c, &body("m/t:floor", &floor), &h);
     assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc", "dd"]), "sort:price"));
-    assert_eq!(ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"sort": "price"}}"#)), &h), s(&["aa", "bb", "cc", "dd", "ee"]));
+    assert_eq!(
+        ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"sort": "price"}}"#)), &h),
+        s(&["aa", "bb", "cc", "dd", "ee"])
+    );
 }
 
 // With require_parameters the endpoint without `tools` support is removed instead of demoted.
@@ -1060,7 +1177,8 @@ fn require_parameters_with_tools_removes_non_supporting() {
 fn sort_partition_model_sorts_within_each_model() {
     let c = two_model_catalog();
     for sort in [r#""price""#, r#"{"by": "price"}"#, r#"{"by": "price", "partition": "model"}"#] {
-        let p = ok(&c, &body("m/p1", &format!(r#", "models": ["m/p2"], "provider": {{"sort": {sort}}}"#)), &NoHealthData);
+        let p =
+            ok(&c, &body("m/p1", &format!(r#", "models": ["m/p2"], "provider": {{"sort": {sort}}}"#)), &NoHealthData);
         assert_eq!(labels(&c, &p), s(&["m/p1@bb", "m/p1@aa", "m/p2@cc", "m/p2@dd"]), "{sort}");
     }
 }
@@ -1072,7 +1190,10 @@ fn sort_partition_none_merges_models() {
     let c = two_model_catalog();
     let b = body("m/p1", r#", "models": ["m/p2"], "provider": {"sort": {"by": "price", "partition": "none"}}"#);
     assert_eq!(labels(&c, &ok(&c, &b, &NoHealthData)), s(&["m/p1@bb", "m/p2@cc", "m/p1@aa", "m/p2@dd"]));
-    let b = body("m/p1", r#", "models": ["m/p2"], "provider": {"sort": {"by": "price", "partition": "none"}, "allow_fallbacks": false}"#);
+    let b = body(
+        "m/p1",
+        r#", "models": ["m/p2"], "provider": {"sort": {"by": "price", "partition": "none"}, "allow_fallbacks": false}"#,
+    );
     assert_eq!(labels(&c, &ok(&c, &b, &NoHealthData)), s(&["m/p1@bb", "m/p2@cc"]));
 }
 
@@ -1139,8 +1260,10 @@ fn decision_catalog() -> Catalog {
     catalog(&[model(
         "m/dec",
         &[
-            r#"{"provider": "alpha", "upstream_model": "alpha-model-v1", "pricing": {"prompt": 1, "completion": 1}}"#.to_string(),
-            r#"{"provider": "beta", "upstream_model": "beta/m", "pricing": {"prompt": 2, "completion": 2}}"#.to_string(),
+            r#"{"provider": "alpha", "upstream_model": "alpha-model-v1", "pricing": {"prompt": 1, "completion": 1}}"#
+                .to_string(),
+            r#"{"provider": "beta", "upstream_model": "beta/m", "pricing": {"prompt": 2, "completion": 2}}"#
+                .to_string(),
         ],
     )])
 }
@@ -1211,7 +1334,8 @@ fn candidates_json_lists_ranked_scores_null_without_data() {
     let (c, h) = suffix_catalog();
     let p = ok(&c, &body("m/s:nitro", r#", "provider": {"ignore": ["cc"]}"#), &h);
     let v: Value = serde_json::from_str(&candidates_json(&c, &p, &h)).unwrap_or_else(|e| panic!("{e}"));
-    let ends: Vec<(&str, f64)> = v.as_array().unwrap().iter().map(|x| (x["endpoint"].as_str().unwrap(), x["score"].as_f64().unwrap())).collect();
+    let ends: Vec<(&str, f64)> =
+        v.as_array().unwrap().iter().map(|x| (x["endpoint"].as_str().unwrap(), x["score"].as_f64().unwrap())).collect();
     assert_eq!(ends, vec![("bb", 100.0), ("aa", 10.0)]);
     assert_eq!(v[0]["health"]["throughput_p50_tps"], 100.0);
     assert_eq!(v[0]["model"], "m/s");
@@ -1249,7 +1373,22 @@ fn mutated_bodies_never_panic() {
         r#"{"model":"alpha/m/x:exacto","stream":true,"provider":{"quantizations":["fp8"],"data_collection":"deny","zdr":true,"require_parameters":true,"only":["deepinfra/turbo"],"ignore":["x"]}}"#,
         r#"{"models":["m/x","m/unsafe"],"provider":{"preferred_min_throughput":5,"allow_fallbacks":false,"enforce_distillable_text":true}}"#,
     ];
-    let fragments = ["{", "}", "[", "]", "\"", ":", ",", "null", "-1", "1e999", "\"\\u0000\"", "\"provider\"", "{\"sort\":[]}", "\u{e9}"];
+    let fragments = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ":",
+        ",",
+        "null",
+        "-1",
+        "1e999",
+        "\"\\u0000\"",
+        "\"provider\"",
+        "{\"sort\":[]}",
+        "\u{e9}",
+    ];
     let mut rng = Lcg(0x5eed);
     let mut outcomes = (0usize, 0usize);
     for i in 0..30_000 {

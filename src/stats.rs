@@ -140,7 +140,8 @@ impl EndpointStats {
 
     /// Totals over the window: (attempts, successes, failures, rate_limited).
     pub fn totals(&self, now_ms: u64) -> (u32, u32, u32, u32) {
-        self.live(now_ms).fold((0, 0, 0, 0), |a, b| (a.0 + b.attempts, a.1 + b.successes, a.2 + b.failures, a.3 + b.rate_limited))
+        self.live(now_ms)
+            .fold((0, 0, 0, 0), |a, b| (a.0 + b.attempts, a.1 + b.successes, a.2 + b.failures, a.3 + b.rate_limited))
     }
 
     pub fn view(&self, now_ms: u64) -> EndpointHealth {
@@ -281,8 +282,16 @@ mod tests {
     fn retry_after_sets_cooldown_and_429_is_not_an_outage() {
         let mut s = EndpointStats::default();
         let now = 70_000_000;
-        s.finish(now, Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: Some(5) }, 30_000);
-        s.finish(now, Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: None }, 30_000);
+        s.finish(
+            now,
+            Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: Some(5) },
+            30_000,
+        );
+        s.finish(
+            now,
+            Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: None },
+            30_000,
+        );
         let v = s.view(now + 4_000);
         assert!(v.cooling_down && !v.recent_outage);
         assert!(!s.view(now + 5_001).cooling_down);

@@ -34,16 +34,29 @@ impl Reply {
     }
 }
 
-pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Reply, String> {
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Reply, String> {
     tokio::time::timeout(Duration::from_secs(30), send_inner(addr, method, path, headers, body))
         .await
         .map_err(|_| format!("{method} {path}: no answer within 30s"))?
 }
 
-async fn send_inner(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Reply, String> {
+async fn send_inner(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Reply, String> {
     let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let mut b = Request::builder().method(method).uri(path).header("host", "switchyard.local");
     for (k, v) in headers {

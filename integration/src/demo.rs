@@ -96,7 +96,12 @@ pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16)
     let mut providers = Vec::new();
     for (i, (slug, _, _)) in DEMO_PROVIDERS.iter().enumerate() {
         let port = if provider_base_port == 0 { 0 } else { provider_base_port + i as u16 };
-        let behavior = Behavior { ttft: std::time::Duration::from_millis(20), chunk_interval: std::time::Duration::from_millis(30), chunks: 5, ..Behavior::default() };
+        let behavior = Behavior {
+            ttft: std::time::Duration::from_millis(20),
+            chunk_interval: std::time::Duration::from_millis(30),
+            chunks: 5,
+            ..Behavior::default()
+        };
         providers.push(MockProvider::start(slug, port, behavior).await.map_err(|e| format!("mock {slug}: {e}"))?);
     }
     let ports: Vec<u16> = providers.iter().map(|p| p.addr.port()).collect();

@@ -142,7 +142,11 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
     let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
     clusters.push(cluster(&cfg.passthrough));
     // One static group per provider cluster; each request overrides the order.
-    let groups: Vec<Value> = cfg.clusters.iter().map(|c| json!({"name": c.name, "clusters": [{"cluster_name": c.name, "weight": 1}]})).collect();
+    let groups: Vec<Value> = cfg
+        .clusters
+        .iter()
+        .map(|c| json!({"name": c.name, "clusters": [{"cluster_name": c.name, "weight": 1}]}))
+        .collect();
     let mut retry_policy = json!({
         "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
         "retriable_status_codes": [408, 429],
@@ -409,7 +413,9 @@ impl Envoy {
                     self.admin = addr;
                     if let Ok((200, body)) = http_get(addr, "/listeners?format=json") {
                         let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-                        let port = v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64().unwrap_or(0);
+                        let port = v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"]
+                            .as_u64()
+                            .unwrap_or(0);
                         if port > 0 {
                             if let Ok((200, _)) = http_get(addr, "/ready") {
                                 self.port = port as u16;
@@ -459,7 +465,12 @@ impl Envoy {
     pub fn rss_kib(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse().ok())
+            })
             .unwrap_or(0)
     }
 }

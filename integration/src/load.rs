@@ -33,7 +33,13 @@ impl LoadResult {
     }
 }
 
-async fn connection(addr: SocketAddr, path: String, headers: Vec<(String, String)>, body: Bytes, until: Instant) -> (u64, u64, Vec<u32>) {
+async fn connection(
+    addr: SocketAddr,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Bytes,
+    until: Instant,
+) -> (u64, u64, Vec<u32>) {
     let (mut ok, mut errors, mut lat) = (0u64, 0u64, Vec::new());
     while Instant::now() < until {
         let Ok(stream) = TcpStream::connect(addr).await else {
@@ -76,12 +82,21 @@ async fn connection(addr: SocketAddr, path: String, headers: Vec<(String, String
 }
 
 /// Runs `connections` closed-loop clients against `addr` for `duration`.
-pub async fn run(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8], connections: usize, duration: Duration) -> LoadResult {
+pub async fn run(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    connections: usize,
+    duration: Duration,
+) -> LoadResult {
     let until = Instant::now() + duration;
     let start = Instant::now();
     let headers: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let body = Bytes::copy_from_slice(body);
-    let tasks: Vec<_> = (0..connections).map(|_| tokio::spawn(connection(addr, path.to_string(), headers.clone(), body.clone(), until))).collect();
+    let tasks: Vec<_> = (0..connections)
+        .map(|_| tokio::spawn(connection(addr, path.to_string(), headers.clone(), body.clone(), until)))
+        .collect();
     let mut out = LoadResult { requests: 0, errors: 0, elapsed: Duration::ZERO, latencies_us: Vec::new() };
     for t in tasks {
         if let Ok((ok, err, lat)) = t.await {

@@ -47,7 +47,14 @@ pub struct Behavior {
 
 impl Default for Behavior {
     fn default() -> Self {
-        Behavior { mode: Mode::Ok, ttft: Duration::ZERO, chunk_interval: Duration::ZERO, chunks: 3, capacity: None, empty_errors: false }
+        Behavior {
+            mode: Mode::Ok,
+            ttft: Duration::ZERO,
+            chunk_interval: Duration::ZERO,
+            chunks: 3,
+            capacity: None,
+            empty_errors: false,
+        }
     }
 }
 
@@ -107,7 +114,8 @@ impl MockProvider {
                 let s = Arc::clone(&s);
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&s), req));
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
@@ -223,7 +231,12 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
         full_headers.push((":authority".into(), h.to_string()));
     }
     if let Ok(mut g) = s.received.lock() {
-        g.push(Received { method: parts.method.to_string(), path: parts.uri.to_string(), headers: full_headers.clone(), body: body.clone() });
+        g.push(Received {
+            method: parts.method.to_string(),
+            path: parts.uri.to_string(),
+            headers: full_headers.clone(),
+            body: body.clone(),
+        });
     }
     let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
     if let Some((_, spec)) = full_headers.iter().find(|(k, _)| k == "x-mock-behavior") {
@@ -243,7 +256,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
     }
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
-        Mode::Status { status, retry_after } => return Ok(error_response(&s.name, status, retry_after, "mock failure", behavior.empty_errors)),
+        Mode::Status { status, retry_after } => {
+            return Ok(error_response(&s.name, status, retry_after, "mock failure", behavior.empty_errors))
+        }
         Mode::Ok => {}
     }
 
@@ -290,8 +305,19 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
     }
 }
 
-fn error_response(provider: &str, status: u16, retry_after: Option<u32>, msg: &str, empty: bool) -> Response<ChannelBody> {
-    let body = if empty { String::new() } else { json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}}).to_string() };
+fn error_response(
+    provider: &str,
+    status: u16,
+    retry_after: Option<u32>,
+    msg: &str,
+    empty: bool,
+) -> Response<ChannelBody> {
+    let body = if empty {
+        String::new()
+    } else {
+        json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}})
+            .to_string()
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(1);
     if !body.is_empty() {
         let _ = tx.try_send(Bytes::from(body.clone()));

@@ -12,7 +12,10 @@ fn committed_example_matches_the_generator_and_validates() {
     let committed = std::fs::read_to_string(&path).unwrap();
     let body: String = committed.lines().skip_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
     let generated = to_yaml(&bootstrap(&example_config("target/wasm32-wasip1/release/switchyard.wasm".into())));
-    assert!(body == generated, "envoy/switchyard-demo.yaml is stale: regenerate it with `switchyard-demo --print-config`");
+    assert!(
+        body == generated,
+        "envoy/switchyard-demo.yaml is stale: regenerate it with `switchyard-demo --print-config`"
+    );
     let out = Command::new(envoy_binary())
         .current_dir(repo_root())
         .args(["--mode", "validate", "-c", "envoy/switchyard-demo.yaml", "--base-id", "31977", "--disable-hot-restart"])

@@ -38,7 +38,11 @@ fn assert_attempt_for(r: &Received, provider: &str, model: &str) {
     let body = r.json();
     assert_eq!(body["model"], format!("{provider}-{}", model.trim_start_matches("fo/")), "{provider} body: {body}");
     assert!(body.get("provider").is_none() && body.get("models").is_none());
-    assert_eq!(r.header("content-length").and_then(|v| v.parse::<usize>().ok()), Some(r.body.len()), "content-length for {provider}");
+    assert_eq!(
+        r.header("content-length").and_then(|v| v.parse::<usize>().ok()),
+        Some(r.body.len()),
+        "content-length for {provider}"
+    );
 }
 
 fn receivers(s: &common::Stack, id: &str) -> Vec<String> {
@@ -78,13 +82,21 @@ async fn ordered_failover_across_clusters_rewrites_each_attempt() {
 #[tokio::test]
 async fn reset_and_connect_failure_fail_over() {
     let s = stack();
-    let r = s.chat_with("fo-reset", &[("x-mock-behavior", "alpha=reset")], json!({"model": "fo/reset", "messages": msg("x"), "provider": {"sort": "price"}})).await;
+    let r = s
+        .chat_with(
+            "fo-reset",
+            &[("x-mock-behavior", "alpha=reset")],
+            json!({"model": "fo/reset", "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_attempt_for(&one(s, "fo-reset", "beta"), "beta", "fo/reset");
     one(s, "fo-reset", "alpha");
     // `dead` has no listener: connect failure, then alpha.
-    let r = s.chat("fo-dead", json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["dead", "alpha"]}})).await;
+    let r = s
+        .chat("fo-dead", json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["dead", "alpha"]}}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
     assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
@@ -93,7 +105,13 @@ async fn reset_and_connect_failure_fail_over() {
 #[tokio::test]
 async fn client_errors_go_back_to_the_caller() {
     let s = stack();
-    let r = s.chat_with("fo-4xx", &[("x-mock-behavior", "alpha=400")], json!({"model": "fo/4xx", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}})).await;
+    let r = s
+        .chat_with(
+            "fo-4xx",
+            &[("x-mock-behavior", "alpha=400")],
+            json!({"model": "fo/4xx", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}}),
+        )
+        .await;
     assert_eq!(r.status, 400);
     assert!(r.text().contains("alpha: mock failure"), "the provider's own error: {}", r.text());
     assert_eq!(receivers(s, "fo-4xx"), vec!["alpha"], "beta must not be tried for a caller error");
@@ -116,8 +134,11 @@ async fn allow_fallbacks_false_never_touches_unapproved_providers() {
     assert_eq!(got, vec!["alpha", "beta"], "delta (not approved) must receive nothing");
     // Without `order`: only the first choice.
     let r = s
-        .chat_with("fo-nofb1", &[("x-mock-behavior", "alpha=503,beta=503,delta=503")],
-            json!({"model": "fo/nofb", "messages": msg("x"), "provider": {"sort": "price", "allow_fallbacks": false}}))
+        .chat_with(
+            "fo-nofb1",
+            &[("x-mock-behavior", "alpha=503,beta=503,delta=503")],
+            json!({"model": "fo/nofb", "messages": msg("x"), "provider": {"sort": "price", "allow_fallbacks": false}}),
+        )
         .await;
     assert_eq!(r.status, 503);
     assert_eq!(receivers(s, "fo-nofb1"), vec!["alpha"]);
@@ -127,8 +148,11 @@ async fn allow_fallbacks_false_never_touches_unapproved_providers() {
 async fn all_rate_limited_is_429_with_the_smallest_retry_after() {
     let s = stack();
     let r = s
-        .chat_with("fo-429", &[("x-mock-behavior", "alpha=429/40,beta=429/3,delta=429")],
-            json!({"model": "fo/429", "messages": msg("x"), "provider": {"order": ["alpha", "beta", "delta"]}}))
+        .chat_with(
+            "fo-429",
+            &[("x-mock-behavior", "alpha=429/40,beta=429/3,delta=429")],
+            json!({"model": "fo/429", "messages": msg("x"), "provider": {"order": ["alpha", "beta", "delta"]}}),
+        )
         .await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.header("retry-after"), Some("3"));
@@ -143,8 +167,11 @@ async fn all_rate_limited_is_429_with_the_smallest_retry_after() {
 async fn all_failed_lists_every_attempt() {
     let s = stack();
     let r = s
-        .chat_with("fo-mixed", &[("x-mock-behavior", "alpha=500,beta=429/1,delta=502")],
-            json!({"model": "fo/mixed", "messages": msg("x"), "provider": {"order": ["alpha", "beta", "delta"]}}))
+        .chat_with(
+            "fo-mixed",
+            &[("x-mock-behavior", "alpha=500,beta=429/1,delta=502")],
+            json!({"model": "fo/mixed", "messages": msg("x"), "provider": {"order": ["alpha", "beta", "delta"]}}),
+        )
         .await;
     assert_eq!(r.status, 502, "{}", r.text());
     let e = r.json();
@@ -174,7 +201,11 @@ async fn streams_fail_over_before_the_first_byte_and_stay_unbuffered() {
     let pos = |needle: &str| r.chunks.iter().position(|(_, c)| String::from_utf8_lossy(c).contains(needle)).unwrap();
     let (first, last) = (pos("tok0"), pos("tok4"));
     assert!(last > first, "stream arrived in one piece");
-    assert!(r.chunks[last].0 >= r.chunks[first].0 + Duration::from_millis(700), "{:?}", r.chunks.iter().map(|c| c.0).collect::<Vec<_>>());
+    assert!(
+        r.chunks[last].0 >= r.chunks[first].0 + Duration::from_millis(700),
+        "{:?}",
+        r.chunks.iter().map(|c| c.0).collect::<Vec<_>>()
+    );
     assert_attempt_for(&one(s, "fo-stream", "beta"), "beta", "fo/stream");
 }
 
@@ -184,8 +215,11 @@ async fn model_fallback_on_any_failure_of_the_model() {
     // A context-length/moderation-style refusal (400) from every endpoint of fo/m1: the next
     // model serves. The caller's model keeps its other endpoints first.
     let r = s
-        .chat_with("fo-mfb", &[("x-mock-behavior", "alpha=400,delta=400")],
-            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}))
+        .chat_with(
+            "fo-mfb",
+            &[("x-mock-behavior", "alpha=400,delta=400")],
+            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-model"), Some("fo/m2"));
@@ -197,23 +231,32 @@ async fn model_fallback_on_any_failure_of_the_model() {
     assert_eq!(got, vec!["alpha", "beta", "delta"]);
     // Only the first endpoint refuses: the model's next endpoint serves it.
     let r = s
-        .chat_with("fo-mfb1", &[("x-mock-behavior", "alpha=400")],
-            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}))
+        .chat_with(
+            "fo-mfb1",
+            &[("x-mock-behavior", "alpha=400")],
+            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
         .await;
     assert_eq!(r.status, 200);
     assert_eq!((r.header("x-switchyard-model"), r.header("x-switchyard-provider")), (Some("fo/m1"), Some("delta")));
     // Retryable failures: provider failover inside fo/m1 first, then fo/m2.
     let r = s
-        .chat_with("fo-mfb5", &[("x-mock-behavior", "alpha=503,delta=500")],
-            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}))
+        .chat_with(
+            "fo-mfb5",
+            &[("x-mock-behavior", "alpha=503,delta=500")],
+            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-switchyard-model"), Some("fo/m2"));
     assert_eq!(r.header("x-switchyard-attempts"), Some("3"));
     // The last model's refusal goes back to the caller as the provider sent it.
     let r = s
-        .chat_with("fo-mfb-last", &[("x-mock-behavior", "alpha=400,delta=400,beta=400")],
-            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}))
+        .chat_with(
+            "fo-mfb-last",
+            &[("x-mock-behavior", "alpha=400,delta=400,beta=400")],
+            json!({"model": "fo/m1", "models": ["fo/m2"], "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
         .await;
     assert_eq!(r.status, 400);
     assert!(r.text().contains("beta: mock failure"), "{}", r.text());
@@ -226,14 +269,25 @@ async fn partition_none_sorts_endpoints_of_all_models_together() {
         json!({"model": "fo/p1", "models": ["fo/p2"], "messages": msg("x"), "provider": {"sort": {"by": "price", "partition": "none"}}})).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-switchyard-model"), Some("fo/p2"), "the cheaper model's endpoint first");
-    let r = s.chat("fo-part-m", json!({"model": "fo/p1", "models": ["fo/p2"], "messages": msg("x"), "provider": {"sort": "price"}})).await;
+    let r = s
+        .chat(
+            "fo-part-m",
+            json!({"model": "fo/p1", "models": ["fo/p2"], "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
+        .await;
     assert_eq!(r.header("x-switchyard-model"), Some("fo/p1"), "partition model keeps model priority");
 }
 
 #[tokio::test]
 async fn retry_after_cools_the_endpoint_down_for_every_worker() {
     let s = stack();
-    let r = s.chat_with("fo-cd0", &[("x-mock-behavior", "alpha=429/30")], json!({"model": "fo/cd", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}})).await;
+    let r = s
+        .chat_with(
+            "fo-cd0",
+            &[("x-mock-behavior", "alpha=429/30")],
+            json!({"model": "fo/cd", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     // alpha is cheaper, but cooling down: new connections (spread over both workers) go to beta.
@@ -253,12 +307,19 @@ async fn outage_sends_an_endpoint_to_the_back_of_price_weighted() {
     let s = stack();
     for i in 0..2 {
         let id = format!("fo-out{i}");
-        let r = s.chat_with(&id, &[("x-mock-behavior", "alpha=503")], json!({"model": "fo/out", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}})).await;
+        let r = s
+            .chat_with(
+                &id,
+                &[("x-mock-behavior", "alpha=503")],
+                json!({"model": "fo/out", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}}),
+            )
+            .await;
         assert_eq!(r.status, 200);
     }
     for i in 0..10 {
         let id = format!("fo-out-after{i}");
-        let r = s.chat_with(&id, &[("x-switchyard-debug", "1")], json!({"model": "fo/out", "messages": msg("x")})).await;
+        let r =
+            s.chat_with(&id, &[("x-switchyard-debug", "1")], json!({"model": "fo/out", "messages": msg("x")})).await;
         let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
         assert_eq!(c[0]["endpoint"], "beta", "{c}");
         assert_eq!(c[1]["health"]["recent_outage"], true);
@@ -280,7 +341,13 @@ async fn health_counters_are_exact_across_workers() {
     }
     let replies = futures_join(tasks).await;
     assert_eq!(replies.iter().filter(|r| r.status == 200).count(), 30);
-    let r = s.chat_with("fo-stats-read", &[("x-switchyard-debug", "1")], json!({"model": "fo/stats", "messages": msg("x"), "provider": {"sort": "price"}})).await;
+    let r = s
+        .chat_with(
+            "fo-stats-read",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "fo/stats", "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
+        .await;
     let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
     let alpha = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "alpha").unwrap();
     assert_eq!(alpha["health"]["attempts"], 40, "{alpha}");
@@ -290,11 +357,21 @@ async fn health_counters_are_exact_across_workers() {
     let (_, prom) = switchyard_integration::envoy::http_get(s.admin, "/stats/prometheus").unwrap();
     let line = |outcome: &str| {
         prom.lines()
-            .find(|l| l.contains("switchyard_attempts{") && l.contains("model=\"fo_stats\"") && l.contains("endpoint=\"alpha\"") && l.contains(&format!("outcome=\"{outcome}\"")))
+            .find(|l| {
+                l.contains("switchyard_attempts{")
+                    && l.contains("model=\"fo_stats\"")
+                    && l.contains("endpoint=\"alpha\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
             .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
     };
     // 30 successes plus the read request itself (served by alpha, the cheapest).
-    assert_eq!(line("success").as_deref(), Some("31"), "{}", prom.lines().filter(|l| l.contains("switchyard_")).collect::<Vec<_>>().join("\n"));
+    assert_eq!(
+        line("success").as_deref(),
+        Some("31"),
+        "{}",
+        prom.lines().filter(|l| l.contains("switchyard_")).collect::<Vec<_>>().join("\n")
+    );
     assert_eq!(line("server_error").as_deref(), Some("10"));
     assert!(prom.contains("switchyard_ttft_ms_bucket{"), "TTFT histogram missing");
     assert!(prom.contains("switchyard_latency_ms_bucket{"), "latency histogram missing");
@@ -305,10 +382,26 @@ async fn latency_sort_uses_measured_ttft() {
     let s = stack();
     // alpha is slow to first token, beta fast.
     for i in 0..3 {
-        s.chat_with(&format!("fo-lat-a{i}"), &[("x-mock-behavior", "alpha=ttft300")], json!({"model": "fo/lat", "messages": msg("x"), "provider": {"order": ["alpha"]}})).await;
-        s.chat_with(&format!("fo-lat-b{i}"), &[("x-mock-behavior", "beta=ttft5")], json!({"model": "fo/lat", "messages": msg("x"), "provider": {"order": ["beta"]}})).await;
+        s.chat_with(
+            &format!("fo-lat-a{i}"),
+            &[("x-mock-behavior", "alpha=ttft300")],
+            json!({"model": "fo/lat", "messages": msg("x"), "provider": {"order": ["alpha"]}}),
+        )
+        .await;
+        s.chat_with(
+            &format!("fo-lat-b{i}"),
+            &[("x-mock-behavior", "beta=ttft5")],
+            json!({"model": "fo/lat", "messages": msg("x"), "provider": {"order": ["beta"]}}),
+        )
+        .await;
     }
-    let r = s.chat_with("fo-lat", &[("x-switchyard-debug", "1")], json!({"model": "fo/lat", "messages": msg("x"), "provider": {"sort": "latency"}})).await;
+    let r = s
+        .chat_with(
+            "fo-lat",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "fo/lat", "messages": msg("x"), "provider": {"sort": "latency"}}),
+        )
+        .await;
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"), "{:?}", r.header("x-switchyard-candidates"));
     let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
     assert!(c[0]["health"]["ttft_p50_ms"].as_f64().unwrap() < c[1]["health"]["ttft_p50_ms"].as_f64().unwrap(), "{c}");
@@ -324,13 +417,18 @@ async fn throughput_sort_uses_measured_output_speed() {
     for i in 0..3 {
         for (p, interval) in [("alpha", 100), ("beta", 5)] {
             let r = s
-                .chat_with(&format!("fo-tps-{p}{i}"), &[("x-mock-behavior", &format!("{p}=interval{interval}+chunks5"))],
-                    json!({"model": "fo/tps", "stream": true, "messages": msg("x"), "provider": {"order": [p]}}))
+                .chat_with(
+                    &format!("fo-tps-{p}{i}"),
+                    &[("x-mock-behavior", &format!("{p}=interval{interval}+chunks5"))],
+                    json!({"model": "fo/tps", "stream": true, "messages": msg("x"), "provider": {"order": [p]}}),
+                )
                 .await;
             assert_eq!(r.status, 200);
         }
     }
-    let r = s.chat_with("fo-tps", &[("x-switchyard-debug", "1")], json!({"model": "fo/tps:nitro", "messages": msg("x")})).await;
+    let r = s
+        .chat_with("fo-tps", &[("x-switchyard-debug", "1")], json!({"model": "fo/tps:nitro", "messages": msg("x")}))
+        .await;
     let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"), "{c}");
     assert!(c[0]["score"].as_f64().unwrap() > c[1]["score"].as_f64().unwrap(), "{c}");
@@ -355,7 +453,13 @@ where
 async fn a_provider_silent_past_the_idle_timeout_fails_over() {
     let s = stack();
     // The test stack's per-try idle timeout is 1 s; alpha would answer after 3 s.
-    let r = s.chat_with("fo-timeout", &[("x-mock-behavior", "alpha=ttft3000")], json!({"model": "fo/reset", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}})).await;
+    let r = s
+        .chat_with(
+            "fo-timeout",
+            &[("x-mock-behavior", "alpha=ttft3000")],
+            json!({"model": "fo/reset", "messages": msg("x"), "provider": {"order": ["alpha", "beta"]}}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
@@ -366,8 +470,11 @@ async fn no_response_from_any_endpoint_is_503_listing_the_attempts() {
     let s = stack();
     // `dead` refuses connections, alpha resets: nothing answers.
     let r = s
-        .chat_with("fo-allreset", &[("x-mock-behavior", "alpha=reset")],
-            json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["dead", "alpha"]}}))
+        .chat_with(
+            "fo-allreset",
+            &[("x-mock-behavior", "alpha=reset")],
+            json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["dead", "alpha"]}}),
+        )
         .await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
@@ -380,8 +487,13 @@ async fn no_response_from_any_endpoint_is_503_listing_the_attempts() {
     assert!(attempts[0]["status"].is_null());
     assert_eq!(attempts[1]["endpoint"], "alpha");
     // The failed connections count in dead's shared health too.
-    let r = s.chat_with("fo-allreset-read", &[("x-switchyard-debug", "1"), ("x-mock-behavior", "alpha=ok")],
-        json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["alpha"]}})).await;
+    let r = s
+        .chat_with(
+            "fo-allreset-read",
+            &[("x-switchyard-debug", "1"), ("x-mock-behavior", "alpha=ok")],
+            json!({"model": "fo/dead", "messages": msg("x"), "provider": {"order": ["alpha"]}}),
+        )
+        .await;
     let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap()).unwrap();
     let dead = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "dead").cloned().unwrap_or(Value::Null);
     assert!(dead["health"]["attempts"].as_u64().unwrap_or(0) >= 1, "{c}");
@@ -414,9 +526,21 @@ async fn in_flight_attempts_are_counted_across_workers() {
         stack().chat_with("fo-inflight-slow", &[("x-mock-behavior", "alpha=interval300+chunks5")], body).await
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let r = s.chat_with("fo-inflight-during", &[("x-switchyard-debug", "1")], json!({"model": "fo/inflight", "messages": msg("x")})).await;
+    let r = s
+        .chat_with(
+            "fo-inflight-during",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "fo/inflight", "messages": msg("x")}),
+        )
+        .await;
     assert_eq!(in_flight(&r), 1, "{:?}", r.header("x-switchyard-candidates"));
     assert_eq!(slow.await.unwrap().status, 200);
-    let r = s.chat_with("fo-inflight-after", &[("x-switchyard-debug", "1")], json!({"model": "fo/inflight", "messages": msg("x")})).await;
+    let r = s
+        .chat_with(
+            "fo-inflight-after",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "fo/inflight", "messages": msg("x")}),
+        )
+        .await;
     assert_eq!(in_flight(&r), 0, "{:?}", r.header("x-switchyard-candidates"));
 }

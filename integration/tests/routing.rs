@@ -67,7 +67,12 @@ async fn plain_request_is_rewritten_for_the_chosen_provider() {
 #[tokio::test]
 async fn order_is_followed_and_variant_slug_pins_the_variant() {
     let s = stack();
-    let r = s.chat("order", json!({"model": "test/basic", "messages": msg("x"), "provider": {"order": ["delta/fast", "alpha"]}})).await;
+    let r = s
+        .chat(
+            "order",
+            json!({"model": "test/basic", "messages": msg("x"), "provider": {"order": ["delta/fast", "alpha"]}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     let (who, got) = s.only_receiver("order");
     assert_eq!(who, "delta");
@@ -77,7 +82,9 @@ async fn order_is_followed_and_variant_slug_pins_the_variant() {
     assert_eq!(r.header("x-switchyard-strategy"), Some("order"));
 
     // A base slug in `order` matches every variant; cheapest variant first.
-    let r = s.chat("order-base", json!({"model": "test/basic", "messages": msg("x"), "provider": {"order": ["delta"]}})).await;
+    let r = s
+        .chat("order-base", json!({"model": "test/basic", "messages": msg("x"), "provider": {"order": ["delta"]}}))
+        .await;
     assert_eq!(r.header("x-switchyard-provider"), Some("delta"));
     assert_eq!(s.only_receiver("order-base").1.json()["model"], "delta-basic");
 }
@@ -93,7 +100,9 @@ async fn explicit_sorts_and_suffixes() {
         assert_eq!(r.header("x-switchyard-strategy"), Some("sort:price"));
     }
     // :floor is sort=price; an explicit sort wins over the suffix.
-    let r = s.chat("floor", json!({"model": "test/basic:floor", "messages": msg("x"), "provider": {"ignore": ["alpha"]}})).await;
+    let r = s
+        .chat("floor", json!({"model": "test/basic:floor", "messages": msg("x"), "provider": {"ignore": ["alpha"]}}))
+        .await;
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:price"));
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_eq!(s.only_receiver("floor").1.json()["model"], "beta-basic", "suffix never reaches the provider");
@@ -101,7 +110,12 @@ async fn explicit_sorts_and_suffixes() {
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:throughput"));
     // Without measurements, throughput/latency sorts fall back to the cheapest.
     assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
-    let r = s.chat("nitro-override", json!({"model": "test/basic:nitro", "messages": msg("x"), "provider": {"sort": "latency"}})).await;
+    let r = s
+        .chat(
+            "nitro-override",
+            json!({"model": "test/basic:nitro", "messages": msg("x"), "provider": {"sort": "latency"}}),
+        )
+        .await;
     assert_eq!(r.header("x-switchyard-strategy"), Some("sort:latency"));
     let r = s.chat("exacto", json!({"model": "test/basic:exacto", "messages": msg("x")})).await;
     assert_eq!(r.header("x-switchyard-strategy"), Some("exacto"));
@@ -122,8 +136,16 @@ async fn hard_filters_select_the_only_eligible_provider() {
         ("f-quant", json!({"provider": {"quantizations": ["int4"]}}), "delta/fast"),
         ("f-datacoll", json!({"provider": {"data_collection": "deny", "ignore": ["alpha"], "sort": "price"}}), "delta"),
         ("f-zdr", json!({"provider": {"zdr": true}}), "alpha"),
-        ("f-params", json!({"provider": {"require_parameters": true}, "response_format": {"type": "json_object"}}), "beta"),
-        ("f-maxprice", json!({"provider": {"max_price": {"prompt": 3.5, "request": 0.001}, "ignore": ["alpha", "beta"]}}), "delta"),
+        (
+            "f-params",
+            json!({"provider": {"require_parameters": true}, "response_format": {"type": "json_object"}}),
+            "beta",
+        ),
+        (
+            "f-maxprice",
+            json!({"provider": {"max_price": {"prompt": 3.5, "request": 0.001}, "ignore": ["alpha", "beta"]}}),
+            "delta",
+        ),
         ("f-context", json!({"max_tokens": 5000}), "beta-or-delta"),
     ];
     for (id, extra, want) in cases {
@@ -148,10 +170,20 @@ async fn hard_filters_select_the_only_eligible_provider() {
 #[tokio::test]
 async fn distillation_filter() {
     let s = stack();
-    let r = s.chat("distill-no", json!({"model": "test/basic", "messages": msg("x"), "provider": {"enforce_distillable_text": true}})).await;
+    let r = s
+        .chat(
+            "distill-no",
+            json!({"model": "test/basic", "messages": msg("x"), "provider": {"enforce_distillable_text": true}}),
+        )
+        .await;
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["metadata"]["constraint"], "enforce_distillable_text");
-    let r = s.chat("distill-yes", json!({"model": "test/distill", "messages": msg("x"), "provider": {"enforce_distillable_text": true}})).await;
+    let r = s
+        .chat(
+            "distill-yes",
+            json!({"model": "test/distill", "messages": msg("x"), "provider": {"enforce_distillable_text": true}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(s.only_receiver("distill-yes").0, "beta");
 }
@@ -160,8 +192,11 @@ async fn distillation_filter() {
 async fn soft_preferences_without_measurements_do_not_exclude() {
     let s = stack();
     let r = s
-        .chat("soft", json!({"model": "test/nodata", "messages": msg("x"), "provider": {
-            "sort": "price", "preferred_min_throughput": {"p50": 100, "p90": 50}, "preferred_max_latency": 0.5}}))
+        .chat(
+            "soft",
+            json!({"model": "test/nodata", "messages": msg("x"), "provider": {
+            "sort": "price", "preferred_min_throughput": {"p50": 100, "p90": 50}, "preferred_max_latency": 0.5}}),
+        )
         .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
@@ -186,8 +221,13 @@ async fn byok_endpoints_come_first() {
 #[tokio::test]
 async fn env_credential_reaches_only_its_provider() {
     let s = stack();
-    let r = s.chat_with("env-cred", &[("authorization", "Bearer caller-secret"), ("x-api-key", "caller-secret")],
-        json!({"model": "test/basic", "messages": msg("x"), "provider": {"only": ["beta"]}})).await;
+    let r = s
+        .chat_with(
+            "env-cred",
+            &[("authorization", "Bearer caller-secret"), ("x-api-key", "caller-secret")],
+            json!({"model": "test/basic", "messages": msg("x"), "provider": {"only": ["beta"]}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     let (_, got) = s.only_receiver("env-cred");
     assert_eq!(got.header("x-api-key"), Some("key-beta-from-env"));
@@ -212,7 +252,13 @@ async fn allow_fallbacks_false_with_order_and_pinned_model_ids() {
     assert_eq!(r.json()["error"]["metadata"]["constraint"], "order");
     assert!(s.received("nofb-none").is_empty());
     // provider-slug/vendor/model pins that provider.
-    let r = s.chat_with("pin", &[("x-switchyard-debug", "1")], json!({"model": "delta/anthropic/claude-test", "messages": msg("x")})).await;
+    let r = s
+        .chat_with(
+            "pin",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "delta/anthropic/claude-test", "messages": msg("x")}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-strategy"), Some("pinned"));
     assert_eq!(r.header("x-switchyard-model"), Some("anthropic/claude-test"));
@@ -226,8 +272,13 @@ async fn allow_fallbacks_false_with_order_and_pinned_model_ids() {
 #[tokio::test]
 async fn debug_header_lists_ranked_candidates_with_scores() {
     let s = stack();
-    let r = s.chat_with("debug", &[("x-switchyard-debug", "1")],
-        json!({"model": "test/basic", "messages": msg("x"), "provider": {"sort": "price"}})).await;
+    let r = s
+        .chat_with(
+            "debug",
+            &[("x-switchyard-debug", "1")],
+            json!({"model": "test/basic", "messages": msg("x"), "provider": {"sort": "price"}}),
+        )
+        .await;
     let cands: Value = serde_json::from_str(r.header("x-switchyard-candidates").unwrap_or("null")).unwrap();
     let slugs: Vec<&str> = cands.as_array().unwrap().iter().map(|c| c["endpoint"].as_str().unwrap()).collect();
     assert_eq!(slugs, vec!["alpha", "beta", "delta", "delta/fast"]);
@@ -244,7 +295,9 @@ async fn price_weighted_prefers_cheap_but_balances() {
     let mut counts = std::collections::HashMap::new();
     for i in 0..100 {
         let id = format!("pw-{i}");
-        let r = s.chat(&id, json!({"model": "test/basic", "messages": msg("x"), "provider": {"only": ["alpha", "beta"]}})).await;
+        let r = s
+            .chat(&id, json!({"model": "test/basic", "messages": msg("x"), "provider": {"only": ["alpha", "beta"]}}))
+            .await;
         assert_eq!(r.status, 200);
         *counts.entry(s.only_receiver(&id).0).or_insert(0) += 1;
     }
@@ -262,15 +315,35 @@ async fn errors_are_openai_json() {
     let cases: Vec<(&str, &[u8], u16, &str, Option<&str>)> = vec![
         ("e-json", b"{not json", 400, "invalid_json", None),
         ("e-type", br#"{"model":"test/basic","stream":"yes"}"#, 400, "invalid_parameter", Some("stream")),
-        ("e-unknown", br#"{"model":"test/basic","provider":{"colour":"red"}}"#, 400, "invalid_parameter", Some("provider.colour")),
-        ("e-sort", br#"{"model":"test/basic","provider":{"sort":"cheapest"}}"#, 400, "invalid_parameter", Some("provider.sort")),
+        (
+            "e-unknown",
+            br#"{"model":"test/basic","provider":{"colour":"red"}}"#,
+            400,
+            "invalid_parameter",
+            Some("provider.colour"),
+        ),
+        (
+            "e-sort",
+            br#"{"model":"test/basic","provider":{"sort":"cheapest"}}"#,
+            400,
+            "invalid_parameter",
+            Some("provider.sort"),
+        ),
         ("e-suffix", br#"{"model":"test/basic:turbo"}"#, 400, "invalid_parameter", Some("model")),
         ("e-model", br#"{"model":"nobody/nothing"}"#, 400, "model_not_found", Some("model")),
         ("e-404", br#"{"model":"test/basic","provider":{"only":["gamma"]}}"#, 404, "no_endpoints", None),
         ("e-empty", b"", 400, "invalid_json", None),
     ];
     for (id, body, status, code, param) in cases {
-        let r = send(s.addr, "POST", "/v1/chat/completions", &[("x-test-id", id), ("content-type", "application/json")], body).await.unwrap();
+        let r = send(
+            s.addr,
+            "POST",
+            "/v1/chat/completions",
+            &[("x-test-id", id), ("content-type", "application/json")],
+            body,
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, status, "{id}: {}", r.text());
         assert_eq!(r.header("content-type"), Some("application/json"), "{id}");
         let v = r.json();
@@ -282,11 +355,27 @@ async fn errors_are_openai_json() {
         }
         assert!(s.received(id).is_empty(), "{id}: nothing may reach a provider");
     }
-    let r = send(s.addr, "POST", "/v1/chat/completions", &[("x-test-id", "e-404b")], br#"{"model":"test/basic","provider":{"only":["gamma"]}}"#).await.unwrap();
+    let r = send(
+        s.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[("x-test-id", "e-404b")],
+        br#"{"model":"test/basic","provider":{"only":["gamma"]}}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.json()["error"]["metadata"]["constraint"], "only");
     // Over the configured 64 KiB limit: 413 JSON.
     let big = json!({"model": "test/basic", "messages": msg(&"x".repeat(70_000))}).to_string();
-    let r = send(s.addr, "POST", "/v1/chat/completions", &[("x-test-id", "e-413"), ("content-type", "application/json")], big.as_bytes()).await.unwrap();
+    let r = send(
+        s.addr,
+        "POST",
+        "/v1/chat/completions",
+        &[("x-test-id", "e-413"), ("content-type", "application/json")],
+        big.as_bytes(),
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status, 413);
     assert_eq!(r.json()["error"]["code"], "request_too_large");
     assert!(s.received("e-413").is_empty());
@@ -295,13 +384,19 @@ async fn errors_are_openai_json() {
 #[tokio::test]
 async fn unrouted_requests_pass_through_untouched() {
     let s = stack();
-    let r = send(s.addr, "GET", "/v1/models", &[("x-test-id", "pass-get"), ("authorization", "Bearer caller-own")], b"").await.unwrap();
+    let r =
+        send(s.addr, "GET", "/v1/models", &[("x-test-id", "pass-get"), ("authorization", "Bearer caller-own")], b"")
+            .await
+            .unwrap();
     assert_eq!(r.status, 200);
     let (who, got) = s.only_receiver("pass-get");
     assert_eq!(who, "origin");
     assert_eq!(got.header("authorization"), Some("Bearer caller-own"));
     let body = br#"{"model":"test/basic","provider":{"bogus":1}}"#;
-    let r = send(s.addr, "POST", "/v2/other", &[("x-test-id", "pass-post"), ("content-type", "application/json")], body).await.unwrap();
+    let r =
+        send(s.addr, "POST", "/v2/other", &[("x-test-id", "pass-post"), ("content-type", "application/json")], body)
+            .await
+            .unwrap();
     assert_eq!(r.status, 200);
     let (who, got) = s.only_receiver("pass-post");
     assert_eq!(who, "origin");
@@ -313,8 +408,14 @@ async fn unrouted_requests_pass_through_untouched() {
 async fn completions_and_responses_paths_are_routed() {
     let s = stack();
     for (id, path) in [("p-compl", "/v1/completions"), ("p-resp", "/v1/responses")] {
-        let r = switchyard_integration::client::post_json(s.addr, path, &[("x-test-id", id)],
-            &json!({"model": "test/basic", "prompt": "x", "provider": {"only": ["alpha"]}})).await.unwrap();
+        let r = switchyard_integration::client::post_json(
+            s.addr,
+            path,
+            &[("x-test-id", id)],
+            &json!({"model": "test/basic", "prompt": "x", "provider": {"only": ["alpha"]}}),
+        )
+        .await
+        .unwrap();
         assert_eq!(r.status, 200);
         let (who, got) = s.only_receiver(id);
         assert_eq!(who, "alpha");

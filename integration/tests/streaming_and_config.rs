@@ -20,8 +20,13 @@ async fn sse_chunks_reach_the_client_as_the_provider_sends_them() {
         chunks: 5,
         ..Behavior::default()
     });
-    let r = s.chat("stream", json!({"model": "test/basic", "stream": true, "messages": msg("x"),
-        "provider": {"order": ["delta"], "allow_fallbacks": false}})).await;
+    let r = s
+        .chat(
+            "stream",
+            json!({"model": "test/basic", "stream": true, "messages": msg("x"),
+        "provider": {"order": ["delta"], "allow_fallbacks": false}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
     assert_eq!(r.header("x-switchyard-provider"), Some("delta"));
@@ -44,12 +49,20 @@ async fn sse_chunks_reach_the_client_as_the_provider_sends_them() {
 fn invalid_configuration_is_rejected_naming_the_field() {
     let mut catalog = test_catalog();
     catalog["models"]["test/basic"]["endpoints"][0]["quantization"] = json!("fp9");
-    let mut cfg = StackConfig::new(catalog, vec![ClusterSpec { name: "c_alpha".into(), port: 9 }], ClusterSpec { name: "c_origin".into(), port: 9 });
+    let mut cfg = StackConfig::new(
+        catalog,
+        vec![ClusterSpec { name: "c_alpha".into(), port: 9 }],
+        ClusterSpec { name: "c_origin".into(), port: 9 },
+    );
     cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
     let err = match Envoy::start_with_env(&cfg, "bad-config", &[("SY_TEST_BETA_KEY", "k")]) {
         Ok(_) => panic!("Envoy must not serve with an invalid Switchyard configuration"),
         Err(e) => e,
     };
-    assert!(err.contains("models[\\\"test/basic\\\"].endpoints[0].quantization") || err.contains("models[\"test/basic\"].endpoints[0].quantization"), "{err}");
+    assert!(
+        err.contains("models[\\\"test/basic\\\"].endpoints[0].quantization")
+            || err.contains("models[\"test/basic\"].endpoints[0].quantization"),
+        "{err}"
+    );
     assert!(err.contains("fp9"), "{err}");
 }

@@ -21,15 +21,39 @@ pub const HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
-    fn proxy_get_buffer_bytes(buffer_type: u32, start: usize, max_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        max_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
     fn proxy_set_buffer_bytes(buffer_type: u32, start: usize, size: usize, data: *const u8, data_size: usize) -> u32;
     fn proxy_get_header_map_pairs(map_type: u32, data: *mut *mut u8, size: *mut usize) -> u32;
-    fn proxy_get_header_map_value(map_type: u32, key: *const u8, key_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
-    fn proxy_replace_header_map_value(map_type: u32, key: *const u8, key_size: usize, value: *const u8, value_size: usize) -> u32;
+    fn proxy_get_header_map_value(
+        map_type: u32,
+        key: *const u8,
+        key_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
+    fn proxy_replace_header_map_value(
+        map_type: u32,
+        key: *const u8,
+        key_size: usize,
+        value: *const u8,
+        value_size: usize,
+    ) -> u32;
     fn proxy_remove_header_map_value(map_type: u32, key: *const u8, key_size: usize) -> u32;
     fn proxy_get_property(path: *const u8, path_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
     fn proxy_set_property(path: *const u8, path_size: usize, value: *const u8, value_size: usize) -> u32;
-    fn proxy_get_shared_data(key: *const u8, key_size: usize, data: *mut *mut u8, size: *mut usize, cas: *mut u32) -> u32;
+    fn proxy_get_shared_data(
+        key: *const u8,
+        key_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+        cas: *mut u32,
+    ) -> u32;
     fn proxy_set_shared_data(key: *const u8, key_size: usize, value: *const u8, value_size: usize, cas: u32) -> u32;
     #[allow(clippy::too_many_arguments)]
     fn proxy_send_local_response(
@@ -43,7 +67,14 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
-    fn proxy_call_foreign_function(name: *const u8, name_size: usize, args: *const u8, args_size: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_call_foreign_function(
+        name: *const u8,
+        name_size: usize,
+        args: *const u8,
+        args_size: usize,
+        data: *mut *mut u8,
+        size: *mut usize,
+    ) -> u32;
     fn proxy_define_metric(metric_type: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
@@ -78,7 +109,8 @@ fn check(what: &str, status: u32) {
 
 fn header(map: u32, name: &str) -> Option<String> {
     // SAFETY: pointers and lengths describe live buffers for the duration of the call.
-    let v = get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) }).ok().flatten()?;
+    let v =
+        get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) }).ok().flatten()?;
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
@@ -176,7 +208,8 @@ pub fn plugin_configuration() -> Option<Vec<u8>> {
 pub fn reply(status: u32, headers: Vec<(&str, &str)>, body: &[u8]) {
     let h = serialize_map(&headers);
     // SAFETY: as above.
-    let st = unsafe { proxy_send_local_response(status, null_mut(), 0, body.as_ptr(), body.len(), h.as_ptr(), h.len(), -1) };
+    let st =
+        unsafe { proxy_send_local_response(status, null_mut(), 0, body.as_ptr(), body.len(), h.as_ptr(), h.len(), -1) };
     check("sending a local reply", st);
 }
 

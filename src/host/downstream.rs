@@ -10,8 +10,8 @@ use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide, Decision};
 use crate::errors::ApiError;
 use crate::failover::{
-    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan, ATTEMPTS_PROPERTY, GROUPS_HEADER,
-    PLAN_PROPERTY,
+    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan,
+    ATTEMPTS_PROPERTY, GROUPS_HEADER, PLAN_PROPERTY,
 };
 use crate::rewrite::with_provider_field;
 
@@ -45,7 +45,16 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(config: Rc<Configured>) -> Stream {
-        Stream { config, routed: false, path: String::new(), debug: false, decision: None, caller_credentials: Vec::new(), candidates: None, body_action: BodyAction::None }
+        Stream {
+            config,
+            routed: false,
+            path: String::new(),
+            debug: false,
+            decision: None,
+            caller_credentials: Vec::new(),
+            candidates: None,
+            body_action: BodyAction::None,
+        }
     }
 
     fn reject(&self, e: &ApiError) -> Action {
@@ -64,12 +73,19 @@ impl Stream {
     fn apply(&mut self, d: Decision) {
         let catalog = &self.config.catalog;
         let budget = catalog.routing.max_attempts.max(1);
-        let endpoints: Vec<u16> = d.plan.attempts.iter().take(budget).map(|a| a.endpoint.min(u16::MAX as usize) as u16).collect();
+        let endpoints: Vec<u16> =
+            d.plan.attempts.iter().take(budget).map(|a| a.endpoint.min(u16::MAX as usize) as u16).collect();
         let clusters: Vec<&str> = endpoints
             .iter()
-            .filter_map(|&i| catalog.endpoint(i as usize).and_then(|e| catalog.provider_of(e)).map(|p| p.cluster.as_str()))
+            .filter_map(|&i| {
+                catalog.endpoint(i as usize).and_then(|e| catalog.provider_of(e)).map(|p| p.cluster.as_str())
+            })
             .collect();
-        let first_model = endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str()).unwrap_or("");
+        let first_model = endpoints
+            .first()
+            .and_then(|&i| catalog.endpoint(i as usize))
+            .map(|e| e.upstream_model.as_str())
+            .unwrap_or("");
         let plan = AttemptPlan {
             catalog_id: self.config.id,
             stream: d.stream,
@@ -112,7 +128,8 @@ impl HttpContext for Stream {
         self.routed = true;
         self.path = path.to_string();
         let catalog = &self.config.catalog;
-        self.caller_credentials = catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
+        self.caller_credentials =
+            catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
             self.debug = catalog.routing.debug_header && matches!(v, "1" | "true" | "yes");
             api::set_req_header(DEBUG_HEADER, None);
@@ -194,8 +211,11 @@ impl HttpContext for Stream {
                 // the listener's local_reply_config leaves our JSON alone.
                 api::set_req_header(OWN_REPLY_HEADER, Some("1"));
                 let attempts = records.len().to_string();
-                let mut h: Vec<(&str, &str)> =
-                    vec![("content-type", "application/json"), ("x-switchyard-strategy", &strategy), ("x-switchyard-attempts", &attempts)];
+                let mut h: Vec<(&str, &str)> = vec![
+                    ("content-type", "application/json"),
+                    ("x-switchyard-strategy", &strategy),
+                    ("x-switchyard-attempts", &attempts),
+                ];
                 for (k, v) in &e.headers {
                     h.push((k.as_str(), v.as_str()));
                 }
@@ -259,7 +279,10 @@ pub fn set_record(attempt: usize, record: crate::failover::AttemptRecord) {
     let mut records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
     let i = attempt.saturating_sub(1);
     if records.len() <= i {
-        records.resize(i + 1, crate::failover::AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None });
+        records.resize(
+            i + 1,
+            crate::failover::AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None },
+        );
     }
     if let Some(slot) = records.get_mut(i) {
         *slot = record;

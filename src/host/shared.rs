@@ -76,7 +76,8 @@ pub fn prune_stale_keys(catalog: &Catalog) {
         let (bytes, cas) = api::shared_data(REGISTRY_KEY);
         let Some(bytes) = bytes else { return };
         let list = String::from_utf8_lossy(&bytes).into_owned();
-        let (keep, drop): (Vec<&str>, Vec<&str>) = list.lines().filter(|l| !l.is_empty()).partition(|k| wanted.iter().any(|w| w == k));
+        let (keep, drop): (Vec<&str>, Vec<&str>) =
+            list.lines().filter(|l| !l.is_empty()).partition(|k| wanted.iter().any(|w| w == k));
         if drop.is_empty() {
             return;
         }

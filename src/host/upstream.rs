@@ -12,7 +12,8 @@ use super::downstream::set_record;
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::{api, Configured};
 use crate::failover::{
-    attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome, PLAN_PROPERTY,
+    attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
+    PLAN_PROPERTY,
 };
 use crate::stats::Finished;
 
@@ -45,7 +46,8 @@ fn completion_tokens(tail: &[u8]) -> Option<u64> {
     let text = String::from_utf8_lossy(tail);
     for key in ["\"completion_tokens\":", "\"output_tokens\":"] {
         if let Some(pos) = text.rfind(key) {
-            let digits: String = text.get(pos + key.len()..)?.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
+            let digits: String =
+                text.get(pos + key.len()..)?.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(n) = digits.parse() {
                 return Some(n);
             }
@@ -81,7 +83,8 @@ impl Attempt {
     /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
     fn refuse(&mut self, status: u32, why: &str) -> Action {
         log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
-        let body = format!("{{\"error\":{{\"message\":\"{why}\",\"type\":\"server_error\",\"code\":\"attempt_not_sent\"}}}}");
+        let body =
+            format!("{{\"error\":{{\"message\":\"{why}\",\"type\":\"server_error\",\"code\":\"attempt_not_sent\"}}}}");
         api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause
     }
@@ -100,7 +103,10 @@ impl Attempt {
         }
         self.recorded = true;
         let Some(endpoint) = self.endpoint else { return };
-        set_record(self.attempt, AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s });
+        set_record(
+            self.attempt,
+            AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s },
+        );
         let Some((model, slug)) = self.names() else { return };
         let outcome = Outcome::of(status);
         let now = api::now_ms();
@@ -143,8 +149,10 @@ impl HttpContext for Attempt {
             // Only Switchyard-routed requests may use a provider cluster (it injects keys).
             return self.refuse(403, "request reached a provider cluster without a Switchyard plan");
         };
-        self.attempt = api::property(vec!["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
-        let cluster = api::property(vec!["xds", "cluster_name"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+        self.attempt =
+            api::property(vec!["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
+        let cluster =
+            api::property(vec!["xds", "cluster_name"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
         let rw = match attempt_rewrite(catalog, config.id, &plan, self.attempt, &cluster) {
@@ -199,7 +207,10 @@ impl HttpContext for Attempt {
         if status >= 400 && !is_retryable_status(status) {
             let plan = api::property(vec![PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b));
             let later_model = plan.is_some_and(|p| {
-                p.endpoints.iter().skip(self.attempt).any(|&i| catalog.endpoint(i as usize).is_some_and(|e| e.model != ep.model))
+                p.endpoints
+                    .iter()
+                    .skip(self.attempt)
+                    .any(|&i| catalog.endpoint(i as usize).is_some_and(|e| e.model != ep.model))
             });
             if later_model {
                 api::set_resp_header(":status", Some("503"));

@@ -64,10 +64,16 @@ async fn bench() -> Result<(), String> {
     if breakdown {
         let mut no_upstream = boot.clone();
         strip_upstream_filters(&mut no_upstream);
-        extra.push(("  - without the per-attempt filter", Envoy::start_bootstrap(&no_upstream, "bench-no-upstream", &[], 1)?));
+        extra.push((
+            "  - without the per-attempt filter",
+            Envoy::start_bootstrap(&no_upstream, "bench-no-upstream", &[], 1)?,
+        ));
         let mut wasm_only = no_upstream.clone();
         wasm_only_static_route(&mut wasm_only);
-        extra.push(("  - downstream Wasm only, static route", Envoy::start_bootstrap(&wasm_only, "bench-wasm-only", &[], 1)?));
+        extra.push((
+            "  - downstream Wasm only, static route",
+            Envoy::start_bootstrap(&wasm_only, "bench-wasm-only", &[], 1)?,
+        ));
     }
     let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
     let plain = Envoy::start_bootstrap(&plain_boot, "bench-plain", &[], 1)?;
@@ -85,7 +91,8 @@ async fn bench() -> Result<(), String> {
     run(plain.addr(), path, &headers, &body, connections, warm).await;
     run(sy.addr(), path, &headers, &body, connections, warm).await;
 
-    let mut results: Vec<(&str, Vec<LoadResult>)> = vec![("plain Envoy (router only)", Vec::new()), ("Switchyard full path", Vec::new())];
+    let mut results: Vec<(&str, Vec<LoadResult>)> =
+        vec![("plain Envoy (router only)", Vec::new()), ("Switchyard full path", Vec::new())];
     let mut addrs = vec![plain.addr(), sy.addr()];
     for (name, e) in &extra {
         results.push((name, Vec::new()));
@@ -165,7 +172,10 @@ fn strip_upstream_filters(boot: &mut Value) {
 fn wasm_only_static_route(boot: &mut Value) {
     let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
     if let Some(filters) = hcm["http_filters"].as_array_mut() {
-        filters.retain(|f| f["name"] != "envoy.filters.http.header_to_metadata" && f["typed_config"]["config"]["root_id"] != "switchyard_clear");
+        filters.retain(|f| {
+            f["name"] != "envoy.filters.http.header_to_metadata"
+                && f["typed_config"]["config"]["root_id"] != "switchyard_clear"
+        });
     }
     let route = &mut hcm["route_config"]["virtual_hosts"][0]["routes"][0];
     route["route"] = json!({"cluster": "p_fast", "timeout": "300s"});

@@ -89,7 +89,8 @@ pub fn test_catalog() -> Value {
             .collect();
         catalog["models"][model] = json!({"endpoints": eps});
     }
-    catalog["providers"]["dead"] = json!({"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"}});
+    catalog["providers"]["dead"] =
+        json!({"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"}});
     catalog
 }
 
@@ -118,13 +119,21 @@ impl Stack {
 
     /// Every (provider name, request) received for this test id.
     pub fn received(&self, test_id: &str) -> Vec<(String, Received)> {
-        self.providers.iter().flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r))).collect()
+        self.providers
+            .iter()
+            .flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r)))
+            .collect()
     }
 
     /// The single provider that received this test id's single request.
     pub fn only_receiver(&self, test_id: &str) -> (String, Received) {
         let mut got = self.received(test_id);
-        assert_eq!(got.len(), 1, "expected exactly one upstream request for {test_id}, got {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
+        assert_eq!(
+            got.len(),
+            1,
+            "expected exactly one upstream request for {test_id}, got {:?}",
+            got.iter().map(|g| &g.0).collect::<Vec<_>>()
+        );
         got.remove(0)
     }
 
@@ -171,10 +180,15 @@ pub fn stack() -> &'static Stack {
                 .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
                 .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
                 .collect();
-            let mut cfg = StackConfig::new(test_catalog(), clusters, ClusterSpec { name: "c_origin".into(), port: port("origin") });
+            let mut cfg = StackConfig::new(
+                test_catalog(),
+                clusters,
+                ClusterSpec { name: "c_origin".into(), port: port("origin") },
+            );
             cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
             cfg.per_try_idle_timeout_ms = 1_000;
-            let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
+            let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")])
+            {
                 Ok(e) => e,
                 Err(e) => panic!("envoy: {e}"),
             };
