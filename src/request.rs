@@ -436,12 +436,14 @@ pub fn split_variant<'s>(
                 "nitro" => Variant::Nitro,
                 "floor" => Variant::Floor,
                 "exacto" => Variant::Exacto,
-                _ => return Err(ApiError::invalid(
-                    param,
-                    format!(
+                _ => {
+                    return Err(ApiError::invalid(
+                        param,
+                        format!(
                         "unknown model variant suffix `:{suffix}` in `{param}` (supported: :nitro, :floor, :exacto)"
                     ),
-                )),
+                    ))
+                }
             };
             Ok((base, Some(v)))
         }
