@@ -83,8 +83,7 @@ impl Attempt {
     /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
     fn refuse(&mut self, status: u32, why: &str) -> Action {
         log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
-        let body =
-            format!("{{\"error\":{{\"message\":\"{why}\",\"type\":\"server_error\",\"code\":\"attempt_not_sent\"}}}}");
+        let body = crate::errors::ApiError::new(status, "server_error", "attempt_not_sent", why).body();
         api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause
     }
