@@ -41,47 +41,40 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Reply, String> {
-    tokio::time::timeout(Duration::from_secs(30), send_inner(addr, method, path, headers, body))
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut b = Request::builder().method(method).uri(path).header("host", "switchyard.local");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        let mut body = resp.into_body();
+        let mut chunks = Vec::new();
+        let mut all = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Ok(data) = frame.into_data() {
+                all.extend_from_slice(&data);
+                chunks.push((start.elapsed(), data));
+            }
+        }
+        Ok(Reply { status, headers, body: Bytes::from(all), chunks })
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
         .await
         .map_err(|_| format!("{method} {path}: no answer within 30s"))?
-}
-
-async fn send_inner(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Result<Reply, String> {
-    let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    let mut b = Request::builder().method(method).uri(path).header("host", "switchyard.local");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = resp.status().as_u16();
-    let headers = resp
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
-    let mut body = resp.into_body();
-    let mut chunks = Vec::new();
-    let mut all = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| e.to_string())?;
-        if let Ok(data) = frame.into_data() {
-            all.extend_from_slice(&data);
-            chunks.push((start.elapsed(), data));
-        }
-    }
-    Ok(Reply { status, headers, body: Bytes::from(all), chunks })
 }
 
 /// POST a JSON body to `path`.

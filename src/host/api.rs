@@ -154,10 +154,6 @@ pub fn set_req_header(name: &str, value: Option<&str>) {
     set_header(REQUEST_HEADERS, name, value)
 }
 
-pub fn resp_header(name: &str) -> Option<String> {
-    header(RESPONSE_HEADERS, name)
-}
-
 pub fn set_resp_header(name: &str, value: Option<&str>) {
     set_header(RESPONSE_HEADERS, name, value)
 }

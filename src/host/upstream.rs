@@ -27,6 +27,8 @@ pub struct Attempt {
     endpoint: Option<usize>,
     attempt: usize,
     stream: bool,
+    /// A later planned attempt serves another model (a refusal here may fall back to it).
+    later_model: bool,
     new_prefix: Option<(usize, Vec<u8>)>,
     started_ms: u64,
     first_byte_ms: Option<u64>,
@@ -63,6 +65,7 @@ impl Attempt {
             endpoint: None,
             attempt: 0,
             stream: false,
+            later_model: false,
             new_prefix: None,
             started_ms: 0,
             first_byte_ms: None,
@@ -164,6 +167,12 @@ impl HttpContext for Attempt {
         };
         self.endpoint = Some(rw.endpoint);
         self.stream = plan.stream;
+        let this_model = catalog.endpoint(rw.endpoint).map(|e| e.model);
+        self.later_model = plan
+            .endpoints
+            .iter()
+            .skip(self.attempt)
+            .any(|&i| catalog.endpoint(i as usize).is_some_and(|e| Some(e.model) != this_model));
         self.started_ms = api::now_ms();
         for h in &catalog.credential_headers {
             api::set_req_header(h, None);
@@ -197,26 +206,18 @@ impl HttpContext for Attempt {
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let Some(endpoint) = self.endpoint else { return Action::Continue };
-        let status: u16 = api::resp_header(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let headers = api::resp_headers();
+        let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         self.status = Some(status);
-        self.retry_after_s = api::resp_header("retry-after").and_then(|v| parse_retry_after(&v));
+        self.retry_after_s = api::find(&headers, "retry-after").and_then(parse_retry_after);
         let catalog = &self.config.catalog;
         let Some(ep) = catalog.endpoint(endpoint) else { return Action::Continue };
         // A non-retryable failure with another model still planned: let Envoy retry.
-        if status >= 400 && !is_retryable_status(status) {
-            let plan = api::property(vec![PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b));
-            let later_model = plan.is_some_and(|p| {
-                p.endpoints
-                    .iter()
-                    .skip(self.attempt)
-                    .any(|&i| catalog.endpoint(i as usize).is_some_and(|e| e.model != ep.model))
-            });
-            if later_model {
-                api::set_resp_header(":status", Some("503"));
-                api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
-                self.record(status);
-                return Action::Continue;
-            }
+        if status >= 400 && !is_retryable_status(status) && self.later_model {
+            api::set_resp_header(":status", Some("503"));
+            api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
+            self.record(status);
+            return Action::Continue;
         }
         let model = catalog.models.get(ep.model).map(|m| m.id.clone()).unwrap_or_default();
         let slug = ep.slug.clone();
