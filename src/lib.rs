@@ -10,6 +10,7 @@
 //! - `decision`: one request from body bytes to the first attempt's rewrite
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
 //! - `stats`: rolling per-endpoint statistics kept in shared data
+//! - `wildcard`: `allowed_models`-style `*` patterns
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -25,6 +26,7 @@ pub mod request;
 pub mod rewrite;
 pub mod router;
 pub mod stats;
+pub mod wildcard;
 pub mod wire;
 
 #[cfg(target_arch = "wasm32")]
