@@ -138,7 +138,17 @@ struct RawRouting {
     debug_header: bool,
     #[serde(default = "default_max_attempts")]
     max_attempts: usize,
+    #[serde(default = "default_max_retry_after")]
+    max_retry_after_s: u32,
 }
+
+fn default_max_retry_after() -> u32 {
+    300
+}
+
+/// Upper bounds of operator-set durations (both are multiplied into milliseconds).
+const MAX_OUTAGE_WINDOW_S: u64 = 3600;
+const MAX_RETRY_AFTER_S: u32 = 86_400;
 
 fn default_max_attempts() -> usize {
     4
@@ -166,6 +176,7 @@ impl Default for RawRouting {
             expected_completion_tokens: default_expected_completion(),
             debug_header: true,
             max_attempts: default_max_attempts(),
+            max_retry_after_s: default_max_retry_after(),
         }
     }
 }
@@ -221,12 +232,19 @@ pub enum DefaultPolicy {
     PriceWeighted,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Credential {
     /// Lower-case header name.
     pub header: String,
     /// Full header value (prefix + secret). Never logged.
     pub value: String,
+}
+
+/// Hand-written so that `{:?}` of a provider (or the whole catalog) never prints a key.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential").field("header", &self.header).field("value", &"<redacted>").finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -299,6 +317,8 @@ pub struct Routing {
     pub debug_header: bool,
     /// Attempts per request (first try + failovers), across providers and fallback models.
     pub max_attempts: usize,
+    /// Longest cool-down a provider's `Retry-After` can cause (seconds).
+    pub max_retry_after_s: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -342,6 +362,11 @@ impl Catalog {
 
 fn valid_header_name(h: &str) -> bool {
     !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Bytes never allowed in a header value (HTAB is).
+fn is_control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
 }
 
 fn valid_slug(s: &str) -> bool {
@@ -401,8 +426,19 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                         return Err(err(format!("{field}.credential"), "set exactly one of `value` or `env`"));
                     }
                 };
-                if secret.is_empty() || secret.bytes().any(|b| b == b'\r' || b == b'\n') {
-                    return Err(err(format!("{field}.credential"), "the secret is empty or contains a line break"));
+                // A control character (CR/LF above all) in a header value would let the
+                // configuration inject headers into every upstream request.
+                if c.prefix.bytes().any(is_control) {
+                    return Err(err(
+                        format!("{field}.credential.prefix"),
+                        "contains a control character (CR, LF, ...)",
+                    ));
+                }
+                if secret.is_empty() || secret.bytes().any(is_control) {
+                    return Err(err(
+                        format!("{field}.credential"),
+                        "the secret is empty or contains a control character (CR, LF, ...)",
+                    ));
                 }
                 if !credential_headers.contains(&header) {
                     credential_headers.push(header.clone());
@@ -517,8 +553,11 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
             ));
         }
     };
-    if r.outage_window_s == 0 {
-        return Err(err("routing.outage_window_s", "must be > 0"));
+    if !(1..=MAX_OUTAGE_WINDOW_S).contains(&r.outage_window_s) {
+        return Err(err("routing.outage_window_s", format!("must be between 1 and {MAX_OUTAGE_WINDOW_S}")));
+    }
+    if r.max_retry_after_s > MAX_RETRY_AFTER_S {
+        return Err(err("routing.max_retry_after_s", format!("must be at most {MAX_RETRY_AFTER_S}")));
     }
     if r.max_body_bytes == 0 {
         return Err(err("routing.max_body_bytes", "must be > 0"));
@@ -533,6 +572,7 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         expected_completion_tokens: r.expected_completion_tokens,
         debug_header: r.debug_header,
         max_attempts: r.max_attempts,
+        max_retry_after_s: r.max_retry_after_s,
     })
 }
 
@@ -643,6 +683,51 @@ mod tests {
         let e = Catalog::from_json(sample().as_bytes(), &no_env).unwrap_err();
         assert_eq!(e.field, "providers[\"together\"].credential.env");
         assert!(e.reason.contains("TOGETHER_KEY"));
-        assert!(!e.to_string().contains("tk"));
+    }
+
+    // Regression: `Credential` derived Debug, so `{:?}` of a provider or the catalog printed keys.
+    #[test]
+    fn debug_output_never_shows_a_secret() {
+        let env = |k: &str| (k == "TOGETHER_KEY").then(|| "tk-env-secret".to_string());
+        let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("x-api-key"), "the header name is still shown");
+        for secret in ["di-key", "tk-env-secret"] {
+            assert!(!shown.contains(secret), "{secret} leaked into Debug output");
+        }
+    }
+
+    // Regression: a CR/LF in `credential.prefix` reached every upstream request (header injection).
+    #[test]
+    fn control_characters_in_credentials_are_rejected() {
+        for prefix in ["Bearer\\r\\nx-evil: 1 ", "a\\nb", "\\u0000", "x\\u007f"] {
+            let e = expect_err(&sample().replace("\"prefix\": \"\"", &format!("\"prefix\": \"{prefix}\"")));
+            assert_eq!(e.field, "providers[\"together\"].credential.prefix", "{prefix}");
+        }
+        let e = expect_err(&sample().replace("\"value\": \"di-key\"", "\"value\": \"di\\u0007key\""));
+        assert_eq!(e.field, "providers[\"deepinfra\"].credential");
+        // A tab is legal in a header value.
+        let ok = sample().replace("\"prefix\": \"\"", "\"prefix\": \"Key\\t\"");
+        assert!(Catalog::from_json(ok.as_bytes(), &|_| Some("k".into())).is_ok());
+    }
+
+    // Regression: `outage_window_s` had no upper bound and is multiplied into milliseconds;
+    // `max_retry_after_s` is bounded the same way.
+    #[test]
+    fn durations_are_bounded() {
+        let with_routing = |r: &str| format!("{}, \"routing\": {r}}}", sample().trim_end().trim_end_matches('}'));
+        let e = expect_err(&with_routing(r#"{"outage_window_s": 18446744073709551615}"#));
+        assert_eq!(e.field, "routing.outage_window_s");
+        let e = expect_err(&with_routing(r#"{"outage_window_s": 3601}"#));
+        assert_eq!(e.field, "routing.outage_window_s");
+        let e = expect_err(&with_routing(r#"{"max_retry_after_s": 86401}"#));
+        assert_eq!(e.field, "routing.max_retry_after_s");
+        let env = |_: &str| Some("k".to_string());
+        let c =
+            Catalog::from_json(with_routing(r#"{"outage_window_s": 3600, "max_retry_after_s": 0}"#).as_bytes(), &env)
+                .unwrap();
+        assert_eq!((c.routing.outage_window_s, c.routing.max_retry_after_s), (3600, 0));
+        let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+        assert_eq!(c.routing.max_retry_after_s, 300);
     }
 }

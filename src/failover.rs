@@ -311,9 +311,16 @@ impl Outcome {
     }
 }
 
-/// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent).
-pub fn parse_retry_after(v: &str) -> Option<u32> {
-    v.trim().parse::<u32>().ok()
+/// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent), capped at `max_s`
+/// (`routing.max_retry_after_s`): one provider header must not cool an endpoint down for a
+/// century on every worker.
+pub fn parse_retry_after(v: &str, max_s: u32) -> Option<u32> {
+    let v = v.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: too long for u32 means huge, so it is capped rather than ignored.
+    Some(v.parse::<u32>().unwrap_or(u32::MAX).min(max_s))
 }
 
 /// The caller's error when every attempt failed. All 429: 429 `capacity_exhausted` with the
@@ -356,6 +363,20 @@ pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
 
 #[cfg(test)]
 mod tests {
+    // Regression: an unbounded Retry-After put an endpoint in cool-down for up to 136 years.
+    #[test]
+    fn retry_after_is_capped() {
+        assert_eq!(parse_retry_after("7", 300), Some(7));
+        assert_eq!(parse_retry_after(" 300 ", 300), Some(300));
+        assert_eq!(parse_retry_after("301", 300), Some(300));
+        assert_eq!(parse_retry_after("4294967295", 300), Some(300));
+        assert_eq!(parse_retry_after("99999999999999999999999", 300), Some(300));
+        assert_eq!(parse_retry_after("5", 0), Some(0));
+        for bad in ["", "-1", "1.5", "Wed, 21 Oct 2015 07:28:00 GMT", "+5", "5s"] {
+            assert_eq!(parse_retry_after(bad, 300), None, "{bad}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -2,6 +2,7 @@
 //! field as raw bytes so the upstream body can be spliced rather than re-serialized.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -70,8 +71,11 @@ impl<'de> Deserialize<'de> for TopLevel<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel<'de>, A::Error> {
                 let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                // A hash set keeps the duplicate check linear in the number of keys (comparing
+                // each key with every earlier one let a 1 MiB body of distinct keys stall a worker).
+                let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    if out.iter().any(|(seen, _)| *seen == k) {
+                    if !seen.insert(k.clone()) {
                         return Err(de::Error::custom(format!("duplicate field `{k}`")));
                     }
                     let v: &'de RawValue = map.next_value()?;
@@ -215,8 +219,71 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// A JSON value whose objects, at every depth, have no duplicate keys. serde_json's `Value`
+/// keeps the last of two equal keys; a routing field read that way could differ from what a
+/// first-value reader (a policy engine, an audit log) saw, so duplicates are rejected instead.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Strict;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Strict, E> {
+                Ok(Strict(Value::Bool(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Strict, E> {
+                Ok(Strict(Value::from(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Strict, E> {
+                Ok(Strict(Value::from(v)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Strict, E> {
+                Ok(Strict(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Strict, E> {
+                Ok(Strict(Value::String(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Strict, E> {
+                Ok(Strict(Value::String(v)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Strict, E> {
+                Ok(Strict(Value::Null))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Strict, E> {
+                Ok(Strict(Value::Null))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Strict(v)) = seq.next_element()? {
+                    out.push(v);
+                }
+                Ok(Strict(Value::Array(out)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+                let mut out = serde_json::Map::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    if out.contains_key(&k) {
+                        return Err(de::Error::custom(format!("duplicate field `{k}`")));
+                    }
+                    let Strict(v) = map.next_value()?;
+                    out.insert(k, v);
+                }
+                Ok(Strict(Value::Object(out)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Decodes one routing field, rejecting duplicate keys at any depth.
 fn parse_value(raw: &RawValue, param: &str) -> Result<Value, ApiError> {
-    serde_json::from_str(raw.get()).map_err(|e| bad(param, format!("`{param}` is not valid JSON: {e}")))
+    serde_json::from_str::<Strict>(raw.get())
+        .map(|Strict(v)| v)
+        .map_err(|e| bad(param, format!("`{param}` is not valid JSON: {e}")))
 }
 
 fn string_list(v: &Value, param: &str) -> Result<Vec<String>, ApiError> {
@@ -645,6 +712,76 @@ mod tests {
             assert_eq!(e.status, 400);
             assert_eq!(e.code, "invalid_json", "{body}");
         }
+    }
+
+    // Regression (worker stall): the duplicate-key check compared every key with every earlier
+    // one, so ~90k distinct keys in 1 MiB cost seconds (minutes in a debug build). Linear now;
+    // the last key duplicating the first must still be found.
+    #[test]
+    fn many_distinct_keys_parse_and_a_late_duplicate_is_found() {
+        let mut body = String::from(r#"{"model":"a""#);
+        let mut i = 0u32;
+        while body.len() < 1024 * 1024 - 16 {
+            body.push_str(&format!(r#","k{i}":0"#));
+            i += 1;
+        }
+        body.push('}');
+        assert!(i > 90_000, "{i} keys");
+        let r = parse(&body).unwrap();
+        assert_eq!(r.fields.0.len() as u32, i + 1);
+        let dup = format!("{},\"k0\":1}}", body.trim_end_matches('}'));
+        let e = parse_err(&dup);
+        assert_eq!(e.code, "invalid_json");
+        assert!(e.message.contains("duplicate field `k0`"), "{}", e.message);
+    }
+
+    // Regression (compliance smuggling): duplicate keys inside `provider` took the last value
+    // (`"zdr":true,...,"zdr":false` routed as zdr:false). Duplicates are rejected at every depth,
+    // as at the top level.
+    #[test]
+    fn duplicate_keys_inside_routing_fields_are_rejected() {
+        let cases = [
+            (r#"{"model":"a","provider":{"zdr":true,"order":["x"],"zdr":false}}"#, "provider", "zdr"),
+            (
+                r#"{"model":"a","provider":{"data_collection":"deny","data_collection":"allow"}}"#,
+                "provider",
+                "data_collection",
+            ),
+            (r#"{"model":"a","provider":{"sort":{"by":"price","by":"latency"}}}"#, "provider", "by"),
+            (r#"{"model":"a","provider":{"max_price":{"prompt":1,"prompt":100}}}"#, "provider", "prompt"),
+            (r#"{"model":"a","provider":{"preferred_max_latency":{"p50":1,"p50":9}}}"#, "provider", "p50"),
+            (r#"{"model":"a","provider":{"only":["x"],"\u006fnly":["y"]}}"#, "provider", "only"),
+        ];
+        for (body, param, key) in cases {
+            let e = parse_err(body);
+            assert_eq!((e.status, e.code), (400, "invalid_parameter"), "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert!(e.message.contains(&format!("duplicate field `{key}`")), "{body}: {}", e.message);
+        }
+        // Same key in different objects is fine.
+        let r = parse(r#"{"model":"a","provider":{"max_price":{"prompt":1},"sort":{"by":"price"}}}"#).unwrap();
+        assert_eq!(r.provider.max_price.prompt, Some(1.0));
+    }
+
+    // Numbers out of range are a 400, never a panic or a wrapped value.
+    #[test]
+    fn out_of_range_numbers_are_rejected() {
+        for (body, param) in [
+            (r#"{"model":"a","max_tokens":18446744073709551616}"#, "max_tokens"),
+            (r#"{"model":"a","max_tokens":1e400}"#, "max_tokens"),
+            (r#"{"model":"a","max_tokens":1.5}"#, "max_tokens"),
+            (r#"{"model":"a","provider":{"max_price":{"prompt":1e999}}}"#, "provider"),
+        ] {
+            let e = parse_err(body);
+            assert_eq!(e.status, 400, "{body}");
+            assert!(
+                e.code == "invalid_json" || e.param.as_deref() == Some(param),
+                "{body}: {:?} {}",
+                e.param,
+                e.message
+            );
+        }
+        assert_eq!(parse(r#"{"model":"a","max_tokens":18446744073709551615}"#).unwrap().max_tokens, Some(u64::MAX));
     }
 
     #[test]

@@ -164,7 +164,8 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static 
                 && within(mp.image, e.pricing.image)
         })?;
     }
-    let needed = ctx.req.prompt_tokens + ctx.req.max_tokens.unwrap_or(0);
+    // Saturating: a huge `max_tokens` must not wrap around and keep a small-context endpoint.
+    let needed = ctx.req.prompt_tokens.saturating_add(ctx.req.max_tokens.unwrap_or(0));
     step(&mut set, "context_length", &|e| e.context_length.is_none_or(|c| c >= needed))?;
     // With fallbacks off, only the caller's `order` may be attempted.
     if !p.allow_fallbacks && !p.order.is_empty() {

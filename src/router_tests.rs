@@ -387,6 +387,24 @@ fn context_length_must_hold_prompt_plus_max_tokens() {
     assert_eq!(ranked(&c, &b, &NoHealthData)[0], "beta");
 }
 
+// Regression (hostile input): `prompt + max_tokens` once wrapped for a huge `max_tokens`, so an
+// endpoint with a small window was kept (and debug builds panicked). The sum saturates.
+#[test]
+fn huge_max_tokens_saturates_instead_of_wrapping() {
+    let c = filter_catalog();
+    for n in [u64::MAX, u64::MAX - 1, u64::MAX / 2 + 1] {
+        assert_eq!(
+            ranked(&c, &with_max_tokens(n), &NoHealthData),
+            s(&["beta", "deepinfra/turbo", "deepinfra/fast", "delta"]),
+            "max_tokens {n}"
+        );
+    }
+}
+
+fn with_max_tokens(n: u64) -> String {
+    priced_max("m/x", n)
+}
+
 fn priced_max(model: &str, max_tokens: u64) -> String {
     body(model, &format!(r#", "max_tokens": {max_tokens}, "provider": {{"sort": "price"}}"#))
 }

@@ -118,16 +118,39 @@ impl RootContext for Root {
         }
     }
 
+    // Never None: the SDK's dispatcher panics (and the VM aborts) when no context is returned.
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        match self.role {
-            Role::ClearRouteCache => Some(Box::new(ClearRoute)),
-            Role::Downstream => Some(Box::new(downstream::Stream::new(Rc::clone(self.config.as_ref()?)))),
-            Role::Upstream => Some(Box::new(upstream::Attempt::new(Rc::clone(self.config.as_ref()?)))),
-        }
+        let config = self.config.as_ref().map(Rc::clone);
+        Some(match (self.role, config) {
+            (Role::ClearRouteCache, _) => Box::new(ClearRoute),
+            (Role::Downstream, Some(c)) => Box::new(downstream::Stream::new(c)),
+            (Role::Upstream, Some(c)) => Box::new(upstream::Attempt::new(c)),
+            (_, None) => Box::new(Unconfigured),
+        })
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
+    }
+}
+
+/// A context created without a valid configuration (Envoy normally refuses such a filter):
+/// answers every request with a JSON 503 instead of letting it through unrouted.
+struct Unconfigured;
+
+impl Context for Unconfigured {}
+
+impl HttpContext for Unconfigured {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let body = crate::errors::ApiError::new(
+            503,
+            "server_error",
+            "not_configured",
+            "Switchyard has no valid configuration on this worker",
+        )
+        .body();
+        api::reply(503, vec![("content-type", "application/json")], body.as_bytes());
+        Action::Pause
     }
 }
 

@@ -124,7 +124,7 @@ impl Attempt {
             }
             _ => None,
         };
-        let window = self.config.catalog.routing.outage_window_s * 1000;
+        let window = self.config.catalog.routing.outage_window_s.saturating_mul(1000);
         let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s };
         update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
         let tags = format!("model.{}.endpoint.{}", tag(&model), tag(&slug));
@@ -209,7 +209,8 @@ impl HttpContext for Attempt {
         let headers = api::resp_headers();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         self.status = Some(status);
-        self.retry_after_s = api::find(&headers, "retry-after").and_then(parse_retry_after);
+        let cap = self.config.catalog.routing.max_retry_after_s;
+        self.retry_after_s = api::find(&headers, "retry-after").and_then(|v| parse_retry_after(v, cap));
         let catalog = &self.config.catalog;
         let Some(ep) = catalog.endpoint(endpoint) else { return Action::Continue };
         // A non-retryable failure with another model still planned: let Envoy retry.
