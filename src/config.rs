@@ -36,6 +36,32 @@ struct RawConfig {
     models: BTreeMap<String, RawModel>,
     #[serde(default)]
     routing: RawRouting,
+    /// The auto router (`model: "auto"`); absent = `auto` is not offered.
+    #[serde(default)]
+    auto: Option<RawAuto>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuto {
+    #[serde(default = "default_cost_tier")]
+    default_cost_tier: String,
+    #[serde(default = "default_auto_max_models")]
+    max_models: usize,
+    #[serde(default = "default_long_context_tokens")]
+    long_context_tokens: u64,
+    /// Task type -> model id -> preference weight.
+    tasks: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+fn default_cost_tier() -> String {
+    "medium".to_string()
+}
+fn default_auto_max_models() -> usize {
+    3
+}
+fn default_long_context_tokens() -> u64 {
+    32_000
 }
 
 #[derive(Deserialize)]
@@ -105,6 +131,10 @@ impl Default for RawDataPolicy {
 struct RawModel {
     #[serde(default)]
     distillable: bool,
+    #[serde(default)]
+    cost_tier: Option<String>,
+    #[serde(default)]
+    input_modalities: Option<Vec<String>>,
     endpoints: Vec<RawEndpoint>,
 }
 
@@ -306,6 +336,191 @@ pub struct Model {
     pub distillable: bool,
     /// Indexes into `Catalog::endpoints`.
     pub endpoints: Vec<usize>,
+    /// Price class for the auto router; None = undeclared (only `cost_tier: max` may pick it).
+    pub cost_tier: Option<CostTier>,
+    /// What the model accepts as input; always includes text.
+    pub input_modalities: Vec<Modality>,
+    /// Some endpoint lists `tools` in `supported_parameters`.
+    pub supports_tools: bool,
+    /// Largest endpoint context length; None when some endpoint declares no limit.
+    pub max_context: Option<u64>,
+}
+
+impl Model {
+    pub fn accepts(&self, m: Modality) -> bool {
+        self.input_modalities.contains(&m)
+    }
+}
+
+/// A model's price class, cheapest first (ordered: a request tier is a ceiling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CostTier {
+    Low,
+    Medium,
+    High,
+    XHigh,
+}
+
+impl CostTier {
+    pub fn parse(s: &str) -> Option<CostTier> {
+        Some(match s {
+            "low" => CostTier::Low,
+            "medium" => CostTier::Medium,
+            "high" => CostTier::High,
+            "xhigh" => CostTier::XHigh,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CostTier::Low => "low",
+            CostTier::Medium => "medium",
+            CostTier::High => "high",
+            CostTier::XHigh => "xhigh",
+        }
+    }
+}
+
+/// What a request is willing to spend: a tier ceiling, or `max` (best regardless of price).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TierLimit {
+    UpTo(CostTier),
+    Max,
+}
+
+impl TierLimit {
+    pub fn parse(s: &str) -> Option<TierLimit> {
+        if s == "max" {
+            Some(TierLimit::Max)
+        } else {
+            CostTier::parse(s).map(TierLimit::UpTo)
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TierLimit::UpTo(t) => t.name(),
+            TierLimit::Max => "max",
+        }
+    }
+
+    /// Whether a model of tier `t` (None = undeclared) is within this limit.
+    pub fn admits(self, t: Option<CostTier>) -> bool {
+        match (self, t) {
+            (TierLimit::Max, _) => true,
+            (TierLimit::UpTo(limit), Some(t)) => t <= limit,
+            (TierLimit::UpTo(_), None) => false,
+        }
+    }
+}
+
+/// Input kinds a model may accept (`input_modalities`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Modality {
+    Text,
+    Image,
+    Audio,
+    File,
+    Video,
+}
+
+impl Modality {
+    pub fn parse(s: &str) -> Option<Modality> {
+        Some(match s {
+            "text" => Modality::Text,
+            "image" => Modality::Image,
+            "audio" => Modality::Audio,
+            "file" => Modality::File,
+            "video" => Modality::Video,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Modality::Text => "text",
+            Modality::Image => "image",
+            Modality::Audio => "audio",
+            Modality::File => "file",
+            Modality::Video => "video",
+        }
+    }
+}
+
+/// Task types the auto router classifies a request into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskType {
+    Code,
+    Reasoning,
+    LongContext,
+    ToolUse,
+    StructuredOutput,
+    Chat,
+}
+
+impl TaskType {
+    pub const ALL: [TaskType; 6] = [
+        TaskType::Code,
+        TaskType::Reasoning,
+        TaskType::LongContext,
+        TaskType::ToolUse,
+        TaskType::StructuredOutput,
+        TaskType::Chat,
+    ];
+
+    pub fn parse(s: &str) -> Option<TaskType> {
+        TaskType::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskType::Code => "code",
+            TaskType::Reasoning => "reasoning",
+            TaskType::LongContext => "long_context",
+            TaskType::ToolUse => "tool_use",
+            TaskType::StructuredOutput => "structured_output",
+            TaskType::Chat => "chat",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            TaskType::Code => 0,
+            TaskType::Reasoning => 1,
+            TaskType::LongContext => 2,
+            TaskType::ToolUse => 3,
+            TaskType::StructuredOutput => 4,
+            TaskType::Chat => 5,
+        }
+    }
+}
+
+/// One ranked candidate of a task list.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoCandidate {
+    /// Index into `Catalog::models`.
+    pub model: usize,
+    pub weight: f64,
+}
+
+/// The compiled `auto` section.
+#[derive(Debug, Clone)]
+pub struct AutoConfig {
+    pub default_tier: TierLimit,
+    /// Models planned per auto request (primary + fallbacks).
+    pub max_models: usize,
+    /// Prompt estimate (tokens) from which a request counts as `long_context`.
+    pub long_context_tokens: u64,
+    /// Per task type, candidates by descending weight (ties: cheaper tier, then id).
+    tasks: [Vec<AutoCandidate>; 6],
+}
+
+impl AutoConfig {
+    /// The configured candidates of a task (empty when the task has no list).
+    pub fn candidates(&self, task: TaskType) -> &[AutoCandidate] {
+        self.tasks.get(task.index()).map(Vec::as_slice).unwrap_or(&[])
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -327,6 +542,8 @@ pub struct Catalog {
     pub models: Vec<Model>,
     pub endpoints: Vec<Endpoint>,
     pub routing: Routing,
+    /// The auto router; None when the configuration has no `auto` section.
+    pub auto: Option<AutoConfig>,
     model_index: HashMap<String, usize>,
     /// Base provider names, for `provider-slug/vendor/model` pinning and slug validation.
     provider_bases: Vec<String>,
@@ -536,11 +753,94 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 supported_parameters: e.supported_parameters.clone(),
             });
         }
+        let cost_tier = match &m.cost_tier {
+            None => None,
+            Some(t) => Some(CostTier::parse(t).ok_or_else(|| {
+                err(format!("{field}.cost_tier"), format!("unknown cost tier \"{t}\" (low, medium, high, xhigh)"))
+            })?),
+        };
+        let mut input_modalities = vec![Modality::Text];
+        for (i, name) in m.input_modalities.iter().flatten().enumerate() {
+            let modality = Modality::parse(name).ok_or_else(|| {
+                err(
+                    format!("{field}.input_modalities[{i}]"),
+                    format!("unknown modality \"{name}\" (text, image, audio, file, video)"),
+                )
+            })?;
+            if !input_modalities.contains(&modality) {
+                input_modalities.push(modality);
+            }
+        }
+        let own = || ids.iter().filter_map(|&j| endpoints.get(j));
+        let supports_tools = own().any(|e: &Endpoint| e.supports("tools"));
+        let max_context = own().map(|e: &Endpoint| e.context_length).try_fold(0u64, |acc, c| c.map(|c| acc.max(c)));
         model_index.insert(id.clone(), model_idx);
-        models.push(Model { id: id.clone(), distillable: m.distillable, endpoints: ids });
+        models.push(Model {
+            id: id.clone(),
+            distillable: m.distillable,
+            endpoints: ids,
+            cost_tier,
+            input_modalities,
+            supports_tools,
+            max_context,
+        });
     }
 
-    Ok(Catalog { providers, models, endpoints, routing, model_index, provider_bases, credential_headers })
+    let auto = match &raw.auto {
+        None => None,
+        Some(a) => Some(compile_auto(a, &models, &model_index)?),
+    };
+
+    Ok(Catalog { providers, models, endpoints, routing, auto, model_index, provider_bases, credential_headers })
+}
+
+fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -> Result<AutoConfig, ConfigError> {
+    let default_tier = TierLimit::parse(&a.default_cost_tier).ok_or_else(|| {
+        err(
+            "auto.default_cost_tier",
+            format!("unknown cost tier \"{}\" (low, medium, high, xhigh, max)", a.default_cost_tier),
+        )
+    })?;
+    if !(1..=crate::request::MAX_MODELS).contains(&a.max_models) {
+        return Err(err("auto.max_models", format!("must be between 1 and {}", crate::request::MAX_MODELS)));
+    }
+    if a.long_context_tokens == 0 {
+        return Err(err("auto.long_context_tokens", "must be > 0"));
+    }
+    let mut tasks: [Vec<AutoCandidate>; 6] = Default::default();
+    for (name, list) in &a.tasks {
+        let field = format!("auto.tasks.{name}");
+        let task = TaskType::parse(name).ok_or_else(|| {
+            err(&field, "unknown task type (code, reasoning, long_context, tool_use, structured_output, chat)")
+        })?;
+        let mut ranked = Vec::with_capacity(list.len());
+        for (id, &weight) in list {
+            let mf = format!("{field}[\"{id}\"]");
+            let model =
+                index.get(id).copied().ok_or_else(|| err(&mf, format!("unknown model \"{id}\" (not in models)")))?;
+            if !weight.is_finite() || weight <= 0.0 {
+                return Err(err(&mf, "weight must be a finite number > 0"));
+            }
+            ranked.push(AutoCandidate { model, weight });
+        }
+        let tier = |c: &AutoCandidate| models.get(c.model).and_then(|m| m.cost_tier);
+        let id = |c: &AutoCandidate| models.get(c.model).map(|m| m.id.as_str()).unwrap_or("");
+        // Best first; equal weights: the cheaper tier (undeclared last), then the id.
+        ranked.sort_by(|x, y| {
+            y.weight
+                .partial_cmp(&x.weight)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| tier(x).map_or(u8::MAX, |t| t as u8).cmp(&tier(y).map_or(u8::MAX, |t| t as u8)))
+                .then_with(|| id(x).cmp(id(y)))
+        });
+        if let Some(slot) = tasks.get_mut(task.index()) {
+            *slot = ranked;
+        }
+    }
+    if tasks.get(TaskType::Chat.index()).is_none_or(Vec::is_empty) {
+        return Err(err("auto.tasks.chat", "required and non-empty: the general list every task falls back to"));
+    }
+    Ok(AutoConfig { default_tier, max_models: a.max_models, long_context_tokens: a.long_context_tokens, tasks })
 }
 
 fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {

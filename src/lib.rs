@@ -1,6 +1,7 @@
 //! Switchyard: OpenRouter-style LLM provider routing as an Envoy proxy-wasm filter.
 //!
 //! Everything except `host` is pure Rust with no host calls and is tested natively:
+//! - `auto`: the auto router (`model: "auto"`): classification and model ranking
 //! - `config`: the operator's catalog (providers, models, endpoints) and routing defaults
 //! - `request`: parsing OpenAI-style bodies and the `provider` object
 //! - `router`: hard filters, orderings, soft preferences, BYOK, fallback truncation
@@ -17,6 +18,7 @@
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
+pub mod auto;
 pub mod config;
 pub mod decision;
 pub mod errors;

@@ -6,6 +6,7 @@
 
 use std::cmp::Ordering;
 
+use crate::auto::{self, AutoChoice};
 use crate::config::{Catalog, Endpoint};
 use crate::errors::ApiError;
 use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
@@ -24,6 +25,8 @@ pub struct Plan {
     pub attempts: Vec<Attempt>,
     /// How the order was decided, for the `x-switchyard-strategy` header.
     pub strategy: String,
+    /// The auto router's classification and ranking when the request asked for `auto`.
+    pub auto: Option<AutoChoice>,
 }
 
 /// Everything the orderings need about one request.
@@ -363,8 +366,24 @@ pub fn plan(
         completion_tokens: req.max_tokens.unwrap_or(catalog.routing.expected_completion_tokens),
     };
 
+    // `model: auto`: the auto router ranks the models; provider routing then runs for each
+    // pick as for a `models` list, followed by the caller's own `models`.
+    let auto = match req.model.as_deref() {
+        Some(m) if auto::is_auto(m) && catalog.model(m).is_none() => Some(auto::choose(catalog, req, health, &[])?),
+        _ => None,
+    };
     let mut resolved: Vec<(ResolvedModel, String)> = Vec::new();
+    if let Some(choice) = &auto {
+        for m in choice.picks() {
+            let id = catalog.models.get(m).map(|x| x.id.clone()).unwrap_or_default();
+            resolved.push((ResolvedModel { model: m, variant: None, pin: None }, id));
+        }
+    }
+    let auto_models = resolved.len();
     for (written, param) in req.model_sequence() {
+        if auto.is_some() && param == "model" {
+            continue;
+        }
         let r = resolve_model(catalog, &written, &param)?;
         // `m` and `m:floor` are one model: planning it twice would retry failed endpoints.
         if !resolved.iter().any(|(x, _)| x.model == r.model) {
@@ -387,12 +406,24 @@ pub fn plan(
     // Hard filters per model; the 404 names the constraint that emptied the primary model.
     let mut pools: Vec<(Vec<Attempt>, Ordering_)> = Vec::new();
     let mut first_failure: Option<(String, &'static str)> = None;
-    for (r, written) in &resolved {
+    // Auto picks that survive the provider filters; at most `auto.max_models` are planned.
+    let mut auto_planned: Vec<usize> = Vec::new();
+    let auto_limit = auto.as_ref().map_or(0, |c| c.max_models);
+    for (i, (r, written)) in resolved.iter().enumerate() {
+        let is_auto_pick = i < auto_models;
+        if is_auto_pick && auto_planned.len() >= auto_limit {
+            continue;
+        }
         match hard_filter(&ctx, r) {
-            Ok(set) => pools.push((
-                set.into_iter().map(|endpoint| Attempt { endpoint, score: 0.0 }).collect(),
-                effective(r.variant),
-            )),
+            Ok(set) => {
+                if is_auto_pick {
+                    auto_planned.push(r.model);
+                }
+                pools.push((
+                    set.into_iter().map(|endpoint| Attempt { endpoint, score: 0.0 }).collect(),
+                    effective(r.variant),
+                ))
+            }
             Err(constraint) => {
                 if first_failure.is_none() {
                     first_failure = Some((written.clone(), constraint));
@@ -462,7 +493,9 @@ pub fn plan(
         });
     }
 
-    let strategy = if pinned {
+    let strategy = if let Some(choice) = &auto {
+        choice.strategy()
+    } else if pinned {
         "pinned".to_string()
     } else if !prefs.order.is_empty() {
         "order".to_string()
@@ -474,7 +507,11 @@ pub fn plan(
             Ordering_::Default => "price_weighted".to_string(),
         }
     };
-    Ok(Plan { attempts, strategy })
+    let auto = auto.map(|mut c| {
+        c.planned = auto_planned;
+        c
+    });
+    Ok(Plan { attempts, strategy, auto })
 }
 
 #[cfg(test)]

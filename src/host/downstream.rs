@@ -40,6 +40,8 @@ pub struct Stream {
     caller_credentials: Vec<String>,
     /// Debug header value, computed with the statistics the decision used.
     candidates: Option<String>,
+    /// Auto router explanation (debug header), when the request asked for `auto`.
+    auto_explain: Option<String>,
     body_action: BodyAction,
 }
 
@@ -53,6 +55,7 @@ impl Stream {
             decision: None,
             caller_credentials: Vec::new(),
             candidates: None,
+            auto_explain: None,
             body_action: BodyAction::None,
         }
     }
@@ -165,6 +168,7 @@ impl HttpContext for Stream {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
+                    self.auto_explain = d.plan.auto.as_ref().map(|c| c.explain_json(&config.catalog));
                 }
                 self.apply(d);
                 Action::Continue
@@ -187,6 +191,9 @@ impl HttpContext for Stream {
         api::set_resp_header("x-switchyard-strategy", Some(&strategy));
         if let Some(c) = candidates {
             api::set_resp_header("x-switchyard-candidates", Some(&c));
+        }
+        if let Some(a) = self.auto_explain.take() {
+            api::set_resp_header("x-switchyard-auto", Some(&a));
         }
         // Envoy answered itself (no upstream response recorded for the last attempt) or the last
         // attempt failed retryably: every allowed endpoint failed.

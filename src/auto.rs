@@ -1,0 +1,776 @@
+//! The auto router (`model: "auto"` / `"openrouter/auto"`): classifies the request with cheap
+//! deterministic rules and ranks the operator's candidate models for that task, within the
+//! caller's cost tier and allowed-model patterns. Provider routing then runs for each pick as
+//! for a `models` list.
+//!
+//! Classification reads only what the request carries (no model calls) in one pass over at most
+//! `SCAN_LIMIT` bytes of the last user turn, plus one parse of the message list: linear in the
+//! body size. The rules are documented in the README ("Auto router").
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::config::{AutoConfig, Catalog, Modality, TaskType, TierLimit};
+use crate::errors::ApiError;
+use crate::health::HealthView;
+use crate::request::ChatRequest;
+use crate::wildcard;
+
+/// Model ids that ask for the auto router.
+pub const AUTO_IDS: [&str; 2] = ["auto", "openrouter/auto"];
+/// The plugin entry that steers it.
+pub const PLUGIN_ID: &str = "auto-router";
+/// Bytes of the last user turn the text rules look at.
+pub const SCAN_LIMIT: usize = 64 * 1024;
+/// Score from which the code or reasoning rules decide the task.
+const TASK_THRESHOLD: u32 = 3;
+
+pub fn is_auto(model: &str) -> bool {
+    AUTO_IDS.contains(&model)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The request's steering: plugins: [{"id": "auto-router", "cost_tier", "allowed_models"}]
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AutoOptions {
+    pub cost_tier: Option<TierLimit>,
+    /// Wildcard patterns; empty = no restriction.
+    pub allowed_models: Vec<String>,
+}
+
+/// Reads the `auto-router` entry of `plugins`; other plugins are not Switchyard's and are ignored.
+pub fn parse_plugins(raw: Option<&RawValue>) -> Result<AutoOptions, ApiError> {
+    let mut out = AutoOptions::default();
+    let Some(raw) = raw else { return Ok(out) };
+    let v: Value = serde_json::from_str(raw.get())
+        .map_err(|e| ApiError::invalid("plugins", format!("`plugins` is not valid JSON: {e}")))?;
+    let items = match v {
+        Value::Null => return Ok(out),
+        Value::Array(items) => items,
+        _ => return Err(ApiError::invalid("plugins", "`plugins` must be an array of objects")),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Value::Object(map) = item else {
+            return Err(ApiError::invalid(&format!("plugins[{i}]"), format!("`plugins[{i}]` must be an object")));
+        };
+        if map.get("id").and_then(Value::as_str) != Some(PLUGIN_ID) {
+            continue;
+        }
+        if map.get("enabled") == Some(&Value::Bool(false)) {
+            continue;
+        }
+        for (k, x) in map {
+            let param = format!("plugins[{i}].{k}");
+            match (k.as_str(), x) {
+                ("id" | "enabled", _) | (_, Value::Null) => {}
+                ("cost_tier", Value::String(s)) => {
+                    out.cost_tier = Some(TierLimit::parse(s).ok_or_else(|| {
+                        ApiError::invalid(
+                            &param,
+                            format!(
+                                "`{param}` must be \"low\", \"medium\", \"high\", \"xhigh\" or \"max\", got \"{s}\""
+                            ),
+                        )
+                    })?)
+                }
+                ("allowed_models", Value::Array(list)) => {
+                    out.allowed_models = list
+                        .iter()
+                        .enumerate()
+                        .map(|(j, p)| match p {
+                            Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                            _ => Err(ApiError::invalid(&param, format!("`{param}[{j}]` must be a non-empty string"))),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                ("cost_tier", _) => return Err(ApiError::invalid(&param, format!("`{param}` must be a string"))),
+                ("allowed_models", _) => {
+                    return Err(ApiError::invalid(&param, format!("`{param}` must be an array of strings")))
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        &param,
+                        format!("unknown field `{k}` in the auto-router plugin (cost_tier, allowed_models)"),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classification
+// ---------------------------------------------------------------------------------------------
+
+/// What the chosen model must be able to do.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Needs {
+    /// Non-text inputs present in the conversation.
+    pub modalities: Vec<Modality>,
+    /// The request offers `tools`.
+    pub tools: bool,
+    /// Prompt estimate + `max_tokens`: the context the model must hold.
+    pub context_tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classification {
+    pub task: TaskType,
+    /// Why, as `name` or `name:value` strings (debug header).
+    pub signals: Vec<String>,
+    pub needs: Needs,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(default, borrow)]
+    role: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tool_calls: Option<&'a RawValue>,
+    /// Responses API items: `{"type": "function_call", ...}`.
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// What the message list holds, gathered in one pass.
+#[derive(Default)]
+struct Conversation<'a> {
+    last_user_text: Option<Cow<'a, str>>,
+    images: u32,
+    audio: u32,
+    files: u32,
+    video: u32,
+    tool_turns: u32,
+    unparsed: bool,
+}
+
+impl<'a> Conversation<'a> {
+    fn count_part(&mut self, kind: &str) {
+        match kind {
+            "image_url" | "input_image" | "image" => self.images += 1,
+            "input_audio" | "audio" => self.audio += 1,
+            "file" | "input_file" => self.files += 1,
+            "video_url" | "input_video" | "video" => self.video += 1,
+            _ => {}
+        }
+    }
+
+    /// The text of a `content` value (a string or a list of parts); counts non-text parts.
+    fn content_text(&mut self, raw: &'a RawValue) -> Option<Cow<'a, str>> {
+        let s = raw.get();
+        if s.starts_with('"') {
+            return serde_json::from_str::<Cow<'a, str>>(s).ok();
+        }
+        if !s.starts_with('[') {
+            return None;
+        }
+        let Ok(parts) = serde_json::from_str::<Vec<Part<'a>>>(s) else {
+            self.unparsed = true;
+            return None;
+        };
+        let mut text: Option<Cow<'a, str>> = None;
+        for p in parts {
+            let kind = p.kind.as_deref().unwrap_or("text");
+            self.count_part(kind);
+            if let (Some(t), "text" | "input_text") = (p.text, kind) {
+                text = Some(match text {
+                    None => t,
+                    Some(prev) => Cow::Owned(format!("{prev}\n{t}")),
+                });
+            }
+        }
+        text
+    }
+
+    fn read_messages(&mut self, raw: &'a RawValue) {
+        let s = raw.get();
+        if s.starts_with('"') {
+            // `input` / `prompt` as a plain string.
+            self.last_user_text = serde_json::from_str::<Cow<'a, str>>(s).ok();
+            return;
+        }
+        let Ok(list) = serde_json::from_str::<Vec<&'a RawValue>>(s) else {
+            self.unparsed = true;
+            return;
+        };
+        for item in list {
+            let text = item.get();
+            if text.starts_with('"') {
+                // `prompt: ["...", "..."]`
+                self.last_user_text = serde_json::from_str::<Cow<'a, str>>(text).ok();
+                continue;
+            }
+            let Ok(m) = serde_json::from_str::<Message<'a>>(text) else {
+                self.unparsed = true;
+                continue;
+            };
+            let role = m.role.as_deref().unwrap_or("user");
+            let tool_item = matches!(m.kind.as_deref(), Some("function_call" | "function_call_output"));
+            let calls = m.tool_calls.is_some_and(|c| !matches!(c.get(), "null" | "[]"));
+            if role == "tool" || calls || tool_item {
+                self.tool_turns += 1;
+            }
+            if let Some(c) = m.content {
+                let t = self.content_text(c);
+                if role == "user" && t.is_some() {
+                    self.last_user_text = t;
+                }
+            }
+        }
+    }
+}
+
+/// Scores from the text rules over the last user turn.
+#[derive(Default)]
+struct TextScores {
+    code: u32,
+    math: u32,
+    signals: Vec<String>,
+}
+
+/// Words that mark code (syntax keywords and programming vocabulary), each counted once.
+const CODE_WORDS: [&str; 56] = [
+    "fn",
+    "def",
+    "class",
+    "import",
+    "function",
+    "return",
+    "const",
+    "struct",
+    "impl",
+    "enum",
+    "void",
+    "async",
+    "await",
+    "lambda",
+    "elif",
+    "println",
+    "printf",
+    "nullptr",
+    "typedef",
+    "namespace",
+    "interface",
+    "func",
+    "pub",
+    "mut",
+    "usize",
+    "python",
+    "rust",
+    "javascript",
+    "typescript",
+    "java",
+    "golang",
+    "kotlin",
+    "sql",
+    "bash",
+    "regex",
+    "compile",
+    "compiler",
+    "debug",
+    "bug",
+    "refactor",
+    "traceback",
+    "stacktrace",
+    "exception",
+    "segfault",
+    "api",
+    "json",
+    "yaml",
+    "dockerfile",
+    "git",
+    "diff",
+    "patch",
+    "variable",
+    "method",
+    "unittest",
+    "pytest",
+    "code",
+];
+
+/// Words that mark mathematics or multi-step reasoning; the first four count double.
+const MATH_WORDS: [&str; 32] = [
+    "prove",
+    "proof",
+    "theorem",
+    "lemma",
+    "corollary",
+    "derive",
+    "derivation",
+    "integral",
+    "derivative",
+    "equation",
+    "equations",
+    "solve",
+    "probability",
+    "matrix",
+    "eigenvalue",
+    "eigenvalues",
+    "polynomial",
+    "prime",
+    "primes",
+    "induction",
+    "contradiction",
+    "infinitely",
+    "integer",
+    "integers",
+    "logarithm",
+    "calculus",
+    "algebra",
+    "geometry",
+    "riddle",
+    "puzzle",
+    "deduce",
+    "irrational",
+];
+
+/// LaTeX commands (after a backslash) that mark mathematics.
+const LATEX: [&str; 20] = [
+    "frac", "int", "sum", "prod", "sqrt", "lim", "forall", "exists", "begin", "mathbb", "cdot", "infty", "partial",
+    "leq", "geq", "neq", "subseteq", "mathrm", "binom", "equiv",
+];
+
+/// Unicode mathematical symbols.
+const MATH_SYMBOLS: [char; 14] = ['∀', '∃', '∑', '∫', '√', '≤', '≥', '≠', '∈', '⊆', '∞', '≡', '∂', '⇒'];
+
+fn bit_of(list: &[&str], word: &str) -> Option<u64> {
+    list.iter().position(|w| *w == word).map(|i| 1u64 << (i % 64))
+}
+
+/// One pass over the text: words (ASCII, lower-cased, at most 24 bytes), LaTeX commands, code
+/// fences, diff markers, code-like line endings and math symbols.
+fn score_text(text: &str) -> TextScores {
+    let mut cut = text.len().min(SCAN_LIMIT);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let text = text.get(..cut).unwrap_or("");
+    let (mut code_words, mut math_words, mut latex) = (0u64, 0u64, 0u64);
+    let mut symbols = 0u32;
+    let (mut fences, mut diff_lines, mut code_lines, mut dollars) = (0u32, 0u32, 0u32, 0u32);
+    let mut word = [0u8; 24];
+    let mut len = 0usize;
+    let mut overlong = false;
+    let mut after_backslash = false;
+    let mut backticks = 0u32;
+    let mut line_start = true;
+    let mut last_non_space: Option<char> = None;
+    let mut prev_dollar = false;
+
+    let (mut hunks, mut col, mut first) = (0u32, 0usize, ' ');
+
+    for c in text.chars().chain(std::iter::once('\n')) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            if len < word.len() {
+                if let Some(slot) = word.get_mut(len) {
+                    *slot = c.to_ascii_lowercase() as u8;
+                }
+                len += 1;
+            } else {
+                overlong = true;
+            }
+        } else {
+            if len > 0 && !overlong {
+                let w = std::str::from_utf8(word.get(..len).unwrap_or(&[])).unwrap_or("");
+                if after_backslash {
+                    latex |= bit_of(&LATEX, w).unwrap_or(0);
+                } else {
+                    code_words |= bit_of(&CODE_WORDS, w).unwrap_or(0);
+                    math_words |= bit_of(&MATH_WORDS, w).unwrap_or(0);
+                }
+            }
+            after_backslash = c == '\\';
+            len = 0;
+            overlong = false;
+        }
+        if c == '`' {
+            backticks += 1;
+        } else {
+            if backticks >= 3 {
+                fences += 1;
+            }
+            backticks = 0;
+        }
+        if c == '$' {
+            if prev_dollar {
+                dollars += 1;
+            }
+            prev_dollar = !prev_dollar;
+        } else {
+            prev_dollar = false;
+        }
+        if MATH_SYMBOLS.contains(&c) {
+            symbols += 1;
+        }
+        // Unified diffs: `@@` hunk headers and `+`/`-` lines.
+        if line_start && (c == '+' || c == '-') {
+            diff_lines += 1;
+        }
+        if col == 0 {
+            first = c;
+        } else if col == 1 && first == '@' && c == '@' {
+            hunks += 1;
+        }
+        col += 1;
+        if c == '\n' {
+            col = 0;
+            if matches!(last_non_space, Some(';' | '{' | '}')) {
+                code_lines += 1;
+            }
+            last_non_space = None;
+            line_start = true;
+        } else {
+            if !c.is_whitespace() {
+                last_non_space = Some(c);
+            }
+            line_start = false;
+        }
+    }
+
+    let mut s = TextScores::default();
+    let code_hits = code_words.count_ones();
+    let math_hits = math_words.count_ones();
+    let strong_math = ["prove", "proof", "theorem", "lemma"]
+        .iter()
+        .filter_map(|w| bit_of(&MATH_WORDS, w))
+        .filter(|b| math_words & b != 0)
+        .count() as u32;
+    if fences > 0 {
+        s.code += 3;
+        s.signals.push(format!("code_fences:{}", fences / 2 + fences % 2));
+    }
+    if hunks > 0 && diff_lines >= 2 {
+        s.code += 3;
+        s.signals.push(format!("diff_hunks:{hunks}"));
+    }
+    if code_lines >= 3 {
+        s.code += 2;
+        s.signals.push(format!("code_line_endings:{code_lines}"));
+    }
+    if code_hits > 0 {
+        s.code += code_hits;
+        s.signals.push(format!("code_words:{code_hits}"));
+    }
+    if math_hits > 0 {
+        s.math += math_hits + strong_math;
+        s.signals.push(format!("math_words:{math_hits}"));
+    }
+    let latex_hits = latex.count_ones();
+    if latex_hits > 0 || dollars > 0 {
+        s.math += 2 * latex_hits + 2 * dollars.min(1);
+        s.signals.push(format!("latex:{}", latex_hits + dollars));
+    }
+    if symbols > 0 {
+        s.math += symbols.min(3);
+        s.signals.push(format!("math_symbols:{symbols}"));
+    }
+    s
+}
+
+/// Whether `response_format` asks for JSON output.
+fn structured_output(req: &ChatRequest) -> Option<&'static str> {
+    let raw = req.fields.get("response_format")?.get();
+    if raw.contains("\"json_schema\"") {
+        Some("json_schema")
+    } else if raw.contains("\"json_object\"") {
+        Some("json_object")
+    } else {
+        None
+    }
+}
+
+/// Classifies a request (see the README's "Auto router" for the rules and their precedence).
+pub fn classify(req: &ChatRequest, auto: &AutoConfig) -> Classification {
+    let mut conv = Conversation::default();
+    for key in ["messages", "input", "prompt"] {
+        if let Some(raw) = req.fields.get(key) {
+            conv.read_messages(raw);
+        }
+    }
+    let mut signals = Vec::new();
+    let mut needs = Needs {
+        modalities: Vec::new(),
+        tools: req.has_tools,
+        context_tokens: req.prompt_tokens + req.max_tokens.unwrap_or(0),
+    };
+    for (n, m) in [
+        (conv.images, Modality::Image),
+        (conv.audio, Modality::Audio),
+        (conv.files, Modality::File),
+        (conv.video, Modality::Video),
+    ] {
+        if n > 0 {
+            needs.modalities.push(m);
+            signals.push(format!("{}s:{n}", m.name()));
+        }
+    }
+    if conv.unparsed {
+        signals.push("messages:unparsed".to_string());
+    }
+    signals.push(format!("prompt_tokens:{}", req.prompt_tokens));
+    if req.has_tools {
+        signals.push("tools".to_string());
+    }
+    if conv.tool_turns > 0 {
+        signals.push(format!("tool_turns:{}", conv.tool_turns));
+    }
+    let format = structured_output(req);
+    if let Some(f) = format {
+        signals.push(format!("response_format:{f}"));
+    }
+    let reasoning = ["reasoning", "reasoning_effort", "include_reasoning"]
+        .into_iter()
+        .find(|k| req.fields.get(k).is_some_and(|v| !matches!(v.get(), "null" | "false")));
+    if let Some(k) = reasoning {
+        signals.push(format!("param:{k}"));
+    }
+    let mut text = score_text(conv.last_user_text.as_deref().unwrap_or(""));
+    signals.append(&mut text.signals);
+    if reasoning.is_some() {
+        text.math += TASK_THRESHOLD;
+    }
+
+    let task = if req.has_tools || conv.tool_turns > 0 {
+        TaskType::ToolUse
+    } else if req.prompt_tokens >= auto.long_context_tokens {
+        TaskType::LongContext
+    } else if format.is_some() {
+        TaskType::StructuredOutput
+    } else if text.code >= TASK_THRESHOLD && text.code >= text.math {
+        TaskType::Code
+    } else if text.math >= TASK_THRESHOLD {
+        TaskType::Reasoning
+    } else {
+        TaskType::Chat
+    };
+    signals.push(format!("scores:code={},reasoning={}", text.code, text.math));
+    Classification { task, signals, needs }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Choice
+// ---------------------------------------------------------------------------------------------
+
+/// Why a candidate was not eligible (the filter that removed it), or None when it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    pub model: usize,
+    pub weight: f64,
+    /// Came from the `chat` list because the task's own list did not name it.
+    pub from_chat: bool,
+    pub excluded: Option<String>,
+    /// Every endpoint is in outage or cool-down: ranked after the healthy candidates.
+    pub unhealthy: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoChoice {
+    pub classification: Classification,
+    pub tier: TierLimit,
+    pub allowed_models: Vec<String>,
+    /// Every candidate in rank order: eligible ones first (healthy, then unhealthy), then the
+    /// excluded ones with the reason.
+    pub candidates: Vec<Ranked>,
+    pub max_models: usize,
+    /// The picks the plan kept (provider filters may drop some; at most `max_models`).
+    pub planned: Vec<usize>,
+}
+
+impl AutoChoice {
+    /// Eligible models in the order they should be planned.
+    pub fn picks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.candidates.iter().filter(|c| c.excluded.is_none()).map(|c| c.model)
+    }
+
+    pub fn strategy(&self) -> String {
+        format!("auto:{}", self.classification.task.name())
+    }
+
+    /// The debug header: classification, signals, needs, the tier and the ranked candidates.
+    pub fn explain_json(&self, catalog: &Catalog) -> String {
+        let planned = &self.planned;
+        let needs = &self.classification.needs;
+        let candidates: Vec<Value> = self
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                let m = catalog.models.get(c.model)?;
+                let status = match (&c.excluded, planned.contains(&c.model)) {
+                    (Some(why), _) => format!("excluded:{why}"),
+                    (None, true) => "planned".to_string(),
+                    (None, false) => "eligible".to_string(),
+                };
+                Some(json!({
+                    "model": m.id,
+                    "weight": c.weight,
+                    "cost_tier": m.cost_tier.map(|t| t.name()),
+                    "list": if c.from_chat { "chat" } else { self.classification.task.name() },
+                    "healthy": !c.unhealthy,
+                    "status": status,
+                }))
+            })
+            .collect();
+        json!({
+            "task": self.classification.task.name(),
+            "signals": self.classification.signals,
+            "needs": {
+                "input_modalities": needs.modalities.iter().map(|m| m.name()).collect::<Vec<_>>(),
+                "tools": needs.tools,
+                "context_tokens": needs.context_tokens,
+            },
+            "cost_tier": self.tier.name(),
+            "allowed_models": self.allowed_models,
+            "candidates": candidates,
+        })
+        .to_string()
+    }
+}
+
+/// An extra bound on the choice from outside the request (an operator policy's
+/// `allowed_models`): its label names it in errors (`policy:finance.allowed_models`).
+pub struct Bound<'a> {
+    pub label: &'a str,
+    pub allowed_models: &'a [String],
+}
+
+/// Ranks the candidate models for this request. Err: `model: auto` is not configured, the
+/// plugin entry is invalid, or no candidate is left (404 naming the filter that emptied it).
+pub fn choose(
+    catalog: &Catalog,
+    req: &ChatRequest,
+    health: &dyn HealthView,
+    bounds: &[Bound],
+) -> Result<AutoChoice, ApiError> {
+    let Some(auto) = &catalog.auto else {
+        let written = req.model.as_deref().unwrap_or("auto");
+        let mut e = ApiError::model_not_found("model", written);
+        e.message = format!("`model`: \"{written}\" is not offered: this router has no `auto` configuration");
+        return Err(e);
+    };
+    let opts = parse_plugins(req.fields.get("plugins"))?;
+    let classification = classify(req, auto);
+    let tier = opts.cost_tier.unwrap_or(auto.default_tier);
+    let task = classification.task;
+
+    // The task's list, then the general list for what it does not name.
+    let mut candidates: Vec<Ranked> = auto
+        .candidates(task)
+        .iter()
+        .map(|c| Ranked { model: c.model, weight: c.weight, from_chat: false, excluded: None, unhealthy: false })
+        .collect();
+    if task != TaskType::Chat {
+        for c in auto.candidates(TaskType::Chat) {
+            if !candidates.iter().any(|x| x.model == c.model) {
+                candidates.push(Ranked {
+                    model: c.model,
+                    weight: c.weight,
+                    from_chat: true,
+                    excluded: None,
+                    unhealthy: false,
+                });
+            }
+        }
+    }
+
+    // Filters in order: what the operator and the caller allow first, then what the request
+    // needs, so an empty result names the unmet need among the allowed models.
+    let needs = &classification.needs;
+    type Keep<'k> = Box<dyn Fn(&crate::config::Model) -> bool + 'k>;
+    let mut filters: Vec<(String, Keep)> = Vec::new();
+    for b in bounds {
+        if !b.allowed_models.is_empty() {
+            let list = b.allowed_models;
+            filters.push((b.label.to_string(), Box::new(move |model| wildcard::any_matches(list, &model.id))));
+        }
+    }
+    if !opts.allowed_models.is_empty() {
+        let list = &opts.allowed_models;
+        filters.push(("allowed_models".to_string(), Box::new(move |model| wildcard::any_matches(list, &model.id))));
+    }
+    filters.push(("cost_tier".to_string(), Box::new(move |model| tier.admits(model.cost_tier))));
+    for &m in &needs.modalities {
+        filters.push((format!("input_modalities:{}", m.name()), Box::new(move |model| model.accepts(m))));
+    }
+    if needs.tools {
+        filters.push(("tools".to_string(), Box::new(|model| model.supports_tools)));
+    }
+    let ctx = needs.context_tokens;
+    filters.push(("context_length".to_string(), Box::new(move |model| model.max_context.is_none_or(|c| c >= ctx))));
+
+    let mut emptied_by: Option<String> = None;
+    for (name, keep) in &filters {
+        let mut left = 0;
+        for c in candidates.iter_mut().filter(|c| c.excluded.is_none()) {
+            if catalog.models.get(c.model).is_some_and(keep) {
+                left += 1;
+            } else {
+                c.excluded = Some(name.clone());
+            }
+        }
+        if left == 0 && emptied_by.is_none() {
+            emptied_by = Some(name.clone());
+        }
+    }
+    if let Some(constraint) = emptied_by {
+        let mut e = ApiError::no_endpoints("auto", &constraint);
+        e.message = format!(
+            "auto router: no candidate model for task `{}` satisfies `{constraint}` (cost_tier {}{})",
+            task.name(),
+            tier.name(),
+            if opts.allowed_models.is_empty() {
+                String::new()
+            } else {
+                format!(", allowed_models {:?}", opts.allowed_models)
+            }
+        );
+        e.metadata.insert("task".to_string(), Value::String(task.name().to_string()));
+        e.metadata.insert("cost_tier".to_string(), Value::String(tier.name().to_string()));
+        return Err(e);
+    }
+
+    // A model whose every endpoint is in outage or cool-down goes after the healthy ones.
+    for c in candidates.iter_mut().filter(|c| c.excluded.is_none()) {
+        if let Some(m) = catalog.models.get(c.model) {
+            c.unhealthy = !m.endpoints.is_empty()
+                && m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).all(|e| {
+                    let h = health.endpoint(&m.id, &e.slug);
+                    h.recent_outage || h.cooling_down
+                });
+        }
+    }
+    let rank = |c: &Ranked| match (&c.excluded, c.unhealthy) {
+        (None, false) => 0u8,
+        (None, true) => 1,
+        (Some(_), _) => 2,
+    };
+    candidates.sort_by_key(rank); // stable: weight order kept inside each group
+
+    Ok(AutoChoice {
+        classification,
+        tier,
+        allowed_models: opts.allowed_models.clone(),
+        candidates,
+        max_models: auto.max_models,
+        planned: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+#[path = "auto_tests.rs"]
+mod tests;

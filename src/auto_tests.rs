@@ -1,0 +1,604 @@
+//! The auto router on realistic prompts and a realistic catalog: classification, hard needs,
+//! ranking within cost tiers and allowed-model patterns, health, and the resulting plan.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::config::{Catalog, CostTier};
+use crate::health::{EndpointHealth, NoHealthData};
+use crate::router::{plan, Plan};
+
+const PROVIDERS: &str = r#"{
+  "anthropic": {"cluster": "c_anthropic", "authority": "api.anthropic.example"},
+  "openai": {"cluster": "c_openai", "authority": "api.openai.example"},
+  "google": {"cluster": "c_google", "authority": "vertex.example"},
+  "together": {"cluster": "c_together", "authority": "together.example"},
+  "deepinfra": {"cluster": "c_deepinfra", "authority": "deepinfra.example",
+                "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}}
+}"#;
+
+fn model(tier: Option<&str>, modalities: &[&str], endpoints: &[(&str, f64, Option<u64>, bool)]) -> Value {
+    let eps: Vec<Value> = endpoints
+        .iter()
+        .map(|(p, price, ctx, tools)| {
+            let mut e = json!({"provider": p, "pricing": {"prompt": price, "completion": price * 4.0}});
+            if let Some(c) = ctx {
+                e["context_length"] = json!(c);
+            }
+            if *tools {
+                e["supported_parameters"] = json!(["tools", "tool_choice", "max_tokens"]);
+            }
+            e
+        })
+        .collect();
+    let mut m = json!({"input_modalities": modalities, "endpoints": eps});
+    if let Some(t) = tier {
+        m["cost_tier"] = json!(t);
+    }
+    m
+}
+
+fn catalog_value() -> Value {
+    json!({
+        "providers": serde_json::from_str::<Value>(PROVIDERS).unwrap(),
+        "models": {
+            "anthropic/claude-opus-4-6": model(Some("xhigh"), &["text", "image"], &[("anthropic", 15.0, Some(200_000), true)]),
+            "anthropic/claude-sonnet-4-6": model(Some("high"), &["text", "image"], &[("anthropic", 3.0, Some(200_000), true)]),
+            "openai/gpt-5-mini": model(Some("medium"), &["text", "image"], &[("openai", 0.25, Some(400_000), true)]),
+            "qwen/qwen3-coder": model(Some("low"), &["text"], &[("together", 0.3, Some(262_144), true), ("deepinfra", 0.4, Some(262_144), true)]),
+            "deepseek/deepseek-r1": model(Some("low"), &["text"], &[("together", 0.5, Some(128_000), false), ("deepinfra", 0.7, Some(128_000), false)]),
+            "google/gemini-2.5-pro": model(Some("high"), &["text", "image", "audio", "video", "file"], &[("google", 1.25, Some(1_048_576), true)]),
+            "google/gemini-2.5-flash": model(Some("low"), &["text", "image"], &[("google", 0.3, Some(1_048_576), true)]),
+            "meta-llama/llama-4-maverick": model(Some("low"), &["text"], &[("together", 0.27, None, false), ("deepinfra", 0.2, Some(131_072), false)]),
+            "mystery/unpriced": model(None, &["text"], &[("together", 1.0, None, false)])
+        },
+        "auto": {
+            "default_cost_tier": "medium",
+            "tasks": {
+                "code": {"anthropic/claude-opus-4-6": 1.0, "anthropic/claude-sonnet-4-6": 0.95,
+                         "openai/gpt-5-mini": 0.85, "qwen/qwen3-coder": 0.8},
+                "reasoning": {"anthropic/claude-opus-4-6": 1.0, "google/gemini-2.5-pro": 0.95,
+                              "openai/gpt-5-mini": 0.8, "deepseek/deepseek-r1": 0.75},
+                "long_context": {"google/gemini-2.5-pro": 1.0, "google/gemini-2.5-flash": 0.8,
+                                 "meta-llama/llama-4-maverick": 0.6},
+                "tool_use": {"anthropic/claude-sonnet-4-6": 1.0, "openai/gpt-5-mini": 0.9, "qwen/qwen3-coder": 0.7},
+                "structured_output": {"openai/gpt-5-mini": 1.0, "google/gemini-2.5-flash": 0.8},
+                "chat": {"mystery/unpriced": 1.0, "anthropic/claude-sonnet-4-6": 0.95, "openai/gpt-5-mini": 0.9,
+                         "google/gemini-2.5-flash": 0.85, "meta-llama/llama-4-maverick": 0.8}
+            }
+        }
+    })
+}
+
+fn catalog_of(v: &Value) -> Catalog {
+    Catalog::from_json(v.to_string().as_bytes(), &|_| None).unwrap_or_else(|e| panic!("catalog rejected: {e}"))
+}
+
+fn catalog() -> Catalog {
+    catalog_of(&catalog_value())
+}
+
+fn parse(body: &Value) -> (String, ChatRequest<'static>) {
+    let text = body.to_string();
+    let leaked: &'static str = Box::leak(text.clone().into_boxed_str());
+    (text, ChatRequest::parse(leaked.as_bytes()).unwrap_or_else(|e| panic!("{}", e.body())))
+}
+
+fn classify_body(body: Value) -> Classification {
+    let cat = catalog();
+    let (_, req) = parse(&body);
+    classify(&req, cat.auto.as_ref().unwrap())
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+fn plan_for(cat: &Catalog, body: Value, health: &dyn HealthView) -> Result<Plan, ApiError> {
+    let (_, req) = parse(&body);
+    plan(cat, &req, health, &mut || 0.0)
+}
+
+/// Catalog model ids of the plan, in attempt order, each once.
+fn planned_models(cat: &Catalog, p: &Plan) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for a in &p.attempts {
+        let id = cat.models[cat.endpoints[a.endpoint].model].id.clone();
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+fn auto_plan(body: Value) -> (Catalog, Plan) {
+    let cat = catalog();
+    let p = plan_for(&cat, body, &NoHealthData).unwrap_or_else(|e| panic!("{}", e.body()));
+    (cat, p)
+}
+
+fn auto_err(body: Value) -> ApiError {
+    let cat = catalog();
+    match plan_for(&cat, body, &NoHealthData) {
+        Ok(p) => panic!("expected an error, got {:?}", planned_models(&cat, &p)),
+        Err(e) => e,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Realistic prompts
+// ---------------------------------------------------------------------------------------------
+
+const DIFF: &str = r#"Can you review this change? It fails with a borrow error.
+
+diff --git a/src/router.rs b/src/router.rs
+index 3f2a1c0..8b7e9d2 100644
+--- a/src/router.rs
++++ b/src/router.rs
+@@ -120,7 +120,9 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static str> {
+     let cat = ctx.catalog;
+-    let mut set: Vec<usize> = m.endpoints.clone();
++    let mut set: Vec<usize> = Vec::with_capacity(m.endpoints.len());
++    set.extend(m.endpoints.iter().copied());
+     if let Some(pin) = &model.pin {
+         step(&mut set, "model", &|e| e.matches_slug(pin))?;
+     }
+"#;
+
+const PROOF: &str = r"Prove that there are infinitely many primes. Then show that for every integer $n \geq 2$ there is a prime $p$ with $n < p \leq n! + 1$. Give a rigorous proof, step by step.";
+
+const SMALL_TALK: &str = "Hey! How was your weekend? I went hiking with friends and the weather was lovely.";
+
+#[test]
+fn a_code_diff_is_code() {
+    let c = classify_body(json!({"model": "auto", "messages": user(DIFF)}));
+    assert_eq!(c.task, TaskType::Code, "{:?}", c.signals);
+    assert!(c.signals.iter().any(|s| s.starts_with("diff_hunks:")), "{:?}", c.signals);
+    // A fenced snippet with a question is code too.
+    let fenced =
+        "Why does this panic?\n```rust\nfn main() {\n    let v: Vec<u8> = vec![];\n    println!(\"{}\", v[0]);\n}\n```";
+    let c = classify_body(json!({"model": "auto", "messages": user(fenced)}));
+    assert_eq!(c.task, TaskType::Code, "{:?}", c.signals);
+    assert!(c.signals.iter().any(|s| s == "code_fences:1"), "{:?}", c.signals);
+}
+
+#[test]
+fn a_proof_is_reasoning() {
+    let c = classify_body(json!({"model": "auto", "messages": user(PROOF)}));
+    assert_eq!(c.task, TaskType::Reasoning, "{:?}", c.signals);
+    assert!(c.signals.iter().any(|s| s.starts_with("latex:")), "{:?}", c.signals);
+    // A reasoning parameter alone makes a plain question a reasoning task.
+    let c = classify_body(json!({"model": "auto", "messages": user("Which city should we pick for the offsite?"),
+                                 "reasoning": {"effort": "high"}}));
+    assert_eq!(c.task, TaskType::Reasoning, "{:?}", c.signals);
+    assert!(c.signals.contains(&"param:reasoning".to_string()));
+}
+
+#[test]
+fn a_200k_token_document_is_long_context_and_needs_the_room() {
+    let paragraph = "The committee reviewed the quarterly figures and noted that revenue in the northern region grew steadily while costs stayed flat. ";
+    let doc = paragraph.repeat(800_000 / paragraph.len() + 1); // ~800 KB = ~200k tokens
+    let body = json!({"model": "auto", "max_tokens": 4000,
+                      "messages": [{"role": "system", "content": "You summarise board documents."},
+                                   {"role": "user", "content": format!("Summarise this report:\n\n{doc}")}]});
+    let c = classify_body(body.clone());
+    assert_eq!(c.task, TaskType::LongContext, "{:?}", c.signals);
+    assert!(c.needs.context_tokens > 200_000 + 4000, "{:?}", c.needs);
+    // Only models that hold ~204k tokens remain. gemini-2.5-pro is high tier, so the default
+    // (medium) ceiling leaves flash first; gpt-5-mini (400k) comes from the chat list.
+    let (cat, p) = auto_plan(body.clone());
+    assert_eq!(p.strategy, "auto:long_context");
+    assert_eq!(
+        planned_models(&cat, &p),
+        vec!["google/gemini-2.5-flash", "meta-llama/llama-4-maverick", "openai/gpt-5-mini"]
+    );
+    // llama's 131k-token endpoint is dropped by provider routing's context filter.
+    assert!(p.attempts.iter().all(|a| cat.endpoints[a.endpoint].slug != "deepinfra"));
+    let why = |p: &Plan, id: &str| {
+        p.auto.as_ref().unwrap().candidates.iter().find(|c| cat.models[c.model].id == id).unwrap().excluded.clone()
+    };
+    assert_eq!(why(&p, "google/gemini-2.5-pro"), Some("cost_tier".to_string()));
+    let mut max = body;
+    max["plugins"] = json!([{"id": "auto-router", "cost_tier": "max"}]);
+    let (_, p) = auto_plan(max);
+    assert_eq!(
+        planned_models(&cat, &p),
+        vec!["google/gemini-2.5-pro", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]
+    );
+    assert_eq!(why(&p, "anthropic/claude-sonnet-4-6"), Some("context_length".to_string()));
+}
+
+#[test]
+fn a_tool_calling_agent_turn_is_tool_use_and_needs_tools() {
+    let body = json!({
+        "model": "openrouter/auto",
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string"}}}}}],
+        "messages": [
+            {"role": "user", "content": "What's the weather in Lisbon and should I bring an umbrella?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+              "function": {"name": "get_weather", "arguments": "{\"city\":\"Lisbon\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp_c\": 18, \"rain_mm\": 6}"}
+        ]
+    });
+    let c = classify_body(body.clone());
+    assert_eq!(c.task, TaskType::ToolUse, "{:?}", c.signals);
+    assert!(c.needs.tools);
+    assert!(c.signals.contains(&"tool_turns:2".to_string()), "{:?}", c.signals);
+    let (cat, p) = auto_plan(body);
+    assert_eq!(p.strategy, "auto:tool_use");
+    // sonnet (high) is above the default medium tier.
+    assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "qwen/qwen3-coder", "google/gemini-2.5-flash"]);
+    let why = |id: &str| {
+        p.auto.as_ref().unwrap().candidates.iter().find(|c| cat.models[c.model].id == id).unwrap().excluded.clone()
+    };
+    assert_eq!(why("meta-llama/llama-4-maverick"), Some("tools".to_string()));
+}
+
+#[test]
+fn an_image_question_needs_an_image_model() {
+    let body = json!({"model": "auto", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What breed is this dog?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    ]}]});
+    let c = classify_body(body.clone());
+    assert_eq!(c.needs.modalities, vec![Modality::Image]);
+    assert_eq!(c.task, TaskType::Chat);
+    let (cat, p) = auto_plan(body.clone());
+    let models = planned_models(&cat, &p);
+    assert_eq!(models, vec!["openai/gpt-5-mini", "google/gemini-2.5-flash"]);
+    for m in &models {
+        assert!(cat.model(m).unwrap().accepts(Modality::Image), "{m} is text-only");
+    }
+    // Restricted to text-only models: nothing left, and the error names the unmet need.
+    let mut narrowed = body;
+    narrowed["plugins"] = json!([{"id": "auto-router", "allowed_models": ["meta-llama/*", "qwen/*"]}]);
+    let e = auto_err(narrowed);
+    assert_eq!(e.status, 404);
+    assert_eq!(e.code, "no_endpoints");
+    assert_eq!(e.metadata["constraint"], "input_modalities:image", "{}", e.message);
+    let mut text_only = json!({"model": "auto", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "And this one?"}, {"type": "input_image", "image_url": "https://x.example/d.png"}]}]});
+    text_only["plugins"] = json!([{"id": "auto-router", "cost_tier": "low", "allowed_models": ["meta-llama/*"]}]);
+    let e = auto_err(text_only);
+    assert_eq!(e.metadata["constraint"], "input_modalities:image", "{}", e.message);
+    // Patterns that allow nothing name allowed_models.
+    let mut nothing = json!({"model": "auto", "messages": user("hi")});
+    nothing["plugins"] = json!([{"id": "auto-router", "allowed_models": ["x-ai/*"]}]);
+    assert_eq!(auto_err(nothing).metadata["constraint"], "allowed_models");
+}
+
+#[test]
+fn small_talk_is_chat() {
+    let c = classify_body(json!({"model": "auto", "messages": user(SMALL_TALK)}));
+    assert_eq!(c.task, TaskType::Chat, "{:?}", c.signals);
+    // Markdown bullet lists are not diffs; a shopping list is not code.
+    let list = "Things to pack:\n- tent\n- stove\n- two jackets\n- snacks\n+ maybe a book";
+    assert_eq!(classify_body(json!({"model": "auto", "messages": user(list)})).task, TaskType::Chat);
+    let (cat, p) = auto_plan(json!({"model": "auto", "messages": user(SMALL_TALK)}));
+    assert_eq!(p.strategy, "auto:chat");
+    // mystery/unpriced has the highest weight but no declared tier: only `max` may pick it.
+    assert_eq!(
+        planned_models(&cat, &p),
+        vec!["openai/gpt-5-mini", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]
+    );
+}
+
+#[test]
+fn structured_output_and_precedence() {
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    let c = classify_body(
+        json!({"model": "auto", "messages": user("Extract the invoice fields."), "response_format": schema}),
+    );
+    assert_eq!(c.task, TaskType::StructuredOutput);
+    // Tools win over everything; long context wins over code.
+    let c = classify_body(json!({"model": "auto", "messages": user(DIFF), "tools": [{"type": "function"}]}));
+    assert_eq!(c.task, TaskType::ToolUse);
+    let big = format!("{}{}", DIFF, "x".repeat(140_000));
+    let c = classify_body(json!({"model": "auto", "messages": user(&big)}));
+    assert_eq!(c.task, TaskType::LongContext);
+    // Responses API input and completions prompt are read too.
+    let c = classify_body(
+        json!({"model": "auto", "input": [{"role": "user", "content": [{"type": "input_text", "text": PROOF}]}]}),
+    );
+    assert_eq!(c.task, TaskType::Reasoning);
+    let c = classify_body(
+        json!({"model": "auto", "prompt": "def add(a, b):\n    return a + b\n# write unit tests for this python function"}),
+    );
+    assert_eq!(c.task, TaskType::Code, "{:?}", c.signals);
+}
+
+#[test]
+fn the_last_user_turn_decides_the_text_rules() {
+    let c = classify_body(json!({"model": "auto", "messages": [
+        {"role": "user", "content": DIFF},
+        {"role": "assistant", "content": "Looks good to me."},
+        {"role": "user", "content": SMALL_TALK}
+    ]}));
+    assert_eq!(c.task, TaskType::Chat, "{:?}", c.signals);
+}
+
+#[test]
+fn malformed_messages_do_not_fail_classification() {
+    for messages in [
+        json!("just a string"),
+        json!([1, 2, 3]),
+        json!([{"role": 5}]),
+        json!({"a": 1}),
+        json!([{"content": {"x": 1}}]),
+    ] {
+        let c = classify_body(json!({"model": "auto", "messages": messages}));
+        assert_eq!(c.task, TaskType::Chat);
+    }
+}
+
+#[test]
+fn only_a_bounded_prefix_of_the_text_is_scanned() {
+    // Code far beyond SCAN_LIMIT does not count (the scan is bounded; the prompt size still is).
+    let text = format!("{}\n```rust\nfn main() {{}}\n```", "hello there ".repeat(SCAN_LIMIT / 12 + 10));
+    let c = classify_body(json!({"model": "auto", "messages": user(&text)}));
+    assert_eq!(c.task, TaskType::Chat, "{:?}", c.signals);
+    // Multi-byte text cut at the limit never splits a character.
+    let c = classify_body(json!({"model": "auto", "messages": user(&"é∀".repeat(SCAN_LIMIT))}));
+    assert!(c.signals.iter().any(|s| s.starts_with("math_symbols:")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiers, patterns, health
+// ---------------------------------------------------------------------------------------------
+
+fn with_plugin(messages: Value, plugin: Value) -> Value {
+    json!({"model": "auto", "messages": messages, "plugins": [{"id": "web"}, plugin]})
+}
+
+#[test]
+fn cost_tier_is_a_ceiling_and_max_is_best_regardless_of_price() {
+    let code = user(DIFF);
+    let tier = |t: &str| {
+        let (cat, p) = auto_plan(with_plugin(code.clone(), json!({"id": "auto-router", "cost_tier": t})));
+        planned_models(&cat, &p)
+    };
+    assert_eq!(tier("low"), vec!["qwen/qwen3-coder", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]);
+    assert_eq!(tier("medium"), vec!["openai/gpt-5-mini", "qwen/qwen3-coder", "google/gemini-2.5-flash"]);
+    assert_eq!(tier("high"), vec!["anthropic/claude-sonnet-4-6", "openai/gpt-5-mini", "qwen/qwen3-coder"]);
+    assert_eq!(tier("xhigh"), vec!["anthropic/claude-opus-4-6", "anthropic/claude-sonnet-4-6", "openai/gpt-5-mini"]);
+    assert_eq!(tier("max"), vec!["anthropic/claude-opus-4-6", "anthropic/claude-sonnet-4-6", "openai/gpt-5-mini"]);
+    // `max` also admits models without a declared tier.
+    let (cat, p) = auto_plan(with_plugin(user(SMALL_TALK), json!({"id": "auto-router", "cost_tier": "max"})));
+    assert_eq!(planned_models(&cat, &p)[0], "mystery/unpriced");
+    // The configured default applies without a plugin.
+    let mut v = catalog_value();
+    v["auto"]["default_cost_tier"] = json!("low");
+    let cat = catalog_of(&v);
+    let p = plan_for(&cat, json!({"model": "auto", "messages": code}), &NoHealthData).unwrap();
+    assert_eq!(planned_models(&cat, &p)[0], "qwen/qwen3-coder");
+    assert_eq!(p.auto.as_ref().unwrap().tier, TierLimit::UpTo(CostTier::Low));
+}
+
+#[test]
+fn allowed_models_patterns_restrict_the_choice() {
+    let (cat, p) = auto_plan(with_plugin(
+        user(DIFF),
+        json!({"id": "auto-router", "cost_tier": "max", "allowed_models": ["openai/*", "qwen/*"]}),
+    ));
+    assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "qwen/qwen3-coder"]);
+    let (cat, p) = auto_plan(with_plugin(
+        user(DIFF),
+        json!({"id": "auto-router", "cost_tier": "max", "allowed_models": ["anthropic/claude-sonnet-*"]}),
+    ));
+    assert_eq!(planned_models(&cat, &p), vec!["anthropic/claude-sonnet-4-6"]);
+    // Patterns that match only models above the tier: the tier empties the set.
+    let e = auto_err(with_plugin(
+        user(DIFF),
+        json!({"id": "auto-router", "cost_tier": "low", "allowed_models": ["anthropic/*"]}),
+    ));
+    assert_eq!(e.metadata["constraint"], "cost_tier", "{}", e.message);
+    assert!(e.message.contains("anthropic/*"), "{}", e.message);
+    // Patterns that match nothing.
+    let e = auto_err(with_plugin(user(DIFF), json!({"id": "auto-router", "allowed_models": ["mistralai/*"]})));
+    assert_eq!(e.metadata["constraint"], "allowed_models");
+    assert_eq!(e.metadata["task"], "code");
+}
+
+#[test]
+fn an_operator_bound_applies_before_the_request_patterns() {
+    let cat = catalog();
+    let (_, req) = parse(&with_plugin(user(DIFF), json!({"id": "auto-router", "cost_tier": "max"})));
+    let policy = vec!["google/*".to_string(), "qwen/*".to_string()];
+    let c =
+        choose(&cat, &req, &NoHealthData, &[Bound { label: "policy:finance.allowed_models", allowed_models: &policy }])
+            .unwrap();
+    let picks: Vec<&str> = c.picks().map(|m| cat.models[m].id.as_str()).collect();
+    assert_eq!(picks, vec!["qwen/qwen3-coder", "google/gemini-2.5-flash"]);
+    let none = vec!["mistralai/*".to_string()];
+    let e =
+        choose(&cat, &req, &NoHealthData, &[Bound { label: "policy:finance.allowed_models", allowed_models: &none }])
+            .unwrap_err();
+    assert_eq!(e.metadata["constraint"], "policy:finance.allowed_models");
+}
+
+struct Down(Vec<(&'static str, &'static str)>);
+
+impl HealthView for Down {
+    fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
+        let down = self.0.iter().any(|(m, s)| *m == model && *s == slug);
+        EndpointHealth { recent_outage: down, ..EndpointHealth::default() }
+    }
+}
+
+#[test]
+fn models_with_every_endpoint_down_rank_after_healthy_ones() {
+    let cat = catalog();
+    let body = json!({"model": "auto", "messages": user(DIFF)});
+    // gpt-5-mini's only endpoint is in outage: it ranks after every healthy candidate (and so
+    // falls outside the three picks).
+    let p = plan_for(&cat, body.clone(), &Down(vec![("openai/gpt-5-mini", "openai")])).unwrap();
+    assert_eq!(
+        planned_models(&cat, &p),
+        vec!["qwen/qwen3-coder", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]
+    );
+    let choice = p.auto.as_ref().unwrap();
+    let order: Vec<&str> = choice.picks().map(|m| cat.models[m].id.as_str()).collect();
+    assert_eq!(order.last(), Some(&"openai/gpt-5-mini"));
+    assert!(choice.candidates.iter().any(|c| c.unhealthy && cat.models[c.model].id == "openai/gpt-5-mini"));
+    // One of qwen's two endpoints down: the model is still healthy.
+    let p = plan_for(&cat, body, &Down(vec![("qwen/qwen3-coder", "together")])).unwrap();
+    assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "qwen/qwen3-coder", "google/gemini-2.5-flash"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan: provider routing per pick, the caller's models, explain
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn provider_routing_applies_to_each_pick() {
+    // zdr: only deepinfra is ZDR; gpt-5-mini has no ZDR endpoint and is skipped, qwen's
+    // deepinfra endpoint serves, and the next eligible models fill the picks.
+    let (cat, p) = auto_plan(json!({"model": "auto", "messages": user(DIFF), "provider": {"zdr": true}}));
+    assert_eq!(planned_models(&cat, &p), vec!["qwen/qwen3-coder", "meta-llama/llama-4-maverick"]);
+    assert!(p.attempts.iter().all(|a| cat.endpoints[a.endpoint].slug == "deepinfra"));
+    assert_eq!(p.auto.as_ref().unwrap().planned.len(), 2);
+    // Nothing passes the provider filters: the usual 404 naming the provider constraint.
+    let e = auto_err(json!({"model": "auto", "messages": user(DIFF), "provider": {"only": ["nobody"]}}));
+    assert_eq!(e.metadata["constraint"], "only");
+}
+
+#[test]
+fn max_models_caps_the_picks_and_caller_models_follow() {
+    let mut v = catalog_value();
+    v["auto"]["max_models"] = json!(1);
+    let cat = catalog_of(&v);
+    let p = plan_for(
+        &cat,
+        json!({"model": "auto", "models": ["deepseek/deepseek-r1"], "messages": user(DIFF)}),
+        &NoHealthData,
+    )
+    .unwrap();
+    assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "deepseek/deepseek-r1"]);
+    let explain: Value = serde_json::from_str(&p.auto.as_ref().unwrap().explain_json(&cat)).unwrap();
+    assert_eq!(explain["candidates"][0]["status"], "planned");
+    assert_eq!(explain["candidates"][1]["status"], "eligible");
+}
+
+#[test]
+fn explain_shows_classification_signals_and_ranked_candidates() {
+    let (cat, p) = auto_plan(with_plugin(
+        user(DIFF),
+        json!({"id": "auto-router", "allowed_models": ["openai/*", "qwen/*", "google/*"]}),
+    ));
+    let v: Value = serde_json::from_str(&p.auto.as_ref().unwrap().explain_json(&cat)).unwrap();
+    assert_eq!(v["task"], "code");
+    assert_eq!(v["cost_tier"], "medium");
+    assert_eq!(v["allowed_models"], json!(["openai/*", "qwen/*", "google/*"]));
+    assert!(v["signals"].as_array().unwrap().iter().any(|s| s.as_str().unwrap().starts_with("diff_hunks:")), "{v}");
+    let c = v["candidates"].as_array().unwrap();
+    assert_eq!(
+        c[0],
+        json!({"model": "openai/gpt-5-mini", "weight": 0.85, "cost_tier": "medium", "list": "code",
+                            "healthy": true, "status": "planned"})
+    );
+    assert_eq!(c[2]["model"], "google/gemini-2.5-flash");
+    assert_eq!(c[2]["list"], "chat");
+    let opus = c.iter().find(|x| x["model"] == "anthropic/claude-opus-4-6").unwrap();
+    assert_eq!(opus["status"], "excluded:allowed_models");
+    assert_eq!(v["needs"]["input_modalities"], json!([]));
+    assert_eq!(v["needs"]["tools"], false);
+    assert!(v["needs"]["context_tokens"].as_u64().unwrap() > DIFF.len() as u64 / 4);
+}
+
+#[test]
+fn auto_without_configuration_and_plugin_errors() {
+    let mut v = catalog_value();
+    v.as_object_mut().unwrap().remove("auto");
+    let cat = catalog_of(&v);
+    let e = plan_for(&cat, json!({"model": "auto", "messages": user("hi")}), &NoHealthData).unwrap_err();
+    assert_eq!((e.status, e.code), (400, "model_not_found"));
+    let cases = [
+        (json!([{"id": "auto-router", "cost_tier": "cheap"}]), "plugins[0].cost_tier"),
+        (json!([{"id": "web"}, {"id": "auto-router", "cost_tier": 3}]), "plugins[1].cost_tier"),
+        (json!([{"id": "auto-router", "allowed_models": "openai/*"}]), "plugins[0].allowed_models"),
+        (json!([{"id": "auto-router", "allowed_models": [""]}]), "plugins[0].allowed_models"),
+        (json!([{"id": "auto-router", "colour": 1}]), "plugins[0].colour"),
+        (json!([7]), "plugins[0]"),
+        (json!({"id": "auto-router"}), "plugins"),
+    ];
+    for (plugins, param) in cases {
+        let e = auto_err(json!({"model": "auto", "messages": user("hi"), "plugins": plugins}));
+        assert_eq!(e.status, 400, "{param}");
+        assert_eq!(e.param.as_deref(), Some(param), "{}", e.message);
+    }
+    // Disabled entries and nulls are ignored; both ids are accepted.
+    let (cat, p) = auto_plan(json!({"model": "openrouter/auto", "messages": user("hi"),
+        "plugins": [{"id": "auto-router", "enabled": false, "cost_tier": "nope"}, {"id": "auto-router", "cost_tier": null}]}));
+    assert_eq!(planned_models(&cat, &p)[0], "openai/gpt-5-mini");
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let cases: Vec<(Box<dyn Fn(&mut Value)>, &str)> = vec![
+        (Box::new(|v| v["auto"]["tasks"]["poetry"] = json!({"openai/gpt-5-mini": 1})), "auto.tasks.poetry"),
+        (Box::new(|v| v["auto"]["tasks"]["code"]["openai/gpt-9"] = json!(1)), "auto.tasks.code[\"openai/gpt-9\"]"),
+        (
+            Box::new(|v| v["auto"]["tasks"]["code"]["openai/gpt-5-mini"] = json!(0)),
+            "auto.tasks.code[\"openai/gpt-5-mini\"]",
+        ),
+        (
+            Box::new(|v| v["auto"]["tasks"]["code"]["openai/gpt-5-mini"] = json!(-1.5)),
+            "auto.tasks.code[\"openai/gpt-5-mini\"]",
+        ),
+        (
+            Box::new(|v| {
+                v["auto"]["tasks"].as_object_mut().unwrap().remove("chat");
+            }),
+            "auto.tasks.chat",
+        ),
+        (Box::new(|v| v["auto"]["default_cost_tier"] = json!("cheap")), "auto.default_cost_tier"),
+        (Box::new(|v| v["auto"]["max_models"] = json!(0)), "auto.max_models"),
+        (Box::new(|v| v["auto"]["max_models"] = json!(9)), "auto.max_models"),
+        (Box::new(|v| v["auto"]["long_context_tokens"] = json!(0)), "auto.long_context_tokens"),
+        (
+            Box::new(|v| v["models"]["openai/gpt-5-mini"]["cost_tier"] = json!("max")),
+            "models[\"openai/gpt-5-mini\"].cost_tier",
+        ),
+        (
+            Box::new(|v| v["models"]["openai/gpt-5-mini"]["input_modalities"] = json!(["text", "smell"])),
+            "models[\"openai/gpt-5-mini\"].input_modalities[1]",
+        ),
+    ];
+    for (edit, field) in cases {
+        let mut v = catalog_value();
+        edit(&mut v);
+        match Catalog::from_json(v.to_string().as_bytes(), &|_| None) {
+            Ok(_) => panic!("accepted a bad {field}"),
+            Err(e) => assert_eq!(e.field, field, "{e}"),
+        }
+    }
+    // Unknown fields in the section are rejected by name.
+    let mut v = catalog_value();
+    v["auto"]["colour"] = json!(1);
+    let e = Catalog::from_json(v.to_string().as_bytes(), &|_| None).unwrap_err();
+    assert!(e.reason.contains("colour"), "{e}");
+}
+
+#[test]
+fn compiled_capabilities_and_defaults() {
+    let cat = catalog();
+    let llama = cat.model("meta-llama/llama-4-maverick").unwrap();
+    assert_eq!(llama.max_context, None, "one endpoint without a limit");
+    assert!(!llama.supports_tools);
+    let qwen = cat.model("qwen/qwen3-coder").unwrap();
+    assert_eq!(qwen.max_context, Some(262_144));
+    assert!(qwen.supports_tools && !qwen.accepts(Modality::Image) && qwen.accepts(Modality::Text));
+    let auto = cat.auto.as_ref().unwrap();
+    assert_eq!(auto.max_models, 3);
+    assert_eq!(auto.long_context_tokens, 32_000);
+    let code: Vec<&str> = auto.candidates(TaskType::Code).iter().map(|c| cat.models[c.model].id.as_str()).collect();
+    assert_eq!(
+        code,
+        vec!["anthropic/claude-opus-4-6", "anthropic/claude-sonnet-4-6", "openai/gpt-5-mini", "qwen/qwen3-coder"]
+    );
+    // Without input_modalities a model is text-only.
+    let mut v = catalog_value();
+    v["models"]["openai/gpt-5-mini"].as_object_mut().unwrap().remove("input_modalities");
+    assert_eq!(catalog_of(&v).model("openai/gpt-5-mini").unwrap().input_modalities, vec![Modality::Text]);
+}
