@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
+use crate::forwarding::{valid_pattern, HeaderPolicy};
+
 /// A configuration error: `field` is a JSON path such as `models["x"].endpoints[0].pricing`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -39,6 +41,18 @@ struct RawConfig {
     /// The auto router (`model: "auto"`); absent = `auto` is not offered.
     #[serde(default)]
     auto: Option<RawAuto>,
+    #[serde(default)]
+    upstream_headers: RawUpstreamHeaders,
+}
+
+/// Caller headers forwarded to providers (see `forwarding`).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreamHeaders {
+    #[serde(default)]
+    allow: Option<Vec<String>>,
+    #[serde(default)]
+    deny: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -164,8 +178,12 @@ struct RawRouting {
     max_body_bytes: u64,
     #[serde(default = "default_expected_completion")]
     expected_completion_tokens: u64,
-    #[serde(default = "yes")]
+    #[serde(default)]
     debug_header: bool,
+    #[serde(default)]
+    debug_token: Option<String>,
+    #[serde(default)]
+    passthrough_cluster: Option<String>,
     #[serde(default = "default_max_attempts")]
     max_attempts: usize,
     #[serde(default = "default_max_retry_after")]
@@ -204,7 +222,9 @@ impl Default for RawRouting {
             outage_window_s: default_outage_window(),
             max_body_bytes: default_max_body(),
             expected_completion_tokens: default_expected_completion(),
-            debug_header: true,
+            debug_header: false,
+            debug_token: None,
+            passthrough_cluster: None,
             max_attempts: default_max_attempts(),
             max_retry_after_s: default_max_retry_after(),
         }
@@ -529,7 +549,12 @@ pub struct Routing {
     pub outage_window_s: u64,
     pub max_body_bytes: u64,
     pub expected_completion_tokens: u64,
+    /// Honour `x-switchyard-debug` (off by default: it shows live health to the caller).
     pub debug_header: bool,
+    /// When set, the debug header's value must equal this secret.
+    pub debug_token: Option<String>,
+    /// Cluster for requests Switchyard does not route; None = answer them with a 404/405.
+    pub passthrough_cluster: Option<String>,
     /// Attempts per request (first try + failovers), across providers and fallback models.
     pub max_attempts: usize,
     /// Longest cool-down a provider's `Retry-After` can cause (seconds).
@@ -550,6 +575,8 @@ pub struct Catalog {
     /// Every credential header name in the catalog (lower-case), stripped from every upstream
     /// request so no attempt carries a key meant for another provider or the caller's own.
     pub credential_headers: Vec<String>,
+    /// Which caller headers may reach a provider.
+    pub upstream_headers: HeaderPolicy,
 }
 
 impl Catalog {
@@ -791,7 +818,27 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         Some(a) => Some(compile_auto(a, &models, &model_index)?),
     };
 
-    Ok(Catalog { providers, models, endpoints, routing, auto, model_index, provider_bases, credential_headers })
+    if let Some(pc) = &routing.passthrough_cluster {
+        if let Some(p) = providers.iter().find(|p| &p.cluster == pc) {
+            return Err(err(
+                "routing.passthrough_cluster",
+                format!("\"{pc}\" is provider {}'s cluster; unrouted requests must never reach a provider with the caller's credentials", p.slug),
+            ));
+        }
+    }
+    let upstream_headers = compile_upstream_headers(&raw.upstream_headers)?;
+
+    Ok(Catalog {
+        providers,
+        models,
+        endpoints,
+        routing,
+        auto,
+        model_index,
+        provider_bases,
+        credential_headers,
+        upstream_headers,
+    })
 }
 
 fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -> Result<AutoConfig, ConfigError> {
@@ -843,6 +890,30 @@ fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -
     Ok(AutoConfig { default_tier, max_models: a.max_models, long_context_tokens: a.long_context_tokens, tasks })
 }
 
+fn compile_upstream_headers(h: &RawUpstreamHeaders) -> Result<HeaderPolicy, ConfigError> {
+    let check = |list: &[String], field: &str| -> Result<Vec<String>, ConfigError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let p = p.to_ascii_lowercase();
+                if valid_pattern(&p) {
+                    Ok(p)
+                } else {
+                    Err(err(
+                        format!("upstream_headers.{field}[{i}]"),
+                        "must be a header name (letters, digits, - _ .), optionally with `*` wildcards",
+                    ))
+                }
+            })
+            .collect()
+    };
+    let allow = match &h.allow {
+        Some(list) => Some(check(list, "allow")?),
+        None => None,
+    };
+    Ok(HeaderPolicy { allow, deny: check(&h.deny, "deny")? })
+}
+
 fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
     let default_policy = match r.default_policy.as_str() {
         "price_weighted" => DefaultPolicy::PriceWeighted,
@@ -865,12 +936,24 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
     if !(1..=16).contains(&r.max_attempts) {
         return Err(err("routing.max_attempts", "must be between 1 and 16"));
     }
+    if let Some(t) = &r.debug_token {
+        if t.len() < 16 || t.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(err("routing.debug_token", "must be at least 16 printable characters without spaces"));
+        }
+    }
+    if let Some(c) = &r.passthrough_cluster {
+        if c.is_empty() || c.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(err("routing.passthrough_cluster", "must be an Envoy cluster name"));
+        }
+    }
     Ok(Routing {
         default_policy,
         outage_window_s: r.outage_window_s,
         max_body_bytes: r.max_body_bytes,
         expected_completion_tokens: r.expected_completion_tokens,
         debug_header: r.debug_header,
+        debug_token: r.debug_token.clone(),
+        passthrough_cluster: r.passthrough_cluster.clone(),
         max_attempts: r.max_attempts,
         max_retry_after_s: r.max_retry_after_s,
     })

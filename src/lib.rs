@@ -10,6 +10,8 @@
 //! - `errors`: OpenAI-style error bodies
 //! - `decision`: one request from body bytes to the first attempt's rewrite
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
+//! - `forwarding`: which caller headers may reach a provider
+//! - `surface`: what happens to a request by method and path (route, pass through, answer)
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `wildcard`: `allowed_models`-style `*` patterns
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
@@ -23,11 +25,13 @@ pub mod config;
 pub mod decision;
 pub mod errors;
 pub mod failover;
+pub mod forwarding;
 pub mod health;
 pub mod request;
 pub mod rewrite;
 pub mod router;
 pub mod stats;
+pub mod surface;
 pub mod wildcard;
 pub mod wire;
 

@@ -57,20 +57,19 @@ pub fn demo_catalog() -> Value {
                 ]
             }
         },
-        "routing": {"default_policy": "price_weighted"}
+        "routing": {"default_policy": "price_weighted", "debug_header": true}
     })
 }
 
-/// The demo stack's configuration: providers on `provider_ports[i]`, the passthrough to the
-/// first provider, a 4 MiB buffer limit.
+/// The demo stack's configuration: providers on `provider_ports[i]`, no pass-through cluster
+/// (unrouted requests get the filter's 404/405), a 4 MiB buffer limit.
 fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_ports: &[u16]) -> StackConfig {
     let clusters: Vec<ClusterSpec> = DEMO_PROVIDERS
         .iter()
         .zip(provider_ports)
         .map(|((_, cluster, _), &port)| ClusterSpec { name: cluster.to_string(), port })
         .collect();
-    let first = provider_ports.first().copied().unwrap_or(0);
-    let mut cfg = StackConfig::new(demo_catalog(), clusters, ClusterSpec { name: "passthrough".into(), port: first });
+    let mut cfg = StackConfig::new(demo_catalog(), clusters, None);
     cfg.wasm = wasm;
     cfg.listener_port = listener_port;
     cfg.admin_port = admin_port;

@@ -43,8 +43,9 @@ pub struct StackConfig {
     /// The Switchyard plugin configuration (JSON).
     pub plugin_config: Value,
     pub clusters: Vec<ClusterSpec>,
-    /// Cluster for requests Switchyard does not route (other paths, GET).
-    pub passthrough: ClusterSpec,
+    /// Operator's cluster for requests Switchyard does not route (other paths, GET); never a
+    /// provider. None: the filter answers them with an OpenAI-style 404/405.
+    pub passthrough: Option<ClusterSpec>,
     /// 0 = any free port.
     pub listener_port: u16,
     pub admin_port: u16,
@@ -65,7 +66,7 @@ pub struct StackConfig {
 impl StackConfig {
     /// A Switchyard stack with the defaults tests and tools use: any free ports, 1 MiB buffer
     /// limit, 4 attempts, 2 ms back-off, 60 s per-attempt idle timeout.
-    pub fn new(plugin_config: Value, clusters: Vec<ClusterSpec>, passthrough: ClusterSpec) -> StackConfig {
+    pub fn new(plugin_config: Value, clusters: Vec<ClusterSpec>, passthrough: Option<ClusterSpec>) -> StackConfig {
         StackConfig {
             wasm: wasm_path(),
             plugin_config,
@@ -117,8 +118,17 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
 }
 
 /// The plugin configuration as Envoy receives it (pretty, so the YAML shows it as a block).
+/// With a pass-through cluster, `routing.passthrough_cluster` names it, so the filter and the
+/// route always agree.
 fn plugin_json(cfg: &StackConfig) -> String {
-    serde_json::to_string_pretty(&cfg.plugin_config).unwrap_or_else(|_| cfg.plugin_config.to_string())
+    let mut config = cfg.plugin_config.clone();
+    if let (Some(pt), Some(obj)) = (&cfg.passthrough, config.as_object_mut()) {
+        let routing = obj.entry("routing").or_insert_with(|| json!({}));
+        if let Some(r) = routing.as_object_mut() {
+            r.entry("passthrough_cluster").or_insert_with(|| json!(pt.name));
+        }
+    }
+    serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
 }
 
 /// A provider cluster: per-attempt rewrites run in its upstream filter chain.
@@ -140,7 +150,9 @@ fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
 /// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
 pub fn bootstrap(cfg: &StackConfig) -> Value {
     let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
-    clusters.push(cluster(&cfg.passthrough));
+    if let Some(pt) = &cfg.passthrough {
+        clusters.push(cluster(pt));
+    }
     // One static group per provider cluster; each request overrides the order.
     let groups: Vec<Value> = cfg
         .clusters
@@ -157,6 +169,43 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
     if cfg.per_try_idle_timeout_ms > 0 {
         retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
     }
+    // Requests the filter routed: attempt k goes to the k-th cluster of the per-request order
+    // (dynamic metadata `switchyard.priority_groups`).
+    let mut routes: Vec<Value> = vec![json!(
+        {
+            "match": {"prefix": "/", "headers": [{"name": "x-switchyard-routed", "present_match": true}]},
+            "route": {
+                "inline_cluster_specifier_plugin": {"extension": {
+                    "name": "envoy.router.cluster_specifier_plugin.priority_group",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.priority_group.v3.PriorityGroupClusterSpecifier",
+                        "override_metadata_namespace": "switchyard",
+                        "priority_groups": groups
+                    }
+                }},
+                "timeout": "300s",
+                "retry_policy": retry_policy
+            },
+            "request_headers_to_remove": ["x-switchyard-routed"]
+        }
+    )];
+    // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
+    // value, so a forged header can only ever reach that cluster).
+    if let Some(pt) = &cfg.passthrough {
+        routes.push(json!({
+            "match": {"prefix": "/", "headers": [{"name": "x-switchyard-passthrough", "string_match": {"exact": pt.name}}]},
+            "route": {"cluster": pt.name, "timeout": "60s"},
+            "request_headers_to_remove": ["x-switchyard-passthrough"]
+        }));
+    }
+    // Nothing else reaches any cluster: the filter answers unrouted requests itself, so this
+    // only serves a request the filter never saw.
+    routes.push(json!({
+        "match": {"prefix": "/"},
+        "direct_response": {"status": 404, "body": {"inline_string":
+            "{\"error\":{\"message\":\"no such endpoint\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}},
+        "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    }));
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
@@ -178,27 +227,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
                             "virtual_hosts": [{
                                 "name": "llm",
                                 "domains": ["*"],
-                                "routes": [
-                                    {
-                                        // Requests the filter routed: attempt k goes to the k-th cluster of the
-                                        // per-request order (dynamic metadata `switchyard.priority_groups`).
-                                        "match": {"prefix": "/", "headers": [{"name": "x-switchyard-routed", "present_match": true}]},
-                                        "route": {
-                                            "inline_cluster_specifier_plugin": {"extension": {
-                                                "name": "envoy.router.cluster_specifier_plugin.priority_group",
-                                                "typed_config": {
-                                                    "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.priority_group.v3.PriorityGroupClusterSpecifier",
-                                                    "override_metadata_namespace": "switchyard",
-                                                    "priority_groups": groups
-                                                }
-                                            }},
-                                            "timeout": "300s",
-                                            "retry_policy": retry_policy
-                                        },
-                                        "request_headers_to_remove": ["x-switchyard-routed"]
-                                    },
-                                    {"match": {"prefix": "/"}, "route": {"cluster": cfg.passthrough.name, "timeout": "60s"}}
-                                ]
+                                "routes": routes
                             }]
                         },
                         // Envoy's own errors (no upstream, reset, timeout) as OpenAI-style JSON.

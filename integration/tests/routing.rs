@@ -13,6 +13,7 @@ const SECRETS: [&str; 4] = ["key-alpha", "key-beta-from-env", "key-gamma", "key-
 fn assert_clean_upstream(r: &switchyard_integration::mock::Received, provider: &str) {
     for (k, v) in &r.headers {
         assert!(!k.starts_with("x-switchyard"), "internal header {k} reached {provider}");
+        assert!(!k.starts_with("x-envoy-"), "Envoy-internal header {k} reached {provider}");
         for s in SECRETS {
             let own = match provider {
                 "alpha" => "key-alpha",
@@ -34,7 +35,19 @@ async fn plain_request_is_rewritten_for_the_chosen_provider() {
     let s = stack();
     let body = json!({"model": "test/basic", "messages": msg("hi \u{e9} \"quoted\""), "temperature": 0.25,
                       "provider": {"only": ["alpha"]}, "models": ["test/basic"], "plugins": [], "route": "fallback", "user": "u1"});
-    let reply = s.chat_with("plain", &[("authorization", "Bearer caller-secret")], body.clone()).await;
+    // Caller secrets, identity and tracing headers must not reach the provider (default
+    // upstream_headers policy); ordinary headers do.
+    let caller_headers = [
+        ("authorization", "Bearer caller-secret"),
+        ("proxy-authorization", "Basic caller-secret"),
+        ("cookie", "session=caller-secret"),
+        ("x-api-key", "caller-secret"),
+        ("x-forwarded-client-cert", "By=spiffe://caller-secret"),
+        ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        ("x-b3-traceid", "80f198ee56343ba864fe8b2a57d3eff7"),
+        ("openai-beta", "assistants=v2"),
+    ];
+    let reply = s.chat_with("plain", &caller_headers, body.clone()).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let (who, r) = s.only_receiver("plain");
     assert_eq!(who, "alpha");
@@ -44,6 +57,12 @@ async fn plain_request_is_rewritten_for_the_chosen_provider() {
     assert_eq!(r.header("authorization"), Some("Bearer key-alpha"));
     assert_eq!(r.header("content-length").map(|v| v.parse::<usize>().unwrap_or(0)), Some(r.body.len()));
     assert_clean_upstream(&r, "alpha");
+    for h in ["proxy-authorization", "cookie", "x-forwarded-client-cert", "traceparent", "x-b3-traceid", "x-request-id"]
+    {
+        assert!(r.header(h).is_none(), "{h} reached the provider");
+    }
+    assert_eq!(r.header("x-api-key"), None, "alpha's key is in authorization; the caller's x-api-key is gone");
+    assert_eq!(r.header("openai-beta"), Some("assistants=v2"), "ordinary headers are forwarded");
     // Body: model replaced and first, routing fields gone, everything else as sent.
     let sent: Value = r.json();
     let obj = sent.as_object().unwrap();
@@ -392,6 +411,24 @@ async fn unrouted_requests_pass_through_untouched() {
     let (who, got) = s.only_receiver("pass-get");
     assert_eq!(who, "origin");
     assert_eq!(got.header("authorization"), Some("Bearer caller-own"));
+    assert!(got.header("x-switchyard-passthrough").is_none(), "the marker is removed");
+    // A forged pass-through marker naming a provider cluster never reaches that provider.
+    let r = send(
+        s.addr,
+        "GET",
+        "/v1/embeddings",
+        &[
+            ("x-test-id", "pass-forged"),
+            ("x-switchyard-passthrough", "c_alpha"),
+            ("authorization", "Bearer caller-own"),
+        ],
+        b"",
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let (who, _) = s.only_receiver("pass-forged");
+    assert_eq!(who, "origin");
     let body = br#"{"model":"test/basic","provider":{"bogus":1}}"#;
     let r =
         send(s.addr, "POST", "/v2/other", &[("x-test-id", "pass-post"), ("content-type", "application/json")], body)

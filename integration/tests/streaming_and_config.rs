@@ -49,11 +49,7 @@ async fn sse_chunks_reach_the_client_as_the_provider_sends_them() {
 fn invalid_configuration_is_rejected_naming_the_field() {
     let mut catalog = test_catalog();
     catalog["models"]["test/basic"]["endpoints"][0]["quantization"] = json!("fp9");
-    let mut cfg = StackConfig::new(
-        catalog,
-        vec![ClusterSpec { name: "c_alpha".into(), port: 9 }],
-        ClusterSpec { name: "c_origin".into(), port: 9 },
-    );
+    let mut cfg = StackConfig::new(catalog, vec![ClusterSpec { name: "c_alpha".into(), port: 9 }], None);
     cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
     let err = match Envoy::start_with_env(&cfg, "bad-config", &[("SY_TEST_BETA_KEY", "k")]) {
         Ok(_) => panic!("Envoy must not serve with an invalid Switchyard configuration"),

@@ -14,13 +14,15 @@ use crate::failover::{
     ATTEMPTS_PROPERTY, GROUPS_HEADER, PLAN_PROPERTY,
 };
 use crate::rewrite::with_provider_field;
+use crate::surface::{debug_allowed, disposition, Disposition};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Request header marking a local reply Switchyard already shaped (see the bootstrap's
 /// local_reply_config, which skips requests carrying it).
 const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
-/// Paths whose POST bodies are routed. Everything else passes through untouched.
-const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+/// Set to `routing.passthrough_cluster` on unrouted requests; the generated route sends a request
+/// carrying exactly that value to that cluster (and removes the header).
+const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";
 
 enum BodyAction {
     None,
@@ -117,16 +119,20 @@ impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = api::req_headers();
         // Internal headers are never taken from a caller.
-        for h in [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER] {
+        for h in [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER] {
             if api::find(&headers, h).is_some() {
                 api::set_req_header(h, None);
             }
         }
         let method = api::find(&headers, ":method").unwrap_or_default();
         let path = api::find(&headers, ":path").unwrap_or_default();
-        let bare = path.split('?').next().unwrap_or("");
-        if method != "POST" || !ROUTED_PATHS.contains(&bare) {
-            return Action::Continue;
+        match disposition(method, path, &self.config.catalog.routing) {
+            Disposition::Route => {}
+            Disposition::PassThrough(cluster) => {
+                api::set_req_header(PASSTHROUGH_HEADER, Some(&cluster));
+                return Action::Continue;
+            }
+            Disposition::Local(e) => return self.reject(&e),
         }
         self.routed = true;
         self.path = path.to_string();
@@ -134,7 +140,7 @@ impl HttpContext for Stream {
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
-            self.debug = catalog.routing.debug_header && matches!(v, "1" | "true" | "yes");
+            self.debug = debug_allowed(v, &catalog.routing);
             api::set_req_header(DEBUG_HEADER, None);
         }
         let limit = catalog.routing.max_body_bytes;

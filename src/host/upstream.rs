@@ -174,6 +174,12 @@ impl HttpContext for Attempt {
             .skip(self.attempt)
             .any(|&i| catalog.endpoint(i as usize).is_some_and(|e| Some(e.model) != this_model));
         self.started_ms = api::now_ms();
+        // Caller headers a third party must not see (the default deny set and the operator's
+        // upstream_headers policy), then every credential header, then this provider's own.
+        let headers = api::req_headers();
+        for h in catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str())) {
+            api::set_req_header(h, None);
+        }
         for h in &catalog.credential_headers {
             api::set_req_header(h, None);
         }

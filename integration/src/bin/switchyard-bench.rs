@@ -53,7 +53,7 @@ async fn bench() -> Result<(), String> {
     let cfg = StackConfig::new(
         catalog,
         vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
-        ClusterSpec { name: "passthrough".into(), port },
+        None,
     );
     let boot = bootstrap(&cfg);
     // On this (main) thread: Envoy dies with the thread that started it.

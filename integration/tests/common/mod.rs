@@ -59,7 +59,7 @@ pub fn test_catalog() -> Value {
                 {"provider": "delta", "upstream_model": "claude-delta", "pricing": {"prompt": 3, "completion": 3}}
             ]}
         },
-        "routing": {"max_body_bytes": 65536}
+        "routing": {"max_body_bytes": 65536, "debug_header": true}
     });
     // Failover tests: one model per test so live statistics never leak between tests.
     let failover_models: [(&str, &[(&str, f64)]); 18] = [
@@ -183,7 +183,7 @@ pub fn stack() -> &'static Stack {
             let mut cfg = StackConfig::new(
                 test_catalog(),
                 clusters,
-                ClusterSpec { name: "c_origin".into(), port: port("origin") },
+                Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }),
             );
             cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
             cfg.per_try_idle_timeout_ms = 1_000;

@@ -1,0 +1,174 @@
+//! The endpoint surface: what the downstream filter does with a request, decided from its
+//! method and path before any body is read. Only routed requests may reach a provider (with
+//! the provider's key, never the caller's); everything else is answered here or sent to the
+//! operator's pass-through cluster.
+
+use crate::config::Routing;
+use crate::errors::ApiError;
+
+/// Paths whose POST bodies are routed.
+pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+
+#[derive(Debug, PartialEq)]
+pub enum Disposition {
+    /// Parse the body and route it to a provider.
+    Route,
+    /// Send it unchanged to the operator's pass-through cluster (`routing.passthrough_cluster`).
+    PassThrough(String),
+    /// Answer locally with this error.
+    Local(ApiError),
+}
+
+/// The single place that decides about requests Switchyard does not route. Endpoints answered
+/// from the catalog (`GET /v1/models`) belong here, before the pass-through/404 fallback.
+pub fn disposition(method: &str, path: &str, routing: &Routing) -> Disposition {
+    let bare = path.split('?').next().unwrap_or("");
+    let routed_path = ROUTED_PATHS.contains(&bare);
+    if routed_path && method == "POST" {
+        return Disposition::Route;
+    }
+    if let Some(cluster) = &routing.passthrough_cluster {
+        return Disposition::PassThrough(cluster.clone());
+    }
+    if routed_path {
+        let mut e = ApiError::new(
+            405,
+            "invalid_request_error",
+            "method_not_allowed",
+            format!("{method} is not supported on {bare}; use POST"),
+        );
+        e.headers.push(("allow".to_string(), "POST".to_string()));
+        return Disposition::Local(e);
+    }
+    Disposition::Local(ApiError::new(
+        404,
+        "invalid_request_error",
+        "not_found",
+        format!("no such endpoint: {method} {}", printable(bare)),
+    ))
+}
+
+/// Whether a request's `x-switchyard-debug` value turns on the candidates header. Off unless
+/// `routing.debug_header`; with `routing.debug_token` the value must be that secret (compared
+/// in constant time), otherwise `1`, `true` or `yes`.
+pub fn debug_allowed(value: &str, routing: &Routing) -> bool {
+    if !routing.debug_header {
+        return false;
+    }
+    match &routing.debug_token {
+        Some(token) => constant_time_eq(value.as_bytes(), token.as_bytes()),
+        None => matches!(value, "1" | "true" | "yes"),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The path as shown in an error message: bounded and without control characters.
+fn printable(path: &str) -> String {
+    path.chars().take(200).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Catalog;
+
+    fn routing(extra: &str) -> Routing {
+        let json = format!(
+            r#"{{"providers": {{"p": {{"cluster": "c_p", "authority": "p.example"}}}},
+                "models": {{"m": {{"endpoints": [{{"provider": "p", "pricing": {{"prompt": 1, "completion": 1}}}}]}}}},
+                "routing": {{{extra}}}}}"#
+        );
+        match Catalog::from_json(json.as_bytes(), &|_| None) {
+            Ok(c) => c.routing,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    // Regression (unrouted paths): `/`, `/v1/models`, `/v1/embeddings` and GET on the chat
+    // path went to a provider cluster with the caller's Authorization. Without a pass-through
+    // cluster they are answered locally.
+    #[test]
+    fn unrouted_requests_are_answered_locally_by_default() {
+        let r = routing("");
+        for (method, path, status, code) in [
+            ("GET", "/", 404, "not_found"),
+            ("GET", "/v1/models", 404, "not_found"),
+            ("POST", "/v1/embeddings", 404, "not_found"),
+            ("POST", "/v1/chat/completions/extra", 404, "not_found"),
+            ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+            ("PUT", "/v1/responses?x=1", 405, "method_not_allowed"),
+        ] {
+            match disposition(method, path, &r) {
+                Disposition::Local(e) => assert_eq!((e.status, e.code), (status, code), "{method} {path}"),
+                other => panic!("{method} {path}: {other:?}"),
+            }
+        }
+        match disposition("GET", "/v1/chat/completions", &r) {
+            Disposition::Local(e) => assert_eq!(e.headers, vec![("allow".to_string(), "POST".to_string())]),
+            other => panic!("{other:?}"),
+        }
+        for path in ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/chat/completions?a=b"] {
+            assert_eq!(disposition("POST", path, &r), Disposition::Route, "{path}");
+        }
+    }
+
+    #[test]
+    fn pass_through_cluster_takes_every_unrouted_request() {
+        let r = routing(r#""passthrough_cluster": "c_origin""#);
+        for (method, path) in [("GET", "/v1/models"), ("GET", "/v1/chat/completions"), ("POST", "/v2/x")] {
+            assert_eq!(disposition(method, path, &r), Disposition::PassThrough("c_origin".into()), "{method} {path}");
+        }
+        assert_eq!(disposition("POST", "/v1/chat/completions", &r), Disposition::Route);
+    }
+
+    // Regression (debug header on by default): any caller could read every candidate's live
+    // error rate and in-flight count.
+    #[test]
+    fn debug_header_is_off_by_default_and_can_require_a_token() {
+        assert!(!debug_allowed("1", &routing("")));
+        let on = routing(r#""debug_header": true"#);
+        assert!(debug_allowed("1", &on) && debug_allowed("yes", &on));
+        assert!(!debug_allowed("0", &on));
+        let gated = routing(r#""debug_header": true, "debug_token": "s3cret-debug-token-42""#);
+        assert!(debug_allowed("s3cret-debug-token-42", &gated));
+        for v in ["1", "true", "s3cret-debug-token-4", "s3cret-debug-token-421", ""] {
+            assert!(!debug_allowed(v, &gated), "{v}");
+        }
+        let token_but_off = routing(r#""debug_token": "s3cret-debug-token-42""#);
+        assert!(!debug_allowed("s3cret-debug-token-42", &token_but_off));
+    }
+
+    #[test]
+    fn pass_through_to_a_provider_cluster_or_weak_tokens_are_config_errors() {
+        let json = r#"{"providers": {"p": {"cluster": "c_p", "authority": "p.example"}},
+            "models": {"m": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 1}}]}},
+            "routing": {"passthrough_cluster": "c_p"}}"#;
+        match Catalog::from_json(json.as_bytes(), &|_| None) {
+            Err(e) => assert_eq!(e.field, "routing.passthrough_cluster"),
+            Ok(_) => panic!("a provider cluster as pass-through must be rejected"),
+        }
+        let weak = json.replace(r#""passthrough_cluster": "c_p""#, r#""debug_token": "short""#);
+        match Catalog::from_json(weak.as_bytes(), &|_| None) {
+            Err(e) => assert_eq!(e.field, "routing.debug_token"),
+            Ok(_) => panic!("a short debug token must be rejected"),
+        }
+    }
+
+    #[test]
+    fn error_message_shows_a_bounded_printable_path() {
+        let long = format!("/{}\u{7}", "a".repeat(500));
+        match disposition("GET", &long, &routing("")) {
+            Disposition::Local(e) => {
+                assert!(e.message.len() < 300, "{}", e.message.len());
+                assert!(!e.message.contains('\u{7}'));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
