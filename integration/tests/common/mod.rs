@@ -91,7 +91,50 @@ pub fn test_catalog() -> Value {
     }
     catalog["providers"]["dead"] =
         json!({"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"}});
+    add_auto_router(&mut catalog);
     catalog
+}
+
+/// The auto router's models and `auto` section (used by tests/auto.rs). Models of their own so
+/// their live statistics never mix with other tests'; `fail/*` are only reachable with
+/// `cost_tier: max` and `allowed_models: ["fail/*"]`.
+fn add_auto_router(catalog: &mut Value) {
+    let ep = |provider: &str, upstream: &str, price: f64, ctx: u64, tools: bool| {
+        let params = if tools { json!(["max_tokens", "tools"]) } else { json!(["max_tokens"]) };
+        json!({"provider": provider, "upstream_model": upstream, "pricing": {"prompt": price, "completion": price},
+               "context_length": ctx, "supported_parameters": params})
+    };
+    let models = [
+        ("auto/coder", json!({"cost_tier": "high", "endpoints": [ep("alpha", "alpha-coder", 3.0, 16_000, true)]})),
+        ("auto/chat-mini", json!({"cost_tier": "low", "endpoints": [ep("beta", "beta-chat-mini", 0.2, 8_000, false)]})),
+        (
+            "auto/chat-pro",
+            json!({"cost_tier": "medium", "input_modalities": ["text", "image"],
+                   "endpoints": [ep("delta", "delta-chat-pro", 1.0, 8_000, true)]}),
+        ),
+        ("auto/long", json!({"cost_tier": "medium", "endpoints": [ep("gamma", "gamma-long", 1.0, 1_000_000, false)]})),
+        (
+            "fail/primary",
+            json!({"cost_tier": "xhigh", "endpoints": [ep("alpha", "alpha-fail-primary", 1.0, 16_000, false)]}),
+        ),
+        (
+            "fail/second",
+            json!({"cost_tier": "xhigh", "endpoints": [ep("beta", "beta-fail-second", 1.0, 16_000, false)]}),
+        ),
+    ];
+    for (id, m) in models {
+        catalog["models"][id] = m;
+    }
+    catalog["auto"] = json!({
+        "default_cost_tier": "high",
+        "max_models": 2,
+        "long_context_tokens": 8000,
+        "tasks": {
+            "code": {"auto/coder": 1.0, "auto/chat-pro": 0.7, "fail/primary": 0.5, "fail/second": 0.4},
+            "long_context": {"auto/long": 1.0},
+            "chat": {"auto/chat-mini": 0.9, "auto/chat-pro": 0.8}
+        }
+    });
 }
 
 /// A loopback port with nothing listening (connect failures).
