@@ -84,3 +84,38 @@ def test_errors_surface_as_openai_exceptions(base_url):
         )
     assert e.value.body["code"] == "no_endpoints"
     assert e.value.body["metadata"]["constraint"] == "zdr"
+
+
+def test_auto_router_picks_the_model_and_names_it(base_url):
+    # model="openrouter/auto": small talk goes to the demo's best chat model within the default
+    # (medium) tier; the response headers name the chosen model and the strategy.
+    raw = client(base_url).chat.completions.with_raw_response.create(
+        model="openrouter/auto",
+        messages=[{"role": "user", "content": "Hi! How was your weekend?"}],
+    )
+    completion = raw.parse()
+    assert raw.headers["x-switchyard-model"] == "meta-llama/llama-4-maverick"
+    assert raw.headers["x-switchyard-strategy"] == "auto:chat"
+    assert completion.choices[0].message.content.startswith("Hello from ")
+    # A code prompt with the auto-router plugin (via extra_body, as for OpenRouter): the high
+    # tier admits Claude Sonnet, the demo's second-best code model after Opus (xhigh).
+    raw = client(base_url).chat.completions.with_raw_response.create(
+        model="openrouter/auto",
+        messages=[{"role": "user", "content": "Refactor this Python function:\n```python\ndef f(x):\n    return x+1\n```"}],
+        extra_body={"plugins": [{"id": "auto-router", "cost_tier": "high", "allowed_models": ["anthropic/*", "qwen/*"]}]},
+    )
+    assert raw.headers["x-switchyard-model"] == "anthropic/claude-sonnet-4-6"
+    assert raw.headers["x-switchyard-provider"] == "anthropic-direct"
+    assert raw.headers["x-switchyard-strategy"] == "auto:code"
+    assert raw.parse().choices[0].message.content == "Hello from anthropic-direct"
+
+
+def test_auto_router_restrictions_surface_as_openai_exceptions(base_url):
+    with pytest.raises(openai.NotFoundError) as e:
+        client(base_url).chat.completions.create(
+            model="auto",
+            messages=[{"role": "user", "content": "Hello"}],
+            extra_body={"plugins": [{"id": "auto-router", "allowed_models": ["x-ai/*"]}]},
+        )
+    assert e.value.body["code"] == "no_endpoints"
+    assert e.value.body["metadata"]["constraint"] == "allowed_models"

@@ -37,6 +37,8 @@ pub fn demo_catalog() -> Value {
         "models": {
             "meta-llama/llama-4-maverick": {
                 "distillable": true,
+                "cost_tier": "low",
+                "input_modalities": ["text", "image"],
                 "endpoints": [
                     {"provider": "deepinfra/turbo", "upstream_model": "meta-llama/Llama-4-Maverick-17B-128E-Instruct-Turbo",
                      "pricing": {"prompt": 0.5, "completion": 1.5}, "quantization": "fp8", "context_length": 131072,
@@ -50,14 +52,77 @@ pub fn demo_catalog() -> Value {
                 ]
             },
             "anthropic/claude-sonnet-4-6": {
+                "cost_tier": "high",
+                "input_modalities": ["text", "image", "file"],
                 "endpoints": [
                     {"provider": "anthropic-direct", "upstream_model": "claude-sonnet-4-6",
                      "pricing": {"prompt": 3, "completion": 15}, "context_length": 200000,
                      "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
                 ]
+            },
+            "anthropic/claude-opus-4-6": {
+                "cost_tier": "xhigh",
+                "input_modalities": ["text", "image", "file"],
+                "endpoints": [
+                    {"provider": "anthropic-direct", "upstream_model": "claude-opus-4-6",
+                     "pricing": {"prompt": 15, "completion": 75}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice", "reasoning"]}
+                ]
+            },
+            "qwen/qwen3-coder": {
+                "cost_tier": "low",
+                "endpoints": [
+                    {"provider": "together", "upstream_model": "Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",
+                     "pricing": {"prompt": 2, "completion": 2}, "quantization": "fp8", "context_length": 262144,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice", "response_format"]},
+                    {"provider": "deepinfra", "upstream_model": "Qwen/Qwen3-Coder-480B-A35B-Instruct",
+                     "pricing": {"prompt": 0.4, "completion": 1.6}, "quantization": "fp8", "context_length": 262144,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice", "response_format"]}
+                ]
+            },
+            "deepseek/deepseek-r1": {
+                "cost_tier": "medium",
+                "endpoints": [
+                    {"provider": "deepinfra", "upstream_model": "deepseek-ai/DeepSeek-R1-0528",
+                     "pricing": {"prompt": 0.5, "completion": 2.15}, "quantization": "fp8", "context_length": 163840,
+                     "supported_parameters": ["max_tokens", "temperature", "reasoning"]},
+                    {"provider": "together", "upstream_model": "deepseek-ai/DeepSeek-R1",
+                     "pricing": {"prompt": 3, "completion": 7}, "quantization": "fp8", "context_length": 163840,
+                     "supported_parameters": ["max_tokens", "temperature", "reasoning"]}
+                ]
+            },
+            "google/gemma-3-27b-it": {
+                "cost_tier": "low",
+                "input_modalities": ["text", "image"],
+                "endpoints": [
+                    {"provider": "deepinfra", "upstream_model": "google/gemma-3-27b-it",
+                     "pricing": {"prompt": 0.09, "completion": 0.17}, "quantization": "bf16", "context_length": 131072,
+                     "supported_parameters": ["max_tokens", "temperature", "response_format"]}
+                ]
             }
         },
-        "routing": {"default_policy": "price_weighted", "debug_header": true}
+        "routing": {"default_policy": "price_weighted", "debug_header": true},
+        // `model: "auto"`: per task type, candidate models with preference weights (higher is
+        // better); the request's cost tier (default medium) caps the price class.
+        "auto": {
+            "default_cost_tier": "medium",
+            "max_models": 3,
+            "long_context_tokens": 32000,
+            "tasks": {
+                "code": {"anthropic/claude-opus-4-6": 1.0, "anthropic/claude-sonnet-4-6": 0.95,
+                         "qwen/qwen3-coder": 0.85, "deepseek/deepseek-r1": 0.6},
+                "reasoning": {"anthropic/claude-opus-4-6": 1.0, "deepseek/deepseek-r1": 0.9,
+                              "anthropic/claude-sonnet-4-6": 0.85},
+                "long_context": {"meta-llama/llama-4-maverick": 1.0, "anthropic/claude-sonnet-4-6": 0.9,
+                                 "qwen/qwen3-coder": 0.6},
+                "tool_use": {"anthropic/claude-sonnet-4-6": 1.0, "qwen/qwen3-coder": 0.85,
+                             "meta-llama/llama-4-maverick": 0.6},
+                "structured_output": {"qwen/qwen3-coder": 0.9, "meta-llama/llama-4-maverick": 0.8,
+                                      "google/gemma-3-27b-it": 0.6},
+                "chat": {"anthropic/claude-sonnet-4-6": 1.0, "meta-llama/llama-4-maverick": 0.9,
+                         "google/gemma-3-27b-it": 0.7}
+            }
+        }
     })
 }
 
