@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench clean
+.PHONY: setup wasm run test unit integration sdk lint bench clean render
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -25,6 +25,11 @@ $(PY_STAMP): integration/python/requirements.txt
 wasm: setup
 	cargo build --release --target wasm32-wasip1 -p switchyard
 	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+# envoy/switchyard.yaml and k8s/ from catalog/switchyard.json (the WasmPlugin's sha256 is the
+# digest of the image `make image` builds from this module).
+render: wasm
+	cargo run -q -p switchyard-integration --bin switchyard-render
 
 run: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-demo

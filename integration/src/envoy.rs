@@ -37,15 +37,40 @@ pub struct ClusterSpec {
     pub port: u16,
 }
 
+/// A provider reached over the network the way real providers are: DNS name, TLS with SNI and
+/// certificate validation against a CA bundle, HTTP/2 negotiated by ALPN where supported.
+#[derive(Clone, Debug)]
+pub struct RemoteCluster {
+    /// Envoy cluster name (the catalog renders Istio's `outbound|<port>||<host>`).
+    pub name: String,
+    /// DNS name: resolved by Envoy, sent as SNI, required in the certificate's SAN.
+    pub host: String,
+    pub port: u16,
+    /// Connect to this IP instead of resolving `host` (tests: 127.0.0.1); SNI and certificate
+    /// validation still use `host`.
+    pub connect_to: Option<String>,
+    /// Offer HTTP/2 by ALPN (falls back to HTTP/1.1 when the provider does not select it).
+    pub http2: bool,
+    /// PEM bundle of trusted CAs (the system bundle for real providers).
+    pub ca_file: String,
+}
+
+/// The system CA bundle on Debian/Ubuntu (and the path Istio's proxies use).
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 #[derive(Clone, Debug)]
 pub struct StackConfig {
     pub wasm: PathBuf,
     /// The Switchyard plugin configuration (JSON).
     pub plugin_config: Value,
     pub clusters: Vec<ClusterSpec>,
+    /// Provider clusters over DNS + TLS (real providers, TLS mocks); routed like `clusters`.
+    pub remote_clusters: Vec<RemoteCluster>,
     /// Operator's cluster for requests Switchyard does not route (other paths, GET); never a
     /// provider. None: the filter answers them with an OpenAI-style 404/405.
     pub passthrough: Option<ClusterSpec>,
+    /// Listener bind address (127.0.0.1 for tests and the demo).
+    pub listener_address: String,
     /// 0 = any free port.
     pub listener_port: u16,
     pub admin_port: u16,
@@ -71,7 +96,9 @@ impl StackConfig {
             wasm: wasm_path(),
             plugin_config,
             clusters,
+            remote_clusters: Vec::new(),
             passthrough,
+            listener_address: "127.0.0.1".into(),
             listener_port: 0,
             admin_port: 0,
             env_keys: Vec::new(),
@@ -131,34 +158,91 @@ fn plugin_json(cfg: &StackConfig) -> String {
     serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
 }
 
+/// The upstream (per-attempt) HTTP filters of every provider cluster.
+pub fn upstream_filters(upstream_wasm: Value) -> Value {
+    json!([
+        {"name": "envoy.filters.http.wasm", "typed_config": upstream_wasm},
+        {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+    ])
+}
+
+/// `HttpProtocolOptions` of a provider cluster: the protocol (HTTP/1.1, or HTTP/2 offered by
+/// ALPN) and the per-attempt filter chain where the attempt rewrites run.
+pub fn provider_protocol_options(http2: bool, filters: Value) -> Value {
+    let protocol = if http2 {
+        // ALPN picks h2 when the provider offers it, else HTTP/1.1.
+        json!({"auto_config": {"http_protocol_options": {}, "http2_protocol_options": {}}})
+    } else {
+        json!({"explicit_http_config": {"http_protocol_options": {}}})
+    };
+    let mut options = json!({"@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"});
+    if let (Some(o), Some(p)) = (options.as_object_mut(), protocol.as_object()) {
+        o.extend(p.clone());
+        o.insert("http_filters".into(), filters);
+    }
+    json!({"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": options})
+}
+
+/// TLS to a provider: SNI = host, the certificate must chain to `ca_file` and name `host`.
+pub fn upstream_tls(host: &str, ca_file: &str, http2: bool) -> Value {
+    let alpn: Vec<&str> = if http2 { vec!["h2", "http/1.1"] } else { vec!["http/1.1"] };
+    json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "sni": host,
+            "common_tls_context": {
+                "alpn_protocols": alpn,
+                "validation_context": {
+                    "trusted_ca": {"filename": ca_file},
+                    "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": host}}]
+                }
+            }
+        }
+    })
+}
+
 /// A provider cluster: per-attempt rewrites run in its upstream filter chain.
 fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
     let mut v = cluster(c);
-    v["typed_extension_protocol_options"] = json!({
-        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-            "explicit_http_config": {"http_protocol_options": {}},
-            "http_filters": [
-                {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false)},
-                {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
-            ]
-        }
-    });
+    let upstream = wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false);
+    v["typed_extension_protocol_options"] = provider_protocol_options(false, upstream_filters(upstream));
     v
 }
 
-/// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
-pub fn bootstrap(cfg: &StackConfig) -> Value {
-    let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
-    if let Some(pt) = &cfg.passthrough {
-        clusters.push(cluster(pt));
+/// A provider over DNS and TLS (LOGICAL_DNS: API hosts sit behind large, changing address
+/// pools; Envoy connects to whichever address DNS returns first).
+fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
+    let (kind, address) = match &r.connect_to {
+        Some(ip) => ("STATIC", ip.as_str()),
+        None => ("LOGICAL_DNS", r.host.as_str()),
+    };
+    let upstream = wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false);
+    let mut v = json!({
+        "name": r.name,
+        "type": kind,
+        "connect_timeout": "5s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {
+            "cluster_name": r.name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": address, "port_value": r.port}}}}]}]
+        },
+        "transport_socket": upstream_tls(&r.host, &r.ca_file, r.http2),
+        "typed_extension_protocol_options": provider_protocol_options(r.http2, upstream_filters(upstream))
+    });
+    if r.connect_to.is_none() {
+        v["dns_lookup_family"] = json!("V4_PREFERRED");
     }
-    // One static group per provider cluster; each request overrides the order.
-    let groups: Vec<Value> = cfg
-        .clusters
-        .iter()
-        .map(|c| json!({"name": c.name, "clusters": [{"cluster_name": c.name, "weight": 1}]}))
-        .collect();
+    v
+}
+
+/// The route for requests the filter routed: attempt k goes to the k-th cluster of the
+/// per-request order (dynamic metadata `switchyard.priority_groups`), Envoy's retry policy
+/// moves from one to the next. One static group per provider cluster, named after it; each
+/// request overrides the order.
+pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
+    let groups: Vec<Value> =
+        cluster_names.iter().map(|c| json!({"name": c, "clusters": [{"cluster_name": c, "weight": 1}]})).collect();
     let mut retry_policy = json!({
         "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
         "retriable_status_codes": [408, 429],
@@ -169,9 +253,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
     if cfg.per_try_idle_timeout_ms > 0 {
         retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
     }
-    // Requests the filter routed: attempt k goes to the k-th cluster of the per-request order
-    // (dynamic metadata `switchyard.priority_groups`).
-    let mut routes: Vec<Value> = vec![json!(
+    json!(
         {
             "match": {"prefix": "/", "headers": [{"name": "x-switchyard-routed", "present_match": true}]},
             "route": {
@@ -188,7 +270,23 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
             },
             "request_headers_to_remove": ["x-switchyard-routed"]
         }
-    )];
+    )
+}
+
+/// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
+pub fn bootstrap(cfg: &StackConfig) -> Value {
+    let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
+    clusters.extend(cfg.remote_clusters.iter().map(|r| remote_cluster(cfg, r)));
+    if let Some(pt) = &cfg.passthrough {
+        clusters.push(cluster(pt));
+    }
+    let names: Vec<&str> = cfg
+        .clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
+        .collect();
+    let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
     // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
     // value, so a forged header can only ever reach that cluster).
     if let Some(pt) = &cfg.passthrough {
@@ -214,7 +312,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
         "static_resources": {
             "listeners": [{
                 "name": "switchyard",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.listener_port}},
+                "address": {"socket_address": {"address": cfg.listener_address, "port_value": cfg.listener_port}},
                 "enable_reuse_port": false,
                 "per_connection_buffer_limit_bytes": cfg.buffer_limit_bytes,
                 "filter_chains": [{"filters": [{

@@ -2,8 +2,12 @@
 //! and the demo catalog shared by `make run` and the integration tests.
 #![recursion_limit = "256"]
 
+pub mod catalog;
 pub mod client;
 pub mod demo;
 pub mod envoy;
+pub mod istio;
 pub mod load;
 pub mod mock;
+pub mod oci;
+pub mod render;

@@ -1,0 +1,350 @@
+//! The deployment catalog: one file (`catalog/switchyard.json`) that says which providers exist
+//! (real hosts, ports, HTTP/2, credentials by environment variable / Kubernetes Secret), which
+//! models they serve at what price, and the routing defaults. Everything else is rendered from
+//! it: the plugin configuration, the Envoy bootstrap (`envoy/switchyard.yaml`) and the Istio
+//! manifests (`k8s/`), so a provider is never written down twice.
+//!
+//! A catalog provider is a plugin provider (see the README's configuration tables) without
+//! `cluster` and `authority` and with where it lives instead:
+//! `host` (required), `port` (443), `http2` (false). The renderer derives `cluster` (Istio's name
+//! for the ServiceEntry's cluster, `outbound|<port>||<host>`, used by the plain Envoy config too
+//! so the plugin configuration is the same everywhere) and `authority` (= `host`). Every other
+//! field (`models`, `routing`, `policies`, provider `tags`, ...) is passed to the filter as is and
+//! validated by the filter's own parser at render time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::envoy::{RemoteCluster, StackConfig, SYSTEM_CA_BUNDLE};
+
+/// Fields of a catalog provider that describe the deployment, not the filter's view of it.
+const DEPLOYMENT_PROVIDER_FIELDS: [&str; 3] = ["host", "port", "http2"];
+
+/// Where one provider lives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProviderHost {
+    pub slug: String,
+    pub host: String,
+    pub port: u16,
+    pub http2: bool,
+    /// Environment variable holding the key (also the key's name in the Kubernetes Secret).
+    pub credential_env: Option<String>,
+}
+
+impl ProviderHost {
+    /// The cluster Istio generates for a ServiceEntry host and port.
+    pub fn cluster(&self) -> String {
+        istio_cluster(&self.host, self.port)
+    }
+}
+
+pub fn istio_cluster(host: &str, port: u16) -> String {
+    format!("outbound|{port}||{host}")
+}
+
+/// Istio settings of the catalog (`deployment.istio`).
+#[derive(Clone, Debug)]
+pub struct IstioSettings {
+    pub namespace: String,
+    /// `oci://registry/repository:tag` of the filter image.
+    pub image: String,
+    pub image_pull_policy: String,
+    /// Kubernetes Secret holding the provider keys, one entry per credential `env` name.
+    pub keys_secret: String,
+    /// Labels of the egress gateway pods (egress-gateway variant).
+    pub gateway_labels: BTreeMap<String, String>,
+    /// Labels of the application pods whose sidecars route (sidecar variant).
+    pub sidecar_labels: BTreeMap<String, String>,
+    /// The host applications call (`http://<service_host>/v1/chat/completions`).
+    pub service_host: String,
+}
+
+/// Plain Envoy settings of the catalog (`deployment.envoy`).
+#[derive(Clone, Debug)]
+pub struct EnvoySettings {
+    pub listener_address: String,
+    pub listener_port: u16,
+    pub admin_port: u16,
+    pub ca_file: String,
+    pub per_try_idle_timeout_ms: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    /// The file as written (for passing the filter's fields through unchanged).
+    raw: Value,
+    pub providers: Vec<ProviderHost>,
+    pub istio: IstioSettings,
+    pub envoy: EnvoySettings,
+}
+
+fn field_str(v: &Value, path: &str, key: &str, default: Option<&str>) -> Result<String, String> {
+    match v.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(other) => Err(format!("{path}.{key}: expected a non-empty string, got {other}")),
+        None => default.map(str::to_string).ok_or_else(|| format!("{path}.{key}: required")),
+    }
+}
+
+fn field_u64(v: &Value, path: &str, key: &str, default: u64, max: u64) -> Result<u64, String> {
+    match v.get(key) {
+        None => Ok(default),
+        Some(x) => x
+            .as_u64()
+            .filter(|n| *n <= max)
+            .ok_or_else(|| format!("{path}.{key}: expected an integer 0..={max}, got {x}")),
+    }
+}
+
+fn labels(v: &Value, path: &str, key: &str, default: &[(&str, &str)]) -> Result<BTreeMap<String, String>, String> {
+    match v.get(key) {
+        None => Ok(default.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        Some(Value::Object(o)) if !o.is_empty() => o
+            .iter()
+            .map(|(k, x)| {
+                x.as_str()
+                    .map(|s| (k.clone(), s.to_string()))
+                    .ok_or_else(|| format!("{path}.{key}.{k}: expected a string"))
+            })
+            .collect(),
+        Some(other) => Err(format!("{path}.{key}: expected a non-empty object of labels, got {other}")),
+    }
+}
+
+fn is_dns_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+impl Catalog {
+    pub fn load(path: &Path) -> Result<Catalog, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Catalog::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses and validates a catalog: deployment fields here, the filter's fields by the
+    /// filter's own configuration parser (so a bad catalog fails at render time, naming the field).
+    pub fn parse(text: &str) -> Result<Catalog, String> {
+        let raw: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let Some(top) = raw.as_object() else { return Err("expected a JSON object".into()) };
+        let deployment = top.get("deployment").cloned().unwrap_or(json!({}));
+        for key in deployment.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+            if key != "istio" && key != "envoy" {
+                return Err(format!("deployment.{key}: unknown field (expected istio, envoy)"));
+            }
+        }
+        let i = deployment.get("istio").cloned().unwrap_or(json!({}));
+        let p = "deployment.istio";
+        for key in i.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+            let known = [
+                "namespace",
+                "image",
+                "image_pull_policy",
+                "keys_secret",
+                "gateway_labels",
+                "sidecar_labels",
+                "service_host",
+            ];
+            if !known.contains(&key.as_str()) {
+                return Err(format!("{p}.{key}: unknown field"));
+            }
+        }
+        let image = field_str(&i, p, "image", None)?;
+        if !image.starts_with("oci://") {
+            return Err(format!("{p}.image: expected oci://registry/repository:tag, got {image:?}"));
+        }
+        let image_pull_policy = field_str(&i, p, "image_pull_policy", Some("IfNotPresent"))?;
+        if !["IfNotPresent", "Always"].contains(&image_pull_policy.as_str()) {
+            return Err(format!("{p}.image_pull_policy: expected IfNotPresent or Always"));
+        }
+        let istio = IstioSettings {
+            namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
+            image,
+            image_pull_policy,
+            keys_secret: field_str(&i, p, "keys_secret", Some("switchyard-provider-keys"))?,
+            gateway_labels: labels(&i, p, "gateway_labels", &[("istio", "egressgateway")])?,
+            sidecar_labels: labels(&i, p, "sidecar_labels", &[("switchyard.io/llm-client", "true")])?,
+            service_host: field_str(&i, p, "service_host", Some("llm.switchyard.internal"))?,
+        };
+        if !is_dns_name(&istio.service_host) {
+            return Err(format!("{p}.service_host: not a DNS name: {:?}", istio.service_host));
+        }
+        let e = deployment.get("envoy").cloned().unwrap_or(json!({}));
+        let p = "deployment.envoy";
+        let envoy = EnvoySettings {
+            listener_address: field_str(&e, p, "listener_address", Some("0.0.0.0"))?,
+            listener_port: field_u64(&e, p, "listener_port", 10000, 65535)? as u16,
+            admin_port: field_u64(&e, p, "admin_port", 9901, 65535)? as u16,
+            ca_file: field_str(&e, p, "ca_file", Some(SYSTEM_CA_BUNDLE))?,
+            per_try_idle_timeout_ms: field_u64(&e, p, "per_try_idle_timeout_ms", 60_000, 3_600_000)? as u32,
+        };
+
+        let Some(provs) = top.get("providers").and_then(Value::as_object) else {
+            return Err("providers: required object".into());
+        };
+        let mut providers = Vec::new();
+        for (slug, v) in provs {
+            let path = format!("providers[{slug:?}]");
+            for f in ["cluster", "authority"] {
+                if v.get(f).is_some() {
+                    return Err(format!("{path}.{f}: rendered from host/port, do not set it in the catalog"));
+                }
+            }
+            let host = field_str(v, &path, "host", None)?;
+            if !is_dns_name(&host) {
+                return Err(format!("{path}.host: not a DNS name: {host:?}"));
+            }
+            let port = field_u64(v, &path, "port", 443, 65535)? as u16;
+            let http2 = match v.get("http2") {
+                None => false,
+                Some(b) => b.as_bool().ok_or_else(|| format!("{path}.http2: expected a boolean"))?,
+            };
+            let credential_env = v.pointer("/credential/env").and_then(Value::as_str).map(str::to_string);
+            if v.pointer("/credential/value").is_some() {
+                return Err(format!(
+                    "{path}.credential.value: a deployment catalog names keys by `env` (from a Secret), never inline"
+                ));
+            }
+            providers.push(ProviderHost { slug: slug.clone(), host, port, http2, credential_env });
+        }
+        let catalog = Catalog { raw, providers, istio, envoy };
+        // The filter's own parser: unknown fields, bad prices, unresolved provider slugs, ...
+        let config = catalog.plugin_config();
+        switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| Some("render-check".into()))
+            .map_err(|e| e.to_string())?;
+        Ok(catalog)
+    }
+
+    /// The catalog with its provider hosts replaced by stand-ins (tests point the same catalog
+    /// at local TLS mock providers: same clusters and SNI logic, other names).
+    pub fn with_hosts(&self, hosts: &BTreeMap<String, (String, u16)>) -> Catalog {
+        let mut c = self.clone();
+        for p in &mut c.providers {
+            if let Some((h, port)) = hosts.get(&p.slug) {
+                p.host = h.clone();
+                p.port = *port;
+            }
+        }
+        c
+    }
+
+    /// The filter's configuration: every provider gets `cluster` and `authority`, the
+    /// deployment-only fields are removed, everything else is passed through unchanged.
+    pub fn plugin_config(&self) -> Value {
+        let mut out = Map::new();
+        if let Some(top) = self.raw.as_object() {
+            for (k, v) in top {
+                if k != "deployment" {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        if let Some(Value::Object(provs)) = out.get_mut("providers") {
+            for p in &self.providers {
+                if let Some(Value::Object(entry)) = provs.get_mut(&p.slug) {
+                    for f in DEPLOYMENT_PROVIDER_FIELDS {
+                        entry.remove(f);
+                    }
+                    entry.insert("cluster".into(), json!(p.cluster()));
+                    entry.insert("authority".into(), json!(p.host));
+                }
+            }
+        }
+        Value::Object(out)
+    }
+
+    /// Environment variables the Wasm VM reads keys from (sorted, unique).
+    pub fn env_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.providers.iter().filter_map(|p| p.credential_env.clone()).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// `routing.max_attempts` (the route's retry ceiling follows it).
+    pub fn max_attempts(&self) -> u32 {
+        self.raw.pointer("/routing/max_attempts").and_then(Value::as_u64).map_or(4, |n| n.clamp(1, 16) as u32)
+    }
+
+    /// The plain-Envoy stack for this catalog: one DNS + TLS cluster per provider and no
+    /// pass-through cluster (the filter answers requests it does not route). `connect_to` maps
+    /// provider slugs to a fixed IP (tests).
+    pub fn envoy_stack(&self, wasm: PathBuf, connect_to: &BTreeMap<String, String>) -> StackConfig {
+        let mut cfg = StackConfig::new(self.plugin_config(), Vec::new(), None);
+        cfg.wasm = wasm;
+        cfg.remote_clusters = self
+            .providers
+            .iter()
+            .map(|p| RemoteCluster {
+                name: p.cluster(),
+                host: p.host.clone(),
+                port: p.port,
+                connect_to: connect_to.get(&p.slug).cloned(),
+                http2: p.http2,
+                ca_file: self.envoy.ca_file.clone(),
+            })
+            .collect();
+        cfg.listener_address = self.envoy.listener_address.clone();
+        cfg.listener_port = self.envoy.listener_port;
+        cfg.admin_port = self.envoy.admin_port;
+        cfg.env_keys = self.env_keys();
+        cfg.max_attempts = self.max_attempts();
+        cfg.per_try_idle_timeout_ms = self.envoy.per_try_idle_timeout_ms;
+        cfg
+    }
+}
+
+/// The catalog in the repository.
+pub fn default_catalog_path() -> PathBuf {
+    crate::envoy::repo_root().join("catalog/switchyard.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> Value {
+        json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
+            "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+            "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+        })
+    }
+
+    #[test]
+    fn providers_get_istio_cluster_names_and_authority() {
+        let c = Catalog::parse(&minimal().to_string()).unwrap();
+        let cfg = c.plugin_config();
+        assert_eq!(cfg["providers"]["p"]["cluster"], "outbound|443||api.p.example");
+        assert_eq!(cfg["providers"]["p"]["authority"], "api.p.example");
+        assert!(cfg["providers"]["p"].get("host").is_none() && cfg["providers"]["p"].get("http2").is_none());
+        assert!(cfg.get("deployment").is_none());
+        assert_eq!(c.env_keys(), vec!["P_KEY".to_string()]);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut v = minimal();
+        v["providers"]["p"]["host"] = json!("not a host");
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("providers[\"p\"].host"));
+        let mut v = minimal();
+        v["providers"]["p"]["credential"] = json!({"value": "sk-inline"});
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("credential.value"));
+        let mut v = minimal();
+        v["models"]["m/x"]["endpoints"][0]["quantization"] = json!("fp9");
+        let e = Catalog::parse(&v.to_string()).unwrap_err();
+        assert!(e.contains("quantization") && e.contains("fp9"), "{e}");
+        let mut v = minimal();
+        v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));
+    }
+}

@@ -1,0 +1,327 @@
+//! Istio manifests rendered from the catalog (`k8s/`), and a small model of how Istio turns
+//! them into Envoy configuration, so tests can run real Envoy on what Istio would generate.
+//!
+//! What goes where, and why:
+//! - `WasmPlugin` `switchyard`: the downstream filter (routing decision), fetched by istio-agent
+//!   from the OCI image, configuration = the catalog's plugin configuration.
+//! - `ServiceEntry` + `DestinationRule` per provider: Istio creates the cluster
+//!   `outbound|443||<host>` with DNS resolution, TLS origination (SNI, certificate checked
+//!   against the system CA bundle and the host name) and the circuit breakers failover needs.
+//! - `EnvoyFilter` `switchyard-failover`: what a WasmPlugin cannot express: the failover route
+//!   (`priority_group` cluster specifier + retry policy), the two filters between the decision
+//!   and the router (`header_to_metadata`, the route-cache clear), and the per-attempt Wasm filter
+//!   in the provider clusters' upstream filter chain. The Wasm pieces it adds are delivered as
+//!   extension configs (ECDS) with the same OCI URL and sha256 as the WasmPlugin, so istio-agent
+//!   fetches and verifies them the same way.
+
+use serde_json::{json, Value};
+
+use crate::catalog::{Catalog, ProviderHost};
+use crate::envoy::{provider_protocol_options, routed_route, upstream_filters, StackConfig};
+
+pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+/// The istio/api commit the vendored CRD schemas (`k8s/schemas/`) come from, and the Istio
+/// release line it belongs to.
+pub const ISTIO_VERSION: &str = "1.28";
+
+/// Where Switchyard runs in the mesh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// In the egress gateway: one place holds the keys and talks to providers.
+    EgressGateway,
+    /// In the sidecars of selected application pods (outbound traffic).
+    Sidecar,
+}
+
+impl Variant {
+    pub fn dir(self) -> &'static str {
+        match self {
+            Variant::EgressGateway => "egress-gateway",
+            Variant::Sidecar => "sidecar",
+        }
+    }
+
+    /// EnvoyFilter patch context.
+    pub fn context(self) -> &'static str {
+        match self {
+            Variant::EgressGateway => "GATEWAY",
+            Variant::Sidecar => "SIDECAR_OUTBOUND",
+        }
+    }
+
+    fn labels(self, c: &Catalog) -> Value {
+        match self {
+            Variant::EgressGateway => json!(c.istio.gateway_labels),
+            Variant::Sidecar => json!(c.istio.sidecar_labels),
+        }
+    }
+
+    /// The host applications send requests to, and so the virtual host the route goes into.
+    pub fn entry_host(self, c: &Catalog) -> String {
+        c.istio.service_host.clone()
+    }
+}
+
+fn metadata(name: &str, c: &Catalog) -> Value {
+    json!({"name": name, "namespace": c.istio.namespace, "labels": {"app.kubernetes.io/part-of": "switchyard"}})
+}
+
+/// Provider cluster settings shared by the plain Envoy config and the DestinationRule.
+pub struct PoolLimits {
+    pub max_requests: u32,
+    pub max_retries: u32,
+}
+
+impl PoolLimits {
+    pub fn of(_cfg: &StackConfig) -> PoolLimits {
+        PoolLimits { max_requests: 1024, max_retries: 1024 }
+    }
+}
+
+/// ServiceEntry + DestinationRule for one provider.
+pub fn provider_resources(p: &ProviderHost, c: &Catalog, limits: &PoolLimits) -> Vec<Value> {
+    let name = format!("switchyard-{}", p.slug.replace(['/', '_', '.'], "-"));
+    let service_entry = json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "ServiceEntry",
+        "metadata": metadata(&name, c),
+        "spec": {
+            "hosts": [p.host],
+            "location": "MESH_EXTERNAL",
+            "resolution": "DNS",
+            // Plain HTTP inside the proxy: the DestinationRule originates TLS, so the filters
+            // see (and rewrite) the request before it is encrypted.
+            "ports": [{"number": p.port, "name": "http-provider", "protocol": "HTTP"}],
+            "exportTo": ["."]
+        }
+    });
+    let mut http = json!({
+        // Every failover is an Envoy retry: the default of 3 concurrent retries per cluster
+        // silently cuts failovers under load.
+        "maxRetries": limits.max_retries,
+        "http1MaxPendingRequests": limits.max_requests,
+        "http2MaxRequests": limits.max_requests
+    });
+    if p.http2 {
+        http["h2UpgradePolicy"] = json!("UPGRADE");
+    }
+    let destination_rule = json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "DestinationRule",
+        "metadata": metadata(&name, c),
+        "spec": {
+            "host": p.host,
+            "exportTo": ["."],
+            "trafficPolicy": {
+                "connectionPool": {"tcp": {"maxConnections": limits.max_requests}, "http": http},
+                "portLevelSettings": [{
+                    "port": {"number": p.port},
+                    // No caCertificates: the proxy checks the provider against the system CA
+                    // bundle; subjectAltNames pins the host name.
+                    "tls": {"mode": "SIMPLE", "sni": p.host, "subjectAltNames": [p.host]}
+                }]
+            }
+        }
+    });
+    vec![service_entry, destination_rule]
+}
+
+/// The WasmPlugin for the downstream (decision) filter.
+pub fn wasm_plugin(c: &Catalog, v: Variant, sha256: &str) -> Value {
+    let env: Vec<Value> = c.env_keys().iter().map(|k| json!({"name": k, "valueFrom": "HOST"})).collect();
+    let mut spec = json!({
+        "selector": {"matchLabels": v.labels(c)},
+        "url": c.istio.image,
+        "sha256": sha256,
+        "imagePullPolicy": c.istio.image_pull_policy,
+        "pluginName": "switchyard",
+        "type": "HTTP",
+        // After Istio's authentication and authorization (a caller is admitted before its body
+        // is buffered and parsed and before provider keys are attached), before Istio's stats.
+        "phase": "STATS",
+        "priority": 100,
+        // A router that enforces compliance routes and holds provider keys must not be skipped:
+        // if the module cannot load, requests fail (503) instead of bypassing it.
+        "failStrategy": "FAIL_CLOSE",
+        "pluginConfig": c.plugin_config(),
+        "vmConfig": {"env": env}
+    });
+    if v == Variant::Sidecar {
+        // Outbound traffic only; the application's inbound requests are none of our business.
+        spec["match"] = json!([{"mode": "CLIENT"}]);
+    }
+    json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin", "metadata": metadata("switchyard", c), "spec": spec})
+}
+
+/// The Wasm filter config Istio/istio-agent would deliver for one of the module's roles: empty
+/// `vm_id` (as for WasmPlugins, so every role shares one VM and its shared data), code from the
+/// OCI image verified by sha256, keys from the proxy's environment.
+pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &str, sha256: &str) -> Value {
+    json!({
+        "name": name,
+        "typed_config": {
+            "@type": WASM_TYPE_URL,
+            "config": {
+                "name": name,
+                "root_id": root_id,
+                "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration},
+                "vm_config": {
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"remote": {"http_uri": {"uri": c.istio.image, "cluster": "_", "timeout": "30s"}, "sha256": sha256}},
+                    "environment_variables": {"host_env_keys": c.env_keys()}
+                }
+            }
+        }
+    })
+}
+
+/// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS).
+pub fn ecds_filter(name: &str) -> Value {
+    json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
+}
+
+pub fn header_to_metadata_filter() -> Value {
+    json!({"name": "envoy.filters.http.header_to_metadata", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
+        "request_rules": [{
+            "header": "x-switchyard-groups",
+            "on_header_present": {"metadata_namespace": "switchyard", "key": "priority_groups", "type": "PROTOBUF_VALUE", "encode": "BASE64"},
+            "remove": true
+        }]
+    }})
+}
+
+/// The EnvoyFilter with everything a WasmPlugin cannot express.
+pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
+    let ctx = v.context();
+    let plugin = serde_json::to_string(&c.plugin_config()).unwrap_or_default();
+    let before_router = json!({"context": ctx, "listener": {"filterChain": {"filter": {
+        "name": "envoy.filters.network.http_connection_manager",
+        "subFilter": {"name": "envoy.filters.http.router"}
+    }}}});
+    let mut patches = vec![
+        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
+            "value": wasm_extension(c, "switchyard-clear", "switchyard_clear", "", sha256)}}),
+        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
+            "value": wasm_extension(c, "switchyard-upstream", "switchyard_upstream", &plugin, sha256)}}),
+        // Between the decision (WasmPlugin) and the router, in this order: the per-request
+        // cluster order header becomes dynamic metadata, then the route is resolved again.
+        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
+        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-clear")}}),
+    ];
+    let names: Vec<String> = c.providers.iter().map(ProviderHost::cluster).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    patches.push(json!({
+        "applyTo": "HTTP_ROUTE",
+        "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
+        "patch": {"operation": "INSERT_FIRST", "value": routed_route(&refs, cfg)}
+    }));
+    for p in &c.providers {
+        // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
+        // protocol as well as the per-attempt filters.
+        patches.push(json!({
+            "applyTo": "CLUSTER",
+            "match": {"context": ctx, "cluster": {"name": p.cluster()}},
+            "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
+                provider_protocol_options(p.http2, upstream_filters_ecds())}}
+        }));
+    }
+    json!({
+        "apiVersion": "networking.istio.io/v1alpha3",
+        "kind": "EnvoyFilter",
+        "metadata": metadata("switchyard-failover", c),
+        "spec": {"workloadSelector": {"labels": v.labels(c)}, "configPatches": patches}
+    })
+}
+
+/// The upstream filter chain with the per-attempt Wasm filter delivered by ECDS.
+fn upstream_filters_ecds() -> Value {
+    let mut f = upstream_filters(Value::Null);
+    if let Some(first) = f.get_mut(0) {
+        *first = ecds_filter("switchyard-upstream");
+    }
+    f
+}
+
+/// The entry point applications call: `http://<service_host>/v1/...`. Requests the filter does
+/// not route get an OpenAI-style 404.
+pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
+    let host = v.entry_host(c);
+    let not_found = json!({"status": 404, "body": {"string": "{\"error\":{\"message\":\"not found: Switchyard routes POST /v1/chat/completions, /v1/completions and /v1/responses\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}});
+    let mut out = Vec::new();
+    let mut vs_spec = json!({"hosts": [host], "http": [{"name": "switchyard-unrouted", "directResponse": not_found,
+        "headers": {"response": {"set": {"content-type": "application/json"}}}}]});
+    match v {
+        Variant::EgressGateway => {
+            out.push(json!({
+                "apiVersion": "networking.istio.io/v1",
+                "kind": "Gateway",
+                "metadata": metadata("switchyard", c),
+                "spec": {"selector": c.istio.gateway_labels, "servers": [{"port": {"number": 80, "name": "http-switchyard", "protocol": "HTTP"}, "hosts": [host]}]}
+            }));
+            vs_spec["gateways"] = json!(["switchyard"]);
+        }
+        Variant::Sidecar => {
+            // A mesh-internal name with no workload behind it: the sidecar answers it.
+            out.push(json!({
+                "apiVersion": "networking.istio.io/v1",
+                "kind": "ServiceEntry",
+                "metadata": metadata("switchyard-entry", c),
+                "spec": {"hosts": [host], "location": "MESH_INTERNAL", "resolution": "STATIC",
+                         "addresses": ["240.240.0.1"], "endpoints": [{"address": "240.240.0.1"}],
+                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": ["."]}
+            }));
+        }
+    }
+    out.push(json!({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "metadata": metadata("switchyard", c), "spec": vs_spec}));
+    out
+}
+
+/// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
+/// merge patch for the gateway Deployment or the application's pod template.
+pub fn keys_patch(c: &Catalog) -> Value {
+    let env: Vec<Value> = c
+        .env_keys()
+        .iter()
+        .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
+        .collect();
+    json!({"spec": {"template": {"spec": {"containers": [{"name": "istio-proxy", "env": env}]}}}})
+}
+
+/// Every file under `k8s/` as (relative path, content).
+pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, String)> {
+    let limits = PoolLimits::of(cfg);
+    let header = |what: &str| {
+        format!(
+            "# {what}\n# Generated from catalog/switchyard.json by `make render` (Istio {ISTIO_VERSION}); do not edit.\n"
+        )
+    };
+    let mut files = Vec::new();
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let providers: Vec<Value> = c.providers.iter().flat_map(|p| provider_resources(p, c, &limits)).collect();
+        files.push((
+            format!("{}/providers.yaml", v.dir()),
+            header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers).")
+                + &documents(&providers),
+        ));
+        let mut main = vec![wasm_plugin(c, v, sha256), envoy_filter(c, v, cfg, sha256)];
+        main.extend(entry_resources(c, v));
+        files.push((
+            format!("{}/switchyard.yaml", v.dir()),
+            header("The Switchyard filter (WasmPlugin), its failover wiring (EnvoyFilter) and the entry point.")
+                + &documents(&main),
+        ));
+        files.push((
+            format!("{}/keys-patch.yaml", v.dir()),
+            header(match v {
+                Variant::EgressGateway => "Provider keys from the Secret into the egress gateway's proxy: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
+                Variant::Sidecar => "Provider keys from the Secret into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
+            }) + &crate::envoy::to_yaml(&keys_patch(c)),
+        ));
+    }
+    files
+}
+
+fn documents(docs: &[Value]) -> String {
+    docs.iter().map(|d| format!("---\n{}", crate::envoy::to_yaml(d))).collect()
+}
