@@ -275,6 +275,18 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
 
 /// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
 pub fn bootstrap(cfg: &StackConfig) -> Value {
+    let mut boot = bootstrap_inner(cfg);
+    if !cfg.remote_clusters.is_empty() {
+        // Over TLS to a provider the upstream `:scheme` must be https (HTTP/2 sends it; Envoy
+        // otherwise forwards the downstream's `http`).
+        if let Some(hcm) = boot.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config") {
+            hcm["scheme_header_transformation"] = json!({"match_upstream": true});
+        }
+    }
+    boot
+}
+
+fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
     clusters.extend(cfg.remote_clusters.iter().map(|r| remote_cluster(cfg, r)));
     if let Some(pt) = &cfg.passthrough {

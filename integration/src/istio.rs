@@ -208,6 +208,11 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         // cluster order header becomes dynamic metadata, then the route is resolved again.
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-clear")}}),
+        // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS.
+        json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+               "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+                   "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                   "scheme_header_transformation": {"match_upstream": true}}}}}),
     ];
     let names: Vec<String> = c.providers.iter().map(ProviderHost::cluster).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();

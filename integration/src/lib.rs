@@ -11,3 +11,4 @@ pub mod load;
 pub mod mock;
 pub mod oci;
 pub mod render;
+pub mod tls;

@@ -14,10 +14,15 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+use crate::tls::Identity;
 
 /// How the provider answers.
 #[derive(Clone, Debug)]
@@ -66,6 +71,10 @@ pub struct Received {
     /// Lower-case names, in arrival order.
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
+    /// Received over TLS.
+    pub tls: bool,
 }
 
 impl Received {
@@ -97,6 +106,35 @@ pub struct MockProvider {
 impl MockProvider {
     /// Binds 127.0.0.1:`port` (0 = any free port) and serves on the current tokio runtime.
     pub async fn start(name: &str, port: u16, behavior: Behavior) -> std::io::Result<MockProvider> {
+        MockProvider::start_with(name, port, behavior, None).await
+    }
+
+    /// An HTTPS provider presenting `identity`; `http2` offers h2 by ALPN (else HTTP/1.1 only).
+    pub async fn start_tls(
+        name: &str,
+        port: u16,
+        behavior: Behavior,
+        identity: &Identity,
+        http2: bool,
+    ) -> std::io::Result<MockProvider> {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
+        let certs = vec![CertificateDer::from(identity.cert_der.clone())];
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+            .map_err(std::io::Error::other)?;
+        config.alpn_protocols =
+            if http2 { vec![b"h2".to_vec(), b"http/1.1".to_vec()] } else { vec![b"http/1.1".to_vec()] };
+        MockProvider::start_with(name, port, behavior, Some(TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start_with(
+        name: &str,
+        port: u16,
+        behavior: Behavior,
+        tls: Option<TlsAcceptor>,
+    ) -> std::io::Result<MockProvider> {
         let listener = TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -112,10 +150,29 @@ impl MockProvider {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 let _ = stream.set_nodelay(true);
                 let s = Arc::clone(&s);
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&s), req));
-                    let _ =
-                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let Some(acceptor) = tls else {
+                        let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&s), req, false));
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                        return;
+                    };
+                    // A failed handshake (the client rejected our certificate) ends here: no
+                    // HTTP request is ever read from it.
+                    let Ok(stream) = acceptor.accept(stream).await else { return };
+                    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                    let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&s), req, true));
+                    if h2 {
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    }
                 });
             }
         });
@@ -217,7 +274,7 @@ impl Drop for InFlight {
     }
 }
 
-async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<ChannelBody>, BoxError> {
+async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Response<ChannelBody>, BoxError> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
     let headers = parts
@@ -230,12 +287,17 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Chann
     if let Some(h) = parts.uri.authority() {
         full_headers.push((":authority".into(), h.to_string()));
     }
+    if let Some(scheme) = parts.uri.scheme_str() {
+        full_headers.push((":scheme".into(), scheme.to_string()));
+    }
     if let Ok(mut g) = s.received.lock() {
         g.push(Received {
             method: parts.method.to_string(),
-            path: parts.uri.to_string(),
+            path: parts.uri.path_and_query().map_or_else(|| parts.uri.to_string(), |p| p.to_string()),
             headers: full_headers.clone(),
             body: body.clone(),
+            version: format!("{:?}", parts.version),
+            tls,
         });
     }
     let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
@@ -331,4 +393,49 @@ fn error_response(
         b = b.header("retry-after", s.to_string());
     }
     b.body(ChannelBody(rx)).unwrap_or_else(|_| Response::new(ChannelBody(mpsc::channel(1).1)))
+}
+
+/// A TCP listener that records the first bytes each connection sends and then closes it:
+/// shows what a client puts on the wire (a TLS ClientHello, never a clear-text request).
+#[derive(Clone)]
+pub struct RawListener {
+    pub addr: SocketAddr,
+    bytes: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl RawListener {
+    pub async fn start() -> std::io::Result<RawListener> {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let bytes: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let b = Arc::clone(&bytes);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                let b = Arc::clone(&b);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    // Read what the client sends first (a ClientHello fits in one flight), then close.
+                    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await
+                    {
+                        if n == 0 {
+                            break;
+                        }
+                        got.extend_from_slice(buf.get(..n).unwrap_or_default());
+                    }
+                    if let Ok(mut g) = b.lock() {
+                        g.push(got);
+                    }
+                });
+            }
+        });
+        Ok(RawListener { addr, bytes })
+    }
+
+    /// The bytes each connection sent, in order of arrival.
+    pub fn connections(&self) -> Vec<Vec<u8>> {
+        self.bytes.lock().map(|g| g.clone()).unwrap_or_default()
+    }
 }

@@ -1,0 +1,214 @@
+//! The real-provider configuration rendered from `catalog/switchyard.json`, pointed at local
+//! HTTPS mock providers that present certificates for the real host names signed by a test CA
+//! (Envoy trusts only that CA here instead of the system bundle). Shows: TLS with SNI and name
+//! validation, HTTP/2 by ALPN where the provider offers it and HTTP/1.1 where it does not, each
+//! provider's key and path prefix; a wrong certificate (wrong name, untrusted CA) fails the
+//! attempt and the request fails over; nothing is ever sent in clear text.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{mpsc, OnceLock};
+
+use serde_json::{json, Value};
+use switchyard_integration::catalog::{default_catalog_path, Catalog};
+use switchyard_integration::client::{post_json, Reply};
+use switchyard_integration::envoy::{wasm_path, Envoy};
+use switchyard_integration::mock::{Behavior, MockProvider, RawListener};
+use switchyard_integration::tls::TestCa;
+
+struct Stack {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    providers: BTreeMap<String, MockProvider>,
+    /// groq's address: a listener that only records bytes.
+    sniffer: RawListener,
+    hosts: BTreeMap<String, String>,
+}
+
+static STACK: OnceLock<Stack> = OnceLock::new();
+
+fn stack() -> &'static Stack {
+    STACK.get_or_init(|| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            let catalog = Catalog::load(&default_catalog_path()).unwrap();
+            let dir = switchyard_integration::envoy::repo_root().join(".work");
+            std::fs::create_dir_all(&dir).unwrap();
+            let ca = TestCa::new("Switchyard test CA").unwrap();
+            let ca_file = dir.join(format!("tls-test-ca-{}.pem", std::process::id()));
+            ca.write_pem(&ca_file).unwrap();
+            let rogue = TestCa::new("Untrusted CA").unwrap();
+            let (providers, sniffer) = rt.block_on(async {
+                let mut providers = BTreeMap::new();
+                for p in &catalog.providers {
+                    let (identity, h2) = match p.slug.as_str() {
+                        // Only HTTP/1.1 offered: Envoy must fall back by ALPN.
+                        "anthropic" => (ca.issue(&p.host).unwrap(), false),
+                        // A valid chain for another name.
+                        "together" => (ca.issue("api.not-together.test").unwrap(), true),
+                        // The right name from a CA Envoy does not trust.
+                        "fireworks" => (rogue.issue(&p.host).unwrap(), true),
+                        "groq" => continue,
+                        _ => (ca.issue(&p.host).unwrap(), true),
+                    };
+                    let m = MockProvider::start_tls(&p.slug, 0, Behavior::default(), &identity, h2).await.unwrap();
+                    providers.insert(p.slug.clone(), m);
+                }
+                (providers, RawListener::start().await.unwrap())
+            });
+            let mut ports = BTreeMap::new();
+            for p in &catalog.providers {
+                let port = providers.get(&p.slug).map_or(sniffer.addr.port(), |m| m.addr.port());
+                ports.insert(p.slug.clone(), (p.host.clone(), port));
+            }
+            let mut local = catalog.with_hosts(&ports);
+            local.envoy.ca_file = ca_file.to_string_lossy().into_owned();
+            let connect_to = local.providers.iter().map(|p| (p.slug.clone(), "127.0.0.1".to_string())).collect();
+            let mut cfg = local.envoy_stack(wasm_path(), &connect_to);
+            cfg.listener_address = "127.0.0.1".into();
+            cfg.listener_port = 0;
+            cfg.admin_port = 0;
+            cfg.per_try_idle_timeout_ms = 2_000;
+            let keys: Vec<(String, String)> =
+                local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
+            let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let envoy = Envoy::start_with_env(&cfg, "tls-providers", &env).unwrap();
+            let hosts = local.providers.iter().map(|p| (p.slug.clone(), p.host.clone())).collect();
+            tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, sniffer, hosts }).unwrap();
+            let _keep = (envoy, rt);
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().expect("TLS test stack failed to start (see panic above)")
+    })
+}
+
+async fn chat(test_id: &str, body: Value) -> Reply {
+    post_json(
+        stack().addr,
+        "/v1/chat/completions",
+        &[("x-test-id", test_id), ("authorization", "Bearer caller-secret")],
+        &body,
+    )
+    .await
+    .unwrap()
+}
+
+fn msg() -> Value {
+    json!([{"role": "user", "content": "hello"}])
+}
+
+fn received(slug: &str, test_id: &str) -> Vec<switchyard_integration::mock::Received> {
+    stack().providers.get(slug).map(|m| m.received_for(test_id)).unwrap_or_default()
+}
+
+fn stat(name_suffix: &str, host: &str) -> u64 {
+    let (_, body) = switchyard_integration::envoy::http_get(stack().admin, "/stats").unwrap();
+    body.lines()
+        .filter(|l| l.contains(host) && l.contains(name_suffix))
+        .filter_map(|l| l.rsplit(": ").next().and_then(|v| v.trim().parse::<u64>().ok()))
+        .sum()
+}
+
+#[tokio::test]
+async fn h2_provider_gets_the_request_over_tls_and_http2_with_its_own_key() {
+    let r = chat("h2", json!({"model": "openai/gpt-4.1", "messages": msg()})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("openai"));
+    let got = received("openai", "h2");
+    assert_eq!(got.len(), 1);
+    let g = &got[0];
+    assert!(g.tls);
+    assert_eq!(g.version, "HTTP/2.0");
+    assert_eq!(g.header(":authority"), Some("api.openai.com"));
+    assert_eq!(g.header(":scheme"), Some("https"));
+    assert_eq!(g.path, "/v1/chat/completions");
+    assert_eq!(g.header("authorization"), Some("Bearer key-for-OPENAI_API_KEY"));
+    assert_eq!(g.json()["model"], "gpt-4.1");
+
+    // Google's OpenAI-compatible endpoint: its own path prefix and key.
+    let r = chat("gemini", json!({"model": "google/gemini-2.5-flash", "messages": msg()})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = received("google-ai-studio", "gemini");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].path, "/v1beta/openai/chat/completions");
+    assert_eq!(got[0].version, "HTTP/2.0");
+    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GEMINI_API_KEY"));
+}
+
+#[tokio::test]
+async fn provider_without_h2_is_reached_over_http1_by_alpn() {
+    let r = chat("h1", json!({"model": "anthropic/claude-haiku-4.5", "messages": msg()})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = received("anthropic", "h1");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].tls);
+    assert_eq!(got[0].version, "HTTP/1.1");
+    assert_eq!(got[0].header("host"), Some("api.anthropic.com"));
+    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-ANTHROPIC_API_KEY"));
+    assert_eq!(got[0].json()["model"], "claude-haiku-4-5");
+}
+
+#[tokio::test]
+async fn certificate_for_another_name_fails_the_attempt_and_fails_over() {
+    let before = stat("ssl.fail_verify_san", &stack().hosts["together"]);
+    let r = chat(
+        "wrong-name",
+        json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(),
+               "provider": {"order": ["together", "deepinfra"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("deepinfra"));
+    assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
+    assert!(received("together", "wrong-name").is_empty(), "no request may follow a rejected certificate");
+    assert_eq!(received("deepinfra", "wrong-name").len(), 1);
+    assert!(stat("ssl.fail_verify_san", &stack().hosts["together"]) > before, "Envoy rejected the SAN");
+}
+
+#[tokio::test]
+async fn certificate_from_an_untrusted_ca_fails_the_attempt_and_fails_over() {
+    let r = chat(
+        "untrusted",
+        json!({"model": "meta-llama/llama-4-maverick", "messages": msg(),
+               "provider": {"order": ["fireworks", "deepinfra"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("deepinfra"));
+    assert!(received("fireworks", "untrusted").is_empty(), "no request may follow an untrusted certificate");
+    assert!(stat("ssl.fail_verify_error", &stack().hosts["fireworks"]) > 0);
+}
+
+#[tokio::test]
+async fn nothing_is_sent_in_clear_text() {
+    let r = chat(
+        "clear",
+        json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(),
+               "provider": {"order": ["groq", "deepinfra"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("deepinfra"));
+    let conns = stack().sniffer.connections();
+    assert!(!conns.is_empty(), "Envoy never connected to groq's address");
+    for bytes in conns {
+        // A TLS handshake record (ClientHello) carrying the provider's name as SNI ...
+        assert!(
+            bytes.len() > 5 && bytes[0] == 0x16 && bytes[1] == 0x03,
+            "not a TLS record: {:?}",
+            &bytes[..bytes.len().min(16)]
+        );
+        assert!(bytes.windows(12).any(|w| w == b"api.groq.com"), "SNI missing");
+        // ... and nothing of the request.
+        for secret in [&b"POST"[..], b"chat/completions", b"key-for-GROQ_API_KEY", b"caller-secret", b"llama"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret),
+                "{} sent in clear",
+                String::from_utf8_lossy(secret)
+            );
+        }
+    }
+}
