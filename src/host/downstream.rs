@@ -45,6 +45,8 @@ pub struct Stream {
     /// Auto router explanation (debug header), when the request asked for `auto`.
     auto_explain: Option<String>,
     body_action: BodyAction,
+    /// Request body bytes buffered so far.
+    body_size: usize,
 }
 
 impl Stream {
@@ -59,6 +61,7 @@ impl Stream {
             candidates: None,
             auto_explain: None,
             body_action: BodyAction::None,
+            body_size: 0,
         }
     }
 
@@ -71,6 +74,24 @@ impl Stream {
         }
         api::reply(e.status, headers, body.as_bytes());
         Action::Pause
+    }
+
+    /// Routes the complete buffered body: applies the plan, or answers with the error.
+    fn route(&mut self, body_size: usize) -> Action {
+        let body = api::request_body(0, body_size).unwrap_or_default();
+        let config = Rc::clone(&self.config);
+        let health = SharedHealth::new(api::now_ms());
+        match decide(&config.catalog, &body, &health, &mut random_unit) {
+            Ok(d) => {
+                if self.debug {
+                    self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
+                    self.auto_explain = d.plan.auto.as_ref().map(|c| c.explain_json(&config.catalog));
+                }
+                self.apply(d);
+                Action::Continue
+            }
+            Err(e) => self.reject(&e),
+        }
     }
 
     /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
@@ -164,23 +185,20 @@ impl HttpContext for Stream {
         if body_size as u64 > limit {
             return self.reject(&ApiError::too_large(limit));
         }
+        self.body_size = body_size;
         if !end_of_stream {
             return Action::Pause;
         }
-        let body = api::request_body(0, body_size).unwrap_or_default();
-        let config = Rc::clone(&self.config);
-        let health = SharedHealth::new(api::now_ms());
-        match decide(&config.catalog, &body, &health, &mut random_unit) {
-            Ok(d) => {
-                if self.debug {
-                    self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
-                    self.auto_explain = d.plan.auto.as_ref().map(|c| c.explain_json(&config.catalog));
-                }
-                self.apply(d);
-                Action::Continue
-            }
-            Err(e) => self.reject(&e),
+        self.route(body_size)
+    }
+
+    // A body followed by trailers never sees end_of_stream in on_http_request_body: route here,
+    // or the request would continue unrouted.
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        if !self.routed || self.decision.is_some() {
+            return Action::Continue;
         }
+        self.route(self.body_size)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
