@@ -49,6 +49,15 @@ impl Variant {
         }
     }
 
+    /// Visibility of the ServiceEntries/DestinationRules: the gateway lives in this namespace;
+    /// sidecars in any namespace must see them.
+    fn export_to(self) -> Value {
+        match self {
+            Variant::EgressGateway => json!(["."]),
+            Variant::Sidecar => json!(["*"]),
+        }
+    }
+
     fn labels(self, c: &Catalog) -> Value {
         match self {
             Variant::EgressGateway => json!(c.istio.gateway_labels),
@@ -79,7 +88,7 @@ impl PoolLimits {
 }
 
 /// ServiceEntry + DestinationRule for one provider.
-pub fn provider_resources(p: &ProviderHost, c: &Catalog, limits: &PoolLimits) -> Vec<Value> {
+pub fn provider_resources(p: &ProviderHost, c: &Catalog, v: Variant, limits: &PoolLimits) -> Vec<Value> {
     let name = format!("switchyard-{}", p.slug.replace(['/', '_', '.'], "-"));
     let service_entry = json!({
         "apiVersion": "networking.istio.io/v1",
@@ -92,7 +101,7 @@ pub fn provider_resources(p: &ProviderHost, c: &Catalog, limits: &PoolLimits) ->
             // Plain HTTP inside the proxy: the DestinationRule originates TLS, so the filters
             // see (and rewrite) the request before it is encrypted.
             "ports": [{"number": p.port, "name": "http-provider", "protocol": "HTTP"}],
-            "exportTo": ["."]
+            "exportTo": v.export_to()
         }
     });
     let mut http = json!({
@@ -111,7 +120,7 @@ pub fn provider_resources(p: &ProviderHost, c: &Catalog, limits: &PoolLimits) ->
         "metadata": metadata(&name, c),
         "spec": {
             "host": p.host,
-            "exportTo": ["."],
+            "exportTo": v.export_to(),
             "trafficPolicy": {
                 "connectionPool": {"tcp": {"maxConnections": limits.max_requests}, "http": http},
                 "portLevelSettings": [{
@@ -199,11 +208,30 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
     }}}});
+    // The decision filter must hold the request headers until the body is complete, which
+    // Envoy only honours with `allow_on_headers_stop_iteration` (without it the request hangs:
+    // measured). The WasmPlugin API cannot set that flag, so the EnvoyFilter re-delivers the
+    // WasmPlugin's filter, in its place, with the same module, configuration and environment
+    // plus the flag. Istio names the WasmPlugin's filter `<ns>.<name>` (older releases) or
+    // `extensions.istio.io/wasmplugin/<ns>.<name>`; one REPLACE per form, the absent one is a no-op.
+    let mut decision = wasm_extension(c, "switchyard-decision", "switchyard", &plugin, sha256);
+    decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
     let mut patches = vec![
+        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
             "value": wasm_extension(c, "switchyard-clear", "switchyard_clear", "", sha256)}}),
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
             "value": wasm_extension(c, "switchyard-upstream", "switchyard_upstream", &plugin, sha256)}}),
+    ];
+    for name in [
+        format!("{}.switchyard", c.istio.namespace),
+        format!("extensions.istio.io/wasmplugin/{}.switchyard", c.istio.namespace),
+    ] {
+        patches.push(json!({"applyTo": "HTTP_FILTER",
+            "match": {"context": ctx, "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": name}}}}},
+            "patch": {"operation": "REPLACE", "value": ecds_filter("switchyard-decision")}}));
+    }
+    patches.extend([
         // Between the decision (WasmPlugin) and the router, in this order: the per-request
         // cluster order header becomes dynamic metadata, then the route is resolved again.
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
@@ -213,7 +241,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                    "scheme_header_transformation": {"match_upstream": true}}}}}),
-    ];
+    ]);
     let names: Vec<String> = c.providers.iter().map(ProviderHost::cluster).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     patches.push(json!({
@@ -274,7 +302,7 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
                 "metadata": metadata("switchyard-entry", c),
                 "spec": {"hosts": [host], "location": "MESH_INTERNAL", "resolution": "STATIC",
                          "addresses": ["240.240.0.1"], "endpoints": [{"address": "240.240.0.1"}],
-                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": ["."]}
+                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": v.export_to()}
             }));
         }
     }
@@ -303,7 +331,7 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
     };
     let mut files = Vec::new();
     for v in [Variant::EgressGateway, Variant::Sidecar] {
-        let providers: Vec<Value> = c.providers.iter().flat_map(|p| provider_resources(p, c, &limits)).collect();
+        let providers: Vec<Value> = c.providers.iter().flat_map(|p| provider_resources(p, c, v, &limits)).collect();
         files.push((
             format!("{}/providers.yaml", v.dir()),
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers).")

@@ -7,6 +7,7 @@ pub mod client;
 pub mod demo;
 pub mod envoy;
 pub mod istio;
+pub mod istio_sim;
 pub mod load;
 pub mod mock;
 pub mod oci;

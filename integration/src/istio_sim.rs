@@ -1,0 +1,330 @@
+//! A model of what Istio generates from the rendered manifests, to run real Envoy on it (no
+//! Kubernetes API server or istiod can run here): an Envoy bootstrap shaped like an Istio egress
+//! gateway's (cluster names `outbound|<port>||<host>`, TLS origination as a DestinationRule
+//! produces it, Istio's HTTP filter order, the virtual host `<host>:80`), the WasmPlugin turned
+//! into an extension config as istiod does, and the EnvoyFilter's patches applied with Istio's
+//! semantics. Extension configs arrive by ECDS from files (Istio sends them over ADS; istio-agent
+//! has replaced the OCI URL by the pulled module's path after checking its digest).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::catalog::Catalog;
+use crate::envoy::upstream_tls;
+use crate::istio::WASM_TYPE_URL;
+
+/// The extension configs (ECDS) a proxy receives, by name.
+pub type Extensions = BTreeMap<String, Value>;
+
+/// The WasmPlugin as istiod converts it (`pilot/pkg/model/extensions.go`): filter name
+/// `<namespace>.<name>`, `root_id` = `pluginName`, configuration = the JSON of `pluginConfig`,
+/// `vm_id` empty, `HOST` env entries as `host_env_keys`.
+pub fn wasm_plugin_extension(wp: &Value) -> (String, Value) {
+    let spec = &wp["spec"];
+    let name = format!(
+        "{}.{}",
+        wp["metadata"]["namespace"].as_str().unwrap_or(""),
+        wp["metadata"]["name"].as_str().unwrap_or("")
+    );
+    let host_env: Vec<Value> = spec["vmConfig"]["env"]
+        .as_array()
+        .map(|a| a.iter().filter(|e| e["valueFrom"] == "HOST").map(|e| e["name"].clone()).collect())
+        .unwrap_or_default();
+    let mut key_values = json!({"ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION": "1"});
+    if let Some(p) = spec["imagePullPolicy"].as_str() {
+        key_values["ISTIO_META_WASM_IMAGE_PULL_POLICY"] = json!(p);
+    }
+    let config = json!({
+        "name": name,
+        "typed_config": {"@type": WASM_TYPE_URL, "config": {
+            "name": name,
+            "root_id": spec["pluginName"],
+            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": spec["pluginConfig"].to_string()},
+            "fail_open": spec["failStrategy"] == "FAIL_OPEN",
+            "vm_config": {
+                "runtime": "envoy.wasm.runtime.v8",
+                "code": {"remote": {"http_uri": {"uri": spec["url"], "cluster": "_", "timeout": "30s"}, "sha256": spec["sha256"]}},
+                "environment_variables": {"key_values": key_values, "host_env_keys": host_env}
+            }
+        }}
+    });
+    (name, config)
+}
+
+/// What istio-agent does before Envoy sees an extension config: fetch the OCI image, check
+/// its digest against `sha256`, point the config at the local module file.
+pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Result<(), String> {
+    let vm = ext.pointer_mut("/typed_config/config/vm_config").ok_or("not a Wasm extension config")?;
+    let remote = vm["code"]["remote"].clone();
+    if !remote["http_uri"]["uri"].as_str().unwrap_or("").starts_with("oci://") {
+        return Err(format!("expected an oci:// module URL, got {}", remote["http_uri"]["uri"]));
+    }
+    if remote["sha256"].as_str() != Some(image_digest) {
+        return Err(format!("image digest {image_digest} does not match sha256 {}", remote["sha256"]));
+    }
+    vm["code"] = json!({"local": {"filename": module.to_string_lossy()}});
+    Ok(())
+}
+
+/// The egress gateway's configuration before EnvoyFilter patches, as istiod would generate it
+/// for the rendered ServiceEntries, DestinationRules, Gateway, VirtualService and WasmPlugin.
+/// `connect_to` maps provider slugs to local addresses (127.0.0.1:port stand-ins for DNS).
+pub fn gateway_bootstrap(c: &Catalog, ca_file: &str, wasm_plugin_filter: &str, max_retries: u32, host: &str) -> Value {
+    let clusters: Vec<Value> = c
+        .providers
+        .iter()
+        .map(|p| {
+            // DestinationRule: SIMPLE TLS with SNI and subjectAltNames; h2UpgradePolicy UPGRADE
+            // makes the cluster HTTP/2; connectionPool -> circuit breakers.
+            let http = if p.http2 {
+                json!({"http2_protocol_options": {}})
+            } else {
+                json!({"http_protocol_options": {}})
+            };
+            json!({
+                "name": p.cluster(),
+                "type": "STATIC",
+                "connect_timeout": "10s",
+                "lb_policy": "LEAST_REQUEST",
+                "load_assignment": {"cluster_name": p.cluster(), "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p.port}}}}]}]},
+                "circuit_breakers": {"thresholds": [{"max_connections": 1024, "max_pending_requests": 1024, "max_requests": 1024, "max_retries": max_retries}]},
+                "transport_socket": upstream_tls(&p.host, ca_file, p.http2),
+                "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "common_http_protocol_options": {"idle_timeout": "3600s"},
+                    "explicit_http_config": http
+                }}
+            })
+        })
+        .collect();
+    let not_found = "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}";
+    json!({
+        // Istio's node identity for a gateway (ECDS needs one).
+        "node": {"id": "router~127.0.0.1~istio-egressgateway-0.istio-system~istio-system.svc.cluster.local", "cluster": "istio-egressgateway.istio-system"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "0.0.0.0_8080",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                "enable_reuse_port": false,
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "outbound_0.0.0.0_8080",
+                        "route_config": {"name": "http.80", "virtual_hosts": [{
+                            "name": format!("{host}:80"),
+                            "domains": [host, format!("{host}:80")],
+                            // The VirtualService's route: everything not routed gets a 404.
+                            "routes": [{"name": "switchyard-unrouted", "match": {"prefix": "/"},
+                                        "direct_response": {"status": 404, "body": {"inline_string": not_found}}}]
+                        }]},
+                        // Istio's gateway order (Istio-only filters such as istio.stats and
+                        // metadata exchange do not exist in upstream Envoy and are left out):
+                        // CORS, fault, then the WasmPlugin at its phase, the router last.
+                        "http_filters": [
+                            {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
+                            {"name": "envoy.filters.http.fault", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"}},
+                            {"name": wasm_plugin_filter, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}},
+                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+                        ]
+                    }
+                }]}]
+            }],
+            "clusters": clusters
+        }
+    })
+}
+
+fn context_matches(patch: &Value, context: &str) -> bool {
+    match patch.pointer("/match/context").and_then(Value::as_str) {
+        None | Some("ANY") => true,
+        Some(c) => c == context,
+    }
+}
+
+/// Proto-merge of JSON: objects merge field by field, lists append, scalars replace. Map
+/// fields replace per key (Istio's `pkg/proto/merge`: "Merge semantics replaces, rather than
+/// merges into existing entries").
+fn merge(dst: &mut Value, src: &Value, is_map: bool) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                if is_map {
+                    d.insert(k.clone(), v.clone());
+                    continue;
+                }
+                let map_field = matches!(
+                    k.as_str(),
+                    "typed_extension_protocol_options" | "typed_per_filter_config" | "filter_metadata"
+                );
+                match d.get_mut(k) {
+                    Some(existing) => merge(existing, v, map_field),
+                    None => {
+                        d.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(d), Value::Array(s)) => d.extend(s.iter().cloned()),
+        (d, s) => *d = s.clone(),
+    }
+}
+
+fn hcms(boot: &mut Value) -> Vec<&mut Value> {
+    let mut out = Vec::new();
+    if let Some(listeners) = boot.pointer_mut("/static_resources/listeners").and_then(Value::as_array_mut) {
+        for l in listeners {
+            if let Some(chains) = l["filter_chains"].as_array_mut() {
+                for ch in chains {
+                    if let Some(filters) = ch["filters"].as_array_mut() {
+                        for f in filters {
+                            if f["name"] == "envoy.filters.network.http_connection_manager" {
+                                out.push(f);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Applies an EnvoyFilter's `configPatches` for `context` the way istiod does, for the patch
+/// kinds Switchyard renders; any other kind is an error (never silently skipped). Added
+/// extension configs go to `extensions`.
+pub fn apply_envoy_filter(
+    boot: &mut Value,
+    envoy_filter: &Value,
+    context: &str,
+    extensions: &mut Extensions,
+) -> Result<(), String> {
+    let patches = envoy_filter["spec"]["configPatches"].as_array().ok_or("no configPatches")?;
+    for (i, p) in patches.iter().enumerate() {
+        let apply_to = p["applyTo"].as_str().unwrap_or("");
+        let op = p["patch"]["operation"].as_str().unwrap_or("");
+        let value = &p["patch"]["value"];
+        if apply_to != "EXTENSION_CONFIG" && !context_matches(p, context) {
+            continue;
+        }
+        let mut applied = 0;
+        match (apply_to, op) {
+            ("EXTENSION_CONFIG", "ADD") => {
+                let name = value["name"].as_str().ok_or(format!("patch {i}: extension config without a name"))?;
+                extensions.insert(name.to_string(), value.clone());
+                applied = 1;
+            }
+            ("HTTP_FILTER", "INSERT_BEFORE" | "INSERT_AFTER" | "REPLACE") => {
+                let target = p
+                    .pointer("/match/listener/filterChain/filter/subFilter/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                for hcm in hcms(boot) {
+                    if let Some(filters) = hcm["typed_config"]["http_filters"].as_array_mut() {
+                        if let Some(at) = filters.iter().position(|f| f["name"] == target) {
+                            match op {
+                                "INSERT_BEFORE" => filters.insert(at, value.clone()),
+                                "INSERT_AFTER" => filters.insert(at + 1, value.clone()),
+                                _ => {
+                                    if let Some(slot) = filters.get_mut(at) {
+                                        *slot = value.clone();
+                                    }
+                                }
+                            }
+                            applied += 1;
+                        }
+                    }
+                }
+                // Istio skips a REPLACE whose filter is absent (e.g. another Istio version's name).
+                if op == "REPLACE" {
+                    applied = applied.max(1);
+                }
+            }
+            ("NETWORK_FILTER", "MERGE") => {
+                let target = p.pointer("/match/listener/filterChain/filter/name").and_then(Value::as_str).unwrap_or("");
+                for f in hcms(boot) {
+                    if f["name"] == target {
+                        merge(&mut f["typed_config"], &value["typed_config"], false);
+                        applied += 1;
+                    }
+                }
+            }
+            ("HTTP_ROUTE", "INSERT_FIRST") => {
+                let vhost = p.pointer("/match/routeConfiguration/vhost/name").and_then(Value::as_str).unwrap_or("");
+                for hcm in hcms(boot) {
+                    if let Some(vhosts) = hcm["typed_config"]["route_config"]["virtual_hosts"].as_array_mut() {
+                        for vh in vhosts.iter_mut().filter(|v| v["name"] == vhost) {
+                            if let Some(routes) = vh["routes"].as_array_mut() {
+                                routes.insert(0, value.clone());
+                                applied += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            ("CLUSTER", "MERGE") => {
+                let name = p.pointer("/match/cluster/name").and_then(Value::as_str).unwrap_or("");
+                if let Some(clusters) = boot.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut) {
+                    for c in clusters.iter_mut().filter(|c| c["name"] == name) {
+                        merge(c, value, false);
+                        applied += 1;
+                    }
+                }
+            }
+            _ => return Err(format!("patch {i}: {apply_to}/{op} is not modelled")),
+        }
+        if applied == 0 {
+            return Err(format!("patch {i} ({apply_to}/{op}) matched nothing in the Istio-shaped config"));
+        }
+    }
+    Ok(())
+}
+
+/// Points every ADS config source of the HTTP filters (listener and cluster upstream filters)
+/// at files in `dir` (`<name>.yaml`), and writes the extension configs there: Envoy then gets
+/// them by ECDS as it would from istiod. A changed file (moved into place) is picked up live.
+pub fn serve_extensions_from_files(boot: &mut Value, extensions: &Extensions, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    for (name, ext) in extensions {
+        write_extension(dir, name, ext)?;
+    }
+    fn walk(v: &mut Value, dir: &Path) {
+        match v {
+            Value::Object(o) => {
+                if let (Some(Value::String(name)), Some(cd)) = (o.get("name").cloned(), o.get_mut("config_discovery")) {
+                    cd["config_source"] = json!({
+                        "path_config_source": {"path": extension_path(dir, &name).to_string_lossy(), "watched_directory": {"path": dir.to_string_lossy()}},
+                        "resource_api_version": "V3",
+                        "initial_fetch_timeout": "0s"
+                    });
+                }
+                for x in o.values_mut() {
+                    walk(x, dir);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, dir)),
+            _ => {}
+        }
+    }
+    walk(boot, dir);
+    Ok(())
+}
+
+pub fn extension_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{}.yaml", name.replace('/', "_")))
+}
+
+/// Writes one extension config as an ECDS discovery response, atomically (write + rename), so
+/// Envoy's file watch never reads a half-written file.
+pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String> {
+    let mut resource = ext.clone();
+    resource["@type"] = json!("type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig");
+    let doc = json!({"version_info": format!("{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)), "resources": [resource]});
+    let path = extension_path(dir, name);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, doc.to_string()).map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
+}
