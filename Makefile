@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench clean render
+.PHONY: setup wasm run test unit integration sdk lint bench clean render image registry-tools
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -31,6 +31,16 @@ wasm: setup
 render: wasm
 	cargo run -q -p switchyard-integration --bin switchyard-render
 
+# The filter's OCI image (Istio's compat Wasm format) as an OCI layout in target/switchyard-oci,
+# written by code: no Docker engine needed. Push it with skopeo (see the README).
+image: wasm
+	cargo run -q -p switchyard-integration --bin switchyard-image
+
+# A real OCI registry and skopeo for the image test (Debian packages).
+registry-tools:
+	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry skopeo)
+
 run: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-demo
 	target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
@@ -43,7 +53,7 @@ lint: setup
 unit: setup
 	cargo test -p switchyard
 
-integration: wasm
+integration: wasm registry-tools
 	rm -rf .work
 	cargo test -p switchyard-integration
 
