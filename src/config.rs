@@ -43,6 +43,11 @@ struct RawConfig {
     auto: Option<RawAuto>,
     #[serde(default)]
     upstream_headers: RawUpstreamHeaders,
+    /// Operator policies: compiled by `policy::Policies::from_json` against this catalog.
+    #[serde(default, rename = "policies")]
+    _policies: Option<serde_json::Value>,
+    #[serde(default, rename = "policy_selection")]
+    _policy_selection: Option<serde_json::Value>,
 }
 
 /// Caller headers forwarded to providers (see `forwarding`).
@@ -91,6 +96,9 @@ struct RawProvider {
     byok: bool,
     #[serde(default)]
     data_policy: RawDataPolicy,
+    /// Operator labels (`eu`, `hipaa`, `contract-2026`) that policies' `require_tags` select on.
+    #[serde(default)]
+    tags: Vec<String>,
 }
 
 fn default_path_prefix() -> String {
@@ -309,6 +317,8 @@ pub struct Provider {
     pub retains_data: bool,
     pub trains_on_data: bool,
     pub zdr: bool,
+    /// Operator labels for data residency and contract scope (policy `require_tags`).
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -690,6 +700,11 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 Some(Credential { header, value: format!("{}{}", c.prefix, secret) })
             }
         };
+        for (i, t) in p.tags.iter().enumerate() {
+            if t.is_empty() || t.contains(char::is_whitespace) {
+                return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));
+            }
+        }
         provider_slot.insert(slug.clone(), providers.len());
         providers.push(Provider {
             slug: slug.clone(),
@@ -701,6 +716,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             retains_data: p.data_policy.retains_data,
             trains_on_data: p.data_policy.trains_on_data,
             zdr: p.data_policy.zdr,
+            tags: p.tags.clone(),
         });
     }
     // The caller's own key never reaches a provider, whatever the catalog uses.

@@ -6,9 +6,10 @@ use serde_json::{json, Value};
 use crate::config::Catalog;
 use crate::errors::ApiError;
 use crate::health::HealthView;
+use crate::policy::Policy;
 use crate::request::ChatRequest;
 use crate::rewrite::upstream_body;
-use crate::router::{plan, Plan};
+use crate::router::{plan_under, Plan};
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,10 @@ pub struct Decision {
     pub body: Vec<u8>,
     /// Catalog model id of the first planned endpoint.
     pub model: String,
+    /// The operator policy the request ran under (`x-switchyard-policy`).
+    pub policy: Option<String>,
+    /// Attempts Envoy may make: `routing.max_attempts`, lowered by the policy's `max_attempts`.
+    pub max_attempts: usize,
 }
 
 pub fn decide(
@@ -28,13 +33,28 @@ pub fn decide(
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
+    decide_under(catalog, None, body, health, rand)
+}
+
+/// As [`decide`], under the operator policy selected for this caller (if any).
+pub fn decide_under(
+    catalog: &Catalog,
+    policy: Option<&Policy>,
+    body: &[u8],
+    health: &dyn HealthView,
+    rand: &mut dyn FnMut() -> f64,
+) -> Result<Decision, ApiError> {
     let req = ChatRequest::parse(body)?;
-    let plan = plan(catalog, &req, health, rand)?;
+    let plan = plan_under(catalog, &req, policy, health, rand)?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
     let body = upstream_body(&req.fields, &first.upstream_model);
-    Ok(Decision { stream: req.stream, plan, body, model })
+    let max_attempts = policy
+        .and_then(|p| p.max_attempts)
+        .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
+        .max(1);
+    Ok(Decision { stream: req.stream, plan, body, model, policy: policy.map(|p| p.name.clone()), max_attempts })
 }
 
 /// The ranked candidates with their scores and the live statistics the decision saw, for the
@@ -66,4 +86,64 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
         })
         .collect();
     Value::Array(list).to_string()
+}
+
+/// Filter-state key of the audit record (`wasm.switchyard_decision` in Envoy's filter state):
+/// Envoy's access log prints it with `%FILTER_STATE(wasm.switchyard_decision:PLAIN)%`.
+pub const AUDIT_PROPERTY: &str = "switchyard_decision";
+
+/// What an auditor needs about one routed request: the policy and what selected it, the model
+/// and endpoint that served (or the error code and constraint), and the attempts made.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Audit<'a> {
+    pub policy: Option<&'a str>,
+    pub selected_by: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub endpoint: Option<&'a str>,
+    pub attempts: usize,
+    pub status: u32,
+    pub error: Option<&'a str>,
+    pub constraint: Option<&'a str>,
+}
+
+impl Audit<'_> {
+    /// One line of JSON; absent facts are `null`.
+    pub fn to_json(&self) -> String {
+        json!({
+            "policy": self.policy,
+            "selected_by": self.selected_by,
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "attempts": self.attempts,
+            "status": self.status,
+            "error": self.error,
+            "constraint": self.constraint,
+        })
+        .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn audit_record_is_one_json_line() {
+        let a = Audit {
+            policy: Some("finance"),
+            selected_by: Some("peer_uri_san"),
+            model: Some("m/a"),
+            endpoint: Some("alpha"),
+            attempts: 2,
+            status: 200,
+            ..Audit::default()
+        };
+        let v: Value = serde_json::from_str(&a.to_json()).unwrap();
+        assert_eq!(v["policy"], "finance");
+        assert_eq!(v["selected_by"], "peer_uri_san");
+        assert_eq!(v["endpoint"], "alpha");
+        assert_eq!(v["attempts"], 2);
+        assert!(v["error"].is_null());
+        assert!(!a.to_json().contains('\n'));
+    }
 }

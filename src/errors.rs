@@ -56,6 +56,21 @@ impl ApiError {
         e
     }
 
+    /// 403 when the operator's policy does not allow the requested model (`allowed_models`).
+    pub fn policy_denied(policy: &str, param: &str, model: &str) -> ApiError {
+        let mut e = ApiError::new(
+            403,
+            "permission_error",
+            "policy_denied",
+            format!("`{param}`: model \"{model}\" is not allowed by the operator policy \"{policy}\""),
+        );
+        e.param = Some(param.to_string());
+        e.metadata.insert("constraint".to_string(), Value::String(format!("policy:{policy}.allowed_models")));
+        e.metadata.insert("policy".to_string(), Value::String(policy.to_string()));
+        e.metadata.insert("model".to_string(), Value::String(model.to_string()));
+        e
+    }
+
     pub fn too_large(limit: u64) -> ApiError {
         ApiError::new(
             413,

@@ -6,6 +6,7 @@
 //! - `request`: parsing OpenAI-style bodies and the `provider` object
 //! - `router`: hard filters, orderings, soft preferences, BYOK, fallback truncation
 //! - `health`: the live-statistics view the orderings read
+//! - `policy`: operator policies (compliance routes): selection and narrowing
 //! - `rewrite`: upstream body/path rewrites and the response `provider` field
 //! - `errors`: OpenAI-style error bodies
 //! - `decision`: one request from body bytes to the first attempt's rewrite
@@ -27,6 +28,7 @@ pub mod errors;
 pub mod failover;
 pub mod forwarding;
 pub mod health;
+pub mod policy;
 pub mod request;
 pub mod rewrite;
 pub mod router;

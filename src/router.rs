@@ -10,7 +10,8 @@ use crate::auto::{self, AutoChoice};
 use crate::config::{Catalog, Endpoint};
 use crate::errors::ApiError;
 use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
-use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, Sort, SortBy, Variant};
+use crate::policy::Policy;
+use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,9 @@ pub struct Plan {
 struct Ctx<'a> {
     catalog: &'a Catalog,
     req: &'a ChatRequest<'a>,
+    /// The `provider` object routing uses: the request's, narrowed by the policy.
+    prefs: &'a ProviderPrefs,
+    policy: Option<&'a Policy>,
     health: &'a dyn HealthView,
     completion_tokens: u64,
 }
@@ -114,67 +118,171 @@ fn resolve_model(catalog: &Catalog, written: &str, param: &str) -> Result<Resolv
     }
 }
 
-/// Applies the hard filters in SPEC order; on an empty set returns the field that emptied it.
-fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, &'static str> {
-    let cat = ctx.catalog;
-    let p = &ctx.req.provider;
-    let Some(m) = cat.models.get(model.model) else { return Err("model") };
-    let mut set: Vec<usize> = m.endpoints.clone();
+/// One filter of the `provider` object. The same predicate judges the request's value and a
+/// policy's ceiling (`Policy::limits` has the request's shape).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Field {
+    Only,
+    Ignore,
+    Quantizations,
+    DataCollection,
+    Zdr,
+    MaxPrice,
+}
 
-    let step =
-        |set: &mut Vec<usize>, name: &'static str, keep: &dyn Fn(&Endpoint) -> bool| -> Result<(), &'static str> {
-            set.retain(|&i| cat.endpoint(i).map(keep).unwrap_or(false));
-            if set.is_empty() {
-                Err(name)
-            } else {
-                Ok(())
+const POLICY_FIELDS: [Field; 6] =
+    [Field::Only, Field::Ignore, Field::Quantizations, Field::DataCollection, Field::Zdr, Field::MaxPrice];
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::Only => "only",
+            Field::Ignore => "ignore",
+            Field::Quantizations => "quantizations",
+            Field::DataCollection => "data_collection",
+            Field::Zdr => "zdr",
+            Field::MaxPrice => "max_price",
+        }
+    }
+
+    /// Whether `p` constrains this field at all.
+    fn is_set(self, p: &ProviderPrefs) -> bool {
+        let mp = p.max_price;
+        match self {
+            Field::Only => p.only.is_some(),
+            Field::Ignore => !p.ignore.is_empty(),
+            Field::Quantizations => p.quantizations.is_some(),
+            Field::DataCollection => p.data_collection_deny,
+            Field::Zdr => p.zdr,
+            Field::MaxPrice => {
+                mp.prompt.is_some() || mp.completion.is_some() || mp.request.is_some() || mp.image.is_some()
             }
-        };
+        }
+    }
 
+    fn keeps(self, p: &ProviderPrefs, cat: &Catalog, e: &Endpoint) -> bool {
+        match self {
+            Field::Only => p.only.as_ref().is_none_or(|only| only.iter().any(|s| e.matches_slug(s))),
+            Field::Ignore => !p.ignore.iter().any(|s| e.matches_slug(s)),
+            Field::Quantizations => p.quantizations.as_ref().is_none_or(|qs| qs.contains(&e.quantization)),
+            Field::DataCollection => {
+                !p.data_collection_deny
+                    || cat.provider_of(e).map(|pr| !pr.retains_data && !pr.trains_on_data).unwrap_or(false)
+            }
+            Field::Zdr => !p.zdr || cat.provider_of(e).map(|pr| pr.zdr).unwrap_or(false),
+            Field::MaxPrice => {
+                let mp = p.max_price;
+                let within = |limit: Option<f64>, price: f64| limit.is_none_or(|l| price <= l);
+                within(mp.prompt, e.pricing.prompt)
+                    && within(mp.completion, e.pricing.completion)
+                    && within(mp.request, e.pricing.request)
+                    && within(mp.image, e.pricing.image)
+            }
+        }
+    }
+}
+
+/// The candidate set while the hard filters run, remembering which endpoints the operator's
+/// policy removed: when a request filter then empties the set although its own value would
+/// have kept one of those, the policy is what refused the request and is named
+/// (`policy:<name>.<field>`), e.g. a request `only` outside the policy's ceiling.
+struct Filtering<'a> {
+    cat: &'a Catalog,
+    set: Vec<usize>,
+    removed_by_policy: Vec<(usize, String)>,
+}
+
+impl Filtering<'_> {
+    fn policy_step(&mut self, constraint: String, keep: &dyn Fn(&Endpoint) -> bool) -> Result<(), String> {
+        let cat = self.cat;
+        let mut removed = Vec::new();
+        self.set.retain(|&i| {
+            let k = cat.endpoint(i).map(keep).unwrap_or(false);
+            if !k {
+                removed.push(i);
+            }
+            k
+        });
+        self.removed_by_policy.extend(removed.into_iter().map(|i| (i, constraint.clone())));
+        if self.set.is_empty() {
+            Err(constraint)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A request filter: `keep` is the effective (narrowed) predicate, `asked` the request's
+    /// own value, used only to decide whom to blame when the set empties.
+    fn step(
+        &mut self,
+        name: &str,
+        keep: &dyn Fn(&Endpoint) -> bool,
+        asked: &dyn Fn(&Endpoint) -> bool,
+    ) -> Result<(), String> {
+        let cat = self.cat;
+        self.set.retain(|&i| cat.endpoint(i).map(keep).unwrap_or(false));
+        // Only endpoints the request's own values so far would have kept can be blamed on.
+        self.removed_by_policy.retain(|(i, _)| cat.endpoint(*i).map(asked).unwrap_or(false));
+        if !self.set.is_empty() {
+            return Ok(());
+        }
+        Err(self.removed_by_policy.first().map_or_else(|| name.to_string(), |(_, c)| c.clone()))
+    }
+}
+
+/// Applies the hard filters in SPEC order (operator policy first); on an empty set returns the
+/// constraint that emptied it.
+fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
+    let cat = ctx.catalog;
+    let p = ctx.prefs;
+    let asked = &ctx.req.provider;
+    let Some(m) = cat.models.get(model.model) else { return Err("model".into()) };
+    let mut f = Filtering { cat, set: m.endpoints.clone(), removed_by_policy: Vec::new() };
+
+    if let Some(policy) = ctx.policy {
+        for field in POLICY_FIELDS {
+            if field.is_set(&policy.limits) {
+                f.policy_step(policy.constraint(field.name()), &|e| field.keeps(&policy.limits, cat, e))?;
+            }
+        }
+        if !policy.require_tags.is_empty() {
+            f.policy_step(policy.constraint("require_tags"), &|e| {
+                cat.provider_of(e).is_some_and(|pr| policy.require_tags.iter().all(|t| pr.tags.contains(t)))
+            })?;
+        }
+    }
     if let Some(pin) = &model.pin {
-        step(&mut set, "model", &|e| e.matches_slug(pin))?;
+        let pinned = |e: &Endpoint| e.matches_slug(pin);
+        f.step("model", &pinned, &pinned)?;
     }
-    if let Some(only) = &p.only {
-        step(&mut set, "only", &|e| only.iter().any(|s| e.matches_slug(s)))?;
-    }
-    if !p.ignore.is_empty() {
-        step(&mut set, "ignore", &|e| !p.ignore.iter().any(|s| e.matches_slug(s)))?;
-    }
-    if let Some(qs) = &p.quantizations {
-        step(&mut set, "quantizations", &|e| qs.contains(&e.quantization))?;
-    }
-    if p.data_collection_deny {
-        step(&mut set, "data_collection", &|e| {
-            cat.provider_of(e).map(|pr| !pr.retains_data && !pr.trains_on_data).unwrap_or(false)
-        })?;
-    }
-    if p.zdr {
-        step(&mut set, "zdr", &|e| cat.provider_of(e).map(|pr| pr.zdr).unwrap_or(false))?;
+    let request_field = |f: &mut Filtering, field: Field| -> Result<(), String> {
+        if field.is_set(p) {
+            f.step(field.name(), &|e| field.keeps(p, cat, e), &|e| field.keeps(asked, cat, e))?;
+        }
+        Ok(())
+    };
+    for field in [Field::Only, Field::Ignore, Field::Quantizations, Field::DataCollection, Field::Zdr] {
+        request_field(&mut f, field)?;
     }
     if p.enforce_distillable_text {
-        step(&mut set, "enforce_distillable_text", &|_| m.distillable)?;
+        let keep = |_: &Endpoint| m.distillable;
+        f.step("enforce_distillable_text", &keep, &keep)?;
     }
     if p.require_parameters {
-        step(&mut set, "require_parameters", &|e| ctx.req.parameters.iter().all(|k| e.supports(k)))?;
+        let keep = |e: &Endpoint| ctx.req.parameters.iter().all(|k| e.supports(k));
+        f.step("require_parameters", &keep, &keep)?;
     }
-    let mp = p.max_price;
-    if mp.prompt.is_some() || mp.completion.is_some() || mp.request.is_some() || mp.image.is_some() {
-        let within = |limit: Option<f64>, price: f64| limit.is_none_or(|l| price <= l);
-        step(&mut set, "max_price", &|e| {
-            within(mp.prompt, e.pricing.prompt)
-                && within(mp.completion, e.pricing.completion)
-                && within(mp.request, e.pricing.request)
-                && within(mp.image, e.pricing.image)
-        })?;
-    }
+    request_field(&mut f, Field::MaxPrice)?;
     // Saturating: a huge `max_tokens` must not wrap around and keep a small-context endpoint.
     let needed = ctx.req.prompt_tokens.saturating_add(ctx.req.max_tokens.unwrap_or(0));
-    step(&mut set, "context_length", &|e| e.context_length.is_none_or(|c| c >= needed))?;
+    let fits = |e: &Endpoint| e.context_length.is_none_or(|c| c >= needed);
+    f.step("context_length", &fits, &fits)?;
     // With fallbacks off, only the caller's `order` may be attempted.
     if !p.allow_fallbacks && !p.order.is_empty() {
-        step(&mut set, "order", &|e| p.order.iter().any(|s| e.matches_slug(s)))?;
+        let listed = |e: &Endpoint| p.order.iter().any(|s| e.matches_slug(s));
+        f.step("order", &listed, &listed)?;
     }
-    Ok(set)
+    Ok(f.set)
 }
 
 fn cmp_f64(a: f64, b: f64) -> Ordering {
@@ -328,7 +436,7 @@ fn stable_partition(set: &mut Vec<Attempt>, keep: impl Fn(&Attempt) -> bool) {
 }
 
 fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<Attempt>)) {
-    let order = &ctx.req.provider.order;
+    let order = &ctx.prefs.order;
     let mut head: Vec<Attempt> = Vec::new();
     for (pos, slug) in order.iter().enumerate() {
         let mut group: Vec<Attempt> = Vec::new();
@@ -351,17 +459,33 @@ fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<A
     *set = head;
 }
 
-/// Computes the ranked attempt list for a request.
+/// Computes the ranked attempt list for a request (no operator policy).
 pub fn plan(
     catalog: &Catalog,
     req: &ChatRequest,
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Plan, ApiError> {
-    let prefs = &req.provider;
+    plan_under(catalog, req, None, health, rand)
+}
+
+/// Computes the ranked attempt list for a request under an operator policy: the policy's
+/// `allowed_models` first (403), then its filters before the request's (404 naming
+/// `policy:<name>.<field>`), and every ordering runs inside what is left.
+pub fn plan_under(
+    catalog: &Catalog,
+    req: &ChatRequest,
+    policy: Option<&Policy>,
+    health: &dyn HealthView,
+    rand: &mut dyn FnMut() -> f64,
+) -> Result<Plan, ApiError> {
+    let narrowed = policy.map(|p| p.narrow(&req.provider));
+    let prefs = narrowed.as_ref().unwrap_or(&req.provider);
     let ctx = Ctx {
         catalog,
         req,
+        prefs,
+        policy,
         health,
         completion_tokens: req.max_tokens.unwrap_or(catalog.routing.expected_completion_tokens),
     };
@@ -369,7 +493,16 @@ pub fn plan(
     // `model: auto`: the auto router ranks the models; provider routing then runs for each
     // pick as for a `models` list, followed by the caller's own `models`.
     let auto = match req.model.as_deref() {
-        Some(m) if auto::is_auto(m) && catalog.model(m).is_none() => Some(auto::choose(catalog, req, health, &[])?),
+        Some(m) if auto::is_auto(m) && catalog.model(m).is_none() => {
+            // An operator policy's `allowed_models` bounds what the auto router may pick.
+            let label = policy.map(|p| p.constraint("allowed_models")).unwrap_or_default();
+            let bounds: Vec<auto::Bound> = policy
+                .and_then(|p| p.allowed_models.as_deref())
+                .map(|allowed_models| auto::Bound { label: &label, allowed_models })
+                .into_iter()
+                .collect();
+            Some(auto::choose(catalog, req, health, &bounds)?)
+        }
         _ => None,
     };
     let mut resolved: Vec<(ResolvedModel, String)> = Vec::new();
@@ -384,7 +517,16 @@ pub fn plan(
         if auto.is_some() && param == "model" {
             continue;
         }
-        let r = resolve_model(catalog, &written, &param)?;
+        let mut r = resolve_model(catalog, &written, &param)?;
+        if let Some(policy) = policy {
+            let id = catalog.models.get(r.model).map(|m| m.id.as_str()).unwrap_or("");
+            if !policy.allows_model(id) {
+                return Err(ApiError::policy_denied(&policy.name, &param, id));
+            }
+            if !policy.honors_pins() {
+                r.pin = None;
+            }
+        }
         // `m` and `m:floor` are one model: planning it twice would retry failed endpoints.
         if !resolved.iter().any(|(x, _)| x.model == r.model) {
             resolved.push((r, written));
@@ -405,7 +547,7 @@ pub fn plan(
 
     // Hard filters per model; the 404 names the constraint that emptied the primary model.
     let mut pools: Vec<(Vec<Attempt>, Ordering_)> = Vec::new();
-    let mut first_failure: Option<(String, &'static str)> = None;
+    let mut first_failure: Option<(String, String)> = None;
     // Auto picks that survive the provider filters; at most `auto.max_models` are planned.
     let mut auto_planned: Vec<usize> = Vec::new();
     let auto_limit = auto.as_ref().map_or(0, |c| c.max_models);
@@ -432,8 +574,12 @@ pub fn plan(
         }
     }
     if pools.is_empty() {
-        let (model, constraint) = first_failure.unwrap_or_else(|| (String::new(), "model"));
-        return Err(ApiError::no_endpoints(&model, constraint));
+        let (model, constraint) = first_failure.unwrap_or_else(|| (String::new(), "model".to_string()));
+        let mut e = ApiError::no_endpoints(&model, &constraint);
+        if let Some(policy) = policy {
+            e.metadata.insert("policy".into(), serde_json::Value::String(policy.name.clone()));
+        }
+        return Err(e);
     }
 
     let merge_all = matches!(prefs.sort, Some(Sort { partition: Partition::None, .. }));

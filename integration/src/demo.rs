@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use std::path::PathBuf;
 
-use crate::envoy::{wasm_path, ClusterSpec, Envoy, StackConfig};
+use crate::envoy::{wasm_path, ClusterSpec, Envoy, PolicyRoute, StackConfig};
 use crate::mock::{Behavior, MockProvider};
 
 /// Demo providers: (slug, cluster, authority).
@@ -21,17 +21,17 @@ pub fn demo_catalog() -> Value {
     json!({
         "providers": {
             "deepinfra": {"cluster": "provider_deepinfra", "authority": "api.deepinfra.example",
-                          "credential": {"value": "demo-deepinfra-key"},
+                          "credential": {"value": "demo-deepinfra-key"}, "tags": ["us", "contract-2026"],
                           "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
             "together": {"cluster": "provider_together", "authority": "api.together.example",
-                         "credential": {"value": "demo-together-key"},
+                         "credential": {"value": "demo-together-key"}, "tags": ["us"],
                          "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
             "fireworks": {"cluster": "provider_fireworks", "authority": "api.fireworks.example",
-                          "credential": {"value": "demo-fireworks-key"},
+                          "credential": {"value": "demo-fireworks-key"}, "tags": ["eu"],
                           "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": false}},
             "anthropic-direct": {"cluster": "provider_anthropic", "authority": "api.anthropic.example",
                                  "credential": {"header": "x-api-key", "prefix": "", "value": "demo-anthropic-key"},
-                                 "byok": true,
+                                 "byok": true, "tags": ["us", "hipaa", "contract-2026"],
                                  "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}}
         },
         "models": {
@@ -122,6 +122,26 @@ pub fn demo_catalog() -> Value {
                 "chat": {"anthropic/claude-sonnet-4-6": 1.0, "meta-llama/llama-4-maverick": 0.9,
                          "google/gemma-3-27b-it": 0.7}
             }
+        },
+        // Compliance routes: the finance route (or a finance-namespace workload, or a JWT with
+        // tenant=finance) only ever reaches ZDR providers under contract, with no fallback
+        // elsewhere; the EU route only EU providers; everyone else the open policy.
+        "policies": {
+            "finance": {"only": ["deepinfra", "anthropic-direct"], "zdr": true, "data_collection": "deny",
+                        "allow_fallbacks": false, "require_tags": ["contract-2026"],
+                        "allowed_models": ["meta-llama/*", "anthropic/*"], "request_provider": "narrow_only",
+                        "max_attempts": 2},
+            "eu": {"require_tags": ["eu"], "data_collection": "deny"},
+            "open": {}
+        },
+        "policy_selection": {
+            "rules": [
+                {"policy": "finance", "route": "finance"},
+                {"policy": "finance", "peer_uri_san": "spiffe://cluster.local/ns/finance/*"},
+                {"policy": "finance", "jwt_claim": {"claim": "tenant", "value": "finance"}},
+                {"policy": "eu", "route": "eu"}
+            ],
+            "default": "open"
         }
     })
 }
@@ -139,6 +159,11 @@ fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_port
     cfg.listener_port = listener_port;
     cfg.admin_port = admin_port;
     cfg.buffer_limit_bytes = 4 * 1024 * 1024;
+    cfg.policy_routes = vec![
+        PolicyRoute { domain: "finance.llm.local".into(), policy: "finance".into() },
+        PolicyRoute { domain: "eu.llm.local".into(), policy: "eu".into() },
+    ];
+    cfg.access_log = true;
     cfg
 }
 

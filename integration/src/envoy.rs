@@ -86,7 +86,33 @@ pub struct StackConfig {
     /// An attempt that sends nothing for this long times out and fails over (before the first
     /// response byte); after that a stalled stream is reset. 0 = none.
     pub per_try_idle_timeout_ms: u32,
+    /// Extra virtual hosts whose routes carry a policy label in their metadata
+    /// (`filter_metadata.switchyard.policy`), for route-selected operator policies.
+    pub policy_routes: Vec<PolicyRoute>,
+    /// Terminate TLS on the listener and require a client certificate (mTLS callers).
+    pub tls: Option<TlsSpec>,
+    /// Access log to Envoy's stdout, with Switchyard's audit record (`%FILTER_STATE%`).
+    pub access_log: bool,
 }
+
+/// A virtual host (by `:authority`) whose routes name an operator policy.
+#[derive(Clone, Debug)]
+pub struct PolicyRoute {
+    pub domain: String,
+    pub policy: String,
+}
+
+/// The listener's server certificate and the CA its clients' certificates must chain to.
+#[derive(Clone, Debug)]
+pub struct TlsSpec {
+    pub cert_chain: PathBuf,
+    pub private_key: PathBuf,
+    pub client_ca: PathBuf,
+}
+
+/// The access-log line: request, status, and Switchyard's audit record of the decision.
+pub const ACCESS_LOG_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(:PATH)%\" %RESPONSE_CODE% \
+     switchyard=%FILTER_STATE(wasm.switchyard_decision:PLAIN)%\n";
 
 impl StackConfig {
     /// A Switchyard stack with the defaults tests and tools use: any free ports, 1 MiB buffer
@@ -106,6 +132,9 @@ impl StackConfig {
             max_attempts: 4,
             retry_back_off_ms: 2,
             per_try_idle_timeout_ms: 60_000,
+            policy_routes: Vec::new(),
+            tls: None,
+            access_log: false,
         }
     }
 }
@@ -298,28 +327,45 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         .map(|c| c.name.as_str())
         .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
         .collect();
-    let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
-    // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
-    // value, so a forged header can only ever reach that cluster).
-    if let Some(pt) = &cfg.passthrough {
+    // The routes of a virtual host; `policy` labels each of them (route metadata
+    // `filter_metadata.switchyard.policy`) for route-selected operator policies.
+    let routes = |policy: Option<&str>| -> Value {
+        let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
+        // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
+        // value, so a forged header can only ever reach that cluster).
+        if let Some(pt) = &cfg.passthrough {
+            routes.push(json!({
+                "match": {"prefix": "/", "headers": [{"name": "x-switchyard-passthrough", "string_match": {"exact": pt.name}}]},
+                "route": {"cluster": pt.name, "timeout": "60s"},
+                "request_headers_to_remove": ["x-switchyard-passthrough"]
+            }));
+        }
+        // Nothing else reaches any cluster: the filter answers unrouted requests itself, so this
+        // only serves a request the filter never saw. (It is also the route a request matches
+        // when the filter reads the route's policy label, before it routes.)
         routes.push(json!({
-            "match": {"prefix": "/", "headers": [{"name": "x-switchyard-passthrough", "string_match": {"exact": pt.name}}]},
-            "route": {"cluster": pt.name, "timeout": "60s"},
-            "request_headers_to_remove": ["x-switchyard-passthrough"]
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 404, "body": {"inline_string":
+                "{\"error\":{\"message\":\"no such endpoint\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}},
+            "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
         }));
-    }
-    // Nothing else reaches any cluster: the filter answers unrouted requests itself, so this
-    // only serves a request the filter never saw.
-    routes.push(json!({
-        "match": {"prefix": "/"},
-        "direct_response": {"status": 404, "body": {"inline_string":
-            "{\"error\":{\"message\":\"no such endpoint\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}},
-        "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
-    }));
+        if let Some(p) = policy {
+            for r in routes.iter_mut() {
+                r["metadata"] = json!({"filter_metadata": {"switchyard": {"policy": p}}});
+            }
+        }
+        Value::Array(routes)
+    };
+    let mut virtual_hosts: Vec<Value> = cfg
+        .policy_routes
+        .iter()
+        .map(|r| json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy))}))
+        .collect();
+    virtual_hosts.push(json!({"name": "llm", "domains": ["*"], "routes": routes(None)}));
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
-    json!({
+    let mut boot = json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
-        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result")]},
+        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("policy")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -332,14 +378,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                         "stat_prefix": "switchyard",
-                        "route_config": {
-                            "name": "switchyard",
-                            "virtual_hosts": [{
-                                "name": "llm",
-                                "domains": ["*"],
-                                "routes": routes
-                            }]
-                        },
+                        "route_config": {"name": "switchyard", "virtual_hosts": virtual_hosts},
                         // Envoy's own errors (no upstream, reset, timeout) as OpenAI-style JSON.
                         "local_reply_config": {"mappers": [{
                             "filter": {"and_filter": {"filters": [
@@ -373,7 +412,36 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
             }],
             "clusters": clusters
         }
-    })
+    });
+    let chain = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0];
+    if cfg.access_log {
+        chain["filters"][0]["typed_config"]["access_log"] = json!([{
+            "name": "envoy.access_loggers.stdout",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+                "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}}
+            }
+        }]);
+    }
+    if let Some(tls) = &cfg.tls {
+        // mTLS: callers must present a certificate from `client_ca`; its URI SAN (a SPIFFE id)
+        // is what `policy_selection.rules[].peer_uri_san` matches.
+        chain["transport_socket"] = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "require_client_certificate": true,
+                "common_tls_context": {
+                    "tls_certificates": [{
+                        "certificate_chain": {"filename": tls.cert_chain.to_string_lossy()},
+                        "private_key": {"filename": tls.private_key.to_string_lossy()}
+                    }],
+                    "validation_context": {"trusted_ca": {"filename": tls.client_ca.to_string_lossy()}}
+                }
+            }
+        });
+    }
+    boot
 }
 
 /// Plain Envoy with the same listener settings routing straight to one cluster: the baseline
@@ -440,7 +508,9 @@ pub fn to_yaml(v: &Value) -> String {
                         if let Some(i) = seen.iter().position(|t| t == text) {
                             out.push_str(&format!("{pad}{key}: *config{i}\n"));
                         } else {
-                            out.push_str(&format!("{pad}{key}: &config{} |-\n", seen.len()));
+                            // `|` keeps one final line break (an access-log format needs it), `|-` none.
+                            let chomp = if text.ends_with('\n') { "|" } else { "|-" };
+                            out.push_str(&format!("{pad}{key}: &config{} {chomp}\n", seen.len()));
                             seen.push(text.to_string());
                             for line in text.lines() {
                                 out.push_str(&format!("{pad}  {line}\n"));

@@ -5,9 +5,10 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::shared::{count, SharedHealth};
+use super::caller::HostFacts;
+use super::shared::{count, tag, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
-use crate::decision::{candidates_json, decide, Decision};
+use crate::decision::{candidates_json, decide_under, Audit, Decision, AUDIT_PROPERTY};
 use crate::errors::ApiError;
 use crate::failover::{
     base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan,
@@ -17,6 +18,8 @@ use crate::rewrite::with_provider_field;
 use crate::surface::{debug_allowed, disposition, Disposition};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
+/// Response header naming the operator policy a routed request ran under.
+const POLICY_HEADER: &str = "x-switchyard-policy";
 /// Request header marking a local reply Switchyard already shaped (see the bootstrap's
 /// local_reply_config, which skips requests carrying it).
 const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
@@ -47,6 +50,10 @@ pub struct Stream {
     body_action: BodyAction,
     /// Request body bytes buffered so far.
     body_size: usize,
+    /// The operator policy selected for this caller (index into `Policies::list`) and what
+    /// selected it.
+    policy: Option<usize>,
+    selected_by: Option<&'static str>,
 }
 
 impl Stream {
@@ -62,13 +69,46 @@ impl Stream {
             auto_explain: None,
             body_action: BodyAction::None,
             body_size: 0,
+            policy: None,
+            selected_by: None,
+        }
+    }
+
+    fn policy_name(&self) -> Option<&str> {
+        self.policy.and_then(|i| self.config.policies.list.get(i)).map(|p| p.name.as_str())
+    }
+
+    /// The audit record in filter state, for Envoy's access log (only where policies are
+    /// configured: it costs a JSON line and a host call per request).
+    fn audit(&self, audit: Audit) {
+        if !self.config.policies.is_empty() {
+            api::set_property(vec![AUDIT_PROPERTY], audit.to_json().as_bytes());
         }
     }
 
     fn reject(&self, e: &ApiError) -> Action {
         count(&format!("switchyard.requests.result.rejected.code.{}", e.code));
+        let constraint = e.metadata.get("constraint").and_then(|v| v.as_str());
+        let policy = self.policy_name();
+        if let Some(name) = policy {
+            // Denials by the policy itself (403, or a 404 whose emptying constraint is the policy's).
+            if e.code == "policy_denied" || constraint.is_some_and(|c| c.starts_with("policy:")) {
+                count(&format!("switchyard.policy_denials.policy.{}.code.{}", tag(name), e.code));
+            }
+        }
+        self.audit(Audit {
+            policy,
+            selected_by: self.selected_by,
+            status: e.status,
+            error: Some(e.code),
+            constraint,
+            ..Audit::default()
+        });
         let body = e.body();
         let mut headers: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        if let Some(name) = policy {
+            headers.push((POLICY_HEADER, name));
+        }
         for (k, v) in &e.headers {
             headers.push((k.as_str(), v.as_str()));
         }
@@ -81,7 +121,8 @@ impl Stream {
         let body = api::request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
         let health = SharedHealth::new(api::now_ms());
-        match decide(&config.catalog, &body, &health, &mut random_unit) {
+        let policy = self.policy.and_then(|i| config.policies.list.get(i));
+        match decide_under(&config.catalog, policy, &body, &health, &mut random_unit) {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
@@ -98,7 +139,7 @@ impl Stream {
     /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
     fn apply(&mut self, d: Decision) {
         let catalog = &self.config.catalog;
-        let budget = catalog.routing.max_attempts.max(1);
+        let budget = d.max_attempts.max(1);
         let endpoints: Vec<u16> =
             d.plan.attempts.iter().take(budget).map(|a| a.endpoint.min(u16::MAX as usize) as u16).collect();
         let clusters: Vec<&str> = endpoints
@@ -158,6 +199,14 @@ impl HttpContext for Stream {
         self.routed = true;
         self.path = path.to_string();
         let catalog = &self.config.catalog;
+        let policies = &self.config.policies;
+        if !policies.is_empty() {
+            if let Some(sel) = policies.select(&mut HostFacts { headers: &headers }) {
+                self.policy = policies.list.iter().position(|p| std::ptr::eq(p, sel.policy));
+                self.selected_by = Some(sel.by);
+                count(&format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
+            }
+        }
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
@@ -213,6 +262,10 @@ impl HttpContext for Stream {
         let primary_model = d.model.clone();
         let stream = d.stream;
         api::set_resp_header("x-switchyard-strategy", Some(&strategy));
+        let policy = self.policy_name().map(str::to_string);
+        if let Some(name) = &policy {
+            api::set_resp_header(POLICY_HEADER, Some(name));
+        }
         if let Some(c) = candidates {
             api::set_resp_header("x-switchyard-candidates", Some(&c));
         }
@@ -225,6 +278,14 @@ impl HttpContext for Stream {
         if exhausted && !records.is_empty() {
             let e = final_error(catalog, &records);
             count("switchyard.requests.result.failed");
+            self.audit(Audit {
+                policy: policy.as_deref(),
+                selected_by: self.selected_by,
+                attempts: records.len(),
+                status: e.status,
+                error: Some(e.code),
+                ..Audit::default()
+            });
             api::set_resp_header(":status", Some(&e.status.to_string()));
             api::set_resp_header("content-type", Some("application/json"));
             api::set_resp_header("content-length", None);
@@ -247,6 +308,9 @@ impl HttpContext for Stream {
                     ("x-switchyard-strategy", &strategy),
                     ("x-switchyard-attempts", &attempts),
                 ];
+                if let Some(name) = &policy {
+                    h.push((POLICY_HEADER, name));
+                }
                 for (k, v) in &e.headers {
                     h.push((k.as_str(), v.as_str()));
                 }
@@ -256,6 +320,16 @@ impl HttpContext for Stream {
             self.body_action = BodyAction::Replace(e.body());
             return Action::Continue;
         }
+        let served_model = api::find(&headers, "x-switchyard-model");
+        self.audit(Audit {
+            policy: policy.as_deref(),
+            selected_by: self.selected_by,
+            model: served_model,
+            endpoint: api::find(&headers, "x-switchyard-provider"),
+            attempts: records.len(),
+            status: u32::from(status),
+            ..Audit::default()
+        });
         if let Some(slug) = api::find(&headers, "x-switchyard-provider") {
             let slug = slug.to_string();
             if status < 400 {

@@ -12,6 +12,7 @@
 //! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
 
 mod api;
+mod caller;
 mod downstream;
 mod shared;
 mod upstream;
@@ -24,6 +25,7 @@ use proxy_wasm::types::{Action, ContextType, LogLevel};
 
 use crate::config::Catalog;
 use crate::failover::fingerprint;
+use crate::policy::Policies;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -72,6 +74,8 @@ enum Role {
 /// applies a plan made against another configuration).
 pub struct Configured {
     pub catalog: Catalog,
+    /// Operator policies (compliance routes) and how callers are matched to them.
+    pub policies: Policies,
     pub id: u64,
 }
 
@@ -97,18 +101,21 @@ impl RootContext for Root {
             log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
             return false;
         };
-        match Catalog::from_json(&bytes, &|name| std::env::var(name).ok()) {
-            Ok(catalog) => {
+        let loaded = Catalog::from_json(&bytes, &|name| std::env::var(name).ok())
+            .and_then(|catalog| Policies::from_json(&bytes, &catalog).map(|policies| (catalog, policies)));
+        match loaded {
+            Ok((catalog, policies)) => {
                 log::info!(
-                    "switchyard ({root_id}): configured {} providers, {} models, {} endpoints",
+                    "switchyard ({root_id}): configured {} providers, {} models, {} endpoints, {} policies",
                     catalog.providers.len(),
                     catalog.models.len(),
-                    catalog.endpoints.len()
+                    catalog.endpoints.len(),
+                    policies.list.len()
                 );
                 if self.role == Role::Downstream {
                     shared::prune_stale_keys(&catalog);
                 }
-                self.config = Some(Rc::new(Configured { catalog, id: fingerprint(&bytes) }));
+                self.config = Some(Rc::new(Configured { catalog, policies, id: fingerprint(&bytes) }));
                 true
             }
             Err(e) => {

@@ -52,6 +52,11 @@ Try:
   curl -s localhost:{port}/v1/chat/completions -H 'content-type: application/json' \
     -d '{{"model":"meta-llama/llama-4-maverick","messages":[],"provider":{{"zdr":true,"data_collection":"deny","only":["together"]}}}}'
 
+  # the finance compliance route (policy "finance"): tries to widen, stays inside the policy
+  curl -s localhost:{port}/v1/chat/completions -H 'host: finance.llm.local' -H 'content-type: application/json' \
+    -d '{{"model":"meta-llama/llama-4-maverick","messages":[],"provider":{{"order":["together"],"data_collection":"allow"}}}}' -D -
+  # the access log line (policy, endpoint, model, attempts) is in the Envoy log above
+
 Ctrl-C to stop."#
         );
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
