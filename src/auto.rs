@@ -24,7 +24,7 @@ pub const AUTO_IDS: [&str; 2] = ["auto", "openrouter/auto"];
 /// The plugin entry that steers it.
 pub const PLUGIN_ID: &str = "auto-router";
 /// Bytes of the last user turn the text rules look at.
-pub const SCAN_LIMIT: usize = 64 * 1024;
+pub const SCAN_LIMIT: usize = 16 * 1024;
 /// Score from which the code or reasoning rules decide the task.
 const TASK_THRESHOLD: u32 = 3;
 
@@ -144,14 +144,16 @@ struct Message<'a> {
 struct Part<'a> {
     #[serde(default, borrow, rename = "type")]
     kind: Option<Cow<'a, str>>,
+    /// Kept raw: only the last user turn's text is ever decoded.
     #[serde(default, borrow)]
-    text: Option<Cow<'a, str>>,
+    text: Option<&'a RawValue>,
 }
 
-/// What the message list holds, gathered in one pass.
+/// What the message list holds, gathered in one pass without decoding any text.
 #[derive(Default)]
 struct Conversation<'a> {
-    last_user_text: Option<Cow<'a, str>>,
+    /// `content` (or a `prompt`/`input` string) of the last user turn, still raw JSON.
+    last_user: Option<&'a RawValue>,
     images: u32,
     audio: u32,
     files: u32,
@@ -161,62 +163,43 @@ struct Conversation<'a> {
 }
 
 impl<'a> Conversation<'a> {
-    fn count_part(&mut self, kind: &str) {
-        match kind {
-            "image_url" | "input_image" | "image" => self.images += 1,
-            "input_audio" | "audio" => self.audio += 1,
-            "file" | "input_file" => self.files += 1,
-            "video_url" | "input_video" | "video" => self.video += 1,
-            _ => {}
+    /// Counts the non-text parts of a `content` list.
+    fn count_parts(&mut self, raw: &'a RawValue) {
+        if !raw.get().starts_with('[') {
+            return;
         }
-    }
-
-    /// The text of a `content` value (a string or a list of parts); counts non-text parts.
-    fn content_text(&mut self, raw: &'a RawValue) -> Option<Cow<'a, str>> {
-        let s = raw.get();
-        if s.starts_with('"') {
-            return serde_json::from_str::<Cow<'a, str>>(s).ok();
-        }
-        if !s.starts_with('[') {
-            return None;
-        }
-        let Ok(parts) = serde_json::from_str::<Vec<Part<'a>>>(s) else {
+        let Ok(parts) = serde_json::from_str::<Vec<Part<'a>>>(raw.get()) else {
             self.unparsed = true;
-            return None;
+            return;
         };
-        let mut text: Option<Cow<'a, str>> = None;
         for p in parts {
-            let kind = p.kind.as_deref().unwrap_or("text");
-            self.count_part(kind);
-            if let (Some(t), "text" | "input_text") = (p.text, kind) {
-                text = Some(match text {
-                    None => t,
-                    Some(prev) => Cow::Owned(format!("{prev}\n{t}")),
-                });
+            match p.kind.as_deref().unwrap_or("text") {
+                "image_url" | "input_image" | "image" => self.images += 1,
+                "input_audio" | "audio" => self.audio += 1,
+                "file" | "input_file" => self.files += 1,
+                "video_url" | "input_video" | "video" => self.video += 1,
+                _ => {}
             }
         }
-        text
     }
 
     fn read_messages(&mut self, raw: &'a RawValue) {
-        let s = raw.get();
-        if s.starts_with('"') {
+        if raw.get().starts_with('"') {
             // `input` / `prompt` as a plain string.
-            self.last_user_text = serde_json::from_str::<Cow<'a, str>>(s).ok();
+            self.last_user = Some(raw);
             return;
         }
-        let Ok(list) = serde_json::from_str::<Vec<&'a RawValue>>(s) else {
+        let Ok(list) = serde_json::from_str::<Vec<&'a RawValue>>(raw.get()) else {
             self.unparsed = true;
             return;
         };
         for item in list {
-            let text = item.get();
-            if text.starts_with('"') {
+            if item.get().starts_with('"') {
                 // `prompt: ["...", "..."]`
-                self.last_user_text = serde_json::from_str::<Cow<'a, str>>(text).ok();
+                self.last_user = Some(item);
                 continue;
             }
-            let Ok(m) = serde_json::from_str::<Message<'a>>(text) else {
+            let Ok(m) = serde_json::from_str::<Message<'a>>(item.get()) else {
                 self.unparsed = true;
                 continue;
             };
@@ -227,12 +210,35 @@ impl<'a> Conversation<'a> {
                 self.tool_turns += 1;
             }
             if let Some(c) = m.content {
-                let t = self.content_text(c);
-                if role == "user" && t.is_some() {
-                    self.last_user_text = t;
+                self.count_parts(c);
+                if role == "user" {
+                    self.last_user = Some(c);
                 }
             }
         }
+    }
+
+    /// The last user turn's text: a string, or its `text`/`input_text` parts joined.
+    fn last_user_text(&self) -> Option<Cow<'a, str>> {
+        let raw = self.last_user?.get();
+        if raw.starts_with('"') {
+            return serde_json::from_str::<Cow<'a, str>>(raw).ok();
+        }
+        let parts = serde_json::from_str::<Vec<Part<'a>>>(raw).ok()?;
+        let mut text: Option<Cow<'a, str>> = None;
+        for p in parts {
+            if !matches!(p.kind.as_deref().unwrap_or("text"), "text" | "input_text") {
+                continue;
+            }
+            let Some(t) = p.text.and_then(|t| serde_json::from_str::<Cow<'a, str>>(t.get()).ok()) else {
+                continue;
+            };
+            text = Some(match text {
+                None => t,
+                Some(prev) => Cow::Owned(format!("{prev}\n{t}")),
+            });
+        }
+        text
     }
 }
 
@@ -245,161 +251,247 @@ struct TextScores {
 }
 
 /// Words that mark code (syntax keywords and programming vocabulary), each counted once.
+/// The position in the list is the word's bit.
 const CODE_WORDS: [&str; 56] = [
-    "fn",
-    "def",
-    "class",
-    "import",
-    "function",
-    "return",
-    "const",
-    "struct",
-    "impl",
-    "enum",
-    "void",
+    "api",
     "async",
     "await",
-    "lambda",
-    "elif",
-    "println",
-    "printf",
-    "nullptr",
-    "typedef",
-    "namespace",
-    "interface",
-    "func",
-    "pub",
-    "mut",
-    "usize",
-    "python",
-    "rust",
-    "javascript",
-    "typescript",
-    "java",
-    "golang",
-    "kotlin",
-    "sql",
     "bash",
-    "regex",
+    "bug",
+    "class",
+    "code",
     "compile",
     "compiler",
+    "const",
     "debug",
-    "bug",
-    "refactor",
-    "traceback",
-    "stacktrace",
-    "exception",
-    "segfault",
-    "api",
-    "json",
-    "yaml",
-    "dockerfile",
-    "git",
+    "def",
     "diff",
-    "patch",
-    "variable",
+    "dockerfile",
+    "elif",
+    "enum",
+    "exception",
+    "fn",
+    "func",
+    "function",
+    "git",
+    "golang",
+    "impl",
+    "import",
+    "interface",
+    "java",
+    "javascript",
+    "json",
+    "kotlin",
+    "lambda",
     "method",
-    "unittest",
+    "mut",
+    "namespace",
+    "nullptr",
+    "patch",
+    "printf",
+    "println",
+    "pub",
     "pytest",
-    "code",
+    "python",
+    "refactor",
+    "regex",
+    "return",
+    "rust",
+    "segfault",
+    "sql",
+    "stacktrace",
+    "struct",
+    "traceback",
+    "typedef",
+    "typescript",
+    "unittest",
+    "usize",
+    "variable",
+    "void",
+    "yaml",
 ];
 
-/// Words that mark mathematics or multi-step reasoning; the first four count double.
+/// Words that mark mathematics or multi-step reasoning (sorted, as above).
 const MATH_WORDS: [&str; 32] = [
-    "prove",
-    "proof",
-    "theorem",
-    "lemma",
+    "algebra",
+    "calculus",
+    "contradiction",
     "corollary",
-    "derive",
+    "deduce",
     "derivation",
-    "integral",
     "derivative",
-    "equation",
-    "equations",
-    "solve",
-    "probability",
-    "matrix",
+    "derive",
     "eigenvalue",
     "eigenvalues",
-    "polynomial",
-    "prime",
-    "primes",
+    "equation",
+    "equations",
+    "geometry",
     "induction",
-    "contradiction",
     "infinitely",
     "integer",
     "integers",
-    "logarithm",
-    "calculus",
-    "algebra",
-    "geometry",
-    "riddle",
-    "puzzle",
-    "deduce",
+    "integral",
     "irrational",
+    "lemma",
+    "logarithm",
+    "matrix",
+    "polynomial",
+    "prime",
+    "primes",
+    "probability",
+    "proof",
+    "prove",
+    "puzzle",
+    "riddle",
+    "solve",
+    "theorem",
 ];
 
-/// LaTeX commands (after a backslash) that mark mathematics.
+/// Math words that count double.
+const STRONG_MATH_WORDS: [&str; 4] = ["lemma", "proof", "prove", "theorem"];
+
+/// LaTeX commands (after a backslash) that mark mathematics (sorted).
 const LATEX: [&str; 20] = [
-    "frac", "int", "sum", "prod", "sqrt", "lim", "forall", "exists", "begin", "mathbb", "cdot", "infty", "partial",
-    "leq", "geq", "neq", "subseteq", "mathrm", "binom", "equiv",
+    "begin", "binom", "cdot", "equiv", "exists", "forall", "frac", "geq", "infty", "int", "leq", "lim", "mathbb",
+    "mathrm", "neq", "partial", "prod", "sqrt", "subseteq", "sum",
 ];
 
 /// Unicode mathematical symbols.
 const MATH_SYMBOLS: [char; 14] = ['∀', '∃', '∑', '∫', '√', '≤', '≥', '≠', '∈', '⊆', '∞', '≡', '∂', '⇒'];
 
-fn bit_of(list: &[&str], word: &str) -> Option<u64> {
-    list.iter().position(|w| *w == word).map(|i| 1u64 << (i % 64))
+/// Longest word any list holds; longer words are skipped without a lookup.
+const MAX_WORD: usize = 13;
+
+/// A word of at most 16 ASCII bytes as one integer, so lookups compare integers, not strings.
+// Indexing in a const fn is checked at compile time: an out-of-range index fails the build.
+#[allow(clippy::indexing_slicing)]
+const fn pack(s: &str) -> u128 {
+    let b = s.as_bytes();
+    let mut v = 0u128;
+    let mut i = 0;
+    while i < b.len() {
+        v = (v << 8) | b[i] as u128;
+        i += 1;
+    }
+    v
 }
 
-/// One pass over the text: words (ASCII, lower-cased, at most 24 bytes), LaTeX commands, code
-/// fences, diff markers, code-like line endings and math symbols.
+/// Which list a word belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WordKind {
+    Code,
+    Math,
+    Latex,
+}
+
+/// Open-addressing table of every list's words, built at compile time: one multiply and
+/// usually one comparison per word of the prompt. Slot = (packed word, kind, bit).
+const SLOTS: usize = 256;
+
+const fn slot_of(word: u128) -> usize {
+    let folded = (word as u64) ^ ((word >> 64) as u64);
+    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
+}
+
+#[allow(clippy::indexing_slicing)]
+const fn insert_all(
+    mut table: [(u128, Option<WordKind>, u8); SLOTS],
+    words: &[&str],
+    kind: WordKind,
+) -> [(u128, Option<WordKind>, u8); SLOTS] {
+    let mut i = 0;
+    while i < words.len() {
+        let key = pack(words[i]);
+        let mut s = slot_of(key);
+        while table[s].1.is_some() {
+            s = (s + 1) % SLOTS;
+        }
+        table[s] = (key, Some(kind), i as u8);
+        i += 1;
+    }
+    table
+}
+
+const WORD_TABLE: [(u128, Option<WordKind>, u8); SLOTS] = insert_all(
+    insert_all(insert_all([(0, None, 0); SLOTS], &CODE_WORDS, WordKind::Code), &MATH_WORDS, WordKind::Math),
+    &LATEX,
+    WordKind::Latex,
+);
+
+/// The word's list and its bit there (its position; lists are shorter than 64).
+fn lookup(word: u128) -> Option<(WordKind, u64)> {
+    let mut s = slot_of(word);
+    for _ in 0..SLOTS {
+        match WORD_TABLE.get(s) {
+            Some(&(key, Some(kind), bit)) => {
+                if key == word {
+                    return Some((kind, 1u64 << (bit % 64)));
+                }
+            }
+            _ => return None,
+        }
+        s = (s + 1) % SLOTS;
+    }
+    None
+}
+
+/// The bit of `word` in `kind`'s list (0 when it is not there).
+fn bit_of(kind: WordKind, word: &str) -> u64 {
+    lookup(pack(word)).filter(|(k, _)| *k == kind).map_or(0, |(_, b)| b)
+}
+
+/// One pass over the bytes: words (ASCII, lower-cased), LaTeX commands, code fences, diff
+/// hunks, code-like line endings and (for non-ASCII characters only) math symbols.
 fn score_text(text: &str) -> TextScores {
     let mut cut = text.len().min(SCAN_LIMIT);
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    let text = text.get(..cut).unwrap_or("");
+    let bytes = text.as_bytes().get(..cut).unwrap_or(&[]);
     let (mut code_words, mut math_words, mut latex) = (0u64, 0u64, 0u64);
-    let mut symbols = 0u32;
-    let (mut fences, mut diff_lines, mut code_lines, mut dollars) = (0u32, 0u32, 0u32, 0u32);
-    let mut word = [0u8; 24];
-    let mut len = 0usize;
-    let mut overlong = false;
+    let (mut fences, mut diff_lines, mut hunks, mut code_lines, mut dollars, mut symbols) = (0u32, 0, 0, 0, 0, 0);
+    let mut word = 0u128; // the current word, packed (see `pack`), lower-cased
+    let mut len = 0usize; // bytes in the current word (may exceed MAX_WORD: then skipped)
     let mut after_backslash = false;
     let mut backticks = 0u32;
-    let mut line_start = true;
-    let mut last_non_space: Option<char> = None;
+    let mut col = 0usize;
+    let mut first = 0u8;
+    let mut last_non_space = 0u8;
     let mut prev_dollar = false;
 
-    let (mut hunks, mut col, mut first) = (0u32, 0usize, ' ');
-
-    for c in text.chars().chain(std::iter::once('\n')) {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            if len < word.len() {
-                if let Some(slot) = word.get_mut(len) {
-                    *slot = c.to_ascii_lowercase() as u8;
-                }
-                len += 1;
-            } else {
-                overlong = true;
+    for (i, &b) in bytes.iter().chain(std::iter::once(&b'\n')).enumerate() {
+        if b.is_ascii_alphanumeric() || b == b'_' {
+            // Fast path (most bytes): extend the word; only the per-line state moves.
+            if len < MAX_WORD {
+                word = (word << 8) | u128::from(b | 0x20); // lower-case letters; digits and _ unchanged
             }
-        } else {
-            if len > 0 && !overlong {
-                let w = std::str::from_utf8(word.get(..len).unwrap_or(&[])).unwrap_or("");
-                if after_backslash {
-                    latex |= bit_of(&LATEX, w).unwrap_or(0);
-                } else {
-                    code_words |= bit_of(&CODE_WORDS, w).unwrap_or(0);
-                    math_words |= bit_of(&MATH_WORDS, w).unwrap_or(0);
-                }
+            len += 1;
+            if backticks >= 3 {
+                fences += 1;
             }
-            after_backslash = c == '\\';
-            len = 0;
-            overlong = false;
+            backticks = 0;
+            prev_dollar = false;
+            if col == 0 {
+                first = b;
+            }
+            col += 1;
+            last_non_space = b;
+            continue;
         }
-        if c == '`' {
+        {
+            if (2..=MAX_WORD).contains(&len) {
+                match (lookup(word), after_backslash) {
+                    (Some((WordKind::Latex, bit)), true) => latex |= bit,
+                    (Some((WordKind::Code, bit)), false) => code_words |= bit,
+                    (Some((WordKind::Math, bit)), false) => math_words |= bit,
+                    _ => {}
+                }
+            }
+            after_backslash = b == b'\\';
+            len = 0;
+            word = 0;
+        }
+        if b == b'`' {
             backticks += 1;
         } else {
             if backticks >= 3 {
@@ -407,7 +499,7 @@ fn score_text(text: &str) -> TextScores {
             }
             backticks = 0;
         }
-        if c == '$' {
+        if b == b'$' {
             if prev_dollar {
                 dollars += 1;
             }
@@ -415,45 +507,41 @@ fn score_text(text: &str) -> TextScores {
         } else {
             prev_dollar = false;
         }
-        if MATH_SYMBOLS.contains(&c) {
-            symbols += 1;
+        // Non-ASCII: decode the character only at its first byte.
+        if b >= 0xC0 {
+            let c = text.get(i..).and_then(|rest| rest.chars().next());
+            if c.is_some_and(|c| MATH_SYMBOLS.contains(&c)) {
+                symbols += 1;
+            }
         }
         // Unified diffs: `@@` hunk headers and `+`/`-` lines.
-        if line_start && (c == '+' || c == '-') {
-            diff_lines += 1;
-        }
         if col == 0 {
-            first = c;
-        } else if col == 1 && first == '@' && c == '@' {
+            first = b;
+            if b == b'+' || b == b'-' {
+                diff_lines += 1;
+            }
+        } else if col == 1 && first == b'@' && b == b'@' {
             hunks += 1;
         }
         col += 1;
-        if c == '\n' {
-            col = 0;
-            if matches!(last_non_space, Some(';' | '{' | '}')) {
+        if b == b'\n' {
+            if matches!(last_non_space, b';' | b'{' | b'}') {
                 code_lines += 1;
             }
-            last_non_space = None;
-            line_start = true;
-        } else {
-            if !c.is_whitespace() {
-                last_non_space = Some(c);
-            }
-            line_start = false;
+            last_non_space = 0;
+            col = 0;
+        } else if !b.is_ascii_whitespace() {
+            last_non_space = b;
         }
     }
 
     let mut s = TextScores::default();
     let code_hits = code_words.count_ones();
     let math_hits = math_words.count_ones();
-    let strong_math = ["prove", "proof", "theorem", "lemma"]
-        .iter()
-        .filter_map(|w| bit_of(&MATH_WORDS, w))
-        .filter(|b| math_words & b != 0)
-        .count() as u32;
+    let strong_math = STRONG_MATH_WORDS.iter().filter(|w| math_words & bit_of(WordKind::Math, w) != 0).count() as u32;
     if fences > 0 {
         s.code += 3;
-        s.signals.push(format!("code_fences:{}", fences / 2 + fences % 2));
+        s.signals.push(format!("code_fences:{}", fences.div_ceil(2)));
     }
     if hunks > 0 && diff_lines >= 2 {
         s.code += 3;
@@ -540,7 +628,8 @@ pub fn classify(req: &ChatRequest, auto: &AutoConfig) -> Classification {
     if let Some(k) = reasoning {
         signals.push(format!("param:{k}"));
     }
-    let mut text = score_text(conv.last_user_text.as_deref().unwrap_or(""));
+    let last_user_text = conv.last_user_text();
+    let mut text = score_text(last_user_text.as_deref().unwrap_or(""));
     signals.append(&mut text.signals);
     if reasoning.is_some() {
         text.math += TASK_THRESHOLD;

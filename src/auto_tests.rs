@@ -602,3 +602,23 @@ fn compiled_capabilities_and_defaults() {
     v["models"]["openai/gpt-5-mini"].as_object_mut().unwrap().remove("input_modalities");
     assert_eq!(catalog_of(&v).model("openai/gpt-5-mini").unwrap().input_modalities, vec![Modality::Text]);
 }
+
+#[test]
+fn word_lists_are_disjoint_and_all_found() {
+    for (list, kind) in
+        [(&CODE_WORDS[..], WordKind::Code), (&MATH_WORDS[..], WordKind::Math), (&LATEX[..], WordKind::Latex)]
+    {
+        assert!(list.len() < 64);
+        for (i, w) in list.iter().enumerate() {
+            assert!(w.len() <= MAX_WORD && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()), "{w}");
+            assert_eq!(bit_of(kind, w), 1u64 << i, "{w}");
+        }
+    }
+    let all: Vec<&str> = CODE_WORDS.iter().chain(MATH_WORDS.iter()).chain(LATEX.iter()).copied().collect();
+    let mut dedup = all.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), all.len(), "a word in two lists would be found in only one");
+    assert_eq!(bit_of(WordKind::Code, "weekend"), 0);
+    assert_eq!(bit_of(WordKind::Math, "fn"), 0);
+}
