@@ -605,6 +605,12 @@ impl Catalog {
         self.endpoints.get(idx)
     }
 
+    /// The endpoint of `model` served by `slug` (stable across configuration reloads).
+    pub fn find_endpoint(&self, model: &str, slug: &str) -> Option<usize> {
+        let m = self.model(model)?;
+        m.endpoints.iter().copied().find(|&i| self.endpoint(i).is_some_and(|e| e.slug == slug))
+    }
+
     pub fn provider_of(&self, ep: &Endpoint) -> Option<&Provider> {
         self.providers.get(ep.provider)
     }

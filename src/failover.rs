@@ -21,7 +21,8 @@ pub const GROUPS_HEADER: &str = "x-switchyard-groups";
 /// What every attempt's upstream filter needs to know about the request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptPlan {
-    /// Fingerprint of the catalog the plan indexes into; a mismatch means a config change raced.
+    /// Fingerprint of the catalog `endpoints` index into. Another value means the configuration
+    /// was reloaded between the decision and this attempt: `refs` then name the endpoints.
     pub catalog_id: u64,
     pub stream: bool,
     /// Length of the body the downstream filter produced.
@@ -30,11 +31,21 @@ pub struct AttemptPlan {
     pub prefix_len: u32,
     /// Original request path (header changes persist across attempts: never derive from them).
     pub path: String,
-    /// Catalog endpoint index per attempt.
+    /// Catalog endpoint index per attempt (in the planner's catalog).
     pub endpoints: Vec<u16>,
+    /// (model id, endpoint slug) per attempt: the same endpoints by name, valid in any
+    /// configuration, so a plan survives a reload.
+    pub refs: Vec<(String, String)>,
 }
 
-const PLAN_VERSION: u8 = 1;
+const PLAN_VERSION: u8 = 2;
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let b = s.as_bytes();
+    let n = b.len().min(u16::MAX as usize);
+    out.extend_from_slice(&(n as u16).to_le_bytes());
+    out.extend_from_slice(b.get(..n).unwrap_or(&[]));
+}
 
 impl AttemptPlan {
     pub fn encode(&self) -> Vec<u8> {
@@ -52,7 +63,20 @@ impl AttemptPlan {
         for e in self.endpoints.iter().take(255) {
             out.extend_from_slice(&e.to_le_bytes());
         }
+        out.push(self.refs.len().min(255) as u8);
+        for (model, slug) in self.refs.iter().take(255) {
+            put_str(&mut out, model);
+            put_str(&mut out, slug);
+        }
         out
+    }
+
+    /// This configuration's endpoint index for each attempt (None: not in this configuration).
+    pub fn local_endpoints(&self, catalog: &Catalog, catalog_id: u64) -> Vec<Option<usize>> {
+        if self.catalog_id == catalog_id {
+            return self.endpoints.iter().map(|&i| Some(i as usize)).collect();
+        }
+        self.refs.iter().map(|(m, s)| catalog.find_endpoint(m, s)).collect()
     }
 
     pub fn decode(b: &[u8]) -> Option<AttemptPlan> {
@@ -71,7 +95,16 @@ impl AttemptPlan {
         for _ in 0..n {
             endpoints.push(r.u16()?);
         }
-        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints })
+        let n = r.u8()? as usize;
+        let mut refs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let ml = r.u16()? as usize;
+            let model = String::from_utf8(r.take(ml)?.to_vec()).ok()?;
+            let sl = r.u16()? as usize;
+            let slug = String::from_utf8(r.take(sl)?.to_vec()).ok()?;
+            refs.push((model, slug));
+        }
+        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs })
     }
 }
 
@@ -180,7 +213,10 @@ pub fn base64(data: &[u8]) -> String {
 /// What one attempt's upstream filter sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRewrite {
+    /// This configuration's endpoint (statistics).
     pub endpoint: usize,
+    /// The planner's endpoint index (attempt records, read by the filter that made the plan).
+    pub planned: u16,
     pub authority: String,
     pub path: String,
     pub credential: Option<(String, String)>,
@@ -191,7 +227,8 @@ pub struct AttemptRewrite {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptError {
-    /// The plan came from another catalog version or is corrupt.
+    /// The planned endpoint is not in this configuration (removed by a reload), or the plan is
+    /// corrupt.
     StalePlan,
     /// Envoy sent this attempt to a cluster the plan did not choose.
     WrongCluster { expected: String, got: String },
@@ -213,10 +250,16 @@ pub fn attempt_rewrite(
     attempt: usize,
     cluster: &str,
 ) -> Result<AttemptRewrite, AttemptError> {
-    if plan.catalog_id != catalog_id {
-        return Err(AttemptError::StalePlan);
-    }
-    let idx = *plan.endpoints.get(attempt.saturating_sub(1)).ok_or(AttemptError::PlanExhausted)? as usize;
+    let k = attempt.saturating_sub(1);
+    let planned = *plan.endpoints.get(k).ok_or(AttemptError::PlanExhausted)?;
+    let same_config = plan.catalog_id == catalog_id;
+    // After a reload the plan's endpoints are found by name; one that is gone is never tried.
+    let idx = if same_config {
+        planned as usize
+    } else {
+        let (model, slug) = plan.refs.get(k).ok_or(AttemptError::StalePlan)?;
+        catalog.find_endpoint(model, slug).ok_or(AttemptError::StalePlan)?
+    };
     let ep = catalog.endpoint(idx).ok_or(AttemptError::StalePlan)?;
     let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
     if provider.cluster != cluster {
@@ -225,7 +268,9 @@ pub fn attempt_rewrite(
     let prefix = model_prefix(&ep.upstream_model);
     let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
     let first = plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
-    let new_prefix = if attempt <= 1 || first == Some(ep.upstream_model.as_str()) { None } else { Some(prefix) };
+    // Under another configuration the body's model may differ from this one's: always splice.
+    let new_prefix =
+        if same_config && (attempt <= 1 || first == Some(ep.upstream_model.as_str())) { None } else { Some(prefix) };
     let bare = plan.path.split('?').next().unwrap_or("");
     let mut path = crate::rewrite::upstream_path(bare, &provider.path_prefix);
     if let Some((_, q)) = plan.path.split_once('?') {
@@ -233,6 +278,7 @@ pub fn attempt_rewrite(
     }
     Ok(AttemptRewrite {
         endpoint: idx,
+        planned,
         authority: provider.authority.clone(),
         path,
         credential: provider.credential.as_ref().map(|c| (c.header.clone(), c.value.clone())),
@@ -388,6 +434,7 @@ mod tests {
             prefix_len: 20,
             path: "/v1/chat/completions?x=1".into(),
             endpoints: vec![3, 0, 7],
+            refs: vec![("m/x".into(), "a".into()), ("m/x".into(), "b/fast".into()), ("m/é".into(), "c".into())],
         };
         assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
         assert_eq!(AttemptPlan::decode(&p.encode()[..10]), None);
@@ -456,6 +503,7 @@ mod tests {
             prefix_len: prefix.len() as u32,
             path: "/v1/chat/completions".into(),
             endpoints: vec![0, 1],
+            refs: Vec::new(),
         };
         let a1 = attempt_rewrite(&c, 9, &plan, 1, "c_a").unwrap();
         assert_eq!(a1.authority, "a.example");
@@ -472,6 +520,49 @@ mod tests {
         assert_eq!(attempt_rewrite(&c, 9, &plan, 3, "c_b"), Err(AttemptError::PlanExhausted));
         assert_eq!(attempt_rewrite(&c, 8, &plan, 1, "c_a"), Err(AttemptError::StalePlan));
         assert!(matches!(attempt_rewrite(&c, 9, &plan, 2, "c_a"), Err(AttemptError::WrongCluster { .. })));
+    }
+
+    // A reload between the decision and an attempt: the endpoints are found by (model, slug) in
+    // the new catalog (other indices), a removed one is never tried, the record keeps the
+    // planner's index, and the model prefix is always spliced.
+    #[test]
+    fn plan_survives_a_configuration_reload() {
+        let old = catalog();
+        let json = r#"{"providers": {
+            "b": {"cluster": "c_b", "authority": "b2.example", "credential": {"value": "kb2"}},
+            "c": {"cluster": "c_c", "authority": "c.example", "credential": {"value": "kc"}}},
+          "models": {"m/zero": {"endpoints": [{"provider": "c", "pricing": {"prompt": 1, "completion": 1}}]},
+                     "m/one": {"endpoints": [
+            {"provider": "b", "upstream_model": "one-b-new", "pricing": {"prompt": 2, "completion": 2}},
+            {"provider": "c", "upstream_model": "one-c", "pricing": {"prompt": 1, "completion": 1}}]}}}"#;
+        let new = Catalog::from_json(json.as_bytes(), &|_| None).unwrap();
+        let prefix = model_prefix("one-a");
+        let refs = |c: &Catalog, i: u16| {
+            let e = c.endpoint(i as usize).unwrap();
+            (c.models[e.model].id.clone(), e.slug.clone())
+        };
+        let plan = AttemptPlan {
+            catalog_id: 1,
+            stream: false,
+            body_len: 100,
+            prefix_len: prefix.len() as u32,
+            path: "/v1/chat/completions".into(),
+            endpoints: vec![1, 0],
+            refs: vec![refs(&old, 1), refs(&old, 0)],
+        };
+        assert_eq!(plan.local_endpoints(&new, 2), vec![new.find_endpoint("m/one", "b"), None]);
+        let b = attempt_rewrite(&new, 2, &plan, 1, "c_b").unwrap();
+        assert_eq!(Some(b.endpoint), new.find_endpoint("m/one", "b"));
+        assert_ne!(b.endpoint, 1, "the new catalog indexes it differently");
+        assert_eq!(b.planned, 1);
+        assert_eq!(b.authority, "b2.example");
+        assert_eq!(b.credential, Some(("authorization".into(), "Bearer kb2".into())));
+        assert_eq!(b.new_prefix.as_deref(), Some(&br#"{"model":"one-b-new""#[..]));
+        // Provider `a` is gone from the new configuration: that attempt is refused.
+        assert_eq!(attempt_rewrite(&new, 2, &plan, 2, "c_a"), Err(AttemptError::StalePlan));
+        // Without names a plan from another configuration is refused.
+        let bare = AttemptPlan { refs: Vec::new(), ..plan };
+        assert_eq!(attempt_rewrite(&new, 2, &bare, 1, "c_b"), Err(AttemptError::StalePlan));
     }
 
     #[test]

@@ -1318,6 +1318,7 @@ fn later_attempts_splice_their_model_into_the_decided_body() {
         prefix_len: model_prefix("alpha-model-v1").len() as u32,
         path: "/v1/responses".into(),
         endpoints: d.plan.attempts.iter().map(|a| a.endpoint as u16).collect(),
+        refs: Vec::new(),
     };
     let second = attempt_rewrite(&c, 1, &plan, 2, "c_beta").unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(second.authority, "beta.example");

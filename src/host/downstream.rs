@@ -153,6 +153,13 @@ impl Stream {
             .and_then(|&i| catalog.endpoint(i as usize))
             .map(|e| e.upstream_model.as_str())
             .unwrap_or("");
+        let refs: Vec<(String, String)> = endpoints
+            .iter()
+            .filter_map(|&i| {
+                let e = catalog.endpoint(i as usize)?;
+                Some((catalog.models.get(e.model)?.id.clone(), e.slug.clone()))
+            })
+            .collect();
         let plan = AttemptPlan {
             catalog_id: self.config.id,
             stream: d.stream,
@@ -160,6 +167,7 @@ impl Stream {
             prefix_len: model_prefix(first_model).len() as u32,
             path: self.path.clone(),
             endpoints,
+            refs,
         };
         api::set_property(vec![PLAN_PROPERTY], &plan.encode());
         // Neither the caller's key nor any provider key is on the request before an attempt.

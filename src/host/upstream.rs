@@ -25,6 +25,8 @@ pub struct Attempt {
     config: Rc<Configured>,
     /// Catalog endpoint of this attempt, once the plan was applied.
     endpoint: Option<usize>,
+    /// The planner's index of that endpoint (what the attempt record carries back).
+    planned: u16,
     attempt: usize,
     stream: bool,
     /// A later planned attempt serves another model (a refusal here may fall back to it).
@@ -63,6 +65,7 @@ impl Attempt {
         Attempt {
             config,
             endpoint: None,
+            planned: 0,
             attempt: 0,
             stream: false,
             later_model: false,
@@ -104,11 +107,10 @@ impl Attempt {
             return;
         }
         self.recorded = true;
-        let Some(endpoint) = self.endpoint else { return };
-        set_record(
-            self.attempt,
-            AttemptRecord { endpoint: endpoint as u16, status, retry_after_s: self.retry_after_s },
-        );
+        if self.endpoint.is_none() {
+            return;
+        }
+        set_record(self.attempt, AttemptRecord { endpoint: self.planned, status, retry_after_s: self.retry_after_s });
         let Some((model, slug)) = self.names() else { return };
         let outcome = Outcome::of(status);
         let now = api::now_ms();
@@ -159,20 +161,20 @@ impl HttpContext for Attempt {
         let catalog = &config.catalog;
         let rw = match attempt_rewrite(catalog, config.id, &plan, self.attempt, &cluster) {
             Ok(rw) => rw,
-            Err(AttemptError::StalePlan) => return self.refuse(503, "configuration changed during the request"),
+            Err(AttemptError::StalePlan) => {
+                return self.refuse(503, "the planned endpoint is no longer in the configuration")
+            }
             Err(AttemptError::PlanExhausted) => return self.refuse(503, "no planned endpoint left"),
             Err(AttemptError::WrongCluster { expected, got }) => {
                 return self.refuse(503, &format!("attempt routed to {got}, plan chose {expected}"));
             }
         };
         self.endpoint = Some(rw.endpoint);
+        self.planned = rw.planned;
         self.stream = plan.stream;
-        let this_model = catalog.endpoint(rw.endpoint).map(|e| e.model);
-        self.later_model = plan
-            .endpoints
-            .iter()
-            .skip(self.attempt)
-            .any(|&i| catalog.endpoint(i as usize).is_some_and(|e| Some(e.model) != this_model));
+        // By model id: valid whichever configuration made the plan.
+        let this_model = plan.refs.get(self.attempt.saturating_sub(1)).map(|(m, _)| m.as_str());
+        self.later_model = plan.refs.iter().skip(self.attempt).any(|(m, _)| Some(m.as_str()) != this_model);
         self.started_ms = api::now_ms();
         // Caller headers a third party must not see (the default deny set and the operator's
         // upstream_headers policy), then every credential header, then this provider's own.
@@ -190,7 +192,7 @@ impl HttpContext for Attempt {
         api::set_req_header(":path", Some(&rw.path));
         api::set_req_header("content-length", Some(&rw.content_length.to_string()));
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
-        set_record(self.attempt, AttemptRecord { endpoint: rw.endpoint as u16, status: 0, retry_after_s: None });
+        set_record(self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
         if let Some((model, slug)) = self.names() {
             update_stats(&stats_key(&model, &slug), |s| s.start());
         }
