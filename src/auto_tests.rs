@@ -622,3 +622,42 @@ fn word_lists_are_disjoint_and_all_found() {
     assert_eq!(bit_of(WordKind::Code, "weekend"), 0);
     assert_eq!(bit_of(WordKind::Math, "fn"), 0);
 }
+
+#[test]
+fn an_operator_policy_bounds_the_auto_router() {
+    let mut v = catalog_value();
+    v["policies"] = json!({
+        "vendors": {"allowed_models": ["qwen/*", "google/*"]},
+        "nothing": {"allowed_models": ["mistralai/*"]},
+        "zdr-only": {"zdr": true}
+    });
+    let cat = catalog_of(&v);
+    let policies = crate::policy::Policies::from_json(v.to_string().as_bytes(), &cat).unwrap();
+    let under = |name: &str, body: Value| {
+        let (_, req) = parse(&body);
+        crate::router::plan_under(&cat, &req, policies.get(name), &NoHealthData, &mut || 0.0)
+    };
+    // The caller asks for Anthropic or Qwen at any price: the policy leaves only Qwen.
+    let body = with_plugin(
+        user(DIFF),
+        json!({"id": "auto-router", "cost_tier": "max", "allowed_models": ["anthropic/*", "qwen/*"]}),
+    );
+    let p = under("vendors", body.clone()).unwrap();
+    assert_eq!(planned_models(&cat, &p), vec!["qwen/qwen3-coder"]);
+    let excluded = |p: &Plan, id: &str| {
+        p.auto.as_ref().unwrap().candidates.iter().find(|c| cat.models[c.model].id == id).unwrap().excluded.clone()
+    };
+    assert_eq!(excluded(&p, "anthropic/claude-opus-4-6"), Some("policy:vendors.allowed_models".to_string()));
+    // Without a policy the caller's patterns alone apply.
+    assert_eq!(
+        planned_models(&cat, &plan_for(&cat, body.clone(), &NoHealthData).unwrap())[0],
+        "anthropic/claude-opus-4-6"
+    );
+    // A policy that allows none of the candidates: 404 naming the policy's field.
+    let e = under("nothing", body).unwrap_err();
+    assert_eq!((e.status, e.metadata["constraint"].as_str()), (404, Some("policy:nothing.allowed_models")));
+    // A policy's provider filters hold for every pick: only the ZDR endpoints (deepinfra) remain.
+    let p = under("zdr-only", json!({"model": "auto", "messages": user(DIFF)})).unwrap();
+    assert_eq!(planned_models(&cat, &p), vec!["qwen/qwen3-coder", "meta-llama/llama-4-maverick"]);
+    assert!(p.attempts.iter().all(|a| cat.endpoints[a.endpoint].slug == "deepinfra"));
+}

@@ -57,6 +57,11 @@ Try:
     -d '{{"model":"meta-llama/llama-4-maverick","messages":[],"provider":{{"order":["together"],"data_collection":"allow"}}}}' -D -
   # the access log line (policy, endpoint, model, attempts) is in the Envoy log above
 
+  # the auto router: the model is picked per prompt (x-switchyard-model, strategy auto:code);
+  # x-switchyard-auto explains the classification and the ranked candidates
+  curl -s localhost:{port}/v1/chat/completions -H 'content-type: application/json' -H 'x-switchyard-debug: 1' \
+    -d '{{"model":"openrouter/auto","messages":[{{"role":"user","content":"Fix this python bug: def f(x): return x+"}}],"plugins":[{{"id":"auto-router","cost_tier":"high","allowed_models":["anthropic/*","qwen/*"]}}]}}' -D -
+
 Ctrl-C to stop."#
         );
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
