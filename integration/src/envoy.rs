@@ -93,6 +93,12 @@ pub struct StackConfig {
     pub tls: Option<TlsSpec>,
     /// Access log to Envoy's stdout, with Switchyard's audit record (`%FILTER_STATE%`).
     pub access_log: bool,
+    /// Route timeout: bounds the whole request, every attempt and a whole stream included.
+    pub route_timeout_ms: u32,
+    /// Concurrent requests (and connections, pending requests) per provider cluster.
+    pub max_requests_per_cluster: u32,
+    /// Concurrent retries (failovers) per provider cluster. See `provider_circuit_breakers`.
+    pub max_concurrent_failovers: u32,
 }
 
 /// A virtual host (by `:authority`) whose routes name an operator policy.
@@ -135,6 +141,9 @@ impl StackConfig {
             policy_routes: Vec::new(),
             tls: None,
             access_log: false,
+            route_timeout_ms: 300_000,
+            max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
+            max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
         }
     }
 }
@@ -231,9 +240,32 @@ pub fn upstream_tls(host: &str, ca_file: &str, http2: bool) -> Value {
     })
 }
 
+/// Envoy's own default for concurrent requests per cluster, kept as our default.
+pub const DEFAULT_MAX_REQUESTS_PER_CLUSTER: u32 = 1024;
+
+/// Circuit breakers of a provider cluster, set deliberately.
+///
+/// Envoy's default allows only 3 concurrent retries per cluster, and a retry holds its slot while
+/// the retried attempt runs. Every Switchyard failover is an Envoy retry, so under concurrent
+/// faults on one provider (exactly when failover is needed) Envoy silently refuses failovers
+/// (`upstream_rq_retry_overflow`) and the request ends after one attempt. The retry breaker
+/// exists to stop retry storms against the failing upstream itself; here each retry goes to a
+/// *different* provider, and amplification is already bounded per request by the plan
+/// (`routing.max_attempts`). So failovers get the same concurrency as first attempts.
+pub fn provider_circuit_breakers(max_requests: u32, max_failovers: u32) -> Value {
+    json!({"thresholds": [{
+        "priority": "DEFAULT",
+        "max_connections": max_requests,
+        "max_pending_requests": max_requests,
+        "max_requests": max_requests,
+        "max_retries": max_failovers
+    }]})
+}
+
 /// A provider cluster: per-attempt rewrites run in its upstream filter chain.
 fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
     let mut v = cluster(c);
+    v["circuit_breakers"] = provider_circuit_breakers(cfg.max_requests_per_cluster, cfg.max_concurrent_failovers);
     let upstream = wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false);
     v["typed_extension_protocol_options"] = provider_protocol_options(false, upstream_filters(upstream));
     v
@@ -257,7 +289,8 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": address, "port_value": r.port}}}}]}]
         },
         "transport_socket": upstream_tls(&r.host, &r.ca_file, r.http2),
-        "typed_extension_protocol_options": provider_protocol_options(r.http2, upstream_filters(upstream))
+        "typed_extension_protocol_options": provider_protocol_options(r.http2, upstream_filters(upstream)),
+        "circuit_breakers": provider_circuit_breakers(cfg.max_requests_per_cluster, cfg.max_concurrent_failovers)
     });
     if r.connect_to.is_none() {
         v["dns_lookup_family"] = json!("V4_PREFERRED");
@@ -294,7 +327,7 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
                         "priority_groups": groups
                     }
                 }},
-                "timeout": "300s",
+                "timeout": format!("{}s", f64::from(cfg.route_timeout_ms) / 1000.0),
                 "retry_policy": retry_policy
             },
             "request_headers_to_remove": ["x-switchyard-routed"]
@@ -366,6 +399,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let mut boot = json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
         "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("policy")]},
+        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{

@@ -82,8 +82,9 @@ pub struct PoolLimits {
 }
 
 impl PoolLimits {
-    pub fn of(_cfg: &StackConfig) -> PoolLimits {
-        PoolLimits { max_requests: 1024, max_retries: 1024 }
+    /// The same limits the Envoy generator sets (`envoy::provider_circuit_breakers`).
+    pub fn of(cfg: &StackConfig) -> PoolLimits {
+        PoolLimits { max_requests: cfg.max_requests_per_cluster, max_retries: cfg.max_concurrent_failovers }
     }
 }
 
