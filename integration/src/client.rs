@@ -18,6 +18,9 @@ pub struct Reply {
     pub body: Bytes,
     /// (time since the request was sent, chunk)
     pub chunks: Vec<(Duration, Bytes)>,
+    /// The body broke off with a transport error after the response headers (e.g. the stream
+    /// was reset); `body` holds what arrived before.
+    pub body_error: Option<String>,
 }
 
 impl Reply {
@@ -63,14 +66,21 @@ pub async fn send(
         let mut body = resp.into_body();
         let mut chunks = Vec::new();
         let mut all = Vec::new();
+        let mut body_error = None;
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    body_error = Some(e.to_string());
+                    break;
+                }
+            };
             if let Ok(data) = frame.into_data() {
                 all.extend_from_slice(&data);
                 chunks.push((start.elapsed(), data));
             }
         }
-        Ok(Reply { status, headers, body: Bytes::from(all), chunks })
+        Ok(Reply { status, headers, body: Bytes::from(all), chunks, body_error })
     };
     tokio::time::timeout(Duration::from_secs(30), exchange)
         .await

@@ -2,7 +2,6 @@
 //! like a real one (latency, time to first token, SSE streaming, 429 with Retry-After, 5xx,
 //! connection resets, a concurrency capacity) and records exactly what it received.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -48,6 +47,18 @@ pub struct Behavior {
     pub capacity: Option<usize>,
     /// Error responses without a body.
     pub empty_errors: bool,
+    /// Streams stop after this many content chunks: the body ends without the usage chunk and
+    /// `data: [DONE]` (`cut<n>`), or the connection is aborted mid-body (`abort<n>`).
+    pub cut_after: Option<(usize, CutKind)>,
+}
+
+/// How a stream is cut short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutKind {
+    /// The body ends cleanly (HTTP-wise) but without the terminating SSE event.
+    CleanEnd,
+    /// The connection is aborted mid-body.
+    Abort,
 }
 
 impl Default for Behavior {
@@ -59,6 +70,7 @@ impl Default for Behavior {
             chunks: 3,
             capacity: None,
             empty_errors: false,
+            cut_after: None,
         }
     }
 }
@@ -201,7 +213,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Per-request behaviour from the `x-mock-behavior` request header, so parallel tests can share
 /// providers: `alpha=429/7,beta=503,delta=reset,gamma=ttft300+interval50+chunks8`.
 /// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
-/// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body).
+/// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body),
+/// `cut<n>` / `abort<n>` (a stream stops after n chunks: clean end without `[DONE]`, or an
+/// aborted connection).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -221,6 +235,10 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.chunk_interval = Duration::from_millis(ms.parse().unwrap_or(0));
             } else if let Some(n) = tok.strip_prefix("chunks") {
                 b.chunks = n.parse().unwrap_or(3);
+            } else if let Some(n) = tok.strip_prefix("cut") {
+                b.cut_after = Some((n.parse().unwrap_or(2), CutKind::CleanEnd));
+            } else if let Some(n) = tok.strip_prefix("abort") {
+                b.cut_after = Some((n.parse().unwrap_or(2), CutKind::Abort));
             } else {
                 let (status, ra) = tok.split_once('/').map_or((tok, None), |(s, r)| (s, r.parse().ok()));
                 if let Ok(status) = status.parse() {
@@ -231,14 +249,18 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     }
 }
 
-/// A response body fed from a channel, so chunks leave when they are produced.
-pub struct ChannelBody(mpsc::Receiver<Bytes>);
+/// A response body fed from a channel, so chunks leave when they are produced. An `Err` item
+/// makes hyper abort the connection mid-body (a provider that dies while streaming).
+pub struct ChannelBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl Body for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
     }
 }
 
@@ -327,7 +349,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
     let stream = req_json.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     if stream {
         let name = s.name.clone();
         tokio::spawn(async move {
@@ -336,13 +358,23 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
                 if i > 0 && !behavior.chunk_interval.is_zero() {
                     tokio::time::sleep(behavior.chunk_interval).await;
                 }
+                if let Some((n, kind)) = behavior.cut_after {
+                    if i == n {
+                        if kind == CutKind::Abort {
+                            // Give the chunks already sent time to leave before the abort.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            let _ = tx.send(Err(std::io::Error::other("mock aborts the stream"))).await;
+                        }
+                        return;
+                    }
+                }
                 let c = chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false);
-                if tx.send(Bytes::from(c)).await.is_err() {
+                if tx.send(Ok(Bytes::from(c))).await.is_err() {
                     return;
                 }
             }
-            let _ = tx.send(Bytes::from(chunk_json(&name, &model, id, None, true))).await;
-            let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            let _ = tx.send(Ok(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
+            let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
         });
         let resp = Response::builder()
             .status(200)
@@ -355,7 +387,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
         drop(guard);
         let prompt_tokens = (body.len() as u64).div_ceil(4);
         let out = completion_json(&s.name, &model, id, prompt_tokens).to_string();
-        let _ = tx.try_send(Bytes::from(out.clone()));
+        let _ = tx.try_send(Ok(Bytes::from(out.clone())));
         drop(tx);
         let resp = Response::builder()
             .status(200)
@@ -380,9 +412,9 @@ fn error_response(
         json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}})
             .to_string()
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
     if !body.is_empty() {
-        let _ = tx.try_send(Bytes::from(body.clone()));
+        let _ = tx.try_send(Ok(Bytes::from(body.clone())));
     }
     let mut b = Response::builder()
         .status(status)
