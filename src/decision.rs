@@ -61,10 +61,13 @@ pub fn decide_under(
 /// opt-in debug header (one line of JSON).
 pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) -> String {
     let num = |v: Option<f64>| v.filter(|x| x.is_finite()).map_or(Value::Null, |x| json!(x));
+    let indices: Vec<usize> = plan.attempts.iter().map(|a| a.endpoint).collect();
+    let outages = crate::router::outage_flags(catalog, health, &indices);
     let list: Vec<Value> = plan
         .attempts
         .iter()
-        .filter_map(|a| {
+        .zip(outages)
+        .filter_map(|(a, outage)| {
             let ep = catalog.endpoint(a.endpoint)?;
             let model = catalog.models.get(ep.model)?;
             let h = health.endpoint(&model.id, &ep.slug);
@@ -79,7 +82,10 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
                     "error_rate": num(h.error_rate),
                     "ttft_p50_ms": num(h.ttft_ms.p50),
                     "throughput_p50_tps": num(h.throughput_tps.p50),
-                    "recent_outage": h.recent_outage,
+                    "recent_attempts": h.recent_attempts,
+                    "recent_failures": h.recent_failures,
+                    "failure_run": h.failure_run,
+                    "recent_outage": outage,
                     "cooling_down": h.cooling_down,
                 }
             }))

@@ -15,6 +15,9 @@ use crate::errors::ApiError;
 /// upstream filters of every attempt share).
 pub const PLAN_PROPERTY: &str = "switchyard_plan";
 pub const ATTEMPTS_PROPERTY: &str = "switchyard_attempts";
+/// Set by the serving attempt when its answer broke off after the first byte: the downstream
+/// filter ends the caller's stream with an error event (value: the SSE event to append).
+pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";
 /// Request header carrying the base64 `google.protobuf.Value` priority-group override.
 pub const GROUPS_HEADER: &str = "x-switchyard-groups";
 
@@ -333,6 +336,9 @@ pub enum Outcome {
     ServerError,
     ClientError,
     NoResponse,
+    /// The answer started (status 2xx) but broke off: a stream that ended without its final
+    /// event or was reset, or a body cut short. Counts as a failure in statistics.
+    Interrupted,
 }
 
 impl Outcome {
@@ -353,8 +359,67 @@ impl Outcome {
             Outcome::ServerError => "server_error",
             Outcome::ClientError => "client_error",
             Outcome::NoResponse => "no_response",
+            Outcome::Interrupted => "interrupted",
         }
     }
+
+    /// Failures that count against an endpoint's reliability (outage, error rate).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Outcome::ServerError | Outcome::NoResponse | Outcome::Interrupted)
+    }
+}
+
+/// Why Envoy stopped before the plan's last attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Envoy refused the retry: the cluster's retry circuit breaker (`max_retries`) or retry
+    /// budget was full (response flag UO).
+    RetryLimit,
+    /// The route timeout expired before the next attempt could finish (response flag UT).
+    Timeout,
+    /// Envoy stopped for a reason it did not flag.
+    Other,
+}
+
+/// Envoy's legacy response-flag bits (`response.flags`), as in `StreamInfo::CoreResponseFlag`.
+pub const FLAG_UPSTREAM_REQUEST_TIMEOUT: u64 = 1 << 2;
+pub const FLAG_UPSTREAM_OVERFLOW: u64 = 1 << 7;
+
+impl StopReason {
+    pub fn from_response_flags(flags: u64) -> StopReason {
+        if flags & FLAG_UPSTREAM_OVERFLOW != 0 {
+            StopReason::RetryLimit
+        } else if flags & FLAG_UPSTREAM_REQUEST_TIMEOUT != 0 {
+            StopReason::Timeout
+        } else {
+            StopReason::Other
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::RetryLimit => "retry_limit",
+            StopReason::Timeout => "timeout",
+            StopReason::Other => "stopped",
+        }
+    }
+
+    fn explain(self) -> &'static str {
+        match self {
+            StopReason::RetryLimit => {
+                "Envoy refused the next failover (the provider cluster's retry circuit breaker or retry budget is full)"
+            }
+            StopReason::Timeout => "the request timed out before the next endpoint could answer",
+            StopReason::Other => "Envoy did not start the next attempt",
+        }
+    }
+}
+
+/// A failover that ended before every planned attempt was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutShort {
+    pub planned: usize,
+    pub reason: StopReason,
 }
 
 /// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent), capped at `max_s`
@@ -369,10 +434,12 @@ pub fn parse_retry_after(v: &str, max_s: u32) -> Option<u32> {
     Some(v.parse::<u32>().unwrap_or(u32::MAX).min(max_s))
 }
 
-/// The caller's error when every attempt failed. All 429: 429 `capacity_exhausted` with the
-/// smallest `Retry-After` seen; otherwise 502 (or 503 when every failure was a 503/no response)
-/// listing each attempt.
-pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
+/// The caller's error when the last attempt failed. Every planned attempt made: all 429 -> 429
+/// `capacity_exhausted` with the smallest `Retry-After` seen; otherwise 502 (or 503 when every
+/// failure was a 503/no response). Fewer attempts than planned (`cut_short`): 503
+/// `failover_incomplete` (504 on a timeout) naming the reason, never a claim that every endpoint
+/// failed. Every shape lists the attempts made.
+pub fn final_error(catalog: &Catalog, records: &[AttemptRecord], cut_short: Option<CutShort>) -> ApiError {
     let sent: Vec<&AttemptRecord> = records.iter().collect();
     let list: Vec<Value> = records
         .iter()
@@ -387,14 +454,34 @@ pub fn final_error(catalog: &Catalog, records: &[AttemptRecord]) -> ApiError {
             })
         })
         .collect();
-    let mut e = if !sent.is_empty() && sent.iter().all(|r| r.status == 429) {
+    let min_retry_after = sent.iter().filter_map(|r| r.retry_after_s).min();
+    let mut e = if let Some(cut) = cut_short {
+        let status = if cut.reason == StopReason::Timeout { 504 } else { 503 };
+        let mut e = ApiError::new(
+            status,
+            "server_error",
+            "failover_incomplete",
+            format!(
+                "failover stopped after {} of {} planned attempts: {}",
+                records.len(),
+                cut.planned,
+                cut.reason.explain()
+            ),
+        );
+        e.metadata.insert("reason".to_string(), json!(cut.reason.name()));
+        e.metadata.insert("planned_attempts".to_string(), json!(cut.planned));
+        if let Some(min) = min_retry_after {
+            e.headers.push(("retry-after".to_string(), min.to_string()));
+        }
+        e
+    } else if !sent.is_empty() && sent.iter().all(|r| r.status == 429) {
         let mut e = ApiError::new(
             429,
             "rate_limit_error",
             "capacity_exhausted",
             "every allowed endpoint is rate limited; retry later",
         );
-        if let Some(min) = sent.iter().filter_map(|r| r.retry_after_s).min() {
+        if let Some(min) = min_retry_after {
             e.headers.push(("retry-after".to_string(), min.to_string()));
         }
         e
@@ -569,14 +656,14 @@ mod tests {
     fn final_error_shapes() {
         let c = catalog();
         let r = |endpoint, status, ra| AttemptRecord { endpoint, status, retry_after_s: ra };
-        let e = final_error(&c, &[r(0, 429, Some(30)), r(1, 429, Some(5))]);
+        let e = final_error(&c, &[r(0, 429, Some(30)), r(1, 429, Some(5))], None);
         assert_eq!((e.status, e.code), (429, "capacity_exhausted"));
         assert_eq!(e.headers, vec![("retry-after".to_string(), "5".to_string())]);
-        let e = final_error(&c, &[r(0, 429, None), r(1, 429, None)]);
+        let e = final_error(&c, &[r(0, 429, None), r(1, 429, None)], None);
         assert!(e.headers.is_empty());
-        let e = final_error(&c, &[r(0, 503, None), r(1, 0, None)]);
+        let e = final_error(&c, &[r(0, 503, None), r(1, 0, None)], None);
         assert_eq!((e.status, e.code), (503, "no_endpoint_available"));
-        let e = final_error(&c, &[r(0, 500, None), r(1, 429, Some(1))]);
+        let e = final_error(&c, &[r(0, 500, None), r(1, 429, Some(1))], None);
         assert_eq!((e.status, e.code), (502, "all_endpoints_failed"));
         let v: Value = serde_json::from_str(&e.body()).unwrap();
         let attempts = v["error"]["metadata"]["attempts"].as_array().unwrap();
@@ -586,5 +673,34 @@ mod tests {
         assert_eq!(attempts[1]["endpoint"], "b");
         assert_eq!(attempts[1]["outcome"], "rate_limited");
         assert_eq!(attempts[0]["model"], "m/one");
+    }
+
+    #[test]
+    fn a_cut_short_failover_never_claims_every_endpoint_failed() {
+        let c = catalog();
+        let r = |endpoint, status, ra| AttemptRecord { endpoint, status, retry_after_s: ra };
+        // One 429 while three attempts were planned: not "every endpoint is rate limited".
+        let cut = CutShort { planned: 3, reason: StopReason::RetryLimit };
+        let e = final_error(&c, &[r(0, 429, Some(7))], Some(cut));
+        assert_eq!((e.status, e.code), (503, "failover_incomplete"));
+        assert!(e.message.contains("1 of 3 planned attempts"), "{}", e.message);
+        assert!(e.message.contains("circuit breaker"), "{}", e.message);
+        assert!(!e.message.contains("every allowed endpoint"), "{}", e.message);
+        assert_eq!(e.metadata["reason"], "retry_limit");
+        assert_eq!(e.metadata["planned_attempts"], 3);
+        assert_eq!(e.metadata["attempts"].as_array().map(Vec::len), Some(1));
+        assert_eq!(e.headers, vec![("retry-after".to_string(), "7".to_string())]);
+        let timeout = CutShort { planned: 4, reason: StopReason::Timeout };
+        let e = final_error(&c, &[r(0, 0, None), r(1, 0, None)], Some(timeout));
+        assert_eq!((e.status, e.code), (504, "failover_incomplete"));
+        assert_eq!(e.metadata["reason"], "timeout");
+    }
+
+    #[test]
+    fn stop_reason_from_envoy_response_flags() {
+        assert_eq!(StopReason::from_response_flags(FLAG_UPSTREAM_OVERFLOW), StopReason::RetryLimit);
+        assert_eq!(StopReason::from_response_flags(FLAG_UPSTREAM_REQUEST_TIMEOUT), StopReason::Timeout);
+        assert_eq!(StopReason::from_response_flags(FLAG_UPSTREAM_OVERFLOW | 1), StopReason::RetryLimit);
+        assert_eq!(StopReason::from_response_flags(0), StopReason::Other);
     }
 }

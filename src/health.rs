@@ -51,10 +51,51 @@ pub struct EndpointHealth {
     pub ttft_ms: Percentiles,
     /// Output tokens per second.
     pub throughput_tps: Percentiles,
-    /// A significant outage inside the outage window (price_weighted sends it to the back).
+    /// Attempts and reliability failures (5xx, reset, timeout, interrupted answers) within the
+    /// outage window (`routing.outage_window_s`, rounded up to whole 20 s buckets).
+    pub recent_attempts: u32,
+    pub recent_failures: u32,
+    /// Consecutive reliability failures, while the last one is within the outage window.
+    pub failure_run: u32,
+    /// A significant outage (see `significant_outage`): price_weighted sends it to the back.
+    /// Judged against the endpoint's peers, so the router fills it in; views leave it false.
     pub recent_outage: bool,
     /// In cool-down after a `Retry-After`: tried only after every other endpoint.
     pub cooling_down: bool,
+}
+
+/// Failures in the outage window (or in a run) below this are never an outage.
+pub const OUTAGE_MIN_FAILURES: u32 = 3;
+/// The endpoint's own error rate over the window must reach this...
+pub const OUTAGE_ERROR_RATE: f64 = 0.5;
+/// ...and exceed its peers' pooled error rate by at least this much.
+pub const OUTAGE_PEER_MARGIN: f64 = 0.25;
+/// A run of consecutive failures is an outage when its chance, were the endpoint failing only as
+/// often as its peers (peer_rate^run), is below this.
+pub const OUTAGE_RUN_IMPROBABILITY: f64 = 0.01;
+
+/// Whether an endpoint is in a significant outage, judged against its peers (the model's other
+/// endpoints; `peer_failures`/`peer_attempts` are their pooled counts over the same window).
+///
+/// Either rule makes an outage:
+/// - window: at least 3 failures, an error rate of at least 50 %, and at least 25 points above
+///   the peers' rate;
+/// - run: at least 3 consecutive failures whose probability at the peers' error rate is below
+///   1 % (e.g. 3 when peers are healthy, 4 when peers fail 30 % of the time, 7 at 50 %).
+///
+/// So a dead endpoint is flagged within a few attempts, while under faults that hit every
+/// endpoint alike no endpoint is singled out (a fixed "N consecutive failures" saturates there:
+/// every endpoint ends up flagged and the flag no longer tells them apart).
+pub fn significant_outage(own: &EndpointHealth, peer_failures: u32, peer_attempts: u32) -> bool {
+    let peer_rate = if peer_attempts > 0 { f64::from(peer_failures) / f64::from(peer_attempts) } else { 0.0 };
+    let own_rate =
+        if own.recent_attempts > 0 { f64::from(own.recent_failures) / f64::from(own.recent_attempts) } else { 0.0 };
+    let window = own.recent_failures >= OUTAGE_MIN_FAILURES
+        && own_rate >= OUTAGE_ERROR_RATE
+        && own_rate >= peer_rate + OUTAGE_PEER_MARGIN;
+    let run = own.failure_run >= OUTAGE_MIN_FAILURES
+        && peer_rate.powi(own.failure_run.min(64) as i32) < OUTAGE_RUN_IMPROBABILITY;
+    window || run
 }
 
 /// Read-only access to live statistics, keyed by (model id, endpoint slug).
@@ -68,5 +109,49 @@ pub struct NoHealthData;
 impl HealthView for NoHealthData {
     fn endpoint(&self, _model: &str, _slug: &str) -> EndpointHealth {
         EndpointHealth::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(recent_attempts: u32, recent_failures: u32, failure_run: u32) -> EndpointHealth {
+        EndpointHealth { recent_attempts, recent_failures, failure_run, ..EndpointHealth::default() }
+    }
+
+    #[test]
+    fn a_dead_endpoint_among_healthy_peers_is_an_outage() {
+        // Three failures in a row, peers fine: flagged by the run rule at once.
+        assert!(significant_outage(&h(3, 3, 3), 0, 40));
+        // ...and with no peer data at all.
+        assert!(significant_outage(&h(3, 3, 3), 0, 0));
+        // Two are not enough.
+        assert!(!significant_outage(&h(2, 2, 2), 0, 40));
+        // Mostly failing over the window, even if the last attempt succeeded.
+        assert!(significant_outage(&h(10, 7, 0), 1, 40));
+    }
+
+    #[test]
+    fn widespread_faults_do_not_single_anyone_out() {
+        // Every endpoint fails about 30 %: the window rule never fires...
+        assert!(!significant_outage(&h(50, 15, 0), 45, 150));
+        // ...a run of 3 at a 30 % peer rate is common (2.7 %), so it is not an outage...
+        assert!(!significant_outage(&h(50, 15, 3), 45, 150));
+        // ...but a run of 4 is rare enough (0.8 %).
+        assert!(significant_outage(&h(50, 15, 4), 45, 150));
+        // At 50 % everywhere, even 6 in a row happens (1.6 %); 7 does not.
+        assert!(!significant_outage(&h(40, 20, 6), 60, 120));
+        assert!(significant_outage(&h(40, 20, 7), 60, 120));
+    }
+
+    #[test]
+    fn an_endpoint_is_compared_with_its_peers_not_an_absolute_bar() {
+        // 60 % errors while peers have 50 %: not singled out (margin 25 points).
+        assert!(!significant_outage(&h(20, 12, 1), 50, 100));
+        // 100 % while peers have 50 %: singled out.
+        assert!(significant_outage(&h(20, 20, 0), 50, 100));
+        // Everyone dead: nobody is worse than its peers, the run rule needs peer_rate^run < 1 %.
+        assert!(!significant_outage(&h(20, 20, 2), 100, 100));
     }
 }

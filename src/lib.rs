@@ -15,6 +15,7 @@
 //! - `surface`: what happens to a request by method and path (route, pass through, answer)
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `wildcard`: `allowed_models`-style `*` patterns
+//! - `sse`: telling complete streams from cut ones, and the error event for a cut stream
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -32,6 +33,7 @@ pub mod policy;
 pub mod request;
 pub mod rewrite;
 pub mod router;
+pub mod sse;
 pub mod stats;
 pub mod surface;
 pub mod wildcard;

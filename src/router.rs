@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 use crate::auto::{self, AutoChoice};
 use crate::config::{Catalog, Endpoint};
 use crate::errors::ApiError;
-use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
+use crate::health::{significant_outage, EndpointHealth, HealthView, Percentiles, PERCENTILES};
 use crate::policy::Policy;
 use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
 
@@ -354,15 +354,57 @@ fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
     }
 }
 
-/// Default policy A: endpoints with a recent outage go to the back; among the stable ones the
-/// first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
+/// Significant-outage flags for `endpoints`, each judged against its model's other endpoints
+/// (pooled recent counts of every catalog endpoint of the model). One health read per endpoint.
+pub fn outage_flags(catalog: &Catalog, health: &dyn HealthView, endpoints: &[usize]) -> Vec<bool> {
+    let view = |i: usize| -> Option<EndpointHealth> {
+        let ep = catalog.endpoint(i)?;
+        Some(health.endpoint(&catalog.models.get(ep.model)?.id, &ep.slug))
+    };
+    // Pooled (failures, attempts) per model seen in `endpoints`.
+    let mut totals: Vec<(usize, u32, u32)> = Vec::new();
+    endpoints
+        .iter()
+        .map(|&i| {
+            let Some(ep) = catalog.endpoint(i) else { return false };
+            let Some(own) = view(i) else { return false };
+            let (failures, attempts) = match totals.iter().find(|t| t.0 == ep.model) {
+                Some(t) => (t.1, t.2),
+                None => {
+                    let members = catalog.models.get(ep.model).map(|m| m.endpoints.as_slice()).unwrap_or(&[]);
+                    let (f, a) = members.iter().filter_map(|&j| view(j)).fold((0u32, 0u32), |acc, h| {
+                        (acc.0.saturating_add(h.recent_failures), acc.1.saturating_add(h.recent_attempts))
+                    });
+                    totals.push((ep.model, f, a));
+                    (f, a)
+                }
+            };
+            significant_outage(
+                &own,
+                failures.saturating_sub(own.recent_failures),
+                attempts.saturating_sub(own.recent_attempts),
+            )
+        })
+        .collect()
+}
+
+/// Default policy A: endpoints with a significant outage go to the back; among the stable ones
+/// the first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
 /// probability of being drawn first (0 for endpoints that cannot be).
 fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) {
     set.sort_by(|a, b| {
         cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
     });
-    let (mut stable, unstable): (Vec<Attempt>, Vec<Attempt>) =
-        set.drain(..).partition(|a| !ctx.health(a.endpoint).recent_outage);
+    let indices: Vec<usize> = set.iter().map(|a| a.endpoint).collect();
+    let outage = outage_flags(ctx.catalog, ctx.health, &indices);
+    let (mut stable, mut unstable) = (Vec::new(), Vec::new());
+    for (a, out) in set.drain(..).zip(outage) {
+        if out {
+            unstable.push(a);
+        } else {
+            stable.push(a);
+        }
+    }
     // Free endpoints have infinite weight: they share the draw among themselves.
     let free = stable.iter().filter(|a| ctx.cost(a.endpoint) <= 0.0).count();
     let weight = |a: &Attempt| {
@@ -397,10 +439,10 @@ fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f
             stable.insert(0, chosen);
         }
     }
-    for mut a in unstable {
+    for a in unstable.iter_mut() {
         a.score = 0.0;
-        stable.push(a);
     }
+    stable.append(&mut unstable);
     *set = stable;
 }
 
@@ -620,6 +662,13 @@ pub fn plan_under(
             stable_partition(&mut set, |a| !misses(c, &ctx.health(a.endpoint).throughput_tps, true, 1.0));
         }
         stable_partition(&mut set, |a| ctx.is_byok(a.endpoint));
+        // A later model is only reached once every planned endpoint of the earlier models has
+        // failed: its endpoints at providers that just failed this request go after the others
+        // (unless the caller fixed the order).
+        if prefs.order.is_empty() && !attempts.is_empty() {
+            let failed: Vec<&str> = attempts.iter().filter_map(|a| ctx.ep(a.endpoint)).map(|e| e.base_slug()).collect();
+            stable_partition(&mut set, |a| ctx.ep(a.endpoint).is_some_and(|e| !failed.contains(&e.base_slug())));
+        }
         // Endpoints cooling down after a Retry-After are tried only after all others.
         stable_partition(&mut set, |a| !ctx.health(a.endpoint).cooling_down);
         attempts.extend(set);

@@ -599,6 +599,26 @@ fn models_array_tries_models_in_priority_order() {
     assert_eq!(labels(&c, &p), s(&["m/p2@cc", "m/p2@dd", "m/p1@bb", "m/p1@aa"]));
 }
 
+// Reaching a later model means every planned endpoint of the earlier ones failed: that model's
+// endpoints at providers that just failed (any variant) go after the others, cheapest-first
+// order kept inside each group; an explicit `order` is left alone.
+#[test]
+fn later_models_try_providers_that_have_not_failed_this_request_first() {
+    let c = catalog(&[
+        model("m/f1", &[ep("aa", 1.0), ep("deepinfra/turbo", 2.0)]),
+        model("m/f2", &[ep("aa", 1.0), ep("deepinfra/fast", 2.0), ep("cc", 3.0), ep("dd", 4.0)]),
+    ]);
+    let sorted = r#", "models": ["m/f2"], "provider": {"sort": "price"}"#;
+    let p = ok(&c, &body("m/f1", sorted), &NoHealthData);
+    assert_eq!(
+        labels(&c, &p),
+        s(&["m/f1@aa", "m/f1@deepinfra/turbo", "m/f2@cc", "m/f2@dd", "m/f2@aa", "m/f2@deepinfra/fast"])
+    );
+    let ordered = r#", "models": ["m/f2"], "provider": {"order": ["aa", "cc"]}"#;
+    let p = ok(&c, &body("m/f1", ordered), &NoHealthData);
+    assert_eq!(labels(&c, &p)[2..4], s(&["m/f2@aa", "m/f2@cc"]));
+}
+
 // allow_fallbacks false with `models`: provider fallbacks off, model fallbacks on (each model
 // keeps its first endpoint); with `order`, each model keeps its order-listed endpoints.
 #[test]
@@ -948,12 +968,22 @@ fn price_weighted_scores_are_first_pick_probabilities() {
     assert!((scores.iter().sum::<f64>() - 1.0).abs() < 1e-9);
 }
 
-// An endpoint with a recent outage goes to the back: never first while a stable one exists,
-// score 0, and the stable ones' scores still sum to 1.
+/// An endpoint whose last attempts all failed (5 of 5 in the outage window).
+fn dead() -> EndpointHealth {
+    EndpointHealth { recent_attempts: 5, recent_failures: 5, failure_run: 5, ..Default::default() }
+}
+
+/// An endpoint measured healthy (5 of 5 succeeded).
+fn healthy() -> EndpointHealth {
+    EndpointHealth { recent_attempts: 5, ..Default::default() }
+}
+
+// An endpoint in a significant outage goes to the back: never first while a stable one
+// exists, score 0, and the stable ones' scores still sum to 1.
 #[test]
 fn price_weighted_recent_outage_goes_to_the_back() {
     let c = pw_catalog();
-    let h = Stats::default().with("m/pw", "aa", EndpointHealth { recent_outage: true, ..Default::default() });
+    let h = Stats::default().with("m/pw", "aa", dead());
     let firsts = draws(&c, &body("m/pw", ""), &h, 2_000, &mut |order| {
         assert_eq!(order.last().map(String::as_str), Some("aa"), "{order:?}");
     });
@@ -963,20 +993,22 @@ fn price_weighted_recent_outage_goes_to_the_back() {
     assert_eq!(slugs(&c, &p), s(&["bb", "cc", "aa"]));
     let sc: Vec<f64> = p.attempts.iter().map(|a| a.score).collect();
     assert!((sc[0] - 9.0 / 13.0).abs() < 1e-9 && (sc[1] - 4.0 / 13.0).abs() < 1e-9 && sc[2] == 0.0, "{sc:?}");
-    // Two in outage: they follow the stable one, by ascending price.
-    let h2 = h.with("m/pw", "bb", EndpointHealth { recent_outage: true, ..Default::default() });
+    // Two in outage beside a healthy peer: they follow it, by ascending price.
+    let h2 = h.with("m/pw", "bb", dead()).with("m/pw", "cc", healthy());
     assert_eq!(ranked(&c, &body("m/pw", ""), &h2), s(&["cc", "aa", "bb"]));
 }
 
-// Every endpoint in outage: none is dropped; they are tried by ascending price, scores 0.
+// Every endpoint failing alike: none is singled out (the outage is judged against peers), so
+// the ordinary weighted draw applies and nothing is dropped.
 #[test]
-fn price_weighted_all_in_outage_keeps_ascending_price() {
+fn price_weighted_all_failing_alike_singles_none_out() {
     let c = pw_catalog();
-    let out = EndpointHealth { recent_outage: true, ..Default::default() };
-    let h = Stats::default().with("m/pw", "aa", out).with("m/pw", "bb", out).with("m/pw", "cc", out);
+    let h = Stats::default().with("m/pw", "aa", dead()).with("m/pw", "bb", dead()).with("m/pw", "cc", dead());
     let p = run_with(&c, &body("m/pw", ""), &h, &mut || 0.9).unwrap_or_else(|e| panic!("{}", e.body()));
-    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
-    assert!(p.attempts.iter().all(|a| a.score == 0.0));
+    assert_eq!(p.attempts.len(), 3);
+    assert!((p.attempts.iter().map(|a| a.score).sum::<f64>() - 1.0).abs() < 1e-9, "{:?}", p.attempts);
+    let firsts = draws(&c, &body("m/pw", ""), &h, 2_000, &mut |_| {});
+    assert!(firsts["aa"] > firsts["bb"] && firsts["bb"] > firsts["cc"], "{firsts:?}");
 }
 
 // Free endpoints (cost 0) have infinite weight: they share the first pick evenly, paid ones are

@@ -10,8 +10,6 @@ use crate::health::{EndpointHealth, Percentiles};
 
 pub const BUCKET_MS: u64 = 20_000;
 pub const BUCKETS: usize = 15;
-/// Consecutive server errors / no-responses that make a significant outage.
-pub const OUTAGE_CONSECUTIVE_FAILURES: u32 = 2;
 
 /// Upper bounds of the TTFT histogram bins, milliseconds (last bin is open).
 pub const TTFT_BOUNDS_MS: [u32; 11] = [50, 100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800, 25_600, u32::MAX];
@@ -37,7 +35,8 @@ pub const RECORD_BYTES: usize = 4 * (HEADER_WORDS + BUCKETS * BUCKET_WORDS);
 pub struct EndpointStats {
     buckets: [Bucket; BUCKETS],
     consecutive_failures: u32,
-    outage_until_ms: u64,
+    /// The run of consecutive failures counts until then (last failure + outage window).
+    failure_run_until_ms: u64,
     cooldown_until_ms: u64,
     in_flight: u32,
 }
@@ -103,9 +102,9 @@ impl EndpointStats {
         b.attempts += 1;
         match f.outcome {
             Outcome::Success => b.successes += 1,
-            Outcome::ServerError | Outcome::NoResponse => b.failures += 1,
+            o if o.is_failure() => b.failures += 1,
             Outcome::RateLimited => b.rate_limited += 1,
-            Outcome::ClientError => {}
+            _ => {}
         }
         if let Some(t) = f.ttft_ms {
             if let Some(c) = b.ttft.get_mut(bin(&TTFT_BOUNDS_MS, t)) {
@@ -121,11 +120,13 @@ impl EndpointStats {
         }
         match f.outcome {
             Outcome::Success => self.consecutive_failures = 0,
-            Outcome::ServerError | Outcome::NoResponse => {
-                self.consecutive_failures += 1;
-                if self.consecutive_failures >= OUTAGE_CONSECUTIVE_FAILURES {
-                    self.outage_until_ms = now_ms + outage_window_ms;
+            o if o.is_failure() => {
+                if now_ms >= self.failure_run_until_ms {
+                    // The previous run is older than the window: a new run starts.
+                    self.consecutive_failures = 0;
                 }
+                self.consecutive_failures = self.consecutive_failures.saturating_add(1);
+                self.failure_run_until_ms = now_ms.saturating_add(outage_window_ms);
             }
             _ => {}
         }
@@ -144,8 +145,17 @@ impl EndpointStats {
             .fold((0, 0, 0, 0), |a, b| (a.0 + b.attempts, a.1 + b.successes, a.2 + b.failures, a.3 + b.rate_limited))
     }
 
-    pub fn view(&self, now_ms: u64) -> EndpointHealth {
+    /// The endpoint's health as routing sees it. `outage_window_ms` sets how far back the
+    /// recent counts (and a run of consecutive failures) reach; whether that amounts to a
+    /// significant outage is judged against the endpoint's peers (`health::significant_outage`).
+    pub fn view(&self, now_ms: u64, outage_window_ms: u64) -> EndpointHealth {
         let (attempts, successes, failures, _) = self.totals(now_ms);
+        let now_epoch = Self::epoch(now_ms);
+        let recent_buckets = outage_window_ms.div_ceil(BUCKET_MS).max(1) as u32;
+        let (recent_attempts, recent_failures) = self
+            .live(now_ms)
+            .filter(|b| now_epoch - b.epoch < recent_buckets)
+            .fold((0u32, 0u32), |a, b| (a.0 + b.attempts, a.1 + b.failures));
         let mut ttft = [0u32; 11];
         let mut tps = [0u32; 10];
         for b in self.live(now_ms) {
@@ -171,7 +181,10 @@ impl EndpointStats {
             tool_error_rate: None,
             ttft_ms: pct(&ttft, &TTFT_BOUNDS_MS),
             throughput_tps: pct(&tps, &TPS_BOUNDS),
-            recent_outage: now_ms < self.outage_until_ms,
+            recent_attempts,
+            recent_failures,
+            failure_run: if now_ms < self.failure_run_until_ms { self.consecutive_failures } else { 0 },
+            recent_outage: false,
             cooling_down: now_ms < self.cooldown_until_ms,
         }
     }
@@ -180,8 +193,8 @@ impl EndpointStats {
         let mut out = Vec::with_capacity(RECORD_BYTES);
         let mut w = |v: u32| out.extend_from_slice(&v.to_le_bytes());
         w(self.consecutive_failures);
-        w(self.outage_until_ms as u32);
-        w((self.outage_until_ms >> 32) as u32);
+        w(self.failure_run_until_ms as u32);
+        w((self.failure_run_until_ms >> 32) as u32);
         w(self.cooldown_until_ms as u32);
         w((self.cooldown_until_ms >> 32) as u32);
         w(self.in_flight);
@@ -205,7 +218,7 @@ impl EndpointStats {
         let mut r = || words.next().unwrap_or(0);
         let mut s = EndpointStats {
             consecutive_failures: r(),
-            outage_until_ms: u64::from(r()) | (u64::from(r()) << 32),
+            failure_run_until_ms: u64::from(r()) | (u64::from(r()) << 32),
             cooldown_until_ms: u64::from(r()) | (u64::from(r()) << 32),
             in_flight: r(),
             ..EndpointStats::default()
@@ -240,7 +253,7 @@ mod tests {
 
     #[test]
     fn empty_has_no_data() {
-        let v = EndpointStats::default().view(1_000_000);
+        let v = EndpointStats::default().view(1_000_000, 30_000);
         assert_eq!(v, EndpointHealth::default());
     }
 
@@ -254,7 +267,7 @@ mod tests {
         for _ in 0..10 {
             s.finish(now, ok(3000, 10.0), 30_000);
         }
-        let v = s.view(now);
+        let v = s.view(now, 30_000);
         assert_eq!(v.ttft_ms.p50, Some(150.0)); // bin (100, 200]
         assert_eq!(v.ttft_ms.p99, Some(2400.0)); // bin (1600, 3200]
         assert_eq!(v.throughput_tps.p50, Some(120.0)); // bin (80, 160]
@@ -263,19 +276,33 @@ mod tests {
     }
 
     #[test]
-    fn outage_after_consecutive_failures_expires_after_window() {
+    fn recent_counts_and_failure_runs_expire_after_the_window() {
         let mut s = EndpointStats::default();
-        let now = 50_000_000;
+        let now = 50_000_000; // a bucket boundary
         s.finish(now, fail(Outcome::ServerError), 30_000);
-        assert!(!s.view(now).recent_outage, "one failure is not an outage");
         s.finish(now, fail(Outcome::NoResponse), 30_000);
-        assert!(s.view(now).recent_outage);
-        assert!(s.view(now + 29_000).recent_outage);
-        assert!(!s.view(now + 31_000).recent_outage);
-        assert_eq!(s.view(now).uptime, Some(0.0));
+        s.finish(now, fail(Outcome::Interrupted), 30_000);
+        let v = s.view(now, 30_000);
+        assert_eq!((v.recent_attempts, v.recent_failures, v.failure_run), (3, 3, 3));
+        assert_eq!(v.uptime, Some(0.0));
+        assert!(!v.recent_outage, "the view never judges an outage: that needs the peers");
+        assert_eq!(s.view(now + 29_000, 30_000).failure_run, 3);
+        let later = s.view(now + 31_000, 30_000);
+        assert_eq!(later.failure_run, 0, "the run is older than the window");
+        assert_eq!(later.recent_failures, 3, "still inside the two 20 s buckets the window covers");
+        assert_eq!(s.view(now + 40_000, 30_000).recent_failures, 0);
+        assert_eq!(s.view(now + 40_000, 30_000).attempts, 3, "the 5-minute window still has them");
+        // A success resets the run; a failure after the window starts a new one.
         s.finish(now + 1, ok(100, 50.0), 30_000);
         s.finish(now + 2, fail(Outcome::ServerError), 30_000);
-        assert_eq!(s.consecutive_failures, 1, "a success resets the streak");
+        assert_eq!(s.view(now + 2, 30_000).failure_run, 1);
+        s.finish(now + 60_000, fail(Outcome::ServerError), 30_000);
+        assert_eq!(s.view(now + 60_000, 30_000).failure_run, 1);
+        // 429s and client errors are not reliability failures.
+        s.finish(now + 60_001, fail(Outcome::RateLimited), 30_000);
+        s.finish(now + 60_002, fail(Outcome::ClientError), 30_000);
+        let v = s.view(now + 60_002, 30_000);
+        assert_eq!((v.recent_attempts, v.recent_failures, v.failure_run), (3, 1, 1));
     }
 
     #[test]
@@ -292,9 +319,9 @@ mod tests {
             Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: None },
             30_000,
         );
-        let v = s.view(now + 4_000);
-        assert!(v.cooling_down && !v.recent_outage);
-        assert!(!s.view(now + 5_001).cooling_down);
+        let v = s.view(now + 4_000, 30_000);
+        assert!(v.cooling_down && v.recent_failures == 0 && v.failure_run == 0);
+        assert!(!s.view(now + 5_001, 30_000).cooling_down);
         assert_eq!(s.totals(now).3, 2);
     }
 

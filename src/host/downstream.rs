@@ -12,7 +12,7 @@ use crate::decision::{candidates_json, decide_under, Audit, Decision, AUDIT_PROP
 use crate::errors::ApiError;
 use crate::failover::{
     base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan,
-    ATTEMPTS_PROPERTY, GROUPS_HEADER, PLAN_PROPERTY,
+    CutShort, StopReason, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
 use crate::rewrite::with_provider_field;
 use crate::surface::{debug_allowed, disposition, Disposition};
@@ -33,6 +33,17 @@ enum BodyAction {
     InjectProvider(String),
     /// Every attempt failed: the whole body becomes this error.
     Replace(String),
+    /// A served SSE stream: if the serving attempt broke off, end it with an error event.
+    WatchStream,
+}
+
+/// How a routed request ended, counted once in `on_log` (`switchyard_requests{result}`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RequestResult {
+    /// A 2xx/3xx answer; becomes `interrupted` if its body broke off.
+    Served,
+    ProviderError,
+    Failed,
 }
 
 pub struct Stream {
@@ -54,6 +65,11 @@ pub struct Stream {
     /// selected it.
     policy: Option<usize>,
     selected_by: Option<&'static str>,
+    /// Attempts in the plan handed to Envoy (after the budget cut).
+    planned: usize,
+    result: Option<RequestResult>,
+    /// The response's end was seen (headers or body with end_of_stream).
+    response_complete: bool,
 }
 
 impl Stream {
@@ -71,6 +87,9 @@ impl Stream {
             body_size: 0,
             policy: None,
             selected_by: None,
+            planned: 0,
+            result: None,
+            response_complete: false,
         }
     }
 
@@ -120,7 +139,7 @@ impl Stream {
     fn route(&mut self, body_size: usize) -> Action {
         let body = api::request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
-        let health = SharedHealth::new(api::now_ms());
+        let health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         match decide_under(&config.catalog, policy, &body, &health, &mut random_unit) {
             Ok(d) => {
@@ -179,6 +198,7 @@ impl Stream {
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         api::set_req_header("content-length", Some(&d.body.len().to_string()));
         api::set_request_body(0, usize::MAX, &d.body);
+        self.planned = clusters.len();
         self.decision = Some(d);
     }
 }
@@ -280,12 +300,31 @@ impl HttpContext for Stream {
         if let Some(a) = self.auto_explain.take() {
             api::set_resp_header("x-switchyard-auto", Some(&a));
         }
+        if end_of_stream {
+            self.response_complete = true;
+        }
         // Envoy answered itself (no upstream response recorded for the last attempt) or the last
-        // attempt failed retryably: every allowed endpoint failed.
+        // attempt failed retryably: the failover is over. If fewer attempts were made than
+        // planned, Envoy stopped it early (retry circuit breaker or budget, route timeout).
         let exhausted = is_retryable_status(status);
         if exhausted && !records.is_empty() {
-            let e = final_error(catalog, &records);
-            count("switchyard.requests.result.failed");
+            let cut_short = (records.len() < self.planned).then(|| {
+                let flags = api::property(vec!["response", "flags"])
+                    .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
+                    .unwrap_or(0);
+                CutShort { planned: self.planned, reason: StopReason::from_response_flags(flags) }
+            });
+            if let Some(cut) = cut_short {
+                log::warn!(
+                    "switchyard: failover stopped after {} of {} planned attempts ({})",
+                    records.len(),
+                    cut.planned,
+                    cut.reason.name()
+                );
+                count(&format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
+            }
+            let e = final_error(catalog, &records, cut_short);
+            self.result = Some(RequestResult::Failed);
             self.audit(Audit {
                 policy: policy.as_deref(),
                 selected_by: self.selected_by,
@@ -341,14 +380,14 @@ impl HttpContext for Stream {
         if let Some(slug) = api::find(&headers, "x-switchyard-provider") {
             let slug = slug.to_string();
             if status < 400 {
-                count("switchyard.requests.result.served");
+                self.result = Some(RequestResult::Served);
                 if records.len() > 1 {
                     let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default();
                     let kind = if served_model != primary_model { "model" } else { "provider" };
                     count(&format!("switchyard.fallbacks.kind.{kind}"));
                 }
             } else {
-                count("switchyard.requests.result.provider_error");
+                self.result = Some(RequestResult::ProviderError);
             }
             let json = api::find(&headers, "content-type").is_some_and(|c| c.contains("application/json"));
             let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
@@ -358,18 +397,31 @@ impl HttpContext for Stream {
                 self.body_action = BodyAction::InjectProvider(slug);
                 return Action::Pause;
             }
+            if status < 300 && !end_of_stream {
+                self.body_action = BodyAction::WatchStream;
+            }
         }
         Action::Continue
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if matches!(self.body_action, BodyAction::None) {
-            return Action::Continue;
+        if end_of_stream {
+            self.response_complete = true;
         }
-        if !end_of_stream {
-            return Action::Pause;
+        match self.body_action {
+            BodyAction::None => return Action::Continue,
+            // Streams pass through chunk by chunk; only their end matters here.
+            BodyAction::WatchStream if !end_of_stream => return Action::Continue,
+            _ if !end_of_stream => return Action::Pause,
+            _ => {}
         }
         match std::mem::replace(&mut self.body_action, BodyAction::None) {
+            BodyAction::WatchStream => {
+                // The serving attempt saw the answer end without its final event.
+                if let Some(event) = api::property(vec![INTERRUPTED_PROPERTY]) {
+                    api::set_response_body(body_size, 0, &event);
+                }
+            }
             BodyAction::Replace(body) => api::set_response_body(0, usize::MAX, body.as_bytes()),
             BodyAction::InjectProvider(slug) => {
                 if let Some(body) = api::response_body(0, body_size) {
@@ -382,6 +434,23 @@ impl HttpContext for Stream {
             BodyAction::None => {}
         }
         Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        let name = match self.result {
+            Some(RequestResult::Served) => {
+                let interrupted = !self.response_complete || api::property(vec![INTERRUPTED_PROPERTY]).is_some();
+                if interrupted {
+                    "interrupted"
+                } else {
+                    "served"
+                }
+            }
+            Some(RequestResult::ProviderError) => "provider_error",
+            Some(RequestResult::Failed) => "failed",
+            None => return,
+        };
+        count(&format!("switchyard.requests.result.{name}"));
     }
 }
 

@@ -95,12 +95,13 @@ pub fn prune_stale_keys(catalog: &Catalog) {
 /// The health view for one request, read from shared data once per endpoint.
 pub struct SharedHealth {
     now_ms: u64,
+    outage_window_ms: u64,
     memo: RefCell<HashMap<String, EndpointHealth>>,
 }
 
 impl SharedHealth {
-    pub fn new(now_ms: u64) -> SharedHealth {
-        SharedHealth { now_ms, memo: RefCell::new(HashMap::new()) }
+    pub fn new(now_ms: u64, outage_window_ms: u64) -> SharedHealth {
+        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()) }
     }
 }
 
@@ -110,7 +111,7 @@ impl HealthView for SharedHealth {
         if let Some(h) = self.memo.borrow().get(&key) {
             return *h;
         }
-        let h = read_stats(&key).view(self.now_ms);
+        let h = read_stats(&key).view(self.now_ms, self.outage_window_ms);
         self.memo.borrow_mut().insert(key, h);
         h
     }

@@ -13,8 +13,9 @@ use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::{api, Configured};
 use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
-    PLAN_PROPERTY,
+    INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
+use crate::sse::{interrupted_event, StreamEnd};
 use crate::stats::Finished;
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
@@ -38,6 +39,11 @@ pub struct Attempt {
     retry_after_s: Option<u32>,
     body_chunks: u32,
     completion_tokens: Option<u64>,
+    /// A successful SSE answer: watched for its terminating event.
+    sse: Option<StreamEnd>,
+    /// The answer started successfully but broke off (reset, or a stream without its final
+    /// event): a failed attempt, though the caller already has the first bytes.
+    interrupted: bool,
     recorded: bool,
 }
 
@@ -76,6 +82,8 @@ impl Attempt {
             retry_after_s: None,
             body_chunks: 0,
             completion_tokens: None,
+            sse: None,
+            interrupted: false,
             recorded: false,
         }
     }
@@ -94,11 +102,24 @@ impl Attempt {
         Action::Pause
     }
 
-    /// No response at all (connect failure, reset, timeout) or one that ended without a body.
+    /// No response at all (connect failure, reset, timeout), or an answer whose body never
+    /// ended (reset mid-body).
     fn record_unanswered(&mut self) {
         if self.endpoint.is_some() && !self.recorded {
             let status = self.status.unwrap_or(0);
+            if (200..400).contains(&status) {
+                self.interrupt();
+            }
             self.record(status);
+        }
+    }
+
+    /// This attempt's successful answer broke off after the first byte. The caller's stream is
+    /// committed (no failover is possible), so it is told with a final error event.
+    fn interrupt(&mut self) {
+        self.interrupted = true;
+        if let Some((model, slug)) = self.names() {
+            api::set_property(vec![INTERRUPTED_PROPERTY], interrupted_event(&slug, &model).as_bytes());
         }
     }
 
@@ -112,7 +133,7 @@ impl Attempt {
         }
         set_record(self.attempt, AttemptRecord { endpoint: self.planned, status, retry_after_s: self.retry_after_s });
         let Some((model, slug)) = self.names() else { return };
-        let outcome = Outcome::of(status);
+        let outcome = if self.interrupted { Outcome::Interrupted } else { Outcome::of(status) };
         let now = api::now_ms();
         let ttft = self.first_byte_ms.map(|t| t.saturating_sub(self.started_ms) as u32);
         let tokens_per_s = match (self.first_byte_ms, outcome) {
@@ -212,13 +233,18 @@ impl HttpContext for Attempt {
         Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let Some(endpoint) = self.endpoint else { return Action::Continue };
         let headers = api::resp_headers();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         self.status = Some(status);
         let cap = self.config.catalog.routing.max_retry_after_s;
         self.retry_after_s = api::find(&headers, "retry-after").and_then(|v| parse_retry_after(v, cap));
+        if (200..300).contains(&status)
+            && api::find(&headers, "content-type").is_some_and(|c| c.starts_with("text/event-stream"))
+        {
+            self.sse = Some(StreamEnd::default());
+        }
         let catalog = &self.config.catalog;
         let Some(ep) = catalog.endpoint(endpoint) else { return Action::Continue };
         // A non-retryable failure with another model still planned: let Envoy retry.
@@ -233,7 +259,8 @@ impl HttpContext for Attempt {
         api::set_resp_header("x-switchyard-provider", Some(&slug));
         api::set_resp_header("x-switchyard-model", Some(&model));
         api::set_resp_header("x-switchyard-attempts", Some(&self.attempt.to_string()));
-        if status >= 400 {
+        if status >= 400 || end_of_stream {
+            // A body-less answer is complete here (never "interrupted").
             self.record(status);
         }
         Action::Continue
@@ -250,11 +277,19 @@ impl HttpContext for Attempt {
             self.body_chunks += 1;
             // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
             let tail = body_size.min(256);
-            if let Some(n) = api::response_body(body_size - tail, tail).and_then(|b| completion_tokens(&b)) {
-                self.completion_tokens = Some(n);
+            if let Some(b) = api::response_body(body_size - tail, tail) {
+                if let Some(n) = completion_tokens(&b) {
+                    self.completion_tokens = Some(n);
+                }
+                if let Some(sse) = self.sse.as_mut() {
+                    sse.feed(&b);
+                }
             }
         }
         if end_of_stream {
+            if self.sse.as_ref().is_some_and(|s| !s.complete()) {
+                self.interrupt();
+            }
             self.record(self.status.unwrap_or(0));
         }
         Action::Continue
