@@ -305,7 +305,8 @@ async fn retry_after_cools_the_endpoint_down_for_every_worker() {
 #[tokio::test]
 async fn outage_sends_an_endpoint_to_the_back_of_price_weighted() {
     let s = stack();
-    for i in 0..2 {
+    // Three failures in a row while its peer answers: a significant outage.
+    for i in 0..3 {
         let id = format!("fo-out{i}");
         let r = s
             .chat_with(

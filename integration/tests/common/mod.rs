@@ -62,7 +62,7 @@ pub fn test_catalog() -> Value {
         "routing": {"max_body_bytes": 65536, "debug_header": true}
     });
     // Failover tests: one model per test so live statistics never leak between tests.
-    let failover_models: [(&str, &[(&str, f64)]); 18] = [
+    let failover_models: [(&str, &[(&str, f64)]); 22] = [
         ("fo/order", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
         ("fo/reset", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/dead", &[("dead", 1.0), ("alpha", 2.0)]),
@@ -81,6 +81,10 @@ pub fn test_catalog() -> Value {
         ("fo/lat", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/tps", &[("alpha", 1.0), ("beta", 2.0)]),
         ("fo/inflight", &[("alpha", 1.0)]),
+        ("fo/load", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
+        ("fo/cut", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/abort", &[("alpha", 1.0), ("beta", 2.0)]),
+        ("fo/short", &[("alpha", 1.0), ("beta", 2.0), ("delta", 3.0)]),
     ];
     for (model, endpoints) in failover_models {
         let eps: Vec<Value> = endpoints
@@ -196,57 +200,61 @@ impl Stack {
 
 static STACK: OnceLock<Stack> = OnceLock::new();
 
-/// Starts (once per test binary) the mock providers and Envoy on a dedicated thread that lives
-/// as long as the process, so Envoy (PR_SET_PDEATHSIG) dies with the test binary.
+/// The shared stack of a test binary: the test catalog, providers alpha..delta, a dead cluster.
 pub fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => panic!("runtime: {e}"),
-            };
-            let started = rt.block_on(async {
-                let mut providers = Vec::new();
-                for name in PROVIDERS {
-                    providers.push(MockProvider::start(name, 0, Behavior::default()).await.map_err(|e| e.to_string())?);
-                }
-                Ok::<_, String>(providers)
-            });
-            let providers = match started {
-                Ok(p) => p,
-                Err(e) => panic!("mock providers: {e}"),
-            };
-            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-            let clusters = ["alpha", "beta", "gamma", "delta"]
-                .iter()
-                .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
-                .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
-                .collect();
-            let mut cfg = StackConfig::new(
-                test_catalog(),
-                clusters,
-                Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }),
-            );
-            cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
+        launch("routing-tests", test_catalog(), |cfg| {
             cfg.per_try_idle_timeout_ms = 1_000;
-            let envoy = match Envoy::start_with_env(&cfg, "routing-tests", &[("SY_TEST_BETA_KEY", "key-beta-from-env")])
-            {
-                Ok(e) => e,
-                Err(e) => panic!("envoy: {e}"),
-            };
-            let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() });
-            // Keep Envoy and the providers alive for the whole test binary.
-            let _keep = envoy;
-            loop {
-                std::thread::park();
-            }
-        });
-        match rx.recv() {
-            Ok(s) => s,
-            Err(_) => panic!("test stack failed to start (see panic above)"),
-        }
+        })
     })
+}
+
+/// Starts the mock providers and an Envoy with `catalog` on a dedicated thread that lives as
+/// long as the process, so Envoy (PR_SET_PDEATHSIG) dies with the test binary. `tweak` adjusts
+/// the generated Envoy configuration (timeouts, circuit breakers).
+pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) -> Stack {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => panic!("runtime: {e}"),
+        };
+        let started = rt.block_on(async {
+            let mut providers = Vec::new();
+            for name in PROVIDERS {
+                providers.push(MockProvider::start(name, 0, Behavior::default()).await.map_err(|e| e.to_string())?);
+            }
+            Ok::<_, String>(providers)
+        });
+        let providers = match started {
+            Ok(p) => p,
+            Err(e) => panic!("mock providers: {e}"),
+        };
+        let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+        let clusters = ["alpha", "beta", "gamma", "delta"]
+            .iter()
+            .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+            .chain(std::iter::once(ClusterSpec { name: "c_dead".into(), port: closed_port() }))
+            .collect();
+        let mut cfg =
+            StackConfig::new(catalog, clusters, Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }));
+        cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
+        tweak(&mut cfg);
+        let envoy = match Envoy::start_with_env(&cfg, tag, &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
+            Ok(e) => e,
+            Err(e) => panic!("envoy: {e}"),
+        };
+        let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() });
+        // Keep Envoy and the providers alive for the whole test binary.
+        let _keep = envoy;
+        loop {
+            std::thread::park();
+        }
+    });
+    match rx.recv() {
+        Ok(s) => s,
+        Err(_) => panic!("test stack failed to start (see panic above)"),
+    }
 }
 
 pub fn msg(text: &str) -> Value {
