@@ -186,3 +186,27 @@ async fn the_debug_header_explains_the_choice() {
     let r = s.chat("auto-nodebug", json!({"model": "auto", "messages": msg(CODE)})).await;
     assert!(r.header("x-switchyard-auto").is_none());
 }
+
+#[tokio::test]
+async fn a_model_in_outage_ranks_after_healthy_ones() {
+    let s = stack();
+    let body = json!({"model": "auto", "messages": msg(CODE), "plugins": plugin(Some("max"), &["health/*"])});
+    // Two failing first picks: health/a's only endpoint goes into outage (2 consecutive failures).
+    for i in 0..2 {
+        let id = format!("auto-health-{i}");
+        let r = s.chat_with(&id, &[("x-mock-behavior", "alpha=503")], body.clone()).await;
+        assert_eq!(r.header("x-switchyard-model"), Some("health/b"), "{id}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-attempts"), Some("2"), "{id}");
+    }
+    // Now health/b is tried first, without touching the model in outage.
+    let r = s.chat_with("auto-health-after", &[("x-switchyard-debug", "1")], body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-model"), Some("health/b"));
+    assert_eq!(r.header("x-switchyard-attempts"), Some("1"));
+    assert_eq!(s.only_receiver("auto-health-after").0, "beta");
+    let explain: Value = serde_json::from_str(r.header("x-switchyard-auto").unwrap_or("null")).unwrap_or(Value::Null);
+    let c = explain["candidates"].as_array().cloned().unwrap_or_default();
+    assert_eq!(c.first().map(|x| x["model"].clone()), Some(json!("health/b")), "{explain}");
+    let a = c.iter().find(|x| x["model"] == "health/a").cloned().unwrap_or(Value::Null);
+    assert_eq!((a["healthy"].clone(), a["status"].clone()), (json!(false), json!("planned")), "{explain}");
+}

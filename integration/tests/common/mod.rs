@@ -100,8 +100,8 @@ pub fn test_catalog() -> Value {
 }
 
 /// The auto router's models and `auto` section (used by tests/auto.rs). Models of their own so
-/// their live statistics never mix with other tests'; `fail/*` are only reachable with
-/// `cost_tier: max` and `allowed_models: ["fail/*"]`.
+/// their live statistics never mix with other tests'; `fail/*` and `health/*` are only
+/// reachable with `cost_tier: max` and `allowed_models` naming them.
 fn add_auto_router(catalog: &mut Value) {
     let ep = |provider: &str, upstream: &str, price: f64, ctx: u64, tools: bool| {
         let params = if tools { json!(["max_tokens", "tools"]) } else { json!(["max_tokens"]) };
@@ -125,6 +125,8 @@ fn add_auto_router(catalog: &mut Value) {
             "fail/second",
             json!({"cost_tier": "xhigh", "endpoints": [ep("beta", "beta-fail-second", 1.0, 16_000, false)]}),
         ),
+        ("health/a", json!({"cost_tier": "xhigh", "endpoints": [ep("alpha", "alpha-health-a", 1.0, 16_000, false)]})),
+        ("health/b", json!({"cost_tier": "xhigh", "endpoints": [ep("beta", "beta-health-b", 1.0, 16_000, false)]})),
     ];
     for (id, m) in models {
         catalog["models"][id] = m;
@@ -134,7 +136,8 @@ fn add_auto_router(catalog: &mut Value) {
         "max_models": 2,
         "long_context_tokens": 8000,
         "tasks": {
-            "code": {"auto/coder": 1.0, "auto/chat-pro": 0.7, "fail/primary": 0.5, "fail/second": 0.4},
+            "code": {"auto/coder": 1.0, "auto/chat-pro": 0.7, "fail/primary": 0.5, "fail/second": 0.4,
+                     "health/a": 0.3, "health/b": 0.2},
             "long_context": {"auto/long": 1.0},
             "chat": {"auto/chat-mini": 0.9, "auto/chat-pro": 0.8}
         }
