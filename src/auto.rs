@@ -833,13 +833,14 @@ pub fn choose(
         return Err(e);
     }
 
-    // A model whose every endpoint is in outage or cool-down goes after the healthy ones.
+    // A model whose every endpoint is in a significant outage (judged against the model's other
+    // endpoints, as provider routing does) or cooling down goes after the healthy ones.
     for c in candidates.iter_mut().filter(|c| c.excluded.is_none()) {
         if let Some(m) = catalog.models.get(c.model) {
+            let outage = crate::router::outage_flags(catalog, health, &m.endpoints);
             c.unhealthy = !m.endpoints.is_empty()
-                && m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).all(|e| {
-                    let h = health.endpoint(&m.id, &e.slug);
-                    h.recent_outage || h.cooling_down
+                && m.endpoints.iter().zip(&outage).all(|(&i, &down)| {
+                    down || catalog.endpoint(i).is_some_and(|e| health.endpoint(&m.id, &e.slug).cooling_down)
                 });
         }
     }

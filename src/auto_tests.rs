@@ -421,8 +421,13 @@ struct Down(Vec<(&'static str, &'static str)>);
 
 impl HealthView for Down {
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
-        let down = self.0.iter().any(|(m, s)| *m == model && *s == slug);
-        EndpointHealth { recent_outage: down, ..EndpointHealth::default() }
+        // Down: three failures in a row, every attempt of the window failed (an outage whatever
+        // the peers do); up: healthy traffic.
+        if self.0.iter().any(|(m, s)| *m == model && *s == slug) {
+            EndpointHealth { recent_attempts: 3, recent_failures: 3, failure_run: 3, ..EndpointHealth::default() }
+        } else {
+            EndpointHealth { recent_attempts: 20, ..EndpointHealth::default() }
+        }
     }
 }
 
@@ -441,6 +446,15 @@ fn models_with_every_endpoint_down_rank_after_healthy_ones() {
     let order: Vec<&str> = choice.picks().map(|m| cat.models[m].id.as_str()).collect();
     assert_eq!(order.last(), Some(&"openai/gpt-5-mini"));
     assert!(choice.candidates.iter().any(|c| c.unhealthy && cat.models[c.model].id == "openai/gpt-5-mini"));
+    // Cooling down after a Retry-After counts the same.
+    struct Cooling;
+    impl HealthView for Cooling {
+        fn endpoint(&self, model: &str, _slug: &str) -> EndpointHealth {
+            EndpointHealth { cooling_down: model == "openai/gpt-5-mini", ..EndpointHealth::default() }
+        }
+    }
+    let p = plan_for(&cat, body.clone(), &Cooling).unwrap();
+    assert_eq!(planned_models(&cat, &p)[0], "qwen/qwen3-coder");
     // One of qwen's two endpoints down: the model is still healthy.
     let p = plan_for(&cat, body, &Down(vec![("qwen/qwen3-coder", "together")])).unwrap();
     assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "qwen/qwen3-coder", "google/gemini-2.5-flash"]);
