@@ -12,4 +12,5 @@ pub mod load;
 pub mod mock;
 pub mod oci;
 pub mod render;
+pub mod soak;
 pub mod tls;
