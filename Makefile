@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench clean render image registry-tools
+.PHONY: setup wasm run test unit integration sdk lint bench soak clean render image registry-tools
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -70,3 +70,10 @@ clean:
 bench: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-bench
 	target/release/switchyard-bench
+
+# Fault soak: 20,000 requests against misbehaving mock providers (SOAK_ARGS="--requests N
+# --concurrency N --seed N --ok-share F"); fails on any violation, < 99.9 % success with a
+# healthy endpoint, a refused failover, or Envoy RSS growing by 64 MiB or more.
+soak: wasm
+	cargo build --release -p switchyard-integration --bin switchyard-soak
+	target/release/switchyard-soak $(SOAK_ARGS)
