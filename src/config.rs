@@ -605,6 +605,12 @@ impl Catalog {
         self.endpoints.get(idx)
     }
 
+    /// The provider entry serving `slug` (`name/variant` falls back to `name`).
+    pub fn provider_for_slug(&self, slug: &str) -> Option<&Provider> {
+        let find = |s: &str| self.providers.iter().find(|p| p.slug == s);
+        find(slug).or_else(|| find(base_of(slug)))
+    }
+
     /// The endpoint of `model` served by `slug` (stable across configuration reloads).
     pub fn find_endpoint(&self, model: &str, slug: &str) -> Option<usize> {
         let m = self.model(model)?;

@@ -36,9 +36,16 @@ pub struct AttemptPlan {
     pub path: String,
     /// Catalog endpoint index per attempt (in the planner's catalog).
     pub endpoints: Vec<u16>,
-    /// (model id, endpoint slug) per attempt: the same endpoints by name, valid in any
-    /// configuration, so a plan survives a reload.
-    pub refs: Vec<(String, String)>,
+    /// The same endpoints by name, valid in any configuration, so a plan survives a reload.
+    pub refs: Vec<EndpointRef>,
+}
+
+/// An endpoint by name: what an attempt needs from the configuration that planned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointRef {
+    pub model: String,
+    pub slug: String,
+    pub upstream_model: String,
 }
 
 const PLAN_VERSION: u8 = 2;
@@ -67,9 +74,10 @@ impl AttemptPlan {
             out.extend_from_slice(&e.to_le_bytes());
         }
         out.push(self.refs.len().min(255) as u8);
-        for (model, slug) in self.refs.iter().take(255) {
-            put_str(&mut out, model);
-            put_str(&mut out, slug);
+        for r in self.refs.iter().take(255) {
+            put_str(&mut out, &r.model);
+            put_str(&mut out, &r.slug);
+            put_str(&mut out, &r.upstream_model);
         }
         out
     }
@@ -79,7 +87,7 @@ impl AttemptPlan {
         if self.catalog_id == catalog_id {
             return self.endpoints.iter().map(|&i| Some(i as usize)).collect();
         }
-        self.refs.iter().map(|(m, s)| catalog.find_endpoint(m, s)).collect()
+        self.refs.iter().map(|r| catalog.find_endpoint(&r.model, &r.slug)).collect()
     }
 
     pub fn decode(b: &[u8]) -> Option<AttemptPlan> {
@@ -101,11 +109,10 @@ impl AttemptPlan {
         let n = r.u8()? as usize;
         let mut refs = Vec::with_capacity(n);
         for _ in 0..n {
-            let ml = r.u16()? as usize;
-            let model = String::from_utf8(r.take(ml)?.to_vec()).ok()?;
-            let sl = r.u16()? as usize;
-            let slug = String::from_utf8(r.take(sl)?.to_vec()).ok()?;
-            refs.push((model, slug));
+            let model = r.string()?;
+            let slug = r.string()?;
+            let upstream_model = r.string()?;
+            refs.push(EndpointRef { model, slug, upstream_model });
         }
         Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs })
     }
@@ -121,6 +128,10 @@ impl<'a> Reader<'a> {
         let (h, t) = self.0.split_at(n);
         self.0 = t;
         Some(h)
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = self.u16()? as usize;
+        String::from_utf8(self.take(n)?.to_vec()).ok()
     }
     fn u8(&mut self) -> Option<u8> {
         self.take(1)?.first().copied()
@@ -216,8 +227,11 @@ pub fn base64(data: &[u8]) -> String {
 /// What one attempt's upstream filter sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptRewrite {
-    /// This configuration's endpoint (statistics).
-    pub endpoint: usize,
+    /// This configuration's endpoint, if it still has it.
+    pub endpoint: Option<usize>,
+    /// Model id and endpoint slug of the attempt (statistics, metrics).
+    pub model: String,
+    pub slug: String,
     /// The planner's endpoint index (attempt records, read by the filter that made the plan).
     pub planned: u16,
     pub authority: String,
@@ -230,8 +244,8 @@ pub struct AttemptRewrite {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttemptError {
-    /// The planned endpoint is not in this configuration (removed by a reload), or the plan is
-    /// corrupt.
+    /// The planned endpoint's provider is not in this configuration (removed by a reload, so its
+    /// key is gone too), or the plan is corrupt.
     StalePlan,
     /// Envoy sent this attempt to a cluster the plan did not choose.
     WrongCluster { expected: String, got: String },
@@ -256,24 +270,37 @@ pub fn attempt_rewrite(
     let k = attempt.saturating_sub(1);
     let planned = *plan.endpoints.get(k).ok_or(AttemptError::PlanExhausted)?;
     let same_config = plan.catalog_id == catalog_id;
-    // After a reload the plan's endpoints are found by name; one that is gone is never tried.
-    let idx = if same_config {
-        planned as usize
+    // After a reload the plan's endpoints are found by name. An endpoint the new catalog no
+    // longer lists is still tried through its provider (the plan approved it before the
+    // change); a provider the new catalog removed cannot be: its cluster and key are gone.
+    let (idx, provider, upstream_model, model, slug) = if same_config {
+        let ep = catalog.endpoint(planned as usize).ok_or(AttemptError::StalePlan)?;
+        let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
+        let model = catalog.models.get(ep.model).map(|m| m.id.clone()).unwrap_or_default();
+        (Some(planned as usize), provider, ep.upstream_model.clone(), model, ep.slug.clone())
     } else {
-        let (model, slug) = plan.refs.get(k).ok_or(AttemptError::StalePlan)?;
-        catalog.find_endpoint(model, slug).ok_or(AttemptError::StalePlan)?
+        let r = plan.refs.get(k).ok_or(AttemptError::StalePlan)?;
+        match catalog.find_endpoint(&r.model, &r.slug) {
+            Some(i) => {
+                let ep = catalog.endpoint(i).ok_or(AttemptError::StalePlan)?;
+                let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
+                (Some(i), provider, ep.upstream_model.clone(), r.model.clone(), r.slug.clone())
+            }
+            None => {
+                let provider = catalog.provider_for_slug(&r.slug).ok_or(AttemptError::StalePlan)?;
+                (None, provider, r.upstream_model.clone(), r.model.clone(), r.slug.clone())
+            }
+        }
     };
-    let ep = catalog.endpoint(idx).ok_or(AttemptError::StalePlan)?;
-    let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
     if provider.cluster != cluster {
         return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
     }
-    let prefix = model_prefix(&ep.upstream_model);
+    let prefix = model_prefix(&upstream_model);
     let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
     let first = plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
     // Under another configuration the body's model may differ from this one's: always splice.
     let new_prefix =
-        if same_config && (attempt <= 1 || first == Some(ep.upstream_model.as_str())) { None } else { Some(prefix) };
+        if same_config && (attempt <= 1 || first == Some(upstream_model.as_str())) { None } else { Some(prefix) };
     let bare = plan.path.split('?').next().unwrap_or("");
     let mut path = crate::rewrite::upstream_path(bare, &provider.path_prefix);
     if let Some((_, q)) = plan.path.split_once('?') {
@@ -281,6 +308,8 @@ pub fn attempt_rewrite(
     }
     Ok(AttemptRewrite {
         endpoint: idx,
+        model,
+        slug,
         planned,
         authority: provider.authority.clone(),
         path,
@@ -521,7 +550,10 @@ mod tests {
             prefix_len: 20,
             path: "/v1/chat/completions?x=1".into(),
             endpoints: vec![3, 0, 7],
-            refs: vec![("m/x".into(), "a".into()), ("m/x".into(), "b/fast".into()), ("m/é".into(), "c".into())],
+            refs: vec![
+                EndpointRef { model: "m/x".into(), slug: "a".into(), upstream_model: "x-a".into() },
+                EndpointRef { model: "m/é".into(), slug: "b/fast".into(), upstream_model: "".into() },
+            ],
         };
         assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
         assert_eq!(AttemptPlan::decode(&p.encode()[..10]), None);
@@ -626,7 +658,11 @@ mod tests {
         let prefix = model_prefix("one-a");
         let refs = |c: &Catalog, i: u16| {
             let e = c.endpoint(i as usize).unwrap();
-            (c.models[e.model].id.clone(), e.slug.clone())
+            EndpointRef {
+                model: c.models[e.model].id.clone(),
+                slug: e.slug.clone(),
+                upstream_model: e.upstream_model.clone(),
+            }
         };
         let plan = AttemptPlan {
             catalog_id: 1,
@@ -639,14 +675,26 @@ mod tests {
         };
         assert_eq!(plan.local_endpoints(&new, 2), vec![new.find_endpoint("m/one", "b"), None]);
         let b = attempt_rewrite(&new, 2, &plan, 1, "c_b").unwrap();
-        assert_eq!(Some(b.endpoint), new.find_endpoint("m/one", "b"));
-        assert_ne!(b.endpoint, 1, "the new catalog indexes it differently");
+        assert_eq!(b.endpoint, new.find_endpoint("m/one", "b"));
+        assert_ne!(b.endpoint, Some(1), "the new catalog indexes it differently");
+        assert_eq!((b.model.as_str(), b.slug.as_str()), ("m/one", "b"));
         assert_eq!(b.planned, 1);
         assert_eq!(b.authority, "b2.example");
         assert_eq!(b.credential, Some(("authorization".into(), "Bearer kb2".into())));
         assert_eq!(b.new_prefix.as_deref(), Some(&br#"{"model":"one-b-new""#[..]));
-        // Provider `a` is gone from the new configuration: that attempt is refused.
+        // Provider `a` is gone from the new configuration (and its key): that attempt is refused.
         assert_eq!(attempt_rewrite(&new, 2, &plan, 2, "c_a"), Err(AttemptError::StalePlan));
+        // An endpoint the new catalog dropped while keeping its provider: still tried, with the
+        // planned upstream model, the provider's current settings.
+        let dropped = AttemptPlan {
+            endpoints: vec![0],
+            refs: vec![EndpointRef { model: "m/gone".into(), slug: "c".into(), upstream_model: "gone-c".into() }],
+            ..plan.clone()
+        };
+        let c = attempt_rewrite(&new, 2, &dropped, 1, "c_c").unwrap();
+        assert_eq!(c.endpoint, None);
+        assert_eq!(c.authority, "c.example");
+        assert_eq!(c.new_prefix.as_deref(), Some(&br#"{"model":"gone-c""#[..]));
         // Without names a plan from another configuration is refused.
         let bare = AttemptPlan { refs: Vec::new(), ..plan };
         assert_eq!(attempt_rewrite(&new, 2, &bare, 1, "c_b"), Err(AttemptError::StalePlan));

@@ -328,3 +328,22 @@ pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String
     std::fs::write(&tmp, doc.to_string()).map_err(|e| e.to_string())?;
     std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
 }
+
+/// The whole egress-gateway configuration for a catalog, as a proxy would run it: istiod's
+/// bootstrap shape, the WasmPlugin's extension config, the EnvoyFilter applied, and the
+/// extension configs localized by istio-agent (module checked against `digest`). The entry
+/// host is the catalog's `service_host`.
+pub fn gateway_config(c: &Catalog, ca_file: &str, module: &Path, digest: &str) -> Result<(Value, Extensions), String> {
+    use crate::istio::{envoy_filter, wasm_plugin, Variant};
+    let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
+    let wp = wasm_plugin(c, Variant::EgressGateway, digest);
+    let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
+    let mut boot = gateway_bootstrap(c, ca_file, &wp_name, 1024, &c.istio.service_host);
+    let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
+    let ef = envoy_filter(c, Variant::EgressGateway, &cfg, digest);
+    apply_envoy_filter(&mut boot, &ef, "GATEWAY", &mut extensions)?;
+    for ext in extensions.values_mut() {
+        agent_localize(ext, digest, module)?;
+    }
+    Ok((boot, extensions))
+}

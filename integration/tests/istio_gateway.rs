@@ -13,10 +13,7 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{repo_root, wasm_path, Envoy};
-use switchyard_integration::istio::{envoy_filter, wasm_plugin, Variant};
-use switchyard_integration::istio_sim::{
-    agent_localize, apply_envoy_filter, gateway_bootstrap, serve_extensions_from_files, wasm_plugin_extension,
-};
+use switchyard_integration::istio_sim::{gateway_config, serve_extensions_from_files};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
 use switchyard_integration::tls::TestCa;
@@ -60,19 +57,10 @@ fn stack() -> &'static Stack {
             local.istio.service_host = "switchyard.local".into();
             let module = std::fs::read(wasm_path()).unwrap();
             let digest = Image::from_module(&module).digest();
-            let cfg = local.envoy_stack(wasm_path(), &BTreeMap::new());
-
-            // istiod: WasmPlugin -> extension config; Istio-shaped gateway; EnvoyFilter patches.
-            let wp = wasm_plugin(&local, Variant::EgressGateway, &digest);
-            let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
-            let mut boot = gateway_bootstrap(&local, &ca_file.to_string_lossy(), &wp_name, 1024, "switchyard.local");
-            let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
-            let ef = envoy_filter(&local, Variant::EgressGateway, &cfg, &digest);
-            apply_envoy_filter(&mut boot, &ef, "GATEWAY", &mut extensions).unwrap();
-            // istio-agent: pull, check the digest, point at the local module.
-            for ext in extensions.values_mut() {
-                agent_localize(ext, &digest, &wasm_path()).unwrap();
-            }
+            // istiod (WasmPlugin -> extension config, Istio-shaped gateway, EnvoyFilter patches)
+            // and istio-agent (digest check, local module).
+            let (mut boot, extensions) =
+                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest).unwrap();
             serve_extensions_from_files(&mut boot, &extensions, &dir.join("ecds")).unwrap();
 
             let keys: Vec<(String, String)> =

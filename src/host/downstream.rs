@@ -12,7 +12,7 @@ use crate::decision::{candidates_json, decide_under, Audit, Decision, AUDIT_PROP
 use crate::errors::ApiError;
 use crate::failover::{
     base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan,
-    CutShort, StopReason, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
+    CutShort, EndpointRef, StopReason, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
 use crate::rewrite::with_provider_field;
 use crate::surface::{debug_allowed, disposition, Disposition};
@@ -172,11 +172,12 @@ impl Stream {
             .and_then(|&i| catalog.endpoint(i as usize))
             .map(|e| e.upstream_model.as_str())
             .unwrap_or("");
-        let refs: Vec<(String, String)> = endpoints
+        let refs: Vec<EndpointRef> = endpoints
             .iter()
             .filter_map(|&i| {
                 let e = catalog.endpoint(i as usize)?;
-                Some((catalog.models.get(e.model)?.id.clone(), e.slug.clone()))
+                let model = catalog.models.get(e.model)?.id.clone();
+                Some(EndpointRef { model, slug: e.slug.clone(), upstream_model: e.upstream_model.clone() })
             })
             .collect();
         let plan = AttemptPlan {

@@ -24,8 +24,11 @@ const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
 
 pub struct Attempt {
     config: Rc<Configured>,
-    /// Catalog endpoint of this attempt, once the plan was applied.
-    endpoint: Option<usize>,
+    /// Model id and endpoint slug of this attempt, once the plan was applied.
+    names: Option<(String, String)>,
+    /// The endpoint is in this configuration's catalog. Attempts of a plan made before a reload
+    /// that removed it write no statistics: that would recreate the pruned record.
+    in_catalog: bool,
     /// The planner's index of that endpoint (what the attempt record carries back).
     planned: u16,
     attempt: usize,
@@ -70,7 +73,8 @@ impl Attempt {
     pub fn new(config: Rc<Configured>) -> Attempt {
         Attempt {
             config,
-            endpoint: None,
+            names: None,
+            in_catalog: false,
             planned: 0,
             attempt: 0,
             stream: false,
@@ -89,9 +93,7 @@ impl Attempt {
     }
 
     fn names(&self) -> Option<(String, String)> {
-        let ep = self.config.catalog.endpoint(self.endpoint?)?;
-        let model = self.config.catalog.models.get(ep.model)?;
-        Some((model.id.clone(), ep.slug.clone()))
+        self.names.clone()
     }
 
     /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
@@ -105,7 +107,7 @@ impl Attempt {
     /// No response at all (connect failure, reset, timeout), or an answer whose body never
     /// ended (reset mid-body).
     fn record_unanswered(&mut self) {
-        if self.endpoint.is_some() && !self.recorded {
+        if self.names.is_some() && !self.recorded {
             let status = self.status.unwrap_or(0);
             if (200..400).contains(&status) {
                 self.interrupt();
@@ -128,7 +130,7 @@ impl Attempt {
             return;
         }
         self.recorded = true;
-        if self.endpoint.is_none() {
+        if self.names.is_none() {
             return;
         }
         set_record(self.attempt, AttemptRecord { endpoint: self.planned, status, retry_after_s: self.retry_after_s });
@@ -149,7 +151,9 @@ impl Attempt {
         };
         let window = self.config.catalog.routing.outage_window_s.saturating_mul(1000);
         let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s };
-        update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
+        if self.in_catalog {
+            update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
+        }
         let tags = format!("model.{}.endpoint.{}", tag(&model), tag(&slug));
         count(&format!("switchyard.attempts.{tags}.outcome.{}", outcome.name()));
         if let Some(t) = ttft {
@@ -183,19 +187,19 @@ impl HttpContext for Attempt {
         let rw = match attempt_rewrite(catalog, config.id, &plan, self.attempt, &cluster) {
             Ok(rw) => rw,
             Err(AttemptError::StalePlan) => {
-                return self.refuse(503, "the planned endpoint is no longer in the configuration")
+                return self.refuse(503, "the planned provider is no longer in the configuration")
             }
             Err(AttemptError::PlanExhausted) => return self.refuse(503, "no planned endpoint left"),
             Err(AttemptError::WrongCluster { expected, got }) => {
                 return self.refuse(503, &format!("attempt routed to {got}, plan chose {expected}"));
             }
         };
-        self.endpoint = Some(rw.endpoint);
         self.planned = rw.planned;
         self.stream = plan.stream;
         // By model id: valid whichever configuration made the plan.
-        let this_model = plan.refs.get(self.attempt.saturating_sub(1)).map(|(m, _)| m.as_str());
-        self.later_model = plan.refs.iter().skip(self.attempt).any(|(m, _)| Some(m.as_str()) != this_model);
+        self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
+        self.names = Some((rw.model.clone(), rw.slug.clone()));
+        self.in_catalog = rw.endpoint.is_some();
         self.started_ms = api::now_ms();
         // Caller headers a third party must not see (the default deny set and the operator's
         // upstream_headers policy), then every credential header, then this provider's own.
@@ -214,7 +218,7 @@ impl HttpContext for Attempt {
         api::set_req_header("content-length", Some(&rw.content_length.to_string()));
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
         set_record(self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
-        if let Some((model, slug)) = self.names() {
+        if let (true, Some((model, slug))) = (self.in_catalog, self.names()) {
             update_stats(&stats_key(&model, &slug), |s| s.start());
         }
         Action::Continue
@@ -234,7 +238,7 @@ impl HttpContext for Attempt {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some(endpoint) = self.endpoint else { return Action::Continue };
+        let Some((model, slug)) = self.names() else { return Action::Continue };
         let headers = api::resp_headers();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         self.status = Some(status);
@@ -245,8 +249,6 @@ impl HttpContext for Attempt {
         {
             self.sse = Some(StreamEnd::default());
         }
-        let catalog = &self.config.catalog;
-        let Some(ep) = catalog.endpoint(endpoint) else { return Action::Continue };
         // A non-retryable failure with another model still planned: let Envoy retry.
         if status >= 400 && !is_retryable_status(status) && self.later_model {
             api::set_resp_header(":status", Some("503"));
@@ -254,8 +256,6 @@ impl HttpContext for Attempt {
             self.record(status);
             return Action::Continue;
         }
-        let model = catalog.models.get(ep.model).map(|m| m.id.clone()).unwrap_or_default();
-        let slug = ep.slug.clone();
         api::set_resp_header("x-switchyard-provider", Some(&slug));
         api::set_resp_header("x-switchyard-model", Some(&model));
         api::set_resp_header("x-switchyard-attempts", Some(&self.attempt.to_string()));
@@ -267,7 +267,7 @@ impl HttpContext for Attempt {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if self.endpoint.is_none() || self.recorded {
+        if self.names.is_none() || self.recorded {
             return Action::Continue;
         }
         if self.first_byte_ms.is_none() {
