@@ -211,3 +211,18 @@ async fn a_model_in_outage_ranks_after_healthy_ones() {
     let a = c.iter().find(|x| x["model"] == "health/a").cloned().unwrap_or(Value::Null);
     assert_eq!((a["healthy"].clone(), a["status"].clone()), (json!(false), json!("planned")), "{explain}");
 }
+
+#[tokio::test]
+async fn a_streamed_auto_request_is_routed_and_streams() {
+    let s = stack();
+    let r = s.chat("auto-stream", json!({"model": "auto", "stream": true, "messages": msg(SMALL_TALK)})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.header("x-switchyard-model"), Some("auto/chat-mini"));
+    assert_eq!(r.header("x-switchyard-strategy"), Some("auto:chat"));
+    let text = r.text();
+    assert!(text.contains("data: ") && text.contains("[DONE]"), "{text}");
+    let (who, got) = s.only_receiver("auto-stream");
+    assert_eq!(who, "beta");
+    assert_eq!(got.json()["stream"], true);
+}
