@@ -356,6 +356,21 @@ const LATEX: [&str; 20] = [
     "mathrm", "neq", "partial", "prod", "sqrt", "subseteq", "sum",
 ];
 
+/// Chinese words that mark code (函数 function, 报错 error, 调试 debug, ...), each counted once.
+const CJK_CODE_WORDS: [&str; 10] = ["代码", "函数", "编程", "报错", "调试", "重构", "编译", "接口", "脚本", "变量"];
+
+/// Chinese words that mark mathematics (证明 prove, 定理 theorem, 方程 equation, ...).
+const CJK_MATH_WORDS: [&str; 13] =
+    ["证明", "定理", "引理", "方程", "积分", "导数", "求解", "概率", "矩阵", "素数", "质数", "推导", "多项式"];
+
+/// 证明, 定理, 引理 count double, like prove/theorem/lemma.
+const CJK_STRONG_MATH: u32 = 0b111;
+
+/// Bits of the words in `list` that `rest` starts with.
+fn cjk_bits(list: &[&str], rest: &str) -> u32 {
+    list.iter().enumerate().filter(|(_, w)| rest.starts_with(*w)).fold(0, |acc, (i, _)| acc | (1 << (i % 32)))
+}
+
 /// Unicode mathematical symbols.
 const MATH_SYMBOLS: [char; 14] = ['∀', '∃', '∑', '∫', '√', '≤', '≥', '≠', '∈', '⊆', '∞', '≡', '∂', '⇒'];
 
@@ -458,6 +473,7 @@ fn score_text(text: &str) -> TextScores {
     let mut first = 0u8;
     let mut last_non_space = 0u8;
     let mut prev_dollar = false;
+    let (mut cjk_code, mut cjk_math) = (0u32, 0u32);
 
     for (i, &b) in bytes.iter().chain(std::iter::once(&b'\n')).enumerate() {
         if b.is_ascii_alphanumeric() || b == b'_' {
@@ -509,9 +525,14 @@ fn score_text(text: &str) -> TextScores {
         }
         // Non-ASCII: decode the character only at its first byte.
         if b >= 0xC0 {
-            let c = text.get(i..).and_then(|rest| rest.chars().next());
-            if c.is_some_and(|c| MATH_SYMBOLS.contains(&c)) {
+            let rest = text.get(i..).unwrap_or("");
+            if rest.chars().next().is_some_and(|c| MATH_SYMBOLS.contains(&c)) {
                 symbols += 1;
+            }
+            // CJK (three-byte) characters: Chinese words have no spaces, so match at each one.
+            if b >= 0xE0 {
+                cjk_code |= cjk_bits(&CJK_CODE_WORDS, rest);
+                cjk_math |= cjk_bits(&CJK_MATH_WORDS, rest);
             }
         }
         // Unified diffs: `@@` hunk headers and `+`/`-` lines.
@@ -536,9 +557,10 @@ fn score_text(text: &str) -> TextScores {
     }
 
     let mut s = TextScores::default();
-    let code_hits = code_words.count_ones();
-    let math_hits = math_words.count_ones();
-    let strong_math = STRONG_MATH_WORDS.iter().filter(|w| math_words & bit_of(WordKind::Math, w) != 0).count() as u32;
+    let code_hits = code_words.count_ones() + cjk_code.count_ones();
+    let math_hits = math_words.count_ones() + cjk_math.count_ones();
+    let strong_math = STRONG_MATH_WORDS.iter().filter(|w| math_words & bit_of(WordKind::Math, w) != 0).count() as u32
+        + (cjk_math & CJK_STRONG_MATH).count_ones();
     if fences > 0 {
         s.code += 3;
         s.signals.push(format!("code_fences:{}", fences.div_ceil(2)));

@@ -309,6 +309,16 @@ fn structured_output_and_precedence() {
 }
 
 #[test]
+fn chinese_prompts_are_classified_too() {
+    let c = classify_body(json!({"model": "auto", "messages": user("请证明存在无穷多个素数，并给出完整的推导过程。")}));
+    assert_eq!(c.task, TaskType::Reasoning, "{:?}", c.signals);
+    let c = classify_body(json!({"model": "auto", "messages": user("这个函数一运行就报错，帮我调试一下代码。")}));
+    assert_eq!(c.task, TaskType::Code, "{:?}", c.signals);
+    let c = classify_body(json!({"model": "auto", "messages": user("周末去哪里玩比较好？天气怎么样？")}));
+    assert_eq!(c.task, TaskType::Chat, "{:?}", c.signals);
+}
+
+#[test]
 fn the_last_user_turn_decides_the_text_rules() {
     let c = classify_body(json!({"model": "auto", "messages": [
         {"role": "user", "content": DIFF},
