@@ -685,3 +685,69 @@ fn an_operator_policy_bounds_the_auto_router() {
     assert_eq!(planned_models(&cat, &p), vec!["qwen/qwen3-coder", "meta-llama/llama-4-maverick"]);
     assert!(p.attempts.iter().all(|a| cat.endpoints[a.endpoint].slug == "deepinfra"));
 }
+
+/// Deterministic pseudo-random numbers in [0, 1) for the mutation test.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+// Nothing in the request path may panic: mutated auto requests (byte flips, truncations, spliced
+// fragments) end in a plan on a catalog model or an OpenAI-style error.
+#[test]
+fn mutated_auto_bodies_never_panic() {
+    let cat = catalog();
+    let seeds: Vec<String> = vec![
+        json!({"model": "auto", "messages": [{"role": "user", "content": [{"type": "text", "text": "```rust\nfn a() {}\n``` \\frac ∀ 证明"},
+              {"type": "image_url", "image_url": {"url": "data:x"}}]}],
+              "plugins": [{"id": "auto-router", "cost_tier": "high", "allowed_models": ["openai/*", "*-flash"]}]})
+        .to_string(),
+        json!({"model": "openrouter/auto", "tools": [{"type": "function"}], "max_tokens": 100,
+               "messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}, {"role": "tool", "content": "{}"}],
+               "response_format": {"type": "json_schema"}, "reasoning": {"effort": "high"}, "provider": {"zdr": true}})
+        .to_string(),
+        json!({"model": "auto", "models": ["qwen/qwen3-coder"], "input": [{"role": "user", "content": "@@ -1 +1 @@\n-a\n+b"}],
+               "plugins": [{"id": "auto-router", "cost_tier": "max"}]})
+        .to_string(),
+    ];
+    let fragments =
+        ["{", "}", "[", "]", "\"", ":", ",", "null", "\"\\u0000\"", "\"image_url\"", "\"auto-router\"", "é", "∑"];
+    let mut rng = Lcg(0xa070);
+    let mut outcomes = (0usize, 0usize);
+    for i in 0..20_000 {
+        let mut b = seeds[i % seeds.len()].clone().into_bytes();
+        for _ in 0..1 + (rng.next() * 4.0) as usize {
+            if b.is_empty() {
+                b.push(b'{');
+            }
+            let pos = (rng.next() * b.len() as f64) as usize % b.len();
+            match (rng.next() * 4.0) as u32 {
+                0 => b[pos] = (rng.next() * 256.0) as u8,
+                1 => b.truncate(pos),
+                2 => {
+                    let f = fragments[(rng.next() * fragments.len() as f64) as usize % fragments.len()];
+                    b.splice(pos..pos, f.bytes());
+                }
+                _ => {
+                    b.remove(pos);
+                }
+            }
+        }
+        match crate::decision::decide(&cat, &b, &NoHealthData, &mut || 0.5) {
+            Ok(d) => {
+                assert!(!d.plan.attempts.is_empty());
+                assert!(cat.model(&d.model).is_some());
+                outcomes.0 += 1;
+            }
+            Err(e) => {
+                assert!(matches!(e.status, 400 | 404), "{}", e.body());
+                outcomes.1 += 1;
+            }
+        }
+    }
+    assert!(outcomes.0 > 100 && outcomes.1 > 100, "{outcomes:?}");
+}
