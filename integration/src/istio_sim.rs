@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::catalog::Catalog;
 use crate::envoy::upstream_tls;
-use crate::istio::WASM_TYPE_URL;
+use crate::istio::{Variant, WASM_TYPE_URL};
 
 /// The extension configs (ECDS) a proxy receives, by name.
 pub type Extensions = BTreeMap<String, Value>;
@@ -68,10 +68,31 @@ pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Res
     Ok(())
 }
 
-/// The egress gateway's configuration before EnvoyFilter patches, as istiod would generate it
-/// for the rendered ServiceEntries, DestinationRules, Gateway, VirtualService and WasmPlugin.
-/// `connect_to` maps provider slugs to local addresses (127.0.0.1:port stand-ins for DNS).
-pub fn gateway_bootstrap(c: &Catalog, ca_file: &str, wasm_plugin_filter: &str, max_retries: u32, host: &str) -> Value {
+/// A proxy's configuration before EnvoyFilter patches, as istiod would generate it for the
+/// rendered ServiceEntries, DestinationRules, Gateway/VirtualService and WasmPlugin: the egress
+/// gateway's HTTP listener (`0.0.0.0_8080`, route `http.80`) or a sidecar's outbound HTTP
+/// listener (`0.0.0.0_80`, route `80`). Provider endpoints are 127.0.0.1 at each catalog port
+/// (stand-ins for DNS).
+pub fn proxy_bootstrap(
+    c: &Catalog,
+    v: Variant,
+    ca_file: &str,
+    wasm_plugin_filter: &str,
+    max_retries: u32,
+    host: &str,
+) -> Value {
+    let (node, listener, route) = match v {
+        Variant::EgressGateway => (
+            json!({"id": "router~127.0.0.1~istio-egressgateway-0.istio-system~istio-system.svc.cluster.local", "cluster": "istio-egressgateway.istio-system"}),
+            "0.0.0.0_8080",
+            "http.80",
+        ),
+        Variant::Sidecar => (
+            json!({"id": "sidecar~127.0.0.1~llm-app-0.apps~apps.svc.cluster.local", "cluster": "llm-app.apps"}),
+            "0.0.0.0_80",
+            "80",
+        ),
+    };
     let clusters: Vec<Value> = c
         .providers
         .iter()
@@ -101,29 +122,29 @@ pub fn gateway_bootstrap(c: &Catalog, ca_file: &str, wasm_plugin_filter: &str, m
         .collect();
     let not_found = "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}";
     json!({
-        // Istio's node identity for a gateway (ECDS needs one).
-        "node": {"id": "router~127.0.0.1~istio-egressgateway-0.istio-system~istio-system.svc.cluster.local", "cluster": "istio-egressgateway.istio-system"},
+        // Istio's node identity (ECDS needs one).
+        "node": node,
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
         "static_resources": {
             "listeners": [{
-                "name": "0.0.0.0_8080",
+                "name": listener,
                 "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
                 "enable_reuse_port": false,
                 "filter_chains": [{"filters": [{
                     "name": "envoy.filters.network.http_connection_manager",
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "outbound_0.0.0.0_8080",
-                        "route_config": {"name": "http.80", "virtual_hosts": [{
+                        "stat_prefix": format!("outbound_{listener}"),
+                        "route_config": {"name": route, "virtual_hosts": [{
                             "name": format!("{host}:80"),
                             "domains": [host, format!("{host}:80")],
                             // The VirtualService's route: everything not routed gets a 404.
                             "routes": [{"name": "switchyard-unrouted", "match": {"prefix": "/"},
                                         "direct_response": {"status": 404, "body": {"inline_string": not_found}}}]
                         }]},
-                        // Istio's gateway order (Istio-only filters such as istio.stats and
-                        // metadata exchange do not exist in upstream Envoy and are left out):
-                        // CORS, fault, then the WasmPlugin at its phase, the router last.
+                        // Istio's order for both (Istio-only filters such as istio.stats,
+                        // istio.alpn and metadata exchange do not exist in upstream Envoy and
+                        // are left out): CORS, fault, the WasmPlugin at its phase, the router.
                         "http_filters": [
                             {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
                             {"name": "envoy.filters.http.fault", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"}},
@@ -334,14 +355,25 @@ pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String
 /// extension configs localized by istio-agent (module checked against `digest`). The entry
 /// host is the catalog's `service_host`.
 pub fn gateway_config(c: &Catalog, ca_file: &str, module: &Path, digest: &str) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, wasm_plugin, Variant};
+    proxy_config(c, Variant::EgressGateway, ca_file, module, digest)
+}
+
+/// As `gateway_config`, for either variant.
+pub fn proxy_config(
+    c: &Catalog,
+    v: Variant,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+) -> Result<(Value, Extensions), String> {
+    use crate::istio::{envoy_filter, wasm_plugin};
     let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
-    let wp = wasm_plugin(c, Variant::EgressGateway, digest);
+    let wp = wasm_plugin(c, v, digest);
     let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
-    let mut boot = gateway_bootstrap(c, ca_file, &wp_name, 1024, &c.istio.service_host);
+    let mut boot = proxy_bootstrap(c, v, ca_file, &wp_name, cfg.max_concurrent_failovers, &c.istio.service_host);
     let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
-    let ef = envoy_filter(c, Variant::EgressGateway, &cfg, digest);
-    apply_envoy_filter(&mut boot, &ef, "GATEWAY", &mut extensions)?;
+    let ef = envoy_filter(c, v, &cfg, digest);
+    apply_envoy_filter(&mut boot, &ef, v.context(), &mut extensions)?;
     for ext in extensions.values_mut() {
         agent_localize(ext, digest, module)?;
     }

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{repo_root, wasm_path, Envoy};
-use switchyard_integration::istio_sim::{gateway_config, serve_extensions_from_files};
+use switchyard_integration::istio::Variant;
+use switchyard_integration::istio_sim::{gateway_config, proxy_config, serve_extensions_from_files};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
 use switchyard_integration::tls::TestCa;
@@ -22,6 +23,11 @@ struct Stack {
     addr: SocketAddr,
     admin: SocketAddr,
     providers: BTreeMap<String, MockProvider>,
+    /// The catalog pointed at the mocks, and what a second proxy needs to reach them.
+    local: Catalog,
+    ca_file: String,
+    digest: String,
+    dir: std::path::PathBuf,
 }
 
 static STACK: OnceLock<Stack> = OnceLock::new();
@@ -67,7 +73,16 @@ fn stack() -> &'static Stack {
                 local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
             let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let envoy = Envoy::start_bootstrap(&boot, "istio-gateway", &env, 2).unwrap();
-            tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers }).unwrap();
+            tx.send(Stack {
+                addr: envoy.addr(),
+                admin: envoy.admin,
+                providers,
+                local,
+                ca_file: ca_file.to_string_lossy().into_owned(),
+                digest,
+                dir,
+            })
+            .unwrap();
             let _keep = (envoy, rt);
             loop {
                 std::thread::park();
@@ -147,4 +162,33 @@ fn filter_chain_order_is_decision_then_metadata_then_clear_then_router() {
             "envoy.filters.http.router"
         ]
     );
+}
+
+/// The sidecar variant's manifests (SIDECAR_OUTBOUND patches, the outbound HTTP listener and
+/// route `80`, WasmPlugin matched to CLIENT mode) route and fail over the same way.
+#[test]
+fn sidecar_variant_routes_and_fails_over() {
+    let s = stack();
+    let (mut boot, extensions) = proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest).unwrap();
+    serve_extensions_from_files(&mut boot, &extensions, &s.dir.join("ecds-sidecar")).unwrap();
+    let keys: Vec<(String, String)> =
+        s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
+    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let envoy = Envoy::start_bootstrap(&boot, "istio-sidecar", &env, 1).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let r = rt
+        .block_on(post_json(
+            envoy.addr(),
+            "/v1/chat/completions",
+            &[("x-test-id", "sidecar-failover"), ("x-mock-behavior", "groq=429")],
+            &json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq", "together"]}}),
+        ))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("together"));
+    let got = s.providers["together"].received_for("sidecar-failover");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-TOGETHER_API_KEY"));
+    assert_eq!(got[0].json()["model"], "meta-llama/Llama-3.3-70B-Instruct-Turbo");
+    assert_eq!(s.providers["groq"].received_for("sidecar-failover").len(), 1);
 }
