@@ -342,6 +342,13 @@ impl Policy {
             RequestProvider::Ignore => ProviderPrefs::default(),
         };
         let l = &self.limits;
+        // An `order` the caller lets fall back is a preference: cut it to what the policy
+        // permits (with fallbacks forced off, the rest of it would become a restriction the
+        // caller never asked for). With the caller's own `allow_fallbacks: false` it is a
+        // restriction and stays whole: emptied by the policy, it is a 404 naming the policy.
+        if p.allow_fallbacks {
+            p.order.retain(|s| self.permits_slug(s));
+        }
         p.only = match (&l.only, &p.only) {
             (Some(ceiling), Some(asked)) => Some(intersect_slugs(ceiling, asked)),
             (Some(ceiling), None) => Some(ceiling.clone()),
@@ -367,6 +374,14 @@ impl Policy {
         };
         p.allow_fallbacks &= l.allow_fallbacks;
         p
+    }
+
+    /// Whether some endpoint of slug `s` can pass the policy's `only` and `ignore`.
+    pub fn permits_slug(&self, s: &str) -> bool {
+        let l = &self.limits;
+        let in_ceiling = l.only.as_ref().is_none_or(|only| !intersect_slugs(&[s.to_string()], only).is_empty());
+        let ignored = l.ignore.iter().any(|i| i == s || (!i.contains('/') && base_of(s) == i));
+        in_ceiling && !ignored
     }
 
     /// Whether pinned model ids (`provider/vendor/model`) count under this policy.

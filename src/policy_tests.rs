@@ -321,6 +321,21 @@ fn narrow_only_is_the_intersection() {
 }
 
 #[test]
+fn narrow_cuts_a_preferred_order_to_the_policy() {
+    let (_, p) = policy(r#"{"only": ["alpha", "delta/fast"], "ignore": ["alpha"]}"#);
+    assert_eq!(
+        p.narrow(&prefs(r#"{"order": ["beta", "delta", "alpha", "delta/fast"]}"#)).order,
+        vec!["delta", "delta/fast"],
+        "slug level: `delta` may still reach delta/fast (the hard filters decide per endpoint)"
+    );
+    let (_, p) = policy(r#"{"only": ["alpha", "delta"]}"#);
+    assert_eq!(p.narrow(&prefs(r#"{"order": ["delta/fast", "beta"]}"#)).order, vec!["delta/fast"]);
+    // A restriction (the caller's own allow_fallbacks: false) is kept whole.
+    assert_eq!(p.narrow(&prefs(r#"{"order": ["beta"], "allow_fallbacks": false}"#)).order, vec!["beta"]);
+    assert!(p.permits_slug("delta/fast") && p.permits_slug("alpha") && !p.permits_slug("beta"));
+}
+
+#[test]
 fn narrow_ignore_is_the_union() {
     let (_, p) = policy(r#"{"ignore": ["gamma"]}"#);
     assert_eq!(p.narrow(&prefs("{}")).ignore, vec!["gamma"]);
@@ -434,6 +449,15 @@ fn forced_allow_fallbacks_false_keeps_one_endpoint() {
     let (c, p) = policy(r#"{"allow_fallbacks": false, "only": ["alpha", "beta", "gamma"]}"#);
     assert_eq!(ok(&c, &p, &body(r#", "provider": {"allow_fallbacks": true, "sort": "price"}"#)), vec!["alpha@m/a"]);
     assert_eq!(ok(&c, &p, &body(r#", "provider": {"order": ["gamma", "beta"]}"#)), vec!["gamma@m/a", "beta@m/a"]);
+    // An order outside the ceiling is cut; nothing left of it: the first endpoint only.
+    let (c, p) = policy(r#"{"allow_fallbacks": false, "only": ["alpha", "beta"]}"#);
+    assert_eq!(ok(&c, &p, &body(r#", "provider": {"order": ["gamma", "delta"]}"#)), vec!["alpha@m/a"]);
+    assert_eq!(ok(&c, &p, &body(r#", "provider": {"order": ["gamma", "beta"]}"#)), vec!["beta@m/a"]);
+    // The caller's own allow_fallbacks: false makes its order a restriction: held, then refused.
+    assert_eq!(
+        refused(&c, &p, &body(r#", "provider": {"order": ["gamma"], "allow_fallbacks": false}"#)),
+        (404, "policy:p.only".into())
+    );
     // Model fallbacks stay on (each model keeps its first endpoint), inside the policy.
     assert_eq!(
         ok(&c, &p, &body(r#", "models": ["m/b"], "provider": {"sort": "price"}"#)),

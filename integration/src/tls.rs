@@ -5,13 +5,18 @@
 
 use std::path::Path;
 
-use rcgen::{BasicConstraints, Certificate, CertificateParams, DnType, IsCa, KeyPair};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
+};
 
 /// A server identity: certificate chain and key, DER.
 #[derive(Clone)]
 pub struct Identity {
     pub cert_der: Vec<u8>,
     pub key_der: Vec<u8>,
+    /// The same certificate and (PKCS#8) key as PEM, for files Envoy reads.
+    pub cert_pem: String,
+    pub key_pem: String,
 }
 
 pub struct TestCa {
@@ -44,6 +49,33 @@ impl TestCa {
         let mut params = CertificateParams::new(vec![dns_name.to_string()]).map_err(|e| e.to_string())?;
         params.distinguished_name.push(DnType::CommonName, dns_name);
         let cert = params.signed_by(&key, &self.cert, &self.key).map_err(|e| e.to_string())?;
-        Ok(Identity { cert_der: cert.der().to_vec(), key_der: key.serialize_der() })
+        Ok(Identity {
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// A client certificate whose only SAN is the URI `uri` (a SPIFFE id, as Istio's workload
+    /// certificates carry), signed by this CA.
+    pub fn issue_client(&self, uri: &str) -> Result<Identity, String> {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(|e| format!("{uri}: {e:?}"))?)];
+        params.distinguished_name.push(DnType::CommonName, "switchyard test workload");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.cert, &self.key).map_err(|e| e.to_string())?;
+        Ok(Identity {
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// The CA certificate, DER (a client's trust root).
+    pub fn der(&self) -> Vec<u8> {
+        self.cert.der().to_vec()
     }
 }
