@@ -398,8 +398,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     let mut boot = json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
-        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("policy")]},
-        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason")]},
+        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason"), tag("policy")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{
