@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench soak clean render image registry-tools
+.PHONY: setup wasm run test unit integration sdk lint bench soak clean render image registry-tools fuzz
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -77,3 +77,21 @@ bench: wasm
 soak: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-soak
 	target/release/switchyard-soak $(SOAK_ARGS)
+
+# Coverage-guided fuzzing (nightly + cargo-fuzz, installed on first use; not part of `make test`).
+# Each target runs FUZZ_SECONDS from the committed seeds in fuzz/seeds/<target>; new inputs go
+# to .work/fuzz/<target>. A crash, a panic, a unit slower than 2 s or an allocation over 256 MB
+# fails the run (libFuzzer writes the input to fuzz/artifacts/<target>/).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := request config response
+fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p .work/fuzz/$$t; \
+		echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+		cargo +nightly fuzz run -O $$t .work/fuzz/$$t fuzz/seeds/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=256 \
+			-max_len=65536 -print_final_stats=1 2>&1 | grep -E '^(#[0-9]+.*DONE|Done|stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|.*panicked|.*ERROR)' ; \
+		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done

@@ -16,6 +16,17 @@ pub struct ApiError {
     pub headers: Vec<(String, String)>,
 }
 
+/// Caller text quoted in an error message: at most `ECHO_CHARS` characters, so a megabyte model
+/// id does not come back as a megabyte error.
+pub const ECHO_CHARS: usize = 200;
+
+pub fn echo(text: &str) -> String {
+    match text.char_indices().nth(ECHO_CHARS) {
+        Some((cut, _)) => format!("{}...", text.get(..cut).unwrap_or(text)),
+        None => text.to_string(),
+    }
+}
+
 impl ApiError {
     pub fn new(status: u32, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError { status, message: message.into(), kind, code, param: None, metadata: Map::new(), headers: Vec::new() }
@@ -37,7 +48,7 @@ impl ApiError {
             400,
             "invalid_request_error",
             "model_not_found",
-            format!("`{param}`: \"{model}\" is not a model configured on this router"),
+            format!("`{param}`: \"{}\" is not a model configured on this router", echo(model)),
         );
         e.param = Some(param.to_string());
         e
@@ -94,6 +105,13 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echoed_caller_text_is_bounded() {
+        let e = ApiError::model_not_found("model", &"\u{e9}".repeat(100_000));
+        assert!(e.message.chars().count() < ECHO_CHARS + 100, "{}", e.message.len());
+        assert_eq!(echo("short"), "short");
+    }
 
     #[test]
     fn openai_shape() {

@@ -14,6 +14,7 @@
 //! - `forwarding`: which caller headers may reach a provider
 //! - `surface`: what happens to a request by method and path (route, pass through, answer)
 //! - `stats`: rolling per-endpoint statistics kept in shared data
+//! - `usage`: token usage read from the tail of a provider's response
 //! - `wildcard`: `allowed_models`-style `*` patterns
 //! - `sse`: telling complete streams from cut ones, and the error event for a cut stream
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
@@ -36,6 +37,7 @@ pub mod router;
 pub mod sse;
 pub mod stats;
 pub mod surface;
+pub mod usage;
 pub mod wildcard;
 pub mod wire;
 

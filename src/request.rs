@@ -507,8 +507,9 @@ pub fn split_variant<'s>(
                     return Err(ApiError::invalid(
                         param,
                         format!(
-                        "unknown model variant suffix `:{suffix}` in `{param}` (supported: :nitro, :floor, :exacto)"
-                    ),
+                            "unknown model variant suffix `:{}` in `{param}` (supported: :nitro, :floor, :exacto)",
+                            crate::errors::echo(suffix)
+                        ),
                     ))
                 }
             };

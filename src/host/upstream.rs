@@ -17,6 +17,7 @@ use crate::failover::{
 };
 use crate::sse::{interrupted_event, StreamEnd};
 use crate::stats::Finished;
+use crate::usage::{completion_tokens, USAGE_TAIL_BYTES};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -52,21 +53,6 @@ pub struct Attempt {
 
 fn u64_le(b: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))
-}
-
-/// Finds `"completion_tokens":N` (or `output_tokens`) in the tail of a response.
-fn completion_tokens(tail: &[u8]) -> Option<u64> {
-    let text = String::from_utf8_lossy(tail);
-    for key in ["\"completion_tokens\":", "\"output_tokens\":"] {
-        if let Some(pos) = text.rfind(key) {
-            let digits: String =
-                text.get(pos + key.len()..)?.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
-            if let Ok(n) = digits.parse() {
-                return Some(n);
-            }
-        }
-    }
-    None
 }
 
 impl Attempt {
@@ -276,7 +262,7 @@ impl HttpContext for Attempt {
         if body_size > 0 {
             self.body_chunks += 1;
             // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
-            let tail = body_size.min(256);
+            let tail = body_size.min(USAGE_TAIL_BYTES);
             if let Some(b) = api::response_body(body_size - tail, tail) {
                 if let Some(n) = completion_tokens(&b) {
                     self.completion_tokens = Some(n);

@@ -1,0 +1,68 @@
+//! A request body through everything the downstream filter runs on it: the body and `provider`
+//! parser, the auto router, planning, the upstream body rewrite, the debug candidates, every
+//! attempt's rewrite, and the unrouted-request decision. Any panic is a bug; so is a unit that
+//! takes longer than libFuzzer's `-timeout`.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use switchyard::config::Catalog;
+use switchyard::decision::{candidates_json, decide};
+use switchyard::failover::{attempt_rewrite, model_prefix, AttemptPlan};
+use switchyard::health::NoHealthData;
+use switchyard::request::{TopLevel, ROUTING_FIELDS};
+use switchyard::surface::disposition;
+
+fn catalog() -> &'static Catalog {
+    static C: OnceLock<Catalog> = OnceLock::new();
+    C.get_or_init(|| match Catalog::from_json(include_bytes!("../catalog.json"), &|_| Some("k".into())) {
+        Ok(c) => c,
+        Err(e) => panic!("fuzz catalog: {e}"),
+    })
+}
+
+fuzz_target!(|body: &[u8]| {
+    let c = catalog();
+    let mut seed = body.len() as u64;
+    let mut rand = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    if let Ok(d) = decide(c, body, &NoHealthData, &mut rand) {
+        let _ = candidates_json(c, &d.plan, &NoHealthData);
+        let endpoints: Vec<u16> = d.plan.attempts.iter().map(|a| a.endpoint as u16).collect();
+        let first = endpoints.first().and_then(|&i| c.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
+        let plan = AttemptPlan {
+            catalog_id: 1,
+            stream: d.stream,
+            body_len: d.body.len() as u32,
+            prefix_len: model_prefix(first.unwrap_or("")).len() as u32,
+            path: "/v1/chat/completions?x=1".into(),
+            endpoints: endpoints.clone(),
+        };
+        let decoded = AttemptPlan::decode(&plan.encode());
+        assert!(decoded.is_some(), "a plan must survive its own encoding");
+        for (k, &e) in endpoints.iter().enumerate() {
+            let cluster = c.endpoint(e as usize).and_then(|ep| c.provider_of(ep)).map(|p| p.cluster.clone());
+            let rw = attempt_rewrite(c, 1, &plan, k + 1, cluster.as_deref().unwrap_or(""));
+            assert!(rw.is_ok(), "the planned cluster must be accepted");
+        }
+        // The body a provider receives parses as the caller's did (values are spliced byte for
+        // byte), starts with `model`, and carries no routing field.
+        match TopLevel::parse(&d.body) {
+            Ok(t) => {
+                assert_eq!(t.0.first().map(|(k, _)| k.as_ref()), Some("model"));
+                for f in ROUTING_FIELDS.iter().skip(1) {
+                    assert!(t.get(f).is_none(), "routing field {f} reached the provider");
+                }
+            }
+            Err(e) => panic!("upstream body does not parse: {e}"),
+        }
+    }
+    // Method and path come from the caller too.
+    if let Ok(text) = std::str::from_utf8(body) {
+        let (method, path) = text.split_once(' ').unwrap_or(("GET", text));
+        let _ = disposition(method, path, &c.routing);
+    }
+});
