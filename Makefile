@@ -87,11 +87,12 @@ FUZZ_TARGETS := request config response
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	cargo +nightly fuzz build -O
 	@for t in $(FUZZ_TARGETS); do \
 		mkdir -p .work/fuzz/$$t; \
 		echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
 		cargo +nightly fuzz run -O $$t .work/fuzz/$$t fuzz/seeds/$$t -- \
 			-max_total_time=$(FUZZ_SECONDS) -timeout=2 -rss_limit_mb=2048 -malloc_limit_mb=256 \
-			-max_len=65536 -print_final_stats=1 2>&1 | grep -E '^(#[0-9]+.*DONE|Done|stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|.*panicked|.*ERROR)' ; \
+			-max_len=65536 -print_final_stats=1 2>&1 | grep -E '^(#[0-9]+[[:space:]]+DONE|Done|stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|.*panicked|.*ERROR)' ; \
 		test $${PIPESTATUS[0]} -eq 0 || exit 1; \
 	done

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use crate::config::Catalog;
 use crate::errors::ApiError;
+use crate::failover::{model_prefix, AttemptPlan, EndpointRef};
 use crate::health::HealthView;
 use crate::policy::Policy;
 use crate::request::ChatRequest;
@@ -55,6 +56,54 @@ pub fn decide_under(
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
         .max(1);
     Ok(Decision { stream: req.stream, plan, body, model, policy: policy.map(|p| p.name.clone()), max_attempts })
+}
+
+/// What the downstream filter hands to Envoy for one decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandOff {
+    /// The plan every attempt's upstream filter reads (filter state).
+    pub plan: AttemptPlan,
+    /// The provider cluster of each attempt, in order (the priority-group override).
+    pub clusters: Vec<String>,
+}
+
+impl HandOff {
+    /// Retries Envoy may make after the first attempt (`x-envoy-max-retries`).
+    pub fn max_retries(&self) -> usize {
+        self.clusters.len().saturating_sub(1)
+    }
+}
+
+/// The plan cut to the decision's attempt budget, with everything an attempt needs to rewrite
+/// itself: endpoints by index and by name, the body and prefix lengths, the original path.
+pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) -> HandOff {
+    let endpoints: Vec<u16> = d
+        .plan
+        .attempts
+        .iter()
+        .take(d.max_attempts.max(1))
+        .filter(|a| catalog.endpoint(a.endpoint).is_some() && a.endpoint <= usize::from(u16::MAX))
+        .map(|a| a.endpoint as u16)
+        .collect();
+    let planned = || endpoints.iter().filter_map(|&i| catalog.endpoint(usize::from(i)));
+    let clusters: Vec<String> = planned().filter_map(|e| catalog.provider_of(e)).map(|p| p.cluster.clone()).collect();
+    let first_model = planned().next().map(|e| e.upstream_model.as_str()).unwrap_or("");
+    let refs: Vec<EndpointRef> = planned()
+        .filter_map(|e| {
+            let model = catalog.models.get(e.model)?.id.clone();
+            Some(EndpointRef { model, slug: e.slug.clone(), upstream_model: e.upstream_model.clone() })
+        })
+        .collect();
+    let plan = AttemptPlan {
+        catalog_id,
+        stream: d.stream,
+        body_len: u32::try_from(d.body.len()).unwrap_or(u32::MAX),
+        prefix_len: u32::try_from(model_prefix(first_model).len()).unwrap_or(u32::MAX),
+        path: path.to_string(),
+        endpoints,
+        refs,
+    };
+    HandOff { plan, clusters }
 }
 
 /// The ranked candidates with their scores and the live statistics the decision saw, for the

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::*;
-use crate::decision::{candidates_json, decide};
+use crate::decision::{candidates_json, decide, hand_off};
 use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
 use crate::health::NoHealthData;
 
@@ -1343,15 +1343,9 @@ fn decide_rewrites_body_for_the_first_endpoint() {
 fn later_attempts_splice_their_model_into_the_decided_body() {
     let c = decision_catalog();
     let d = decide(&c, DEC_BODY.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
-    let plan = AttemptPlan {
-        catalog_id: 1,
-        stream: d.stream,
-        body_len: d.body.len() as u32,
-        prefix_len: model_prefix("alpha-model-v1").len() as u32,
-        path: "/v1/responses".into(),
-        endpoints: d.plan.attempts.iter().map(|a| a.endpoint as u16).collect(),
-        refs: Vec::new(),
-    };
+    // The plan the downstream filter really hands over (not one rebuilt here).
+    let plan = hand_off(&c, 1, &d, "/v1/responses").plan;
+    assert_eq!(plan.prefix_len as usize, model_prefix("alpha-model-v1").len());
     let second = attempt_rewrite(&c, 1, &plan, 2, "c_beta").unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(second.authority, "beta.example");
     assert_eq!(second.path, "/openai/v1/responses");
@@ -1365,6 +1359,38 @@ fn later_attempts_splice_their_model_into_the_decided_body() {
         r#"{"model":"beta/m","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
     );
     assert!(attempt_rewrite(&c, 1, &plan, 3, "c_beta").is_err());
+}
+
+// hand_off: the plan is cut to the attempt budget; clusters, endpoint names and the retry count
+// follow the ranked order; every planned attempt's own cluster is accepted, any other refused.
+#[test]
+fn hand_off_cuts_the_plan_to_the_budget_and_names_each_attempt() {
+    let eps: Vec<String> =
+        ["aa", "bb", "cc", "dd", "ee", "ff"].iter().enumerate().map(|(i, p)| ep(p, (i + 1) as f64)).collect();
+    let c = catalog_routing(&[model("m/six", &eps)], r#"{"max_attempts": 3}"#);
+    let b = body("m/six", r#", "provider": {"sort": "price"}"#);
+    let d = decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(d.plan.attempts.len(), 6, "the ranking itself is not cut");
+    let h = hand_off(&c, 7, &d, "/v1/chat/completions?x=1");
+    assert_eq!(h.clusters, s(&["c_aa", "c_bb", "c_cc"]));
+    assert_eq!(h.max_retries(), 2);
+    assert_eq!(h.plan.catalog_id, 7);
+    assert_eq!(h.plan.body_len as usize, d.body.len());
+    assert_eq!(h.plan.path, "/v1/chat/completions?x=1");
+    let names: Vec<(&str, &str)> = h.plan.refs.iter().map(|r| (r.model.as_str(), r.slug.as_str())).collect();
+    assert_eq!(names, vec![("m/six", "aa"), ("m/six", "bb"), ("m/six", "cc")]);
+    for (k, cluster) in h.clusters.iter().enumerate() {
+        assert!(attempt_rewrite(&c, 7, &h.plan, k + 1, cluster).is_ok(), "attempt {}", k + 1);
+        assert!(attempt_rewrite(&c, 7, &h.plan, k + 1, "c_ff").is_err(), "attempt {} to an unplanned cluster", k + 1);
+    }
+    assert!(attempt_rewrite(&c, 7, &h.plan, 4, "c_dd").is_err(), "past the budget");
+    // The plan survives its wire encoding.
+    assert_eq!(AttemptPlan::decode(&h.plan.encode()), Some(h.plan.clone()));
+    // A budget of one: no retries.
+    let c1 = catalog_routing(&[model("m/six", &eps)], r#"{"max_attempts": 1}"#);
+    let d1 = decide(&c1, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+    let h1 = hand_off(&c1, 7, &d1, "/v1/chat/completions");
+    assert_eq!((h1.clusters.len(), h1.max_retries()), (1, 0));
 }
 
 // decide propagates routing errors unchanged (400 bad JSON, 404 no_endpoints).

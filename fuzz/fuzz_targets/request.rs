@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::config::Catalog;
-use switchyard::decision::{candidates_json, decide};
-use switchyard::failover::{attempt_rewrite, model_prefix, AttemptPlan};
+use switchyard::decision::{candidates_json, decide, hand_off};
+use switchyard::failover::{attempt_rewrite, AttemptPlan};
 use switchyard::health::NoHealthData;
 use switchyard::request::{TopLevel, ROUTING_FIELDS};
 use switchyard::surface::disposition;
@@ -31,22 +31,13 @@ fuzz_target!(|body: &[u8]| {
     };
     if let Ok(d) = decide(c, body, &NoHealthData, &mut rand) {
         let _ = candidates_json(c, &d.plan, &NoHealthData);
-        let endpoints: Vec<u16> = d.plan.attempts.iter().map(|a| a.endpoint as u16).collect();
-        let first = endpoints.first().and_then(|&i| c.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
-        let plan = AttemptPlan {
-            catalog_id: 1,
-            stream: d.stream,
-            body_len: d.body.len() as u32,
-            prefix_len: model_prefix(first.unwrap_or("")).len() as u32,
-            path: "/v1/chat/completions?x=1".into(),
-            endpoints: endpoints.clone(),
-        };
+        let h = hand_off(c, 1, &d, "/v1/chat/completions?x=1");
+        let plan = h.plan;
         let decoded = AttemptPlan::decode(&plan.encode());
-        assert!(decoded.is_some(), "a plan must survive its own encoding");
-        for (k, &e) in endpoints.iter().enumerate() {
-            let cluster = c.endpoint(e as usize).and_then(|ep| c.provider_of(ep)).map(|p| p.cluster.clone());
-            let rw = attempt_rewrite(c, 1, &plan, k + 1, cluster.as_deref().unwrap_or(""));
-            assert!(rw.is_ok(), "the planned cluster must be accepted");
+        assert_eq!(decoded.as_ref(), Some(&plan), "a plan must survive its own encoding");
+        assert!(!h.clusters.is_empty() && h.clusters.len() <= c.routing.max_attempts);
+        for (k, cluster) in h.clusters.iter().enumerate() {
+            assert!(attempt_rewrite(c, 1, &plan, k + 1, cluster).is_ok(), "the planned cluster must be accepted");
         }
         // The body a provider receives parses as the caller's did (values are spliced byte for
         // byte), starts with `model`, and carries no routing field.

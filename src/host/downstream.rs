@@ -8,11 +8,11 @@ use proxy_wasm::types::Action;
 use super::caller::HostFacts;
 use super::shared::{count, tag, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
-use crate::decision::{candidates_json, decide_under, Audit, Decision, AUDIT_PROPERTY};
+use crate::decision::{candidates_json, decide_under, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::errors::ApiError;
 use crate::failover::{
-    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, model_prefix, AttemptPlan,
-    CutShort, EndpointRef, StopReason, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
+    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, CutShort, StopReason,
+    ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
 use crate::rewrite::with_provider_field;
 use crate::surface::{debug_allowed, disposition, Disposition};
@@ -157,38 +157,8 @@ impl Stream {
     /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
     /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
     fn apply(&mut self, d: Decision) {
-        let catalog = &self.config.catalog;
-        let budget = d.max_attempts.max(1);
-        let endpoints: Vec<u16> =
-            d.plan.attempts.iter().take(budget).map(|a| a.endpoint.min(u16::MAX as usize) as u16).collect();
-        let clusters: Vec<&str> = endpoints
-            .iter()
-            .filter_map(|&i| {
-                catalog.endpoint(i as usize).and_then(|e| catalog.provider_of(e)).map(|p| p.cluster.as_str())
-            })
-            .collect();
-        let first_model = endpoints
-            .first()
-            .and_then(|&i| catalog.endpoint(i as usize))
-            .map(|e| e.upstream_model.as_str())
-            .unwrap_or("");
-        let refs: Vec<EndpointRef> = endpoints
-            .iter()
-            .filter_map(|&i| {
-                let e = catalog.endpoint(i as usize)?;
-                let model = catalog.models.get(e.model)?.id.clone();
-                Some(EndpointRef { model, slug: e.slug.clone(), upstream_model: e.upstream_model.clone() })
-            })
-            .collect();
-        let plan = AttemptPlan {
-            catalog_id: self.config.id,
-            stream: d.stream,
-            body_len: d.body.len() as u32,
-            prefix_len: model_prefix(first_model).len() as u32,
-            path: self.path.clone(),
-            endpoints,
-            refs,
-        };
+        let HandOff { plan, clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
+        let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
         api::set_property(vec![PLAN_PROPERTY], &plan.encode());
         // Neither the caller's key nor any provider key is on the request before an attempt.
         for h in &self.caller_credentials {
