@@ -157,8 +157,9 @@ pub fn wasm_plugin(c: &Catalog, v: Variant, sha256: &str) -> Value {
         "vmConfig": {"env": env}
     });
     if v == Variant::Sidecar {
-        // Outbound traffic only; the application's inbound requests are none of our business.
-        spec["match"] = json!([{"mode": "CLIENT"}]);
+        // Outbound traffic to port 80 only (where applications call Switchyard); inbound
+        // requests and other outbound traffic are none of its business.
+        spec["match"] = json!([{"mode": "CLIENT", "ports": [{"number": 80}]}]);
     }
     json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin", "metadata": metadata("switchyard", c), "spec": spec})
 }
@@ -205,10 +206,19 @@ pub fn header_to_metadata_filter() -> Value {
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
     let plugin = serde_json::to_string(&c.plugin_config()).unwrap_or_default();
-    let before_router = json!({"context": ctx, "listener": {"filterChain": {"filter": {
+    // Sidecars: only the outbound HTTP listener applications reach Switchyard on (port 80), so
+    // the filters never touch a workload's other outbound traffic.
+    let listener = |filter: Value| {
+        let mut l = json!({"filterChain": {"filter": filter}});
+        if v == Variant::Sidecar {
+            l["portNumber"] = json!(80);
+        }
+        l
+    };
+    let before_router = json!({"context": ctx, "listener": listener(json!({
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
-    }}}});
+    }))});
     // The decision filter must hold the request headers until the body is complete, which
     // Envoy only honours with `allow_on_headers_stop_iteration` (without it the request hangs:
     // measured). The WasmPlugin API cannot set that flag, so the EnvoyFilter re-delivers the
@@ -229,7 +239,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         format!("extensions.istio.io/wasmplugin/{}.switchyard", c.istio.namespace),
     ] {
         patches.push(json!({"applyTo": "HTTP_FILTER",
-            "match": {"context": ctx, "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": name}}}}},
+            "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": name}}))},
             "patch": {"operation": "REPLACE", "value": ecds_filter("switchyard-decision")}}));
     }
     patches.extend([
@@ -238,7 +248,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-clear")}}),
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS.
-        json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager"}}}},
+        json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager"}))},
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                    "scheme_header_transformation": {"match_upstream": true}}}}}),

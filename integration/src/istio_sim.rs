@@ -194,10 +194,17 @@ fn merge(dst: &mut Value, src: &Value, is_map: bool) {
     }
 }
 
-fn hcms(boot: &mut Value) -> Vec<&mut Value> {
+/// The HTTP connection managers of the listeners a patch's `listener.portNumber` selects (Istio
+/// names listeners `<address>_<port>`).
+fn hcms<'a>(boot: &'a mut Value, patch: &Value) -> Vec<&'a mut Value> {
+    let port = patch.pointer("/match/listener/portNumber").and_then(Value::as_u64);
     let mut out = Vec::new();
     if let Some(listeners) = boot.pointer_mut("/static_resources/listeners").and_then(Value::as_array_mut) {
         for l in listeners {
+            let name = l["name"].as_str().unwrap_or("").to_string();
+            if port.is_some_and(|p| !name.ends_with(&format!("_{p}"))) {
+                continue;
+            }
             if let Some(chains) = l["filter_chains"].as_array_mut() {
                 for ch in chains {
                     if let Some(filters) = ch["filters"].as_array_mut() {
@@ -243,7 +250,7 @@ pub fn apply_envoy_filter(
                     .pointer("/match/listener/filterChain/filter/subFilter/name")
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                for hcm in hcms(boot) {
+                for hcm in hcms(boot, p) {
                     if let Some(filters) = hcm["typed_config"]["http_filters"].as_array_mut() {
                         if let Some(at) = filters.iter().position(|f| f["name"] == target) {
                             match op {
@@ -266,7 +273,7 @@ pub fn apply_envoy_filter(
             }
             ("NETWORK_FILTER", "MERGE") => {
                 let target = p.pointer("/match/listener/filterChain/filter/name").and_then(Value::as_str).unwrap_or("");
-                for f in hcms(boot) {
+                for f in hcms(boot, p) {
                     if f["name"] == target {
                         merge(&mut f["typed_config"], &value["typed_config"], false);
                         applied += 1;
@@ -275,7 +282,7 @@ pub fn apply_envoy_filter(
             }
             ("HTTP_ROUTE", "INSERT_FIRST") => {
                 let vhost = p.pointer("/match/routeConfiguration/vhost/name").and_then(Value::as_str).unwrap_or("");
-                for hcm in hcms(boot) {
+                for hcm in hcms(boot, p) {
                     if let Some(vhosts) = hcm["typed_config"]["route_config"]["virtual_hosts"].as_array_mut() {
                         for vh in vhosts.iter_mut().filter(|v| v["name"] == vhost) {
                             if let Some(routes) = vh["routes"].as_array_mut() {
