@@ -99,6 +99,17 @@ pub struct StackConfig {
     pub max_requests_per_cluster: u32,
     /// Concurrent retries (failovers) per provider cluster. See `provider_circuit_breakers`.
     pub max_concurrent_failovers: u32,
+    /// Verify `Authorization: Bearer` JWTs with Envoy's `jwt_authn` before Switchyard and put
+    /// the payload in dynamic metadata (`jwt_payload`), for JWT-claim-selected policies.
+    pub jwt: Option<JwtSpec>,
+}
+
+/// One `jwt_authn` provider: the tokens' issuer and the JWKS (JSON) that verifies them. A
+/// request without a token passes unauthenticated; a bad token is refused by Envoy (401).
+#[derive(Clone, Debug)]
+pub struct JwtSpec {
+    pub issuer: String,
+    pub jwks: String,
 }
 
 /// A virtual host (by `:authority`) whose routes name an operator policy.
@@ -141,6 +152,7 @@ impl StackConfig {
             policy_routes: Vec::new(),
             tls: None,
             access_log: false,
+            jwt: None,
             route_timeout_ms: 300_000,
             max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
@@ -455,6 +467,24 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                 "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}}
             }
         }]);
+    }
+    if let Some(jwt) = &cfg.jwt {
+        let authn = json!({"name": "envoy.filters.http.jwt_authn", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+            "providers": {"caller": {
+                "issuer": jwt.issuer,
+                "local_jwks": {"inline_string": jwt.jwks},
+                // Claims land in dynamic metadata `envoy.filters.http.jwt_authn` / `jwt_payload`.
+                "payload_in_metadata": "jwt_payload",
+                "forward": false
+            }},
+            "rules": [{"match": {"prefix": "/"}, "requires": {"requires_any": {"requirements": [
+                {"provider_name": "caller"}, {"allow_missing": {}}
+            ]}}}]
+        }});
+        if let Some(filters) = chain["filters"][0]["typed_config"]["http_filters"].as_array_mut() {
+            filters.insert(0, authn);
+        }
     }
     if let Some(tls) = &cfg.tls {
         // mTLS: callers must present a certificate from `client_ca`; its URI SAN (a SPIFFE id)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, post_json_tls, Reply, TlsClient};
-use switchyard_integration::envoy::{ClusterSpec, Envoy, PolicyRoute, StackConfig, TlsSpec};
+use switchyard_integration::envoy::{ClusterSpec, Envoy, JwtSpec, PolicyRoute, StackConfig, TlsSpec};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::tls::TestCa;
 
@@ -64,15 +64,20 @@ fn mtls_config() -> Value {
         "reports": {"zdr": true, "allowed_models": ["pol/*"]},
         "marketing": {"ignore": ["alpha"], "max_attempts": 3},
         "eu": {"require_tags": ["eu"], "data_collection": "deny"},
+        "partner": {"only": ["gamma"]},
         "open": {}
     });
     c["policy_selection"] = json!({
         "rules": [
             {"policy": "eu", "route": "eu"},
+            {"policy": "partner", "jwt_claim": {"claim": ["org", "tier"], "value": "gold*"}},
             {"policy": "reports", "peer_uri_san": REPORTS},
             {"policy": "finance", "peer_uri_san": "spiffe://cluster.local/ns/finance/*"},
-            {"policy": "marketing", "peer_uri_san": "spiffe://cluster.local/ns/marketing/*"}
+            {"policy": "marketing", "peer_uri_san": "spiffe://cluster.local/ns/marketing/*"},
+            // Only behind a gateway that strips it from callers (here: the test is the gateway).
+            {"policy": "partner", "header": {"name": "x-gateway-tenant", "value": "partner"}}
         ],
+        "trusted_headers": ["x-gateway-tenant"],
         "default": "open"
     });
     c
@@ -205,10 +210,44 @@ fn mtls() -> &'static Stack {
                 .collect();
             let mut cfg = StackConfig::new(mtls_config(), clusters(providers), None);
             cfg.tls = Some(tls);
+            let jwks = json!({"keys": [{"kty": "oct", "alg": "HS256", "kid": "k1", "k": b64url(JWT_SECRET)}]});
+            cfg.jwt = Some(JwtSpec { issuer: JWT_ISSUER.into(), jwks: jwks.to_string() });
             cfg.policy_routes = vec![PolicyRoute { domain: "eu.policy.test".into(), policy: "eu".into() }];
             (cfg, clients)
         })
     })
+}
+
+const JWT_ISSUER: &str = "https://idp.switchyard.test";
+const JWT_SECRET: &[u8] = b"switchyard-policy-test-hmac-secret-0123456789";
+
+fn b64url(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut k = [0u8; 64];
+    k[..key.len()].copy_from_slice(key);
+    let pad = |b: u8| k.iter().map(|x| x ^ b).collect::<Vec<u8>>();
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(msg).finalize();
+    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().to_vec()
+}
+
+/// An HS256 JWT with these claims, signed with `secret`.
+fn jwt(claims: Value, secret: &[u8]) -> String {
+    let head = b64url(json!({"alg": "HS256", "typ": "JWT", "kid": "k1"}).to_string().as_bytes());
+    let body = b64url(claims.to_string().as_bytes());
+    let signed = format!("{head}.{body}");
+    format!("{signed}.{}", b64url(&hmac_sha256(secret, signed.as_bytes())))
 }
 
 fn msg() -> Value {
@@ -334,6 +373,47 @@ async fn widening_attempts_are_held_to_the_policy() {
         .await;
     assert_eq!(r.status, 404, "{}", r.text());
     assert_eq!(r.json()["error"]["metadata"]["constraint"], "policy:eu.require_tags");
+}
+
+#[tokio::test]
+async fn a_claim_jwt_authn_verified_selects_the_policy() {
+    let s = mtls();
+    let body = json!({"model": "pol/m", "messages": msg()});
+    let gold =
+        format!("Bearer {}", jwt(json!({"iss": JWT_ISSUER, "sub": "svc", "org": {"tier": "gold-2026"}}), JWT_SECRET));
+    // The rule (before the identity rules) matches the nested claim: partner's ceiling is gamma.
+    for (who, id) in [(DEV, "pol-jwt-dev"), (BATCH, "pol-jwt-batch")] {
+        let r = s.as_identity(who, id, &[("authorization", &gold)], body.clone()).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-policy"), Some("partner"), "{id}");
+        assert_eq!(s.receivers(id), set(&["gamma"]), "{id}");
+    }
+    // Another tier does not match: the caller's identity decides.
+    let silver = format!("Bearer {}", jwt(json!({"iss": JWT_ISSUER, "org": {"tier": "silver"}}), JWT_SECRET));
+    let r = s.as_identity(BATCH, "pol-jwt-silver", &[("authorization", &silver)], body.clone()).await;
+    assert_eq!(r.header("x-switchyard-policy"), Some("finance"), "{}", r.text());
+    // A token the caller signed itself is refused by jwt_authn: its claims never count.
+    let forged = format!(
+        "Bearer {}",
+        jwt(json!({"iss": JWT_ISSUER, "org": {"tier": "gold"}}), b"not-the-operator-secret-0123456789abcdef")
+    );
+    let r = s.as_identity(DEV, "pol-jwt-forged", &[("authorization", &forged)], body.clone()).await;
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(s.received("pol-jwt-forged").is_empty());
+}
+
+#[tokio::test]
+async fn a_trusted_header_selects_only_after_the_identity_rules() {
+    let s = mtls();
+    let body = json!({"model": "pol/m", "messages": msg()});
+    let tenant = ("x-gateway-tenant", "partner");
+    let r = s.as_identity(DEV, "pol-hdr-dev", &[tenant], body.clone()).await;
+    assert_eq!((r.status, r.header("x-switchyard-policy")), (200, Some("partner")), "{}", r.text());
+    assert_eq!(s.receivers("pol-hdr-dev"), set(&["gamma"]));
+    // An identity rule earlier in the list wins over the header.
+    let r = s.as_identity(REPORTS, "pol-hdr-reports", &[tenant], body.clone()).await;
+    assert_eq!(r.header("x-switchyard-policy"), Some("reports"), "{}", r.text());
+    assert_eq!(s.receivers("pol-hdr-reports"), set(&["alpha"]));
 }
 
 #[tokio::test]
