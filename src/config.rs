@@ -196,7 +196,36 @@ struct RawRouting {
     max_attempts: usize,
     #[serde(default = "default_max_retry_after")]
     max_retry_after_s: u32,
+    #[serde(default)]
+    routing_cost: RawRoutingCost,
 }
+
+/// `routing.routing_cost`: tunables of the routing_cost policy (defaults need no tuning).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRoutingCost {
+    competitive_margin: f64,
+    floor_share: f64,
+    rate_limit_penalty_s: f64,
+    wait_usd_per_s: Option<f64>,
+    sticky_ttl_s: u64,
+}
+
+impl Default for RawRoutingCost {
+    fn default() -> Self {
+        let p = crate::routing_cost::CostParams::default();
+        RawRoutingCost {
+            competitive_margin: p.competitive_margin,
+            floor_share: p.floor_share,
+            rate_limit_penalty_s: p.rate_limit_penalty_s,
+            wait_usd_per_s: p.wait_usd_per_s,
+            sticky_ttl_s: DEFAULT_STICKY_TTL_S,
+        }
+    }
+}
+
+/// Idle time after which a conversation is routed afresh.
+const DEFAULT_STICKY_TTL_S: u64 = 600;
 
 fn default_max_retry_after() -> u32 {
     300
@@ -211,7 +240,7 @@ fn default_max_attempts() -> usize {
 }
 
 fn default_policy() -> String {
-    "price_weighted".to_string()
+    "routing_cost".to_string()
 }
 fn default_outage_window() -> u64 {
     30
@@ -235,6 +264,7 @@ impl Default for RawRouting {
             passthrough_cluster: None,
             max_attempts: default_max_attempts(),
             max_retry_after_s: default_max_retry_after(),
+            routing_cost: RawRoutingCost::default(),
         }
     }
 }
@@ -253,6 +283,21 @@ pub struct Pricing {
     pub request: f64,
     #[serde(default)]
     pub image: f64,
+    /// Per million cached prompt tokens (prompt-cache hits); absent = the prompt price.
+    #[serde(default)]
+    pub cached_prompt: Option<f64>,
+}
+
+impl Pricing {
+    /// USD for one answer's reported usage (`cached` of the prompt tokens were cache hits).
+    pub fn cost_usd(&self, prompt_tokens: u64, cached: u64, completion_tokens: u64) -> f64 {
+        let cached = cached.min(prompt_tokens);
+        ((prompt_tokens - cached) as f64 * self.prompt
+            + cached as f64 * self.cached_prompt.unwrap_or(self.prompt)
+            + completion_tokens as f64 * self.completion)
+            / 1e6
+            + self.request
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +333,7 @@ impl Quantization {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DefaultPolicy {
     PriceWeighted,
+    RoutingCost,
 }
 
 #[derive(Clone)]
@@ -569,6 +615,10 @@ pub struct Routing {
     pub max_attempts: usize,
     /// Longest cool-down a provider's `Retry-After` can cause (seconds).
     pub max_retry_after_s: u32,
+    /// Tunables of the routing_cost policy.
+    pub cost: crate::routing_cost::CostParams,
+    /// Idle time after which a conversation is no longer sticky (seconds; 0 = no stickiness).
+    pub sticky_ttl_s: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -773,9 +823,13 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 ));
             }
             let pr = e.pricing;
-            for (name, v) in
-                [("prompt", pr.prompt), ("completion", pr.completion), ("request", pr.request), ("image", pr.image)]
-            {
+            for (name, v) in [
+                ("prompt", pr.prompt),
+                ("completion", pr.completion),
+                ("request", pr.request),
+                ("image", pr.image),
+                ("cached_prompt", pr.cached_prompt.unwrap_or(0.0)),
+            ] {
                 if !v.is_finite() || v < 0.0 {
                     return Err(err(format!("{ef}.pricing.{name}"), "must be a finite number >= 0"));
                 }
@@ -945,13 +999,30 @@ fn compile_upstream_headers(h: &RawUpstreamHeaders) -> Result<HeaderPolicy, Conf
 fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
     let default_policy = match r.default_policy.as_str() {
         "price_weighted" => DefaultPolicy::PriceWeighted,
+        "routing_cost" => DefaultPolicy::RoutingCost,
         other => {
             return Err(err(
                 "routing.default_policy",
-                format!("unknown policy \"{other}\" (available: price_weighted)"),
+                format!("unknown policy \"{other}\" (available: routing_cost, price_weighted)"),
             ));
         }
     };
+    let rc = &r.routing_cost;
+    if !(rc.competitive_margin.is_finite() && rc.competitive_margin > 0.0 && rc.competitive_margin <= 10.0) {
+        return Err(err("routing.routing_cost.competitive_margin", "must be a number in (0, 10]"));
+    }
+    if !(rc.floor_share.is_finite() && (0.0..=0.2).contains(&rc.floor_share)) {
+        return Err(err("routing.routing_cost.floor_share", "must be a number in [0, 0.2]"));
+    }
+    if !(rc.rate_limit_penalty_s.is_finite() && (0.0..=3600.0).contains(&rc.rate_limit_penalty_s)) {
+        return Err(err("routing.routing_cost.rate_limit_penalty_s", "must be a number in [0, 3600]"));
+    }
+    if rc.wait_usd_per_s.is_some_and(|w| !(w.is_finite() && w >= 0.0)) {
+        return Err(err("routing.routing_cost.wait_usd_per_s", "must be a finite number >= 0"));
+    }
+    if rc.sticky_ttl_s > 86_400 {
+        return Err(err("routing.routing_cost.sticky_ttl_s", "must be at most 86400"));
+    }
     if !(1..=MAX_OUTAGE_WINDOW_S).contains(&r.outage_window_s) {
         return Err(err("routing.outage_window_s", format!("must be between 1 and {MAX_OUTAGE_WINDOW_S}")));
     }
@@ -984,6 +1055,13 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         passthrough_cluster: r.passthrough_cluster.clone(),
         max_attempts: r.max_attempts,
         max_retry_after_s: r.max_retry_after_s,
+        cost: crate::routing_cost::CostParams {
+            competitive_margin: rc.competitive_margin,
+            floor_share: rc.floor_share,
+            rate_limit_penalty_s: rc.rate_limit_penalty_s,
+            wait_usd_per_s: rc.wait_usd_per_s,
+        },
+        sticky_ttl_s: rc.sticky_ttl_s,
     })
 }
 
@@ -1036,7 +1114,7 @@ mod tests {
         assert_eq!(p1.credential.as_ref().unwrap().header, "x-api-key");
         assert!(p1.retains_data && p1.trains_on_data && !p1.zdr, "undeclared data policy is assumed unsafe");
         assert_eq!(c.credential_headers, vec!["authorization".to_string(), "x-api-key".to_string()]);
-        assert_eq!(c.routing.default_policy, DefaultPolicy::PriceWeighted);
+        assert_eq!(c.routing.default_policy, DefaultPolicy::RoutingCost);
         assert_eq!(c.routing.outage_window_s, 30);
         assert!(c.is_provider_base("deepinfra"));
         assert!(!c.is_provider_base("deepinfra/turbo"));

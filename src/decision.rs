@@ -26,6 +26,8 @@ pub struct Decision {
     pub policy: Option<String>,
     /// Attempts Envoy may make: `routing.max_attempts`, lowered by the policy's `max_attempts`.
     pub max_attempts: usize,
+    /// Function tools the request offers (answers naming another tool are malformed).
+    pub offered_tools: Vec<String>,
 }
 
 pub fn decide(
@@ -55,7 +57,16 @@ pub fn decide_under(
         .and_then(|p| p.max_attempts)
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
         .max(1);
-    Ok(Decision { stream: req.stream, plan, body, model, policy: policy.map(|p| p.name.clone()), max_attempts })
+    let offered_tools = if req.has_tools { crate::quality::offered_tools(req.fields.get("tools")) } else { Vec::new() };
+    Ok(Decision {
+        stream: req.stream,
+        plan,
+        body,
+        model,
+        policy: policy.map(|p| p.name.clone()),
+        max_attempts,
+        offered_tools,
+    })
 }
 
 /// What the downstream filter hands to Envoy for one decision.
@@ -112,6 +123,23 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
     let num = |v: Option<f64>| v.filter(|x| x.is_finite()).map_or(Value::Null, |x| json!(x));
     let indices: Vec<usize> = plan.attempts.iter().map(|a| a.endpoint).collect();
     let outages = crate::router::outage_flags(catalog, health, &indices);
+    let terms = |i: usize| {
+        plan.cost_terms.iter().find(|(e, _)| *e == i).map(|(_, t)| {
+            json!({
+                "price_usd": num(Some(t.price_usd)),
+                "effective_price_ratio": num(Some(t.effective_ratio)),
+                "wait_s": num(Some(t.wait_s)),
+                "wait_usd": num(Some(t.wait_usd)),
+                "rate_limit_usd": num(Some(t.rate_limit_usd)),
+                "success_p": num(Some(t.success_p)),
+                "routing_cost": num(Some(t.routing_cost)),
+                "share": num(Some(t.share)),
+                "backoff": num(Some(t.backoff)),
+                "paused": t.paused,
+                "capped": t.capped,
+            })
+        })
+    };
     let list: Vec<Value> = plan
         .attempts
         .iter()
@@ -136,7 +164,12 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
                     "failure_run": h.failure_run,
                     "recent_outage": outage,
                     "cooling_down": h.cooling_down,
-                }
+                    "rate_limited_rate": num(h.rate_limited_rate),
+                    "bad_response_rate": num(h.bad_response_rate),
+                    "tool_error_rate": num(h.tool_error_rate),
+                    "capacity": h.capacity,
+                },
+                "routing_cost": terms(a.endpoint),
             }))
         })
         .collect();

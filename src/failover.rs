@@ -358,12 +358,13 @@ pub fn is_retryable_status(status: u16) -> bool {
 }
 
 /// Outcome class for metrics and health.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
     Success,
     RateLimited,
     ServerError,
     ClientError,
+    #[default]
     NoResponse,
     /// The answer started (status 2xx) but broke off: a stream that ended without its final
     /// event or was reset, or a body cut short. Counts as a failure in statistics.

@@ -45,8 +45,17 @@ pub struct EndpointHealth {
     pub uptime: Option<f64>,
     /// Fraction of attempts that failed (5xx, reset, timeout) over the window.
     pub error_rate: Option<f64>,
-    /// Fraction of tool-call responses that were malformed.
+    /// Fraction of tool-call responses that were malformed (arguments not JSON, or a tool the
+    /// request did not offer).
     pub tool_error_rate: Option<f64>,
+    /// Fraction of served responses that were bad (malformed tool calls, empty answers).
+    pub bad_response_rate: Option<f64>,
+    /// Fraction of attempts answered 429.
+    pub rate_limited_rate: Option<f64>,
+    /// Usage reported by successful answers over the window (None: none reported yet).
+    pub usage: Option<MeasuredUsage>,
+    /// Learned capacity: attempts in flight at which the endpoint answers 429 (None: unknown).
+    pub capacity: Option<u32>,
     /// Time to first token, milliseconds.
     pub ttft_ms: Percentiles,
     /// Output tokens per second.
@@ -62,6 +71,16 @@ pub struct EndpointHealth {
     pub recent_outage: bool,
     /// In cool-down after a `Retry-After`: tried only after every other endpoint.
     pub cooling_down: bool,
+}
+
+/// Usage totals of an endpoint's recent successful answers.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MeasuredUsage {
+    pub reports: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// What those answers cost at the endpoint's catalog prices (cached prompt tokens included).
+    pub cost_usd: f64,
 }
 
 /// Failures in the outage window (or in a run) below this are never an outage.
@@ -98,9 +117,19 @@ pub fn significant_outage(own: &EndpointHealth, peer_failures: u32, peer_attempt
     window || run
 }
 
-/// Read-only access to live statistics, keyed by (model id, endpoint slug).
+/// Read-only access to live state, keyed by (model id, endpoint slug).
 pub trait HealthView {
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth;
+
+    /// The endpoint a conversation is stuck to, as (model id, slug), while its entry lives.
+    fn sticky(&self, _conversation: u64) -> Option<(String, String)> {
+        None
+    }
+
+    /// The caller's `x-session-id` header, which names a conversation explicitly.
+    fn session_header(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The view before any statistics exist.

@@ -3,6 +3,7 @@
 //! Everything except `host` is pure Rust with no host calls and is tested natively:
 //! - `auto`: the auto router (`model: "auto"`): classification and model ranking
 //! - `config`: the operator's catalog (providers, models, endpoints) and routing defaults
+//! - `quality`: bad responses (malformed tool calls, empty answers) judged from real answers
 //! - `request`: parsing OpenAI-style bodies and the `provider` object
 //! - `router`: hard filters, orderings, soft preferences, BYOK, fallback truncation
 //! - `health`: the live-statistics view the orderings read
@@ -13,10 +14,12 @@
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
 //! - `forwarding`: which caller headers may reach a provider
 //! - `surface`: what happens to a request by method and path (route, pass through, answer)
+//! - `routing_cost`: default policy B, the expected cost of a good answer and traffic shares
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `usage`: token usage read from the tail of a provider's response
 //! - `wildcard`: `allowed_models`-style `*` patterns
 //! - `sse`: telling complete streams from cut ones, and the error event for a cut stream
+//! - `usage`: token usage reported at the end of answers, priced at the endpoint's prices
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -31,9 +34,11 @@ pub mod failover;
 pub mod forwarding;
 pub mod health;
 pub mod policy;
+pub mod quality;
 pub mod request;
 pub mod rewrite;
 pub mod router;
+pub mod routing_cost;
 pub mod sse;
 pub mod stats;
 pub mod surface;

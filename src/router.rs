@@ -7,11 +7,13 @@
 use std::cmp::Ordering;
 
 use crate::auto::{self, AutoChoice};
+use crate::config::DefaultPolicy;
 use crate::config::{Catalog, Endpoint};
 use crate::errors::ApiError;
 use crate::health::{significant_outage, EndpointHealth, HealthView, Percentiles, PERCENTILES};
 use crate::policy::Policy;
 use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
+use crate::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +30,11 @@ pub struct Plan {
     pub strategy: String,
     /// The auto router's classification and ranking when the request asked for `auto`.
     pub auto: Option<AutoChoice>,
+    /// routing_cost terms of the endpoints it ordered (debug header).
+    pub cost_terms: Vec<(usize, CostTerms)>,
+    /// The conversation this request continues or starts, when it is routed by routing_cost
+    /// (the host remembers which endpoint served it, so later turns stay there).
+    pub conversation: Option<u64>,
 }
 
 /// Everything the orderings need about one request.
@@ -388,6 +395,68 @@ pub fn outage_flags(catalog: &Catalog, health: &dyn HealthView, endpoints: &[usi
         .collect()
 }
 
+/// Default policy B: routing cost per endpoint, then a weighted draw by traffic share (see
+/// `routing_cost`). Score = the endpoint's share.
+fn routing_cost_order(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) -> Vec<(usize, CostTerms)> {
+    let indices: Vec<usize> = set.iter().map(|a| a.endpoint).collect();
+    let outage = outage_flags(ctx.catalog, ctx.health, &indices);
+    let inputs: Vec<EndpointInput> = indices
+        .iter()
+        .zip(outage)
+        .map(|(&i, outage)| {
+            let p = ctx.ep(i).map(|e| e.pricing).unwrap_or_default();
+            EndpointInput {
+                prompt_price: p.prompt,
+                completion_price: p.completion,
+                request_price: p.request,
+                health: ctx.health(i),
+                outage,
+            }
+        })
+        .collect();
+    let tokens = token_estimate(&inputs, ctx.req.prompt_tokens, ctx.completion_tokens);
+    let terms = costs(&inputs, tokens, &ctx.catalog.routing.cost);
+    let order = draw_order(&terms, rand);
+    let picked: Vec<(usize, CostTerms)> =
+        order.iter().filter_map(|&k| Some((*indices.get(k)?, *terms.get(k)?))).collect();
+    *set = picked.iter().map(|(e, t)| Attempt { endpoint: *e, score: t.share }).collect();
+    picked
+}
+
+/// The conversation a request belongs to: `x-session-id`, else the body's `session_id`, else a
+/// hash of its first system and first user message (the same in every later turn).
+pub fn conversation_key(req: &ChatRequest, header: Option<&str>) -> Option<u64> {
+    fn fnv(parts: &[&[u8]]) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for p in parts {
+            for b in p.iter().chain(std::iter::once(&0xffu8)) {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        h
+    }
+    if let Some(id) = header.filter(|h| !h.is_empty()) {
+        return Some(fnv(&[b"session", id.as_bytes()]));
+    }
+    if let Some(id) = req.fields.get("session_id").and_then(|v| serde_json::from_str::<String>(v.get()).ok()) {
+        return Some(fnv(&[b"session", id.as_bytes()]));
+    }
+    #[derive(serde::Deserialize)]
+    struct Msg<'a> {
+        #[serde(default)]
+        role: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        content: Option<&'a serde_json::value::RawValue>,
+    }
+    let messages: Vec<Msg> = serde_json::from_str(req.fields.get("messages")?.get()).ok()?;
+    let first = |role: &str| {
+        messages.iter().find(|m| m.role.as_deref() == Some(role)).and_then(|m| m.content).map(|c| c.get().as_bytes())
+    };
+    let user = first("user")?;
+    Some(fnv(&[b"messages", first("system").unwrap_or(b""), user]))
+}
+
 /// Default policy A: endpoints with a significant outage go to the back; among the stable ones
 /// the first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
 /// probability of being drawn first (0 for endpoints that cannot be).
@@ -631,13 +700,44 @@ pub fn plan_under(
         pools.push((all, ord));
     }
 
+    // routing_cost orders the default case; `order` keeps price_weighted for its remainder
+    // (the caller chose the order), explicit sorts and suffixes bypass it.
+    let by_cost = catalog.routing.default_policy == DefaultPolicy::RoutingCost && prefs.order.is_empty();
+    let conversation = if by_cost && auto.is_none() && !pinned && catalog.routing.sticky_ttl_s > 0 {
+        conversation_key(req, health.session_header())
+    } else {
+        None
+    };
+    let mut cost_terms: Vec<(usize, CostTerms)> = Vec::new();
+    let mut sticky = false;
     let mut attempts: Vec<Attempt> = Vec::new();
     for (mut set, ord) in pools {
+        let first_pool = attempts.is_empty();
         let mut order_within = |set: &mut Vec<Attempt>| match ord {
             Ordering_::Sort(by) => explicit_sort(&ctx, set, by),
             Ordering_::Exacto => exacto_sort(&ctx, set),
             Ordering_::Default => {
-                price_weighted(&ctx, set, rand);
+                if by_cost {
+                    cost_terms.extend(routing_cost_order(&ctx, set, rand));
+                    // Sticky conversations: a later turn stays on the endpoint that served the
+                    // conversation (its prompt cache is warm) while that endpoint is fine.
+                    if let Some(conv) = conversation.filter(|_| first_pool) {
+                        if let Some((model, slug)) = health.sticky(conv) {
+                            let fine = |a: &Attempt| {
+                                ctx.ep(a.endpoint).is_some_and(|e| e.slug == slug && ctx.model_id(e) == model)
+                                    && cost_terms.iter().any(|(i, t)| *i == a.endpoint && !t.paused && !t.capped)
+                                    && !ctx.health(a.endpoint).cooling_down
+                            };
+                            if let Some(pos) = set.iter().position(fine) {
+                                let chosen = set.remove(pos);
+                                set.insert(0, chosen);
+                                sticky = true;
+                            }
+                        }
+                    }
+                } else {
+                    price_weighted(&ctx, set, rand);
+                }
                 // Requests with tools: tier by tool-call quality, default order kept inside
                 // (not when the caller set `order`).
                 if req.has_tools && prefs.order.is_empty() {
@@ -698,15 +798,23 @@ pub fn plan_under(
         match effective(primary_variant) {
             Ordering_::Sort(by) => format!("sort:{}", by.name()),
             Ordering_::Exacto => "exacto".to_string(),
-            Ordering_::Default if req.has_tools => "price_weighted+tool_tiers".to_string(),
-            Ordering_::Default => "price_weighted".to_string(),
+            Ordering_::Default => {
+                let mut s = if by_cost { "routing_cost" } else { "price_weighted" }.to_string();
+                if sticky {
+                    s.push_str("+sticky");
+                }
+                if req.has_tools {
+                    s.push_str("+tool_tiers");
+                }
+                s
+            }
         }
     };
     let auto = auto.map(|mut c| {
         c.planned = auto_planned;
         c
     });
-    Ok(Plan { attempts, strategy, auto })
+    Ok(Plan { attempts, strategy, auto, cost_terms, conversation })
 }
 
 #[cfg(test)]

@@ -66,12 +66,26 @@ fn model_x(id: &str, extra: &str, eps: &[String]) -> String {
     format!(r#""{id}": {{{extra}"endpoints": [{}]}}"#, eps.join(", "))
 }
 
+/// A catalog under the classic default policy (price_weighted), which most ordering tests pin;
+/// `routing_cost` has its own tests (`cost_catalog`).
 fn catalog(models: &[String]) -> Catalog {
-    catalog_json(&format!(r#"{{"providers": {PROVIDERS}, "models": {{{}}}}}"#, models.join(", ")))
+    catalog_routing(models, "{}")
 }
 
 fn catalog_routing(models: &[String], routing: &str) -> Catalog {
+    let routing = if routing.contains("default_policy") {
+        routing.to_string()
+    } else {
+        let inner = routing.trim().trim_start_matches('{').trim_end_matches('}').trim();
+        let sep = if inner.is_empty() { "" } else { ", " };
+        format!(r#"{{"default_policy": "price_weighted"{sep}{inner}}}"#)
+    };
     catalog_json(&format!(r#"{{"providers": {PROVIDERS}, "models": {{{}}}, "routing": {routing}}}"#, models.join(", ")))
+}
+
+/// A catalog under routing_cost (the default policy).
+fn cost_catalog(models: &[String]) -> Catalog {
+    catalog_json(&format!(r#"{{"providers": {PROVIDERS}, "models": {{{}}}}}"#, models.join(", ")))
 }
 
 fn catalog_json(json: &str) -> Catalog {
@@ -1504,4 +1518,109 @@ fn mutated_bodies_never_panic() {
         }
     }
     assert!(outcomes.0 > 100 && outcomes.1 > 100, "{outcomes:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// routing_cost (the default policy) and sticky conversations
+// ---------------------------------------------------------------------------------------------
+
+/// A live view with one sticky conversation entry and a session header.
+struct StickyView {
+    stats: Stats,
+    conversation: Option<(u64, String, String)>,
+    header: Option<String>,
+}
+
+impl HealthView for StickyView {
+    fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
+        self.stats.endpoint(model, slug)
+    }
+    fn sticky(&self, conversation: u64) -> Option<(String, String)> {
+        self.conversation.as_ref().filter(|c| c.0 == conversation).map(|c| (c.1.clone(), c.2.clone()))
+    }
+    fn session_header(&self) -> Option<&str> {
+        self.header.as_deref()
+    }
+}
+
+fn cost_models() -> Vec<String> {
+    vec![model("m/rc", &[ep("aa", 1.0), ep("bb", 1.1), ep("cc", 3.0)])]
+}
+
+// routing_cost is the default: its terms are in the plan, scores are shares summing to 1, and
+// close competitors share the first pick while a far pricier one is rarely first.
+#[test]
+fn routing_cost_is_the_default_and_shares_traffic_by_cost() {
+    let c = cost_catalog(&cost_models());
+    let p = ok(&c, &body("m/rc", ""), &NoHealthData);
+    assert_eq!(p.strategy, "routing_cost");
+    assert_eq!(p.cost_terms.len(), 3);
+    assert!((p.attempts.iter().map(|a| a.score).sum::<f64>() - 1.0).abs() < 1e-9);
+    assert!(p.conversation.is_some(), "a routed conversation is remembered");
+    let firsts = draws(&c, &body("m/rc", ""), &NoHealthData, 3_000, &mut |_| {});
+    let (aa, bb, cc) = (firsts["aa"], firsts["bb"], *firsts.get("cc").unwrap_or(&0));
+    assert!(aa > bb && bb > cc && bb > 600 && cc < 150, "{firsts:?}");
+}
+
+// `order` bypasses routing_cost (its remainder stays price_weighted), as do explicit sorts and
+// suffixes; only/ignore filter first and routing_cost picks among the rest.
+#[test]
+fn routing_cost_is_bypassed_by_order_and_sort_and_runs_after_only_and_ignore() {
+    let c = cost_catalog(&cost_models());
+    let p = ok(&c, &with_provider("m/rc", r#""order": ["cc"]"#), &NoHealthData);
+    assert_eq!((p.strategy.as_str(), p.cost_terms.len(), p.conversation), ("order", 0, None));
+    assert_eq!(slugs(&c, &p)[0], "cc");
+    let p = ok(&c, &with_provider("m/rc", r#""sort": "price""#), &NoHealthData);
+    assert_eq!((p.strategy.as_str(), p.cost_terms.len()), ("sort:price", 0));
+    let p = ok(&c, &body("m/rc:floor", ""), &NoHealthData);
+    assert_eq!(p.strategy, "sort:price");
+    let p = ok(&c, &with_provider("m/rc", r#""ignore": ["aa"]"#), &NoHealthData);
+    assert_eq!(p.strategy, "routing_cost");
+    assert_eq!(p.cost_terms.len(), 2);
+    assert!(!slugs(&c, &p).contains(&"aa".to_string()));
+}
+
+// A later turn of a conversation stays on the endpoint that served it, on every worker (the
+// entry is shared), unless that endpoint is in an outage; `order` ignores stickiness.
+#[test]
+fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
+    let c = cost_catalog(&cost_models());
+    let turn1 = r#"{"model": "m/rc", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}"#;
+    let turn2 = r#"{"model": "m/rc", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]}"#;
+    let conv = ok(&c, turn1, &NoHealthData).conversation.unwrap();
+    let view =
+        |stats: Stats| StickyView { stats, conversation: Some((conv, "m/rc".into(), "cc".into())), header: None };
+    for r in [0.0, 0.5, 0.99] {
+        let p = run_with(&c, turn2, &view(Stats::default()), &mut || r).unwrap();
+        assert_eq!(slugs(&c, &p)[0], "cc", "rand {r}");
+        assert_eq!(p.strategy, "routing_cost+sticky");
+        assert_eq!(p.conversation, Some(conv), "the later turn has the same key");
+    }
+    // The sticky endpoint fails: the conversation moves (and re-sticks where it is served).
+    let sick = EndpointHealth { recent_attempts: 5, recent_failures: 5, failure_run: 5, ..Default::default() };
+    let p = run_with(&c, turn2, &view(Stats::default().with("m/rc", "cc", sick)), &mut || 0.0).unwrap();
+    assert_ne!(slugs(&c, &p)[0], "cc");
+    assert_eq!(p.strategy, "routing_cost");
+    // Another conversation is not affected; an explicit order bypasses stickiness.
+    let other = r#"{"model": "m/rc", "messages": [{"role": "user", "content": "something else"}]}"#;
+    assert_eq!(run_with(&c, other, &view(Stats::default()), &mut || 0.0).unwrap().strategy, "routing_cost");
+    let ordered = r#"{"model": "m/rc", "provider": {"order": ["aa"]}, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}"#;
+    assert_eq!(slugs(&c, &run_with(&c, ordered, &view(Stats::default()), &mut || 0.0).unwrap())[0], "aa");
+}
+
+#[test]
+fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages() {
+    let key = |body: &str, header: Option<&str>| {
+        let req = ChatRequest::parse(body.as_bytes()).unwrap();
+        crate::router::conversation_key(&req, header)
+    };
+    let a = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}]}"#;
+    let a2 = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "q2"}]}"#;
+    let b = r#"{"model": "m", "messages": [{"role": "user", "content": "q2"}]}"#;
+    assert_eq!(key(a, None), key(a2, None));
+    assert_ne!(key(a, None), key(b, None));
+    assert_eq!(key(a, Some("s-1")), key(b, Some("s-1")), "the header names the conversation");
+    let s = r#"{"model": "m", "session_id": "s-1", "messages": [{"role": "user", "content": "zz"}]}"#;
+    assert_eq!(key(s, None), key(b, Some("s-1")));
+    assert_eq!(key(r#"{"model": "m", "messages": []}"#, None), None);
 }

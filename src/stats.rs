@@ -25,10 +25,24 @@ struct Bucket {
     rate_limited: u32,
     ttft: [u32; 11],
     tps: [u32; 10],
+    /// Usage of successful attempts that reported it: tokens, and what they cost at the
+    /// endpoint's catalog prices (micro-USD), so the effective price is measured, not listed.
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    cost_micro_usd: u32,
+    usage_reports: u32,
+    /// Responses judged for quality, and the bad ones (malformed tool calls, empty answers);
+    /// the tool-call subset separately.
+    judged: u32,
+    bad: u32,
+    tool_judged: u32,
+    tool_bad: u32,
 }
 
-const BUCKET_WORDS: usize = 5 + 11 + 10;
-const HEADER_WORDS: usize = 1 + 2 + 2 + 1;
+const BUCKET_WORDS: usize = 5 + 11 + 10 + 8;
+const HEADER_WORDS: usize = 1 + 2 + 2 + 1 + 1 + 2;
+/// A learned capacity grows back by one in-flight attempt per this long without a 429.
+pub const CAP_REGROW_MS: u64 = 5_000;
 pub const RECORD_BYTES: usize = 4 * (HEADER_WORDS + BUCKETS * BUCKET_WORDS);
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -39,15 +53,32 @@ pub struct EndpointStats {
     failure_run_until_ms: u64,
     cooldown_until_ms: u64,
     in_flight: u32,
+    /// Learned capacity: attempts in flight (the refused one included) at which the endpoint
+    /// answers 429; 0 = not learned. Grows back after `cap_set_ms` (see `CAP_REGROW_MS`).
+    cap_in_flight: u32,
+    cap_set_ms: u64,
 }
 
 /// One finished attempt.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Finished {
     pub outcome: Outcome,
     pub ttft_ms: Option<u32>,
     pub tokens_per_s: Option<f64>,
     pub retry_after_s: Option<u32>,
+    pub usage: Option<Usage>,
+}
+
+/// Token usage a provider reported for one answer, priced at the endpoint's catalog prices.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_usd: f64,
+}
+
+fn add(slot: &mut u32, v: u64) {
+    *slot = slot.saturating_add(v.min(u64::from(u32::MAX)) as u32);
 }
 
 fn bin(bounds: &[u32], v: u32) -> usize {
@@ -97,8 +128,23 @@ impl EndpointStats {
     }
 
     pub fn finish(&mut self, now_ms: u64, f: Finished, outage_window_ms: u64) {
+        if f.outcome == Outcome::RateLimited {
+            // The load at which the endpoint refuses: learned from every 429 (smoothed).
+            let seen = self.in_flight.max(1);
+            let cap = self.capacity(now_ms).unwrap_or(seen);
+            self.cap_in_flight = ((u64::from(cap) * 3 + u64::from(seen)).div_ceil(4)) as u32;
+            self.cap_set_ms = now_ms;
+        }
         self.in_flight = self.in_flight.saturating_sub(1);
         let Some(b) = self.bucket_mut(now_ms) else { return };
+        if let (Outcome::Success, Some(u)) = (f.outcome, f.usage) {
+            add(&mut b.prompt_tokens, u.prompt_tokens);
+            add(&mut b.completion_tokens, u.completion_tokens);
+            if u.cost_usd.is_finite() && u.cost_usd > 0.0 {
+                add(&mut b.cost_micro_usd, (u.cost_usd * 1e6).round() as u64);
+            }
+            b.usage_reports = b.usage_reports.saturating_add(1);
+        }
         b.attempts += 1;
         match f.outcome {
             Outcome::Success => b.successes += 1,
@@ -139,6 +185,25 @@ impl EndpointStats {
         self.in_flight
     }
 
+    /// The learned capacity now: it grows back by one per `CAP_REGROW_MS` without a 429.
+    pub fn capacity(&self, now_ms: u64) -> Option<u32> {
+        (self.cap_in_flight > 0).then(|| {
+            let regrown = now_ms.saturating_sub(self.cap_set_ms) / CAP_REGROW_MS;
+            self.cap_in_flight.saturating_add(regrown.min(u64::from(u32::MAX)) as u32)
+        })
+    }
+
+    /// One served response judged for quality (`tool`: it carried tool calls).
+    pub fn judge(&mut self, now_ms: u64, bad: bool, tool: bool) {
+        let Some(b) = self.bucket_mut(now_ms) else { return };
+        b.judged = b.judged.saturating_add(1);
+        b.bad = b.bad.saturating_add(u32::from(bad));
+        if tool {
+            b.tool_judged = b.tool_judged.saturating_add(1);
+            b.tool_bad = b.tool_bad.saturating_add(u32::from(bad));
+        }
+    }
+
     /// Totals over the window: (attempts, successes, failures, rate_limited).
     pub fn totals(&self, now_ms: u64) -> (u32, u32, u32, u32) {
         self.live(now_ms)
@@ -173,12 +238,26 @@ impl EndpointStats {
             p99: quantile(h, bounds, 0.99),
         };
         let judged = successes + failures;
+        let sum = |f: fn(&Bucket) -> u32| self.live(now_ms).map(|b| u64::from(f(b))).sum::<u64>();
+        let (rate_limited, usage_reports) = (sum(|b| b.rate_limited), sum(|b| b.usage_reports));
+        let (q_judged, q_bad, t_judged, t_bad) =
+            (sum(|b| b.judged), sum(|b| b.bad), sum(|b| b.tool_judged), sum(|b| b.tool_bad));
+        let ratio = |n: u64, d: u64| (d > 0).then(|| n as f64 / d as f64);
         EndpointHealth {
             attempts,
             in_flight: self.in_flight,
             uptime: (judged > 0).then(|| f64::from(successes) / f64::from(judged)),
             error_rate: (attempts > 0).then(|| f64::from(failures) / f64::from(attempts)),
-            tool_error_rate: None,
+            tool_error_rate: ratio(t_bad, t_judged),
+            bad_response_rate: ratio(q_bad, q_judged),
+            rate_limited_rate: ratio(rate_limited, u64::from(attempts)),
+            usage: (usage_reports > 0).then(|| crate::health::MeasuredUsage {
+                reports: usage_reports,
+                prompt_tokens: sum(|b| b.prompt_tokens),
+                completion_tokens: sum(|b| b.completion_tokens),
+                cost_usd: sum(|b| b.cost_micro_usd) as f64 / 1e6,
+            }),
+            capacity: self.capacity(now_ms),
             ttft_ms: pct(&ttft, &TTFT_BOUNDS_MS),
             throughput_tps: pct(&tps, &TPS_BOUNDS),
             recent_attempts,
@@ -198,12 +277,27 @@ impl EndpointStats {
         w(self.cooldown_until_ms as u32);
         w((self.cooldown_until_ms >> 32) as u32);
         w(self.in_flight);
+        w(self.cap_in_flight);
+        w(self.cap_set_ms as u32);
+        w((self.cap_set_ms >> 32) as u32);
         for b in &self.buckets {
             for v in [b.epoch, b.attempts, b.successes, b.failures, b.rate_limited] {
                 w(v);
             }
             for v in b.ttft.iter().chain(b.tps.iter()) {
                 w(*v);
+            }
+            for v in [
+                b.prompt_tokens,
+                b.completion_tokens,
+                b.cost_micro_usd,
+                b.usage_reports,
+                b.judged,
+                b.bad,
+                b.tool_judged,
+                b.tool_bad,
+            ] {
+                w(v);
             }
         }
         out
@@ -221,6 +315,8 @@ impl EndpointStats {
             failure_run_until_ms: u64::from(r()) | (u64::from(r()) << 32),
             cooldown_until_ms: u64::from(r()) | (u64::from(r()) << 32),
             in_flight: r(),
+            cap_in_flight: r(),
+            cap_set_ms: u64::from(r()) | (u64::from(r()) << 32),
             ..EndpointStats::default()
         };
         for b in s.buckets.iter_mut() {
@@ -235,6 +331,18 @@ impl EndpointStats {
             for v in b.tps.iter_mut() {
                 *v = r();
             }
+            for v in [
+                &mut b.prompt_tokens,
+                &mut b.completion_tokens,
+                &mut b.cost_micro_usd,
+                &mut b.usage_reports,
+                &mut b.judged,
+                &mut b.bad,
+                &mut b.tool_judged,
+                &mut b.tool_bad,
+            ] {
+                *v = r();
+            }
         }
         s
     }
@@ -245,10 +353,44 @@ mod tests {
     use super::*;
 
     fn ok(ttft: u32, tps: f64) -> Finished {
-        Finished { outcome: Outcome::Success, ttft_ms: Some(ttft), tokens_per_s: Some(tps), retry_after_s: None }
+        Finished { outcome: Outcome::Success, ttft_ms: Some(ttft), tokens_per_s: Some(tps), ..Finished::default() }
     }
     fn fail(outcome: Outcome) -> Finished {
-        Finished { outcome, ttft_ms: None, tokens_per_s: None, retry_after_s: None }
+        Finished { outcome, ..Finished::default() }
+    }
+
+    #[test]
+    fn usage_quality_and_capacity_are_measured() {
+        let mut s = EndpointStats::default();
+        let now = 90_000_000;
+        let usage = Usage { prompt_tokens: 1000, completion_tokens: 200, cost_usd: 0.0021 };
+        s.finish(now, Finished { usage: Some(usage), ..ok(100, 50.0) }, 30_000);
+        s.finish(now, Finished { usage: Some(usage), ..ok(100, 50.0) }, 30_000);
+        s.judge(now, false, true);
+        s.judge(now, true, true);
+        s.judge(now, true, false);
+        s.judge(now, false, false);
+        let v = s.view(now, 30_000);
+        let u = v.usage.unwrap();
+        assert_eq!((u.reports, u.prompt_tokens, u.completion_tokens), (2, 2000, 400));
+        assert!((u.cost_usd - 0.0042).abs() < 1e-9);
+        assert_eq!(v.bad_response_rate, Some(0.5));
+        assert_eq!(v.tool_error_rate, Some(0.5));
+        // Capacity: 429s while 5 attempts were in flight teach a cap of 5...
+        for _ in 0..5 {
+            s.start();
+        }
+        s.finish(now, fail(Outcome::RateLimited), 30_000);
+        assert_eq!(s.capacity(now), Some(5));
+        assert_eq!(s.view(now, 30_000).rate_limited_rate, Some(1.0 / 3.0));
+        // ...smoothed towards later observations (3 in flight now)...
+        s.finish(now, fail(Outcome::RateLimited), 30_000);
+        assert_eq!(s.capacity(now), Some(5), "(5*3 + 4) / 4 rounded up");
+        // ...and growing back by one per CAP_REGROW_MS without 429s.
+        assert_eq!(s.capacity(now + 3 * CAP_REGROW_MS), Some(8));
+        let bytes = s.encode();
+        assert_eq!(bytes.len(), RECORD_BYTES);
+        assert_eq!(EndpointStats::decode(&bytes), s);
     }
 
     #[test]
@@ -311,12 +453,24 @@ mod tests {
         let now = 70_000_000;
         s.finish(
             now,
-            Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: Some(5) },
+            Finished {
+                outcome: Outcome::RateLimited,
+                ttft_ms: None,
+                tokens_per_s: None,
+                retry_after_s: Some(5),
+                usage: None,
+            },
             30_000,
         );
         s.finish(
             now,
-            Finished { outcome: Outcome::RateLimited, ttft_ms: None, tokens_per_s: None, retry_after_s: None },
+            Finished {
+                outcome: Outcome::RateLimited,
+                ttft_ms: None,
+                tokens_per_s: None,
+                retry_after_s: None,
+                usage: None,
+            },
             30_000,
         );
         let v = s.view(now + 4_000, 30_000);

@@ -1,9 +1,10 @@
 //! Reading the provider's token usage from the end of a response without parsing it: usage sits
 //! at the end of a JSON body and in the last SSE events, so the upstream filter hands over only
-//! the last `USAGE_TAIL_BYTES` of each body chunk. Linear in the tail, never allocates.
+//! the last `USAGE_TAIL_BYTES` of each body chunk (512: room for `prompt_tokens_details`).
+//! Linear in the tail, never allocates.
 
 /// How much of each response chunk's end is scanned.
-pub const USAGE_TAIL_BYTES: usize = 256;
+pub const USAGE_TAIL_BYTES: usize = 512;
 
 /// The last `"completion_tokens": N` (OpenAI) or else `"output_tokens": N` (Responses API,
 /// Anthropic) in `tail`. Numbers that do not fit a u64 count as absent.
@@ -26,9 +27,45 @@ fn last_number_after(text: &[u8], key: &[u8]) -> Option<u64> {
     any.then_some(n)
 }
 
+/// The last value seen for each usage field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportedUsage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from the provider's prompt cache.
+    pub cached_tokens: Option<u64>,
+}
+
+impl ReportedUsage {
+    /// Reads the usage fields in one chunk's tail; later chunks override earlier values.
+    pub fn scan(&mut self, tail: &[u8]) {
+        let first = |keys: [&[u8]; 2]| keys.into_iter().find_map(|k| last_number_after(tail, k));
+        if let Some(n) = first([b"\"prompt_tokens\":", b"\"input_tokens\":"]) {
+            self.prompt_tokens = Some(n);
+        }
+        if let Some(n) = completion_tokens(tail) {
+            self.completion_tokens = Some(n);
+        }
+        if let Some(n) = first([b"\"cached_tokens\":", b"\"cache_read_input_tokens\":"]) {
+            self.cached_tokens = Some(n);
+        }
+    }
+
+    /// Complete enough to price: prompt and completion tokens both reported.
+    pub fn priced(&self, pricing: &crate::config::Pricing) -> Option<crate::stats::Usage> {
+        let (prompt, completion) = (self.prompt_tokens?, self.completion_tokens?);
+        Some(crate::stats::Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            cost_usd: pricing.cost_usd(prompt, self.cached_tokens.unwrap_or(0), completion),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Pricing;
 
     #[test]
     fn reads_usage_from_json_and_sse_tails() {
@@ -56,5 +93,34 @@ mod tests {
             assert_eq!(completion_tokens(tail), None, "{}", String::from_utf8_lossy(tail));
         }
         assert_eq!(completion_tokens(b"\"completion_tokens\":18446744073709551615"), Some(u64::MAX));
+    }
+
+    #[test]
+    fn openai_usage_with_cached_tokens_is_read_and_priced() {
+        let mut u = ReportedUsage::default();
+        u.scan(br#"..."usage":{"prompt_tokens":1200,"completion_tokens":300,"total_tokens":1500,"prompt_tokens_details":{"cached_tokens":1000}}}"#);
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (Some(1200), Some(300), Some(1000)));
+        let pricing = Pricing { prompt: 1.0, completion: 4.0, cached_prompt: Some(10.0), ..Pricing::default() };
+        let p = u.priced(&pricing).unwrap();
+        // 200 uncached at $1 + 1000 cached at $10 + 300 completion at $4, per million.
+        assert!((p.cost_usd - (200.0 + 10_000.0 + 1_200.0) / 1e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn streamed_usage_split_over_chunks_and_other_spellings() {
+        let mut u = ReportedUsage::default();
+        u.scan(br#"data: {"usage":{"input_tokens":"#);
+        u.scan(br#"50,"output_tokens": 7}}"#);
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens),
+            (None, Some(7)),
+            "a number split from its key is not guessed"
+        );
+        u.scan(br#"{"usage":{"input_tokens":50,"output_tokens":7,"cache_read_input_tokens":20}}"#);
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (Some(50), Some(7), Some(20)));
+        assert!(ReportedUsage::default().priced(&Pricing::default()).is_none());
+        let mut huge = ReportedUsage::default();
+        huge.scan(br#""prompt_tokens":99999999999999999999999999,"completion_tokens":1"#);
+        assert_eq!(huge.prompt_tokens, None, "an overlong number is not a count");
     }
 }

@@ -6,7 +6,7 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
 use super::caller::HostFacts;
-use super::shared::{count, tag, SharedHealth};
+use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide_under, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::errors::ApiError;
@@ -14,6 +14,7 @@ use crate::failover::{
     base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, CutShort, StopReason,
     ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
+use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::rewrite::with_provider_field;
 use crate::surface::{debug_allowed, disposition, Disposition};
 
@@ -70,6 +71,12 @@ pub struct Stream {
     result: Option<RequestResult>,
     /// The response's end was seen (headers or body with end_of_stream).
     response_complete: bool,
+    /// The caller's `x-session-id` (names a conversation for sticky routing).
+    session: Option<String>,
+    /// (model id, slug) of the endpoint that served.
+    served: Option<(String, String)>,
+    /// Judges a served stream's quality from its chunks.
+    judge: Option<StreamJudge>,
 }
 
 impl Stream {
@@ -90,6 +97,9 @@ impl Stream {
             planned: 0,
             result: None,
             response_complete: false,
+            session: None,
+            served: None,
+            judge: None,
         }
     }
 
@@ -139,7 +149,8 @@ impl Stream {
     fn route(&mut self, body_size: usize) -> Action {
         let body = api::request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
-        let health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
+        let mut health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
+        health.session = self.session.clone();
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         match decide_under(&config.catalog, policy, &body, &health, &mut random_unit) {
             Ok(d) => {
@@ -171,6 +182,23 @@ impl Stream {
         api::set_request_body(0, usize::MAX, &d.body);
         self.planned = clusters.len();
         self.decision = Some(d);
+    }
+}
+
+impl Stream {
+    fn offered_tools(&self) -> &[String] {
+        self.decision.as_ref().map(|d| d.offered_tools.as_slice()).unwrap_or(&[])
+    }
+
+    /// Counts a served answer's quality on the endpoint that served it.
+    fn record_quality(&self, verdict: Option<Verdict>) {
+        if let (Some(v), Some((model, slug))) = (verdict, &self.served) {
+            let now = api::now_ms();
+            update_stats(&stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
+            if v.bad {
+                count(&format!("switchyard.bad_responses.model.{}.endpoint.{}", tag(model), tag(slug)));
+            }
+        }
     }
 }
 
@@ -208,6 +236,7 @@ impl HttpContext for Stream {
         }
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
+        self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
             self.debug = debug_allowed(v, &catalog.routing);
             api::set_req_header(DEBUG_HEADER, None);
@@ -352,6 +381,12 @@ impl HttpContext for Stream {
             let slug = slug.to_string();
             if status < 400 {
                 self.result = Some(RequestResult::Served);
+                let model = served_model.unwrap_or_default().to_string();
+                if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
+                    let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
+                    stick(conv, &model, &slug, api::now_ms().saturating_add(ttl_ms));
+                }
+                self.served = Some((model, slug.clone()));
                 if records.len() > 1 {
                     let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default();
                     let kind = if served_model != primary_model { "model" } else { "provider" };
@@ -370,6 +405,9 @@ impl HttpContext for Stream {
             }
             if status < 300 && !end_of_stream {
                 self.body_action = BodyAction::WatchStream;
+                if stream && !encoded {
+                    self.judge = Some(StreamJudge::default());
+                }
             }
         }
         Action::Continue
@@ -378,6 +416,11 @@ impl HttpContext for Stream {
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if end_of_stream {
             self.response_complete = true;
+        }
+        if let Some(judge) = self.judge.as_mut() {
+            if let Some(chunk) = api::response_body(0, body_size) {
+                judge.feed(&chunk);
+            }
         }
         match self.body_action {
             BodyAction::None => return Action::Continue,
@@ -391,11 +434,16 @@ impl HttpContext for Stream {
                 // The serving attempt saw the answer end without its final event.
                 if let Some(event) = api::property(vec![INTERRUPTED_PROPERTY]) {
                     api::set_response_body(body_size, 0, &event);
+                } else if let Some(judge) = self.judge.take() {
+                    let verdict = judge.verdict(self.offered_tools());
+                    self.record_quality(verdict);
                 }
             }
             BodyAction::Replace(body) => api::set_response_body(0, usize::MAX, body.as_bytes()),
             BodyAction::InjectProvider(slug) => {
                 if let Some(body) = api::response_body(0, body_size) {
+                    let verdict = judge_body(&body, self.offered_tools());
+                    self.record_quality(verdict);
                     if let Some(out) = with_provider_field(&body, &slug) {
                         api::set_response_body(0, body_size, &out);
                         api::set_resp_header("content-length", Some(&out.len().to_string()));

@@ -97,15 +97,62 @@ pub struct SharedHealth {
     now_ms: u64,
     outage_window_ms: u64,
     memo: RefCell<HashMap<String, EndpointHealth>>,
+    /// The caller's `x-session-id`.
+    pub session: Option<String>,
 }
 
 impl SharedHealth {
     pub fn new(now_ms: u64, outage_window_ms: u64) -> SharedHealth {
-        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()) }
+        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()), session: None }
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sticky conversations
+// ---------------------------------------------------------------------------------------------
+
+/// Conversations are kept in a fixed number of shared-data slots (`sy/s/<n>`), chosen by the
+/// conversation hash: memory is bounded whatever the traffic, and a newer conversation that
+/// lands on a taken slot replaces the older one (it is then routed afresh, nothing breaks).
+const STICKY_SLOTS: u64 = 4096;
+
+fn sticky_key(conversation: u64) -> String {
+    format!("sy/s/{}", conversation % STICKY_SLOTS)
+}
+
+/// Remembers the endpoint that served a conversation until `expires_ms`.
+pub fn stick(conversation: u64, model: &str, slug: &str, expires_ms: u64) {
+    let mut v = Vec::with_capacity(16 + model.len() + slug.len() + 1);
+    v.extend_from_slice(&conversation.to_le_bytes());
+    v.extend_from_slice(&expires_ms.to_le_bytes());
+    v.extend_from_slice(model.as_bytes());
+    v.push(b'|');
+    v.extend_from_slice(slug.as_bytes());
+    api::set_shared_data(&sticky_key(conversation), &v, 0);
+}
+
+fn stuck(conversation: u64, now_ms: u64) -> Option<(String, String)> {
+    let (bytes, _) = api::shared_data(&sticky_key(conversation));
+    let b = bytes?;
+    let word = |r: std::ops::Range<usize>| b.get(r).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
+    if word(0..8)? != conversation || word(8..16)? <= now_ms {
+        return None;
+    }
+    let rest = std::str::from_utf8(b.get(16..)?).ok()?;
+    // Model ids may contain '|'? No: slugs cannot, so split at the last one.
+    let (model, slug) = rest.rsplit_once('|')?;
+    Some((model.to_string(), slug.to_string()))
+}
+
 impl HealthView for SharedHealth {
+    fn sticky(&self, conversation: u64) -> Option<(String, String)> {
+        stuck(conversation, self.now_ms)
+    }
+
+    fn session_header(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
         let key = stats_key(model, slug);
         if let Some(h) = self.memo.borrow().get(&key) {

@@ -17,7 +17,7 @@ use crate::failover::{
 };
 use crate::sse::{interrupted_event, StreamEnd};
 use crate::stats::Finished;
-use crate::usage::{completion_tokens, USAGE_TAIL_BYTES};
+use crate::usage::{ReportedUsage, USAGE_TAIL_BYTES};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -42,7 +42,7 @@ pub struct Attempt {
     status: Option<u16>,
     retry_after_s: Option<u32>,
     body_chunks: u32,
-    completion_tokens: Option<u64>,
+    usage: ReportedUsage,
     /// A successful SSE answer: watched for its terminating event.
     sse: Option<StreamEnd>,
     /// The answer started successfully but broke off (reset, or a stream without its final
@@ -71,7 +71,7 @@ impl Attempt {
             status: None,
             retry_after_s: None,
             body_chunks: 0,
-            completion_tokens: None,
+            usage: ReportedUsage::default(),
             sse: None,
             interrupted: false,
             recorded: false,
@@ -130,13 +130,20 @@ impl Attempt {
                 let since = if self.stream { first } else { self.started_ms };
                 let secs = now.saturating_sub(since) as f64 / 1000.0;
                 // Usage when the provider reports it, otherwise one token per streamed chunk.
-                let tokens = self.completion_tokens.unwrap_or(u64::from(self.body_chunks)) as f64;
+                let tokens = self.usage.completion_tokens.unwrap_or(u64::from(self.body_chunks)) as f64;
                 (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
             }
             _ => None,
         };
         let window = self.config.catalog.routing.outage_window_s.saturating_mul(1000);
-        let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s };
+        let catalog = &self.config.catalog;
+        let pricing = catalog
+            .model(&model)
+            .and_then(|m| m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).find(|e| e.slug == slug))
+            .map(|e| e.pricing)
+            .unwrap_or_default();
+        let usage = self.usage.priced(&pricing);
+        let finished = Finished { outcome, ttft_ms: ttft, tokens_per_s, retry_after_s: self.retry_after_s, usage };
         if self.in_catalog {
             update_stats(&stats_key(&model, &slug), |s| s.finish(now, finished, window));
         }
@@ -264,9 +271,7 @@ impl HttpContext for Attempt {
             // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
             let tail = body_size.min(USAGE_TAIL_BYTES);
             if let Some(b) = api::response_body(body_size - tail, tail) {
-                if let Some(n) = completion_tokens(&b) {
-                    self.completion_tokens = Some(n);
-                }
+                self.usage.scan(&b);
                 if let Some(sse) = self.sse.as_mut() {
                     sse.feed(&b);
                 }

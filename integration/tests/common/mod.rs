@@ -59,7 +59,7 @@ pub fn test_catalog() -> Value {
                 {"provider": "delta", "upstream_model": "claude-delta", "pricing": {"prompt": 3, "completion": 3}}
             ]}
         },
-        "routing": {"max_body_bytes": 65536, "debug_header": true}
+        "routing": {"max_body_bytes": 65536, "debug_header": true, "default_policy": "price_weighted"}
     });
     // Failover tests: one model per test so live statistics never leak between tests.
     let failover_models: [(&str, &[(&str, f64)]); 22] = [
