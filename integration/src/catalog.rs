@@ -218,9 +218,11 @@ impl Catalog {
         }
         let catalog = Catalog { raw, providers, istio, envoy };
         // The filter's own parser: unknown fields, bad prices, unresolved provider slugs, ...
-        let config = catalog.plugin_config();
-        switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| Some("render-check".into()))
+        let config = catalog.plugin_config().to_string();
+        let parsed = switchyard::config::Catalog::from_json(config.as_bytes(), &|_| Some("render-check".into()))
             .map_err(|e| e.to_string())?;
+        // Operator policies are checked against the catalog they name (slugs, selection rules).
+        switchyard::policy::Policies::from_json(config.as_bytes(), &parsed).map_err(|e| e.to_string())?;
         Ok(catalog)
     }
 
@@ -346,5 +348,13 @@ mod tests {
         let mut v = minimal();
         v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));
+        // Policies pass through to the filter and are checked with its own parser.
+        let mut v = minimal();
+        v["policies"] = json!({"finance": {"only": ["p"], "zdr": true}});
+        v["policy_selection"] = json!({"rules": [{"policy": "finance", "route": "finance"}]});
+        let c = Catalog::parse(&v.to_string()).unwrap();
+        assert_eq!(c.plugin_config()["policies"]["finance"]["zdr"], true);
+        v["policies"]["finance"]["ignore"] = json!(["q"]);
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains(r#"policies["finance"].ignore[0]"#));
     }
 }
