@@ -187,6 +187,10 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
             "environment_variables": {"host_env_keys": cfg.env_keys}
         }
     });
+    // If the VM fails (a trap), requests on that worker get a JSON 503 and the VM is reloaded
+    // (1 s back-off): never FAIL_OPEN, which would skip the filter and let a caller's forged
+    // internal headers through.
+    config["failure_policy"] = json!("FAIL_RELOAD");
     if stop_on_headers {
         // The router pauses headers until the body is complete.
         config["allow_on_headers_stop_iteration"] = json!(true);
@@ -433,6 +437,16 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                             ]}},
                             "body_format_override": {
                                 "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "upstream_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
+                                "content_type": "application/json"
+                            }
+                        }, {
+                            // Envoy's other local 503s (a failed Wasm VM: `wasm_fail_stream`) as JSON too.
+                            "filter": {"and_filter": {"filters": [
+                                {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}},
+                                {"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}}
+                            ]}},
+                            "body_format_override": {
+                                "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "server_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
                                 "content_type": "application/json"
                             }
                         }]},

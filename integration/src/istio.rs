@@ -151,8 +151,10 @@ pub fn wasm_plugin(c: &Catalog, v: Variant, sha256: &str) -> Value {
         "phase": "STATS",
         "priority": 100,
         // A router that enforces compliance routes and holds provider keys must not be skipped:
-        // if the module cannot load, requests fail (503) instead of bypassing it.
-        "failStrategy": "FAIL_CLOSE",
+        // if the module cannot load or its VM fails, requests fail (JSON 503) instead of
+        // bypassing it, and a failed VM is reloaded (FAIL_CLOSE would leave the worker failing
+        // until a restart; FAIL_OPEN would let forged internal headers through).
+        "failStrategy": "FAIL_RELOAD",
         "pluginConfig": c.plugin_config(),
         "vmConfig": {"env": env}
     });

@@ -42,7 +42,11 @@ pub fn wasm_plugin_extension(wp: &Value) -> (String, Value) {
             "name": name,
             "root_id": spec["pluginName"],
             "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": spec["pluginConfig"].to_string()},
-            "fail_open": spec["failStrategy"] == "FAIL_OPEN",
+            "failure_policy": match spec["failStrategy"].as_str() {
+                Some("FAIL_OPEN") => "FAIL_OPEN",
+                Some("FAIL_RELOAD") => "FAIL_RELOAD",
+                _ => "FAIL_CLOSED",
+            },
             "vm_config": {
                 "runtime": "envoy.wasm.runtime.v8",
                 "code": {"remote": {"http_uri": {"uri": spec["url"], "cluster": "_", "timeout": "30s"}, "sha256": spec["sha256"]}},

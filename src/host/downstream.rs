@@ -207,6 +207,10 @@ impl Context for Stream {}
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         let headers = api::req_headers();
+        #[cfg(feature = "fault-injection")]
+        if api::find(&headers, "x-switchyard-test-trap").is_some() {
+            core::arch::wasm32::unreachable();
+        }
         // Internal headers are never taken from a caller.
         for h in [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER] {
             if api::find(&headers, h).is_some() {
