@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 use switchyard::config::Catalog;
-use switchyard::decision::decide;
+use switchyard::decision::{decide, decide_under};
 use switchyard::health::NoHealthData;
 use switchyard::rewrite::with_provider_field;
 fn main() {
@@ -26,6 +26,20 @@ fn main() {
         x += d.body.len();
     }
     println!("decide: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    // The same request under an operator policy (selection is host property reads, not timed here).
+    let mut with_policy: serde_json::Value = serde_json::from_str(cfg).unwrap();
+    with_policy["policies"] = serde_json::json!({"finance": {"only": ["cheap", "fast"], "data_collection": "allow",
+        "max_price": {"prompt": 5}, "allowed_models": ["bench/*"], "max_attempts": 2}});
+    let with_policy = with_policy.to_string();
+    let pc = Catalog::from_json(with_policy.as_bytes(), &|_| None).unwrap();
+    let policies = switchyard::policy::Policies::from_json(with_policy.as_bytes(), &pc).unwrap();
+    let policy = policies.get("finance");
+    let t = Instant::now();
+    for _ in 0..n {
+        let d = decide_under(&pc, policy, body.as_bytes(), &NoHealthData, &mut || 0.3).unwrap();
+        x += d.body.len();
+    }
+    println!("decide under a policy: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     let resp = br#"{"id":"chatcmpl-bench-1","object":"chat.completion","created":1700000000,"model":"fast-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from bench"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":4,"total_tokens":260}}"#;
     let t = Instant::now();
     for _ in 0..n {

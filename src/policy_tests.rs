@@ -619,3 +619,26 @@ fn no_plan_ever_leaves_its_policy() {
     }
     assert!(checked > 100, "too few plans to mean anything: {checked}");
 }
+
+/// `model: auto` picks only models the policy allows (the auto router's own bound).
+#[test]
+fn auto_picks_stay_inside_allowed_models() {
+    let tiered = CATALOG
+        .replace(r#""m/a": {"endpoints""#, r#""m/a": {"cost_tier": "low", "endpoints""#)
+        .replace(r#""other/c": {"endpoints""#, r#""other/c": {"cost_tier": "low", "endpoints""#);
+    let json = format!(
+        r#"{}, "auto": {{"tasks": {{"chat": {{"m/a": 1.0, "other/c": 0.9}}}}}},
+           "policies": {{"p": {{"allowed_models": ["other/*"]}}, "none": {{"allowed_models": ["nothing/*"]}}}}}}"#,
+        tiered.trim_end().trim_end_matches('}')
+    );
+    let c = Catalog::from_json(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("catalog: {e}"));
+    let ps = Policies::from_json(json.as_bytes(), &c).unwrap_or_else(|e| panic!("policies: {e}"));
+    let body = r#"{"model": "auto", "messages": [{"role": "user", "content": "hello there"}]}"#;
+    let open = slugs(&c, None, body).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert!(open.first().is_some_and(|s| s.ends_with("@m/a")), "without a policy the top pick: {open:?}");
+    let p = ps.get("p").unwrap_or_else(|| panic!("p"));
+    let planned = ok(&c, p, body);
+    assert!(!planned.is_empty() && planned.iter().all(|s| s.ends_with("@other/c")), "{planned:?}");
+    let none = ps.get("none").unwrap_or_else(|| panic!("none"));
+    assert_eq!(refused(&c, none, body), (404, "policy:none.allowed_models".into()));
+}
