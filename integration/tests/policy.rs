@@ -410,6 +410,8 @@ async fn a_trusted_header_selects_only_after_the_identity_rules() {
     let r = s.as_identity(DEV, "pol-hdr-dev", &[tenant], body.clone()).await;
     assert_eq!((r.status, r.header("x-switchyard-policy")), (200, Some("partner")), "{}", r.text());
     assert_eq!(s.receivers("pol-hdr-dev"), set(&["gamma"]));
+    let seen = s.providers.iter().flat_map(|p| p.received_for("pol-hdr-dev")).collect::<Vec<_>>();
+    assert!(seen.iter().all(|r| r.header("x-gateway-tenant").is_none()), "the selection header reached a provider");
     // An identity rule earlier in the list wins over the header.
     let r = s.as_identity(REPORTS, "pol-hdr-reports", &[tenant], body.clone()).await;
     assert_eq!(r.header("x-switchyard-policy"), Some("reports"), "{}", r.text());

@@ -237,6 +237,12 @@ impl HttpContext for Stream {
                 self.selected_by = Some(sel.by);
                 count(&format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
             }
+            // Trusted selection headers are for Switchyard only: no provider sees them.
+            for h in &policies.trusted_headers {
+                if api::find(&headers, h).is_some() {
+                    api::set_req_header(h, None);
+                }
+            }
         }
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
