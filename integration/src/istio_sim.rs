@@ -390,3 +390,74 @@ pub fn proxy_config(
     }
     Ok((boot, extensions))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boot() -> Value {
+        json!({"static_resources": {
+            "listeners": [{"name": "0.0.0.0_8080", "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {"http_filters": [{"name": "a"}, {"name": "envoy.filters.http.router"}],
+                                 "route_config": {"virtual_hosts": [{"name": "h:80", "routes": [{"name": "vs"}]}]}}}]}]}],
+            "clusters": [{"name": "outbound|443||p", "circuit_breakers": {"thresholds": [{"max_retries": 3}]},
+                          "typed_extension_protocol_options": {"k": {"istio": true, "x": 1}}}]
+        }})
+    }
+
+    fn ef(patches: Value) -> Value {
+        json!({"spec": {"configPatches": patches}})
+    }
+
+    #[test]
+    fn patches_apply_with_istio_semantics() {
+        let mut b = boot();
+        let mut ext = Extensions::new();
+        let sub = |n: &str| json!({"context": "GATEWAY", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": n}}}}});
+        let patches = json!([
+            {"applyTo": "HTTP_FILTER", "match": sub("envoy.filters.http.router"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "b"}}},
+            {"applyTo": "HTTP_FILTER", "match": sub("a"), "patch": {"operation": "REPLACE", "value": {"name": "a2"}}},
+            {"applyTo": "HTTP_FILTER", "match": sub("absent"), "patch": {"operation": "REPLACE", "value": {"name": "zz"}}},
+            // Another context: skipped.
+            {"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_OUTBOUND", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": "a2"}}}}}, "patch": {"operation": "INSERT_BEFORE", "value": {"name": "nope"}}},
+            {"applyTo": "HTTP_ROUTE", "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"name": "h:80"}}}, "patch": {"operation": "INSERT_FIRST", "value": {"name": "routed"}}},
+            {"applyTo": "CLUSTER", "match": {"context": "GATEWAY", "cluster": {"name": "outbound|443||p"}}, "patch": {"operation": "MERGE", "value": {
+                "circuit_breakers": {"thresholds": [{"max_retries": 9}]},
+                "typed_extension_protocol_options": {"k": {"mine": true}}}}},
+            {"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": {"name": "e", "typed_config": {}}}}
+        ]);
+        apply_envoy_filter(&mut b, &ef(patches), "GATEWAY", &mut ext).unwrap();
+        let hcm = &b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+        let names: Vec<&str> =
+            hcm["http_filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["a2", "b", "envoy.filters.http.router"]);
+        assert_eq!(hcm["route_config"]["virtual_hosts"][0]["routes"], json!([{"name": "routed"}, {"name": "vs"}]));
+        let c = &b["static_resources"]["clusters"][0];
+        // Lists append (as proto merge does); map values are replaced whole, not merged.
+        assert_eq!(c["circuit_breakers"]["thresholds"].as_array().unwrap().len(), 2);
+        assert_eq!(c["typed_extension_protocol_options"]["k"], json!({"mine": true}));
+        assert!(ext.contains_key("e"));
+    }
+
+    #[test]
+    fn unmodelled_or_unmatched_patches_are_errors() {
+        let mut ext = Extensions::new();
+        let unknown = json!([{"applyTo": "LISTENER", "match": {"context": "GATEWAY"}, "patch": {"operation": "ADD", "value": {}}}]);
+        assert!(apply_envoy_filter(&mut boot(), &ef(unknown), "GATEWAY", &mut ext)
+            .unwrap_err()
+            .contains("not modelled"));
+        let unmatched = json!([{"applyTo": "CLUSTER", "match": {"context": "GATEWAY", "cluster": {"name": "outbound|443||other"}}, "patch": {"operation": "MERGE", "value": {}}}]);
+        assert!(apply_envoy_filter(&mut boot(), &ef(unmatched), "GATEWAY", &mut ext)
+            .unwrap_err()
+            .contains("matched nothing"));
+    }
+
+    #[test]
+    fn agent_checks_the_digest() {
+        let mut e = json!({"typed_config": {"config": {"vm_config": {"code": {"remote": {"http_uri": {"uri": "oci://r/x:1"}, "sha256": "aa"}}}}}});
+        assert!(agent_localize(&mut e.clone(), "bb", Path::new("/m.wasm")).unwrap_err().contains("does not match"));
+        agent_localize(&mut e, "aa", Path::new("/m.wasm")).unwrap();
+        assert_eq!(e["typed_config"]["config"]["vm_config"]["code"], json!({"local": {"filename": "/m.wasm"}}));
+    }
+}
