@@ -64,6 +64,8 @@ pub struct EndpointHealth {
     /// outage window (`routing.outage_window_s`, rounded up to whole 20 s buckets).
     pub recent_attempts: u32,
     pub recent_failures: u32,
+    /// 429s within the same window (backoff: recovers as soon as they stop).
+    pub recent_rate_limited: u32,
     /// Consecutive reliability failures, while the last one is within the outage window.
     pub failure_run: u32,
     /// A significant outage (see `significant_outage`): price_weighted sends it to the back.
@@ -129,6 +131,12 @@ pub trait HealthView {
     /// The caller's `x-session-id` header, which names a conversation explicitly.
     fn session_header(&self) -> Option<&str> {
         None
+    }
+
+    /// Who is calling (e.g. a hash of its credential or identity): conversations are keyed per
+    /// caller, so different callers that open with the same messages are not glued together.
+    fn caller_scope(&self) -> u64 {
+        0
     }
 }
 

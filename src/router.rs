@@ -425,9 +425,9 @@ fn routing_cost_order(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() 
 
 /// The conversation a request belongs to: `x-session-id`, else the body's `session_id`, else a
 /// hash of its first system and first user message (the same in every later turn).
-pub fn conversation_key(req: &ChatRequest, header: Option<&str>) -> Option<u64> {
-    fn fnv(parts: &[&[u8]]) -> u64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> Option<u64> {
+    let fnv = |parts: &[&[u8]]| -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ scope;
         for p in parts {
             for b in p.iter().chain(std::iter::once(&0xffu8)) {
                 h ^= u64::from(*b);
@@ -435,7 +435,7 @@ pub fn conversation_key(req: &ChatRequest, header: Option<&str>) -> Option<u64> 
             }
         }
         h
-    }
+    };
     if let Some(id) = header.filter(|h| !h.is_empty()) {
         return Some(fnv(&[b"session", id.as_bytes()]));
     }
@@ -704,7 +704,7 @@ pub fn plan_under(
     // (the caller chose the order), explicit sorts and suffixes bypass it.
     let by_cost = catalog.routing.default_policy == DefaultPolicy::RoutingCost && prefs.order.is_empty();
     let conversation = if by_cost && auto.is_none() && !pinned && catalog.routing.sticky_ttl_s > 0 {
-        conversation_key(req, health.session_header())
+        conversation_key(req, health.session_header(), health.caller_scope())
     } else {
         None
     };

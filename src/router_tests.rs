@@ -1612,7 +1612,7 @@ fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
 fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages() {
     let key = |body: &str, header: Option<&str>| {
         let req = ChatRequest::parse(body.as_bytes()).unwrap();
-        crate::router::conversation_key(&req, header)
+        crate::router::conversation_key(&req, header, 0)
     };
     let a = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}]}"#;
     let a2 = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "q2"}]}"#;
@@ -1623,4 +1623,10 @@ fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages()
     let s = r#"{"model": "m", "session_id": "s-1", "messages": [{"role": "user", "content": "zz"}]}"#;
     assert_eq!(key(s, None), key(b, Some("s-1")));
     assert_eq!(key(r#"{"model": "m", "messages": []}"#, None), None);
+    let req = ChatRequest::parse(a.as_bytes()).unwrap();
+    assert_ne!(
+        crate::router::conversation_key(&req, None, 1),
+        crate::router::conversation_key(&req, None, 2),
+        "callers with the same first messages are separate conversations"
+    );
 }

@@ -62,8 +62,8 @@ pub struct CostTerms {
     pub success_p: f64,
     pub routing_cost: f64,
     pub share: f64,
-    /// Backoff factor on the share, (1 - 429 rate)^2: rate-limited endpoints get less traffic
-    /// until the 429s stop (the window forgets them).
+    /// Backoff factor on the share, (1 - recent 429 rate)^2 over the outage window:
+    /// rate-limited endpoints get less traffic until the 429s stop.
     pub backoff: f64,
     pub paused: bool,
     /// At its learned capacity: no share this request.
@@ -168,7 +168,14 @@ pub fn costs(inputs: &[EndpointInput], tokens: (f64, f64), params: &CostParams) 
                 success_p,
                 routing_cost: (price_usd + wait_usd + rate_limit_usd) / success_p,
                 share: 0.0,
-                backoff: (1.0 - rl_rate) * (1.0 - rl_rate),
+                backoff: {
+                    let recent = if h.recent_attempts > 0 {
+                        f64::from(h.recent_rate_limited) / f64::from(h.recent_attempts)
+                    } else {
+                        0.0
+                    };
+                    (1.0 - recent.clamp(0.0, 1.0)).powi(2)
+                },
                 paused: i.outage,
                 capped,
             }
@@ -358,6 +365,8 @@ mod tests {
         let healthy = costs(&[cheap, other], (1000.0, 200.0), &params);
         let mut limited = cheap;
         limited.health.rate_limited_rate = Some(0.6);
+        limited.health.recent_attempts = 10;
+        limited.health.recent_rate_limited = 6;
         let backoff = costs(&[limited, other], (1000.0, 200.0), &params);
         assert!(backoff[0].share < healthy[0].share * 0.5, "{:?} vs {:?}", share_of(&backoff), share_of(&healthy));
         assert!((backoff[0].backoff - 0.16).abs() < 1e-9);

@@ -129,10 +129,10 @@ impl EndpointStats {
 
     pub fn finish(&mut self, now_ms: u64, f: Finished, outage_window_ms: u64) {
         if f.outcome == Outcome::RateLimited {
-            // The load at which the endpoint refuses: learned from every 429 (smoothed).
+            // The load at which the endpoint refuses: the lowest in-flight count a 429 came at
+            // (a burst's simultaneous refusals would overstate it); it grows back over time.
             let seen = self.in_flight.max(1);
-            let cap = self.capacity(now_ms).unwrap_or(seen);
-            self.cap_in_flight = ((u64::from(cap) * 3 + u64::from(seen)).div_ceil(4)) as u32;
+            self.cap_in_flight = self.capacity(now_ms).map_or(seen, |cap| cap.min(seen));
             self.cap_set_ms = now_ms;
         }
         self.in_flight = self.in_flight.saturating_sub(1);
@@ -217,10 +217,10 @@ impl EndpointStats {
         let (attempts, successes, failures, _) = self.totals(now_ms);
         let now_epoch = Self::epoch(now_ms);
         let recent_buckets = outage_window_ms.div_ceil(BUCKET_MS).max(1) as u32;
-        let (recent_attempts, recent_failures) = self
+        let (recent_attempts, recent_failures, recent_rate_limited) = self
             .live(now_ms)
             .filter(|b| now_epoch - b.epoch < recent_buckets)
-            .fold((0u32, 0u32), |a, b| (a.0 + b.attempts, a.1 + b.failures));
+            .fold((0u32, 0u32, 0u32), |a, b| (a.0 + b.attempts, a.1 + b.failures, a.2 + b.rate_limited));
         let mut ttft = [0u32; 11];
         let mut tps = [0u32; 10];
         for b in self.live(now_ms) {
@@ -262,6 +262,7 @@ impl EndpointStats {
             throughput_tps: pct(&tps, &TPS_BOUNDS),
             recent_attempts,
             recent_failures,
+            recent_rate_limited,
             failure_run: if now_ms < self.failure_run_until_ms { self.consecutive_failures } else { 0 },
             recent_outage: false,
             cooling_down: now_ms < self.cooldown_until_ms,
@@ -371,6 +372,7 @@ mod tests {
         s.judge(now, true, false);
         s.judge(now, false, false);
         let v = s.view(now, 30_000);
+        assert_eq!(v.recent_rate_limited, 0);
         let u = v.usage.unwrap();
         assert_eq!((u.reports, u.prompt_tokens, u.completion_tokens), (2, 2000, 400));
         assert!((u.cost_usd - 0.0042).abs() < 1e-9);
@@ -383,11 +385,16 @@ mod tests {
         s.finish(now, fail(Outcome::RateLimited), 30_000);
         assert_eq!(s.capacity(now), Some(5));
         assert_eq!(s.view(now, 30_000).rate_limited_rate, Some(1.0 / 3.0));
-        // ...smoothed towards later observations (3 in flight now)...
+        // ...lowered by a 429 at a lower load (4 in flight now), never raised by a higher one...
         s.finish(now, fail(Outcome::RateLimited), 30_000);
-        assert_eq!(s.capacity(now), Some(5), "(5*3 + 4) / 4 rounded up");
+        assert_eq!(s.capacity(now), Some(4));
+        for _ in 0..6 {
+            s.start();
+        }
+        s.finish(now, fail(Outcome::RateLimited), 30_000);
+        assert_eq!(s.capacity(now), Some(4));
         // ...and growing back by one per CAP_REGROW_MS without 429s.
-        assert_eq!(s.capacity(now + 3 * CAP_REGROW_MS), Some(8));
+        assert_eq!(s.capacity(now + 3 * CAP_REGROW_MS), Some(7));
         let bytes = s.encode();
         assert_eq!(bytes.len(), RECORD_BYTES);
         assert_eq!(EndpointStats::decode(&bytes), s);

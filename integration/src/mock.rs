@@ -50,6 +50,9 @@ pub struct Behavior {
     /// Streams stop after this many content chunks: the body ends without the usage chunk and
     /// `data: [DONE]` (`cut<n>`), or the connection is aborted mid-body (`abort<n>`).
     pub cut_after: Option<(usize, CutKind)>,
+    /// Answer with a tool call (`get_weather`) instead of text: well-formed (`tool`) or with
+    /// arguments that are not JSON (`badtool`).
+    pub tool_call: Option<bool>,
 }
 
 /// How a stream is cut short.
@@ -71,6 +74,7 @@ impl Default for Behavior {
             capacity: None,
             empty_errors: false,
             cut_after: None,
+            tool_call: None,
         }
     }
 }
@@ -215,7 +219,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
 /// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body),
 /// `cut<n>` / `abort<n>` (a stream stops after n chunks: clean end without `[DONE]`, or an
-/// aborted connection).
+/// aborted connection), `tool` / `badtool` (answer with a well-formed or malformed tool call),
+/// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -235,6 +240,10 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.chunk_interval = Duration::from_millis(ms.parse().unwrap_or(0));
             } else if let Some(n) = tok.strip_prefix("chunks") {
                 b.chunks = n.parse().unwrap_or(3);
+            } else if tok == "tool" || tok == "badtool" {
+                b.tool_call = Some(tok == "tool");
+            } else if let Some(n) = tok.strip_prefix("cap") {
+                b.capacity = n.parse().ok();
             } else if let Some(n) = tok.strip_prefix("cut") {
                 b.cut_after = Some((n.parse().unwrap_or(2), CutKind::CleanEnd));
             } else if let Some(n) = tok.strip_prefix("abort") {
@@ -262,6 +271,45 @@ impl Body for ChannelBody {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
     }
+}
+
+/// Tool-call arguments the mock sends: valid JSON, or broken JSON.
+fn tool_arguments(valid: bool) -> &'static str {
+    if valid {
+        r#"{"city":"Paris"}"#
+    } else {
+        r#"{"city": Paris"#
+    }
+}
+
+fn tool_completion_json(provider: &str, model: &str, id: u64, valid: bool) -> Value {
+    json!({
+        "id": format!("chatcmpl-{provider}-{id}"),
+        "object": "chat.completion",
+        "created": 1_700_000_000u64,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": tool_arguments(valid)}}
+        ]}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 8, "total_tokens": 18}
+    })
+}
+
+/// Two stream chunks carrying one tool call, its arguments split between them.
+fn tool_chunks(provider: &str, model: &str, id: u64, valid: bool) -> [String; 2] {
+    let args = tool_arguments(valid);
+    let (a, b) = args.split_at(args.len() / 2);
+    let chunk = |delta: Value| {
+        let v = json!({"id": format!("chatcmpl-{provider}-{id}"), "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+            "model": model, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": null}]});
+        format!("data: {v}\n\n")
+    };
+    [
+        chunk(
+            json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": a}}),
+        ),
+        chunk(json!({"index": 0, "function": {"arguments": b}})),
+    ]
 }
 
 fn completion_json(provider: &str, model: &str, id: u64, prompt_tokens: u64) -> Value {
@@ -354,6 +402,14 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
         let name = s.name.clone();
         tokio::spawn(async move {
             let _guard = guard;
+            if let Some(valid) = behavior.tool_call {
+                for c in tool_chunks(&name, &model, id, valid) {
+                    let _ = tx.send(Ok(Bytes::from(c))).await;
+                }
+                let _ = tx.send(Ok(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
+                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                return;
+            }
             for i in 0..behavior.chunks {
                 if i > 0 && !behavior.chunk_interval.is_zero() {
                     tokio::time::sleep(behavior.chunk_interval).await;
@@ -386,7 +442,11 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     } else {
         drop(guard);
         let prompt_tokens = (body.len() as u64).div_ceil(4);
-        let out = completion_json(&s.name, &model, id, prompt_tokens).to_string();
+        let out = match behavior.tool_call {
+            Some(valid) => tool_completion_json(&s.name, &model, id, valid),
+            None => completion_json(&s.name, &model, id, prompt_tokens),
+        }
+        .to_string();
         let _ = tx.try_send(Ok(Bytes::from(out.clone())));
         drop(tx);
         let resp = Response::builder()

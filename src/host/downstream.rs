@@ -73,6 +73,7 @@ pub struct Stream {
     response_complete: bool,
     /// The caller's `x-session-id` (names a conversation for sticky routing).
     session: Option<String>,
+    caller_scope: u64,
     /// (model id, slug) of the endpoint that served.
     served: Option<(String, String)>,
     /// Judges a served stream's quality from its chunks.
@@ -98,6 +99,7 @@ impl Stream {
             result: None,
             response_complete: false,
             session: None,
+            caller_scope: 0,
             served: None,
             judge: None,
         }
@@ -151,6 +153,7 @@ impl Stream {
         let config = Rc::clone(&self.config);
         let mut health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
         health.session = self.session.clone();
+        health.caller_scope = self.caller_scope;
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         match decide_under(&config.catalog, policy, &body, &health, &mut random_unit) {
             Ok(d) => {
@@ -247,6 +250,12 @@ impl HttpContext for Stream {
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
+        // Conversations are per caller: its credential (hashed, never kept) scopes the key.
+        self.caller_scope = ["authorization", "x-api-key"]
+            .iter()
+            .filter_map(|h| api::find(&headers, h))
+            .flat_map(str::bytes)
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
             self.debug = debug_allowed(v, &catalog.routing);
             api::set_req_header(DEBUG_HEADER, None);

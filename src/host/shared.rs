@@ -99,11 +99,13 @@ pub struct SharedHealth {
     memo: RefCell<HashMap<String, EndpointHealth>>,
     /// The caller's `x-session-id`.
     pub session: Option<String>,
+    /// Hash of who is calling (see `HealthView::caller_scope`).
+    pub caller_scope: u64,
 }
 
 impl SharedHealth {
     pub fn new(now_ms: u64, outage_window_ms: u64) -> SharedHealth {
-        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()), session: None }
+        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()), session: None, caller_scope: 0 }
     }
 }
 
@@ -151,6 +153,10 @@ impl HealthView for SharedHealth {
 
     fn session_header(&self) -> Option<&str> {
         self.session.as_deref()
+    }
+
+    fn caller_scope(&self) -> u64 {
+        self.caller_scope
     }
 
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
