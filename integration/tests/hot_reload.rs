@@ -290,3 +290,73 @@ fn catalog_swap_under_load_fails_no_request() {
 fn ext_a_for(setup: &Setup) -> Extensions {
     setup.extensions(&catalog_a())
 }
+
+/// A provider removed entirely while requests planned with it are in flight: the per-attempt
+/// filter holding the new catalog cannot send to it (its key is gone) and refuses the attempt
+/// with a JSON 503. Envoy does not retry an upstream filter's local reply (and resetting the
+/// attempt from Wasm resets the caller's stream too: measured), so that request ends there; the
+/// README says to remove a provider from the models first.
+#[test]
+fn attempt_for_a_removed_provider_is_never_sent() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let dir = repo_root().join(".work").join(format!("hot-reload-removed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = TestCa::new("Switchyard test CA").unwrap();
+    let ca_file = dir.join("ca.pem");
+    ca.write_pem(&ca_file).unwrap();
+    let base = Catalog::parse(&catalog_a().to_string()).unwrap();
+    let providers: BTreeMap<String, MockProvider> = rt.block_on(async {
+        let mut out = BTreeMap::new();
+        for p in &base.providers {
+            let id = ca.issue(&p.host).unwrap();
+            out.insert(
+                p.slug.clone(),
+                MockProvider::start_tls(&p.slug, 0, Behavior::default(), &id, p.http2).await.unwrap(),
+            );
+        }
+        out
+    });
+    let setup = Setup {
+        ca_file: ca_file.to_string_lossy().into_owned(),
+        digest: Image::from_module(&std::fs::read(wasm_path()).unwrap()).digest(),
+        ports: base
+            .providers
+            .iter()
+            .map(|p| (p.slug.clone(), (p.host.clone(), providers[&p.slug].addr.port())))
+            .collect(),
+        ecds: dir.join("ecds"),
+    };
+    let (mut boot, ext_a) =
+        gateway_config(&base.with_hosts(&setup.ports), &setup.ca_file, &wasm_path(), &setup.digest).unwrap();
+    serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
+    let keys: Vec<(String, String)> =
+        base.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
+    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let envoy = Envoy::start_bootstrap(&boot, "hot-reload-removed", &env, 1).unwrap();
+
+    // Catalog C: together is gone (provider and endpoints). Only the per-attempt filter has it
+    // yet: the decision filter still plans with A.
+    let mut c = catalog_a();
+    c["providers"].as_object_mut().unwrap().remove("together");
+    for m in c["models"].as_object_mut().unwrap().values_mut() {
+        m["endpoints"].as_array_mut().unwrap().retain(|e| e["provider"] != "together");
+    }
+    c["models"].as_object_mut().unwrap().retain(|_, m| !m["endpoints"].as_array().unwrap().is_empty());
+    // The auto router's task lists may name models that lost their only endpoint.
+    c.as_object_mut().unwrap().remove("auto");
+    let ext_c = setup.extensions(&c);
+    let before = counter(envoy.admin, "switchyard-upstream.config_reload");
+    setup.write(&ext_c, "switchyard-upstream");
+    wait_counter(envoy.admin, "switchyard-upstream.config_reload", before);
+
+    let r = rt.block_on(chat(
+        envoy.addr(),
+        "removed",
+        &[],
+        json!({"model": "meta-llama/llama-4-maverick", "messages": msg(), "provider": {"order": ["together", "fireworks"]}}),
+    ));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "attempt_not_sent", "{}", r.text());
+    assert!(providers["together"].received_for("removed").is_empty(), "nothing may reach a removed provider");
+    assert!(log_contains(&envoy.dir, "the planned provider is no longer in the configuration"));
+}
