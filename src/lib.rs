@@ -9,6 +9,7 @@
 //! - `health`: the live-statistics view the orderings read
 //! - `policy`: operator policies (compliance routes): selection and narrowing
 //! - `rewrite`: upstream body/path rewrites and the response `provider` field
+//! - `ending`: how a routed request ends (the all-attempts-failed decision)
 //! - `errors`: OpenAI-style error bodies
 //! - `decision`: one request from body bytes to the first attempt's rewrite
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
@@ -29,6 +30,7 @@
 pub mod auto;
 pub mod config;
 pub mod decision;
+pub mod ending;
 pub mod errors;
 pub mod failover;
 pub mod forwarding;

@@ -14,6 +14,23 @@ pub fn completion_tokens(tail: &[u8]) -> Option<u64> {
         .find_map(|key| last_number_after(tail, key))
 }
 
+/// Output speed of a successful attempt, tokens per second: usage when the provider reported
+/// it, else one token per body chunk; over the time after the first byte for streams (the
+/// generation), over the whole attempt for whole answers. None without tokens or time.
+pub fn tokens_per_s(
+    stream: bool,
+    started_ms: u64,
+    first_byte_ms: u64,
+    now_ms: u64,
+    reported_tokens: Option<u64>,
+    chunks: u32,
+) -> Option<f64> {
+    let since = if stream { first_byte_ms } else { started_ms };
+    let secs = now_ms.saturating_sub(since) as f64 / 1000.0;
+    let tokens = reported_tokens.unwrap_or(u64::from(chunks)) as f64;
+    (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
+}
+
 fn last_number_after(text: &[u8], key: &[u8]) -> Option<u64> {
     let pos = text.windows(key.len()).rposition(|w| w == key)?;
     let rest = text.get(pos + key.len()..)?;
@@ -77,6 +94,20 @@ mod tests {
         assert_eq!(completion_tokens(responses), Some(9));
         // The last occurrence wins (a later event updates the count).
         assert_eq!(completion_tokens(br#""completion_tokens":1 ... "completion_tokens":2"#), Some(2));
+    }
+
+    #[test]
+    fn throughput_over_generation_for_streams_and_the_attempt_otherwise() {
+        // Stream: 100 tokens reported, first byte at 1 s, done at 3 s -> 50 tok/s.
+        assert_eq!(tokens_per_s(true, 0, 1000, 3000, Some(100), 7), Some(50.0));
+        // Whole answer: the same over the whole 4 s attempt -> 25 tok/s.
+        assert_eq!(tokens_per_s(false, 0, 1000, 4000, Some(100), 1), Some(25.0));
+        // No usage: one token per chunk.
+        assert_eq!(tokens_per_s(true, 0, 1000, 2000, None, 30), Some(30.0));
+        // No time or no tokens: unknown, never infinite.
+        assert_eq!(tokens_per_s(true, 0, 1000, 1000, Some(5), 1), None);
+        assert_eq!(tokens_per_s(false, 5000, 5000, 4000, Some(5), 1), None);
+        assert_eq!(tokens_per_s(true, 0, 10, 20, Some(0), 0), None);
     }
 
     #[test]

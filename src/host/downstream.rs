@@ -9,10 +9,11 @@ use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide_under, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
+use crate::ending::{ending, Ending};
 use crate::errors::ApiError;
 use crate::failover::{
-    base64, decode_records, encode_records, final_error, groups_value, is_retryable_status, CutShort, StopReason,
-    ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
+    base64, decode_records, encode_records, groups_value, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY,
+    PLAN_PROPERTY,
 };
 use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::rewrite::with_provider_field;
@@ -325,14 +326,12 @@ impl HttpContext for Stream {
         // Envoy answered itself (no upstream response recorded for the last attempt) or the last
         // attempt failed retryably: the failover is over. If fewer attempts were made than
         // planned, Envoy stopped it early (retry circuit breaker or budget, route timeout).
-        let exhausted = is_retryable_status(status);
-        if exhausted && !records.is_empty() {
-            let cut_short = (records.len() < self.planned).then(|| {
-                let flags = api::property(vec!["response", "flags"])
-                    .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
-                    .unwrap_or(0);
-                CutShort { planned: self.planned, reason: StopReason::from_response_flags(flags) }
-            });
+        let flags = || {
+            api::property(vec!["response", "flags"])
+                .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
+                .unwrap_or(0)
+        };
+        if let Ending::Failed { error: e, cut_short } = ending(catalog, status, &records, self.planned, flags) {
             if let Some(cut) = cut_short {
                 log::warn!(
                     "switchyard: failover stopped after {} of {} planned attempts ({})",
@@ -342,7 +341,6 @@ impl HttpContext for Stream {
                 );
                 count(&format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
             }
-            let e = final_error(catalog, &records, cut_short);
             self.result = Some(RequestResult::Failed);
             self.audit(Audit {
                 policy: policy.as_deref(),

@@ -17,7 +17,7 @@ use crate::failover::{
 };
 use crate::sse::{interrupted_event, StreamEnd};
 use crate::stats::Finished;
-use crate::usage::{ReportedUsage, USAGE_TAIL_BYTES};
+use crate::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -126,12 +126,7 @@ impl Attempt {
         let ttft = self.first_byte_ms.map(|t| t.saturating_sub(self.started_ms) as u32);
         let tokens_per_s = match (self.first_byte_ms, outcome) {
             (Some(first), Outcome::Success) => {
-                // Streams: generation time after the first token; whole answers: the attempt.
-                let since = if self.stream { first } else { self.started_ms };
-                let secs = now.saturating_sub(since) as f64 / 1000.0;
-                // Usage when the provider reports it, otherwise one token per streamed chunk.
-                let tokens = self.usage.completion_tokens.unwrap_or(u64::from(self.body_chunks)) as f64;
-                (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
+                tokens_per_s(self.stream, self.started_ms, first, now, self.usage.completion_tokens, self.body_chunks)
             }
             _ => None,
         };
