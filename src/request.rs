@@ -632,7 +632,10 @@ mod tests {
         assert!(r.stream);
         assert_eq!(r.max_tokens, Some(100));
         assert!(r.has_tools);
-        assert!(r.prompt_tokens > 5);
+        // Bytes of the raw `messages` value / 4, rounded up.
+        let messages = r#"[{"role":"user","content":"hello there"}]"#;
+        assert_eq!(r.prompt_tokens, (messages.len() as u64).div_ceil(4));
+        assert_eq!(r.prompt_tokens, 11);
         assert_eq!(r.parameters, vec!["max_tokens", "temperature", "tools"]);
         assert_eq!(r.model_sequence().len(), 2);
     }

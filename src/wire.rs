@@ -68,8 +68,12 @@ mod tests {
         b[v] = 0xff;
         assert_eq!(deserialize_map(&b), vec![("x-bin".to_string(), "\u{fffd}b".to_string())]);
         let full = serialize_map(&[("a", "1"), ("b", "2")]);
+        let whole = deserialize_map(&full);
+        assert_eq!(whole.len(), 2);
+        // A truncated map never invents pairs: it decodes to a leading part of the whole.
         for cut in 0..full.len() {
-            let _ = deserialize_map(&full[..cut]);
+            let got = deserialize_map(&full[..cut]);
+            assert!(whole.starts_with(&got), "cut {cut}: {got:?}");
         }
         // A count far larger than the buffer.
         assert!(deserialize_map(&[0xff, 0xff, 0xff, 0xff]).is_empty());
