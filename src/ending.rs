@@ -38,6 +38,30 @@ pub fn ending(
     Ending::Failed { error: final_error(catalog, records, cut_short), cut_short }
 }
 
+/// Most attempts a request can record (`routing.max_attempts` is at most 16); a higher attempt
+/// number from the host is ignored rather than grown into.
+pub const MAX_RECORDED_ATTEMPTS: usize = 32;
+
+/// Writes attempt `attempt`'s (1-based) record, filling skipped attempts with "no response"
+/// records of the same endpoint. Returns false (and changes nothing) for attempt 0 or one past
+/// `MAX_RECORDED_ATTEMPTS`.
+pub fn record_attempt(records: &mut Vec<AttemptRecord>, attempt: usize, record: AttemptRecord) -> bool {
+    if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
+        return false;
+    }
+    let i = attempt - 1;
+    if records.len() <= i {
+        records.resize(i + 1, AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None });
+    }
+    match records.get_mut(i) {
+        Some(slot) => {
+            *slot = record;
+            true
+        }
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +85,19 @@ mod tests {
             Ending::Failed { error, cut_short } => (error, cut_short),
             Ending::Answered => panic!("expected a failed ending"),
         }
+    }
+
+    #[test]
+    fn attempt_records_are_written_in_place_and_bounded() {
+        let mut r = Vec::new();
+        assert!(record_attempt(&mut r, 1, rec(0, 0, None)));
+        assert!(record_attempt(&mut r, 1, rec(0, 503, None)), "the answer overwrites the start");
+        assert!(record_attempt(&mut r, 3, rec(1, 200, None)), "a skipped attempt is filled");
+        assert_eq!(r, vec![rec(0, 503, None), rec(1, 0, None), rec(1, 200, None)]);
+        assert!(!record_attempt(&mut r, 0, rec(0, 200, None)));
+        assert!(!record_attempt(&mut r, usize::MAX, rec(0, 200, None)), "no huge allocation");
+        assert!(!record_attempt(&mut r, MAX_RECORDED_ATTEMPTS + 1, rec(0, 200, None)));
+        assert_eq!(r.len(), 3);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide_under, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
-use crate::ending::{ending, Ending};
+use crate::ending::{ending, record_attempt, Ending};
 use crate::errors::ApiError;
 use crate::failover::{
     base64, decode_records, encode_records, groups_value, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY,
@@ -495,15 +495,8 @@ impl HttpContext for Stream {
 /// answer arrives, so attempts that never got one are listed too.
 pub fn set_record(attempt: usize, record: crate::failover::AttemptRecord) {
     let mut records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
-    let i = attempt.saturating_sub(1);
-    if records.len() <= i {
-        records.resize(
-            i + 1,
-            crate::failover::AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None },
-        );
-    }
-    if let Some(slot) = records.get_mut(i) {
-        *slot = record;
+    if !record_attempt(&mut records, attempt, record) {
+        return;
     }
     api::set_property(vec![ATTEMPTS_PROPERTY], &encode_records(&records));
 }
