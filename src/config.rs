@@ -198,6 +198,8 @@ struct RawRouting {
     max_retry_after_s: u32,
     #[serde(default)]
     routing_cost: RawRoutingCost,
+    #[serde(default)]
+    strict_provider_slugs: bool,
 }
 
 /// `routing.routing_cost`: tunables of the routing_cost policy (defaults need no tuning).
@@ -265,6 +267,7 @@ impl Default for RawRouting {
             max_attempts: default_max_attempts(),
             max_retry_after_s: default_max_retry_after(),
             routing_cost: RawRoutingCost::default(),
+            strict_provider_slugs: false,
         }
     }
 }
@@ -619,6 +622,9 @@ pub struct Routing {
     pub cost: crate::routing_cost::CostParams,
     /// Idle time after which a conversation is no longer sticky (seconds; 0 = no stickiness).
     pub sticky_ttl_s: u64,
+    /// A provider slug in `order`/`only`/`ignore` that names no configured provider is a 400
+    /// instead of a warning header.
+    pub strict_provider_slugs: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -673,6 +679,16 @@ impl Catalog {
 
     pub fn is_provider_base(&self, name: &str) -> bool {
         self.provider_bases.iter().any(|b| b == name)
+    }
+
+    /// Whether a request's provider slug can match anything here: a base name of a configured
+    /// provider, or a full `name/variant` slug of a provider entry or of some endpoint.
+    pub fn knows_slug(&self, slug: &str) -> bool {
+        if slug.contains('/') {
+            self.providers.iter().any(|p| p.slug == slug) || self.endpoints.iter().any(|e| e.slug == slug)
+        } else {
+            self.is_provider_base(slug)
+        }
     }
 }
 
@@ -1062,6 +1078,7 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
             wait_usd_per_s: rc.wait_usd_per_s,
         },
         sticky_ttl_s: rc.sticky_ttl_s,
+        strict_provider_slugs: r.strict_provider_slugs,
     })
 }
 

@@ -10,11 +10,12 @@ use crate::health::HealthView;
 use crate::policy::Policy;
 use crate::request::ChatRequest;
 use crate::rewrite::upstream_body;
-use crate::router::{plan_under, Plan};
+use crate::router::{cut_to_budget, plan_under, Plan};
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
+    /// The ranked attempts, cut to `routing.max_attempts` (each fallback model keeps one).
     pub plan: Plan,
     pub stream: bool,
     /// The body every attempt starts from: routing fields removed, `model` first with the first
@@ -48,7 +49,9 @@ pub fn decide_under(
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
     let req = ChatRequest::parse(body)?;
-    let plan = plan_under(catalog, &req, policy, health, rand)?;
+    let mut plan = plan_under(catalog, &req, policy, health, rand)?;
+    let model_of = |i: usize| catalog.endpoint(i).map_or(usize::MAX, |e| e.model);
+    plan.attempts = cut_to_budget(std::mem::take(&mut plan.attempts), catalog.routing.max_attempts, &model_of);
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();

@@ -35,6 +35,77 @@ pub struct Plan {
     /// The conversation this request continues or starts, when it is routed by routing_cost
     /// (the host remembers which endpoint served it, so later turns stay there).
     pub conversation: Option<u64>,
+    /// Problems with the request that did not stop it (`x-switchyard-warning`), e.g. a slug in
+    /// `provider.ignore` that names no configured provider.
+    pub warnings: Vec<String>,
+}
+
+/// Printable ASCII only, at most 64 characters: caller text echoed into a response header.
+fn header_safe(s: &str) -> String {
+    let mut out: String = s.chars().take(64).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
+    if s.chars().count() > 64 {
+        out.push_str("...");
+    }
+    out.replace('"', "'")
+}
+
+/// Slugs in `order`, `only` and `ignore` that name no configured provider. A typo in `ignore`
+/// would otherwise silently let traffic through to the provider the caller meant to exclude.
+/// With `routing.strict_provider_slugs` the first one is a 400 naming the field.
+fn slug_warnings(catalog: &Catalog, req: &ChatRequest) -> Result<Vec<String>, ApiError> {
+    let p = &req.provider;
+    let lists: [(&str, &[String]); 3] =
+        [("order", &p.order), ("only", p.only.as_deref().unwrap_or(&[])), ("ignore", &p.ignore)];
+    let mut out = Vec::new();
+    for (field, slugs) in lists {
+        for (i, slug) in slugs.iter().enumerate() {
+            if catalog.knows_slug(slug) {
+                continue;
+            }
+            let param = format!("provider.{field}[{i}]");
+            if catalog.routing.strict_provider_slugs {
+                return Err(ApiError::invalid(
+                    &param,
+                    format!("`{param}`: \"{slug}\" matches no provider configured on this router"),
+                ));
+            }
+            out.push(format!("{param} \"{}\" matches no provider", header_safe(slug)));
+        }
+    }
+    Ok(out)
+}
+
+/// Cuts the ranked list to `budget` attempts without starving a fallback model: every later
+/// model keeps (at least) its first attempt, so earlier models may use the budget minus one per
+/// model still to come (SPEC section 3). With more models than the budget, the first ones win.
+pub fn cut_to_budget(attempts: Vec<Attempt>, budget: usize, model_of: &dyn Fn(usize) -> usize) -> Vec<Attempt> {
+    let budget = budget.max(1);
+    if attempts.len() <= budget {
+        return attempts;
+    }
+    // The first attempt of each of the first `budget` distinct models is reserved.
+    let mut seen: Vec<usize> = Vec::new();
+    let mut reserved = vec![false; attempts.len()];
+    for (i, a) in attempts.iter().enumerate() {
+        let m = model_of(a.endpoint);
+        if !seen.contains(&m) && seen.len() < budget {
+            seen.push(m);
+            if let Some(r) = reserved.get_mut(i) {
+                *r = true;
+            }
+        }
+    }
+    let mut reserved_ahead = seen.len();
+    let mut out = Vec::with_capacity(budget);
+    for (a, is_reserved) in attempts.into_iter().zip(reserved) {
+        if is_reserved {
+            reserved_ahead -= 1;
+            out.push(a);
+        } else if out.len() + reserved_ahead < budget {
+            out.push(a);
+        }
+    }
+    out
 }
 
 /// Everything the orderings need about one request.
@@ -592,6 +663,7 @@ pub fn plan_under(
 ) -> Result<Plan, ApiError> {
     let narrowed = policy.map(|p| p.narrow(&req.provider));
     let prefs = narrowed.as_ref().unwrap_or(&req.provider);
+    let warnings = slug_warnings(catalog, req)?;
     let ctx = Ctx {
         catalog,
         req,
@@ -788,11 +860,17 @@ pub fn plan_under(
         });
     }
 
+    // `order` is reported only when it decided the first attempt: slugs that serve nothing
+    // leave the order to the policy below.
+    let order_decided = attempts
+        .first()
+        .and_then(|a| ctx.ep(a.endpoint))
+        .is_some_and(|e| prefs.order.iter().any(|s| e.matches_slug(s)));
     let strategy = if let Some(choice) = &auto {
         choice.strategy()
     } else if pinned {
         "pinned".to_string()
-    } else if !prefs.order.is_empty() {
+    } else if order_decided {
         "order".to_string()
     } else {
         match effective(primary_variant) {
@@ -814,7 +892,7 @@ pub fn plan_under(
         c.planned = auto_planned;
         c
     });
-    Ok(Plan { attempts, strategy, auto, cost_terms, conversation })
+    Ok(Plan { attempts, strategy, auto, cost_terms, conversation, warnings })
 }
 
 #[cfg(test)]

@@ -1630,3 +1630,95 @@ fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages()
         "callers with the same first messages are separate conversations"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Attempt budget, strategy header, slug warnings
+// ---------------------------------------------------------------------------------------------
+
+// A first model with as many endpoints as the budget still leaves one attempt to each fallback
+// model (SPEC section 3): budget 4, L has 4 endpoints, D and E one each -> L gets 2.
+#[test]
+fn budget_keeps_one_attempt_per_fallback_model() {
+    let c = catalog_routing(
+        &[
+            model("m/l", &[ep("aa", 1.0), ep("bb", 2.0), ep("cc", 3.0), ep("dd", 4.0)]),
+            model("m/d", &[ep("ee", 1.0), ep("ff", 2.0)]),
+            model("m/e", &[ep("yy", 1.0)]),
+        ],
+        r#"{"max_attempts": 4}"#,
+    );
+    let cut =
+        |b: &str| decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body())).plan;
+    let p = cut(&body("m/l", r#", "models": ["m/d", "m/e"], "provider": {"sort": "price"}"#));
+    assert_eq!(labels(&c, &p), s(&["m/l@aa", "m/l@bb", "m/d@ee", "m/e@yy"]));
+    // One fallback model: L keeps budget - 1.
+    let p = cut(&body("m/l", r#", "models": ["m/d"], "provider": {"sort": "price"}"#));
+    assert_eq!(labels(&c, &p), s(&["m/l@aa", "m/l@bb", "m/l@cc", "m/d@ee"]));
+    // Without fallback models the whole budget is L's.
+    let p = cut(&priced("m/l", ""));
+    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc", "dd"]));
+}
+
+#[test]
+fn budget_with_more_models_than_attempts_keeps_the_first_models() {
+    let ids = |a: &[Attempt]| a.iter().map(|x| x.endpoint).collect::<Vec<_>>();
+    let att = |e: &[usize]| e.iter().map(|&endpoint| Attempt { endpoint, score: 0.0 }).collect::<Vec<_>>();
+    // endpoint i belongs to model i / 10
+    let model_of = |i: usize| i / 10;
+    assert_eq!(ids(&cut_to_budget(att(&[0, 1, 10, 20, 30]), 2, &model_of)), vec![0, 10]);
+    assert_eq!(ids(&cut_to_budget(att(&[0, 1, 2, 10, 11]), 3, &model_of)), vec![0, 1, 10]);
+    assert_eq!(ids(&cut_to_budget(att(&[0, 1]), 3, &model_of)), vec![0, 1]);
+    // partition none interleaves models: still one reserved per model, rest in rank order
+    assert_eq!(ids(&cut_to_budget(att(&[0, 10, 1, 2, 11, 20]), 4, &model_of)), vec![0, 10, 1, 20]);
+    assert_eq!(ids(&cut_to_budget(att(&[0, 1]), 0, &model_of)), vec![0]);
+}
+
+// `order` is reported only when an order slug served the first attempt.
+#[test]
+fn strategy_names_order_only_when_order_decided() {
+    let c = catalog(&[model("m/s", &[ep("aa", 1.0), ep("bb", 2.0)])]);
+    let p = ok(&c, &with_provider("m/s", r#""order": ["bb"]"#), &NoHealthData);
+    assert_eq!(p.strategy, "order");
+    assert_eq!(slugs(&c, &p), s(&["bb", "aa"]));
+    // `cc` is a configured provider that does not serve this model: the default policy decided.
+    let p = ok(&c, &with_provider("m/s", r#""order": ["cc"]"#), &NoHealthData);
+    assert_eq!(p.strategy, "price_weighted");
+    let p = ok(&c, &with_provider("m/s", r#""order": ["cc"], "sort": "price""#), &NoHealthData);
+    assert_eq!(p.strategy, "sort:price");
+    assert_eq!(slugs(&c, &p), s(&["aa", "bb"]));
+}
+
+#[test]
+fn unknown_slugs_warn_and_strict_mode_rejects() {
+    let models = [model("m/w", &[ep("aa", 1.0), ep("deepinfra/turbo", 2.0)])];
+    let c = catalog(&models);
+    let p = ok(
+        &c,
+        &with_provider(
+            "m/w",
+            r#""order": ["aa", "deepinfra/turbo", "deepinfra/nope"], "only": ["aa", "deepinfra"], "ignore": ["togther"]"#,
+        ),
+        &NoHealthData,
+    );
+    assert_eq!(
+        p.warnings,
+        s(&[
+            r#"provider.order[2] "deepinfra/nope" matches no provider"#,
+            r#"provider.ignore[0] "togther" matches no provider"#
+        ])
+    );
+    // Configured slugs that do not serve this model are not typos.
+    let p = ok(&c, &with_provider("m/w", r#""ignore": ["zz", "bb"]"#), &NoHealthData);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    // Caller text is made header-safe.
+    let p = ok(&c, &with_provider("m/w", r#""ignore": ["a\"b\r\nx: y"]"#), &NoHealthData);
+    assert_eq!(p.warnings, s(&[r#"provider.ignore[0] "a'b??x: y" matches no provider"#]));
+
+    let strict = catalog_routing(&models, r#"{"strict_provider_slugs": true}"#);
+    let e = run(&strict, &with_provider("m/w", r#""only": ["aa"], "ignore": ["togther"]"#), &NoHealthData)
+        .err()
+        .unwrap_or_else(|| panic!("strict mode should reject"));
+    assert_eq!((e.status, e.code, e.param.as_deref()), (400, "invalid_parameter", Some("provider.ignore[0]")));
+    assert!(e.message.contains("togther"), "{}", e.message);
+    assert!(ok(&strict, &with_provider("m/w", r#""ignore": ["deepinfra"]"#), &NoHealthData).warnings.is_empty());
+}
