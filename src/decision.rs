@@ -15,7 +15,6 @@ use crate::router::{cut_to_budget, plan_under, Plan};
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// The ranked attempts, cut to `routing.max_attempts` (each fallback model keeps one).
     pub plan: Plan,
     pub stream: bool,
     /// The body every attempt starts from: routing fields removed, `model` first with the first
@@ -49,9 +48,7 @@ pub fn decide_under(
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
     let req = ChatRequest::parse(body)?;
-    let mut plan = plan_under(catalog, &req, policy, health, rand)?;
-    let model_of = |i: usize| catalog.endpoint(i).map_or(usize::MAX, |e| e.model);
-    plan.attempts = cut_to_budget(std::mem::take(&mut plan.attempts), catalog.routing.max_attempts, &model_of);
+    let plan = plan_under(catalog, &req, policy, health, rand)?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
@@ -91,11 +88,10 @@ impl HandOff {
 /// The plan cut to the decision's attempt budget, with everything an attempt needs to rewrite
 /// itself: endpoints by index and by name, the body and prefix lengths, the original path.
 pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) -> HandOff {
-    let endpoints: Vec<u16> = d
-        .plan
-        .attempts
+    // The budget cut keeps one attempt for every fallback model (SPEC section 3).
+    let model_of = |i: usize| catalog.endpoint(i).map_or(usize::MAX, |e| e.model);
+    let endpoints: Vec<u16> = cut_to_budget(d.plan.attempts.clone(), d.max_attempts.max(1), &model_of)
         .iter()
-        .take(d.max_attempts.max(1))
         .filter(|a| catalog.endpoint(a.endpoint).is_some() && a.endpoint <= usize::from(u16::MAX))
         .map(|a| a.endpoint as u16)
         .collect();
@@ -195,6 +191,13 @@ pub struct Audit<'a> {
     pub status: u32,
     pub error: Option<&'a str>,
     pub constraint: Option<&'a str>,
+    /// The request path (the access log's `%REQ(:PATH)%` shows the provider's path after the
+    /// per-attempt rewrite).
+    pub path: Option<&'a str>,
+    /// How the order was decided (`x-switchyard-strategy`).
+    pub strategy: Option<&'a str>,
+    /// Milliseconds from routing to the response headers (the serving attempt's first byte).
+    pub ttft_ms: Option<u64>,
 }
 
 impl Audit<'_> {
@@ -209,6 +212,9 @@ impl Audit<'_> {
             "status": self.status,
             "error": self.error,
             "constraint": self.constraint,
+            "path": self.path,
+            "strategy": self.strategy,
+            "ttft_ms": self.ttft_ms,
         })
         .to_string()
     }

@@ -11,6 +11,9 @@
 //! - `rewrite`: upstream body/path rewrites and the response `provider` field
 //! - `ending`: how a routed request ends (the all-attempts-failed decision)
 //! - `errors`: OpenAI-style error bodies
+//! - `response`: what the caller sees of an answer (catalog model id, `provider`, `usage.cost`,
+//!   streamed chunks, wrapped non-JSON errors, the attempt log)
+//! - `listing`: `GET /v1/models` and the per-model endpoints listing, from the catalog
 //! - `decision`: one request from body bytes to the first attempt's rewrite
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
 //! - `forwarding`: which caller headers may reach a provider
@@ -35,9 +38,11 @@ pub mod errors;
 pub mod failover;
 pub mod forwarding;
 pub mod health;
+pub mod listing;
 pub mod policy;
 pub mod quality;
 pub mod request;
+pub mod response;
 pub mod rewrite;
 pub mod router;
 pub mod routing_cost;

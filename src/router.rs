@@ -49,6 +49,9 @@ fn header_safe(s: &str) -> String {
     out.replace('"', "'")
 }
 
+/// At most this many unknown slugs are named in `x-switchyard-warning`.
+const MAX_SLUG_WARNINGS: usize = 4;
+
 /// Slugs in `order`, `only` and `ignore` that name no configured provider. A typo in `ignore`
 /// would otherwise silently let traffic through to the provider the caller meant to exclude.
 /// With `routing.strict_provider_slugs` the first one is a 400 naming the field.
@@ -57,9 +60,15 @@ fn slug_warnings(catalog: &Catalog, req: &ChatRequest) -> Result<Vec<String>, Ap
     let lists: [(&str, &[String]); 3] =
         [("order", &p.order), ("only", p.only.as_deref().unwrap_or(&[])), ("ignore", &p.ignore)];
     let mut out = Vec::new();
+    let mut unlisted = 0usize;
     for (field, slugs) in lists {
         for (i, slug) in slugs.iter().enumerate() {
             if catalog.knows_slug(slug) {
+                continue;
+            }
+            // The header stays small whatever the request holds: the first few are named.
+            if out.len() >= MAX_SLUG_WARNINGS && !catalog.routing.strict_provider_slugs {
+                unlisted += 1;
                 continue;
             }
             let param = format!("provider.{field}[{i}]");
@@ -71,6 +80,9 @@ fn slug_warnings(catalog: &Catalog, req: &ChatRequest) -> Result<Vec<String>, Ap
             }
             out.push(format!("{param} \"{}\" matches no provider", header_safe(slug)));
         }
+    }
+    if unlisted > 0 {
+        out.push(format!("{unlisted} more slugs match no provider"));
     }
     Ok(out)
 }
@@ -258,6 +270,17 @@ impl Field {
             }
         }
     }
+}
+
+/// Whether an operator policy lets a caller reach this endpoint at all (its `allowed_models`,
+/// every ceiling of `limits` and `require_tags`): what the model listings show that caller.
+pub fn policy_allows(policy: &Policy, catalog: &Catalog, e: &Endpoint) -> bool {
+    let model_ok = catalog.models.get(e.model).is_some_and(|m| policy.allows_model(&m.id));
+    let tags_ok = policy.require_tags.is_empty()
+        || catalog.provider_of(e).is_some_and(|pr| policy.require_tags.iter().all(|t| pr.tags.contains(t)));
+    model_ok
+        && tags_ok
+        && POLICY_FIELDS.iter().all(|f| !f.is_set(&policy.limits) || f.keeps(&policy.limits, catalog, e))
 }
 
 /// The candidate set while the hard filters run, remembering which endpoints the operator's

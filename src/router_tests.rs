@@ -1714,6 +1714,12 @@ fn unknown_slugs_warn_and_strict_mode_rejects() {
     let p = ok(&c, &with_provider("m/w", r#""ignore": ["a\"b\r\nx: y"]"#), &NoHealthData);
     assert_eq!(p.warnings, s(&[r#"provider.ignore[0] "a'b??x: y" matches no provider"#]));
 
+    // Thousands of unknown slugs: the header names four and counts the rest.
+    let many: Vec<String> = (0..3000).map(|i| format!("\"x{i}\"")).collect();
+    let p = ok(&c, &with_provider("m/w", &format!(r#""order": [{}]"#, many.join(","))), &NoHealthData);
+    assert_eq!(p.warnings.len(), 5);
+    assert_eq!(p.warnings[4], "2996 more slugs match no provider");
+
     let strict = catalog_routing(&models, r#"{"strict_provider_slugs": true}"#);
     let e = run(&strict, &with_provider("m/w", r#""only": ["aa"], "ignore": ["togther"]"#), &NoHealthData)
         .err()

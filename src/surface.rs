@@ -3,8 +3,9 @@
 //! the provider's key, never the caller's); everything else is answered here or sent to the
 //! operator's pass-through cluster.
 
-use crate::config::Routing;
+use crate::config::{Catalog, Routing};
 use crate::errors::ApiError;
+use crate::listing::{self, Listing};
 
 /// Paths whose POST bodies are routed.
 pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
@@ -13,6 +14,8 @@ pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", 
 pub enum Disposition {
     /// Parse the body and route it to a provider.
     Route,
+    /// `GET /v1/models[/{id}[/endpoints]]`: answered from the catalog.
+    Listing(Listing),
     /// Send it unchanged to the operator's pass-through cluster (`routing.passthrough_cluster`).
     PassThrough(String),
     /// Answer locally with this error.
@@ -21,11 +24,17 @@ pub enum Disposition {
 
 /// The single place that decides about requests Switchyard does not route. Endpoints answered
 /// from the catalog (`GET /v1/models`) belong here, before the pass-through/404 fallback.
-pub fn disposition(method: &str, path: &str, routing: &Routing) -> Disposition {
+pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
+    let routing = &catalog.routing;
     let bare = path.split('?').next().unwrap_or("");
     let routed_path = ROUTED_PATHS.contains(&bare);
     if routed_path && method == "POST" {
         return Disposition::Route;
+    }
+    if method == "GET" {
+        if let Some(l) = listing::parse_path(catalog, path) {
+            return Disposition::Listing(l);
+        }
     }
     if let Some(cluster) = &routing.passthrough_cluster {
         return Disposition::PassThrough(cluster.clone());
@@ -79,13 +88,17 @@ mod tests {
     use crate::config::Catalog;
 
     fn routing(extra: &str) -> Routing {
+        catalog(extra).routing
+    }
+
+    fn catalog(extra: &str) -> Catalog {
         let json = format!(
             r#"{{"providers": {{"p": {{"cluster": "c_p", "authority": "p.example"}}}},
                 "models": {{"m": {{"endpoints": [{{"provider": "p", "pricing": {{"prompt": 1, "completion": 1}}}}]}}}},
                 "routing": {{{extra}}}}}"#
         );
         match Catalog::from_json(json.as_bytes(), &|_| None) {
-            Ok(c) => c.routing,
+            Ok(c) => c,
             Err(e) => panic!("{e}"),
         }
     }
@@ -95,10 +108,10 @@ mod tests {
     // cluster they are answered locally.
     #[test]
     fn unrouted_requests_are_answered_locally_by_default() {
-        let r = routing("");
+        let r = catalog("");
         for (method, path, status, code) in [
             ("GET", "/", 404, "not_found"),
-            ("GET", "/v1/models", 404, "not_found"),
+            ("POST", "/v1/models", 404, "not_found"),
             ("POST", "/v1/embeddings", 404, "not_found"),
             ("POST", "/v1/chat/completions/extra", 404, "not_found"),
             ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
@@ -116,15 +129,23 @@ mod tests {
         for path in ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/chat/completions?a=b"] {
             assert_eq!(disposition("POST", path, &r), Disposition::Route, "{path}");
         }
+        // The model listings are answered from the catalog.
+        assert_eq!(disposition("GET", "/v1/models", &r), Disposition::Listing(Listing::Models));
+        assert_eq!(
+            disposition("GET", "/v1/models/m/endpoints", &r),
+            Disposition::Listing(Listing::Endpoints("m".into()))
+        );
     }
 
     #[test]
     fn pass_through_cluster_takes_every_unrouted_request() {
-        let r = routing(r#""passthrough_cluster": "c_origin""#);
-        for (method, path) in [("GET", "/v1/models"), ("GET", "/v1/chat/completions"), ("POST", "/v2/x")] {
+        let r = catalog(r#""passthrough_cluster": "c_origin""#);
+        for (method, path) in [("GET", "/v1/files"), ("GET", "/v1/chat/completions"), ("POST", "/v2/x")] {
             assert_eq!(disposition(method, path, &r), Disposition::PassThrough("c_origin".into()), "{method} {path}");
         }
         assert_eq!(disposition("POST", "/v1/chat/completions", &r), Disposition::Route);
+        // The catalog's own listings are never sent to the pass-through cluster.
+        assert_eq!(disposition("GET", "/v1/models", &r), Disposition::Listing(Listing::Models));
     }
 
     // Regression (debug header on by default): any caller could read every candidate's live
@@ -163,7 +184,7 @@ mod tests {
     #[test]
     fn error_message_shows_a_bounded_printable_path() {
         let long = format!("/{}\u{7}", "a".repeat(500));
-        match disposition("GET", &long, &routing("")) {
+        match disposition("GET", &long, &catalog("")) {
             Disposition::Local(e) => {
                 assert!(e.message.len() < 300, "{}", e.message.len());
                 assert!(!e.message.contains('\u{7}'));

@@ -163,3 +163,37 @@ pub async fn post_json(addr: SocketAddr, path: &str, headers: &[(&str, &str)], b
     h.extend_from_slice(headers);
     send(addr, "POST", path, &h, body.to_string().as_bytes()).await
 }
+
+/// Sends `requests` (method, path, headers, body) one after another on ONE connection and
+/// returns each reply; fails if the server closed the connection in between.
+pub async fn send_on_one_connection(
+    addr: SocketAddr,
+    requests: &[(&str, &str, Vec<(&str, &str)>, Vec<u8>)],
+) -> Result<Vec<Reply>, String> {
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut replies = Vec::new();
+        for (i, (method, path, headers, body)) in requests.iter().enumerate() {
+            sender.ready().await.map_err(|e| format!("request {i}: connection not reusable: {e}"))?;
+            let mut b = Request::builder().method(*method).uri(*path).header("host", "switchyard.local");
+            for (k, v) in headers {
+                b = b.header(*k, *v);
+            }
+            let req = b.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| e.to_string())?;
+            let resp = sender.send_request(req).await.map_err(|e| format!("request {i}: {e}"))?;
+            let status = resp.status().as_u16();
+            let headers = resp
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect();
+            let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+            replies.push(Reply { status, headers, body, chunks: Vec::new(), body_error: None });
+        }
+        Ok(replies)
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange).await.map_err(|_| "no answer within 30s".to_string())?
+}

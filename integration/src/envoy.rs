@@ -128,8 +128,10 @@ pub struct TlsSpec {
 }
 
 /// The access-log line: request, status, and Switchyard's audit record of the decision.
-pub const ACCESS_LOG_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% %REQ(:PATH)%\" %RESPONSE_CODE% \
-     switchyard=%FILTER_STATE(wasm.switchyard_decision:PLAIN)%\n";
+/// (Not `%REQ(:PATH)%`: the per-attempt filter rewrites the path for the provider; the record
+/// carries the caller's path.)
+pub const ACCESS_LOG_FORMAT: &str =
+    "[%START_TIME%] %REQ(:METHOD)% %RESPONSE_CODE% %DURATION%ms switchyard=%FILTER_STATE(wasm.switchyard_decision:PLAIN)%\n";
 
 impl StackConfig {
     /// A Switchyard stack with the defaults tests and tools use: any free ports, 1 MiB buffer
@@ -451,6 +453,14 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                             }
                         }]},
                         "http_filters": [
+                            // 0. Compress for callers that accept it. Switchyard asks providers for
+                            //    unencoded answers (it rewrites them); this filter runs last on the
+                            //    response, after the rewrite.
+                            {"name": "envoy.filters.http.compressor", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor",
+                                "compressor_library": {"name": "gzip", "typed_config": {
+                                    "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}
+                            }},
                             // 1. Parse the body, plan the endpoints, set the order header.
                             {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &plugin_json(cfg), true)},
                             // 2. Order header -> dynamic metadata read by priority_group.

@@ -53,6 +53,13 @@ pub struct Behavior {
     /// Answer with a tool call (`get_weather`) instead of text: well-formed (`tool`) or with
     /// arguments that are not JSON (`badtool`).
     pub tool_call: Option<bool>,
+    /// Error responses with an HTML body (a gateway's error page) instead of JSON.
+    pub html_errors: bool,
+    /// Non-streaming answers carry this many bytes of content, sent in 16 KiB chunks without
+    /// `content-length` (chunked).
+    pub big_body: Option<usize>,
+    /// `usage.prompt_tokens_details.cached_tokens` reported.
+    pub cached_tokens: Option<u64>,
 }
 
 /// How a stream is cut short.
@@ -75,6 +82,9 @@ impl Default for Behavior {
             empty_errors: false,
             cut_after: None,
             tool_call: None,
+            html_errors: false,
+            big_body: None,
+            cached_tokens: None,
         }
     }
 }
@@ -220,7 +230,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body),
 /// `cut<n>` / `abort<n>` (a stream stops after n chunks: clean end without `[DONE]`, or an
 /// aborted connection), `tool` / `badtool` (answer with a well-formed or malformed tool call),
-/// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`).
+/// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`), `html` (error responses
+/// with an HTML page), `big<bytes>` (a large chunked answer), `cached<n>` (cached prompt tokens
+/// in `usage`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -234,6 +246,12 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.mode = Mode::Reset;
             } else if tok == "empty" {
                 b.empty_errors = true;
+            } else if tok == "html" {
+                b.html_errors = true;
+            } else if let Some(n) = tok.strip_prefix("big") {
+                b.big_body = n.parse().ok();
+            } else if let Some(n) = tok.strip_prefix("cached") {
+                b.cached_tokens = n.parse().ok();
             } else if let Some(ms) = tok.strip_prefix("ttft") {
                 b.ttft = Duration::from_millis(ms.parse().unwrap_or(0));
             } else if let Some(ms) = tok.strip_prefix("interval") {
@@ -312,15 +330,41 @@ fn tool_chunks(provider: &str, model: &str, id: u64, valid: bool) -> [String; 2]
     ]
 }
 
-fn completion_json(provider: &str, model: &str, id: u64, prompt_tokens: u64) -> Value {
+fn completion_json(provider: &str, model: &str, id: u64, prompt_tokens: u64, b: &Behavior) -> Value {
+    let content = match b.big_body {
+        Some(n) => "x".repeat(n),
+        None => format!("Hello from {provider}"),
+    };
+    let mut usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4});
+    if let Some(c) = b.cached_tokens {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": c});
+    }
     json!({
         "id": format!("chatcmpl-{provider}-{id}"),
         "object": "chat.completion",
         "created": 1_700_000_000u64,
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("Hello from {provider}")}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4}
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": usage
     })
+}
+
+/// Gzip, flushed after every piece so a compressed stream still arrives chunk by chunk.
+struct Gzip(flate2::write::GzEncoder<Vec<u8>>);
+
+impl Gzip {
+    fn new() -> Gzip {
+        Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()))
+    }
+    fn piece(&mut self, data: &[u8]) -> Bytes {
+        use std::io::Write;
+        let _ = self.0.write_all(data);
+        let _ = self.0.flush();
+        Bytes::from(std::mem::take(self.0.get_mut()))
+    }
+    fn finish(self) -> Bytes {
+        Bytes::from(self.0.finish().unwrap_or_default())
+    }
 }
 
 fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage: bool) -> String {
@@ -388,6 +432,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
+        Mode::Status { status, retry_after } if behavior.html_errors => {
+            return Ok(html_error(&s.name, status, retry_after))
+        }
         Mode::Status { status, retry_after } => {
             return Ok(error_response(&s.name, status, retry_after, "mock failure", behavior.empty_errors))
         }
@@ -397,11 +444,20 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let model = req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
     let stream = req_json.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // Like real providers, answer compressed when the request accepts gzip.
+    let gzip = full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     if stream {
         let name = s.name.clone();
         tokio::spawn(async move {
             let _guard = guard;
+            let mut gz = gzip.then(Gzip::new);
+            let mut wrap = |b: Bytes| -> Result<Bytes, std::io::Error> {
+                Ok(match gz.as_mut() {
+                    Some(g) => g.piece(&b),
+                    None => b,
+                })
+            };
             if let Some(valid) = behavior.tool_call {
                 for c in tool_chunks(&name, &model, id, valid) {
                     let _ = tx.send(Ok(Bytes::from(c))).await;
@@ -425,38 +481,81 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
                     }
                 }
                 let c = chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false);
-                if tx.send(Ok(Bytes::from(c))).await.is_err() {
+                if tx.send(wrap(Bytes::from(c))).await.is_err() {
                     return;
                 }
             }
-            let _ = tx.send(Ok(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
-            let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+            let _ = tx.send(wrap(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
+            let _ = tx.send(wrap(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+            if let Some(g) = gz {
+                let _ = tx.send(Ok(g.finish())).await;
+            }
         });
-        let resp = Response::builder()
+        let mut resp = Response::builder()
             .status(200)
             .header("content-type", "text/event-stream")
             .header("cache-control", "no-cache")
-            .header("x-mock-provider", s.name.as_str())
-            .body(ChannelBody(rx))?;
-        Ok(resp)
+            .header("x-mock-provider", s.name.as_str());
+        if gzip {
+            resp = resp.header("content-encoding", "gzip");
+        }
+        Ok(resp.body(ChannelBody(rx))?)
     } else {
         drop(guard);
         let prompt_tokens = (body.len() as u64).div_ceil(4);
-        let out = match behavior.tool_call {
-            Some(valid) => tool_completion_json(&s.name, &model, id, valid),
-            None => completion_json(&s.name, &model, id, prompt_tokens),
+        let mut out = Bytes::from(
+            match behavior.tool_call {
+                Some(valid) => tool_completion_json(&s.name, &model, id, valid),
+                None => completion_json(&s.name, &model, id, prompt_tokens, &behavior),
+            }
+            .to_string(),
+        );
+        if gzip {
+            let mut g = Gzip::new();
+            let mut all = g.piece(&out).to_vec();
+            all.extend_from_slice(&g.finish());
+            out = Bytes::from(all);
         }
-        .to_string();
-        let _ = tx.try_send(Ok(Bytes::from(out.clone())));
-        drop(tx);
-        let resp = Response::builder()
+        let mut resp = Response::builder()
             .status(200)
             .header("content-type", "application/json")
-            .header("content-length", out.len())
             .header("x-mock-provider", s.name.as_str())
-            .body(ChannelBody(rx))?;
-        Ok(resp)
+            .header("x-ratelimit-remaining-requests", "99");
+        if gzip {
+            resp = resp.header("content-encoding", "gzip");
+        }
+        if behavior.big_body.is_some() {
+            // Chunked, in 16 KiB pieces.
+            tokio::spawn(async move {
+                for piece in out.chunks(16 * 1024) {
+                    if tx.send(Ok(Bytes::copy_from_slice(piece))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        } else {
+            resp = resp.header("content-length", out.len());
+            let _ = tx.try_send(Ok(out));
+            drop(tx);
+        }
+        Ok(resp.body(ChannelBody(rx))?)
     }
+}
+
+fn html_error(provider: &str, status: u16, retry_after: Option<u32>) -> Response<ChannelBody> {
+    let body = format!("<html><body><h1>{status}</h1><p>{provider} gateway error</p></body></html>");
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let _ = tx.try_send(Ok(Bytes::from(body.clone())));
+    let mut b = Response::builder()
+        .status(status)
+        .header("content-type", "text/html")
+        .header("content-length", body.len())
+        .header("x-mock-provider", provider)
+        .header("x-ratelimit-remaining-requests", "0");
+    if let Some(s) = retry_after {
+        b = b.header("retry-after", s.to_string());
+    }
+    b.body(ChannelBody(rx)).unwrap_or_else(|_| Response::new(ChannelBody(mpsc::channel(1).1)))
 }
 
 fn error_response(
@@ -480,7 +579,8 @@ fn error_response(
         .status(status)
         .header("content-type", "application/json")
         .header("content-length", body.len())
-        .header("x-mock-provider", provider);
+        .header("x-mock-provider", provider)
+        .header("x-ratelimit-remaining-requests", "0");
     if let Some(s) = retry_after {
         b = b.header("retry-after", s.to_string());
     }

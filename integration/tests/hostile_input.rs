@@ -472,7 +472,7 @@ fn corpus() -> Vec<Case> {
     c.push(forged);
     let mut forged_get = chat("forged-get", Vec::new(), Expect::Error(404, Some("not_found")));
     forged_get.method = "GET";
-    forged_get.path = "/v1/models";
+    forged_get.path = "/v1/files";
     forged_get.headers = vec![
         ("x-switchyard-routed", "1".into()),
         ("x-switchyard-passthrough", "c_alpha".into()),
@@ -483,7 +483,8 @@ fn corpus() -> Vec<Case> {
     // Unrouted paths and methods: never a provider.
     for (i, (method, path, status, code)) in [
         ("GET", "/", 404, "not_found"),
-        ("GET", "/v1/models", 404, "not_found"),
+        ("GET", "/v1/files", 404, "not_found"),
+        ("POST", "/v1/models", 404, "not_found"),
         ("POST", "/v1/embeddings", 404, "not_found"),
         ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
         ("DELETE", "/v1/responses", 405, "method_not_allowed"),

@@ -138,7 +138,7 @@ async fn fails_over_across_istio_provider_clusters() {
 
 #[tokio::test]
 async fn unrouted_requests_reach_no_provider() {
-    let r = send(stack().addr, "GET", "/v1/models", &[("x-test-id", "istio-unrouted")], b"").await.unwrap();
+    let r = send(stack().addr, "GET", "/v1/files", &[("x-test-id", "istio-unrouted")], b"").await.unwrap();
     assert_eq!(r.status / 100, 4, "{}", r.text());
     assert!(stack().providers.values().all(|p| p.received_for("istio-unrouted").is_empty()));
 }

@@ -403,10 +403,9 @@ async fn errors_are_openai_json() {
 #[tokio::test]
 async fn unrouted_requests_pass_through_untouched() {
     let s = stack();
-    let r =
-        send(s.addr, "GET", "/v1/models", &[("x-test-id", "pass-get"), ("authorization", "Bearer caller-own")], b"")
-            .await
-            .unwrap();
+    let r = send(s.addr, "GET", "/v1/files", &[("x-test-id", "pass-get"), ("authorization", "Bearer caller-own")], b"")
+        .await
+        .unwrap();
     assert_eq!(r.status, 200);
     let (who, got) = s.only_receiver("pass-get");
     assert_eq!(who, "origin");

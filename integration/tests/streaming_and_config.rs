@@ -32,7 +32,10 @@ async fn sse_chunks_reach_the_client_as_the_provider_sends_them() {
     assert_eq!(r.header("x-switchyard-provider"), Some("delta"));
     let text = r.text();
     assert!(text.contains("tok0") && text.contains("tok4") && text.trim_end().ends_with("data: [DONE]"), "{text}");
-    assert!(!text.contains("\"provider\""), "stream bodies are not rewritten");
+    // Each event is rewritten as it passes: the catalog model id and the provider, never the
+    // provider's own model id.
+    assert!(text.contains(r#"data: {"provider":"delta","#) && text.contains(r#""model":"test/basic""#), "{text}");
+    assert!(!text.contains("delta-basic"), "{text}");
     // Unbuffered: the client saw several separate chunks, the first long before the last
     // (the provider spreads 5 chunks over 1.2 s; a buffering proxy would deliver one lump).
     let first_tok = r.chunks.iter().position(|(_, c)| String::from_utf8_lossy(c).contains("tok0")).unwrap();

@@ -15,8 +15,10 @@ use crate::failover::{
     base64, decode_records, encode_records, groups_value, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY,
     PLAN_PROPERTY,
 };
+use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
-use crate::rewrite::with_provider_field;
+use crate::response::{attempt_log, is_json_object, rewrite_object, wrap_provider_error, Served, SseRewriter};
+use crate::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, Disposition};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
@@ -28,14 +30,42 @@ const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
 /// Set to `routing.passthrough_cluster` on unrouted requests; the generated route sends a request
 /// carrying exactly that value to that cluster (and removes the header).
 const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";
+/// Envoy drains an HTTP/1 connection after any local reply with status 400 (it assumes a
+/// malformed request). A 400 the filter answers after reading the whole request is sent as
+/// this status and set back to 400 on the way out, so the caller's connection stays open.
+const LOCAL_400_CARRIER: u32 = 422;
+/// A non-streaming answer larger than this is passed on unrewritten (bounds the filter's memory).
+const MAX_REWRITE_BYTES: usize = 64 << 20;
+/// Answers up to this size keep the response headers until the rewritten body is complete, so
+/// it goes out with its own `content-length`. Larger ones release the headers without a length
+/// (chunked) and the rewritten body follows at the end: writing more than Envoy's buffer limit
+/// into a held response would make Envoy answer 500 instead.
+const HOLD_HEADERS_BYTES: usize = 256 << 10;
+/// A provider error body larger than this is passed on as it is.
+const MAX_ERROR_BYTES: usize = 64 << 10;
 
 enum BodyAction {
     None,
-    /// Non-streaming JSON: add `"provider"`.
-    InjectProvider(String),
+    /// Non-streaming JSON answer: collected in the filter (not in Envoy's buffer, so answers
+    /// larger than the buffer limit work), then rewritten in one piece (catalog model id,
+    /// `provider`, `usage.cost`).
+    Rewrite {
+        served: Served,
+        collected: Vec<u8>,
+        headers_sent: bool,
+    },
+    /// SSE answer: every event rewritten as it passes, nothing buffered but a split event.
+    Stream(SseRewriter),
+    /// A provider's error returned to the caller: wrapped in the OpenAI shape if not JSON.
+    ProviderError {
+        status: u16,
+        slug: String,
+        collected: Vec<u8>,
+    },
     /// Every attempt failed: the whole body becomes this error.
     Replace(String),
-    /// A served SSE stream: if the serving attempt broke off, end it with an error event.
+    /// A served stream the filter does not rewrite: if the serving attempt broke off, end it
+    /// with an error event.
     WatchStream,
 }
 
@@ -79,6 +109,12 @@ pub struct Stream {
     served: Option<(String, String)>,
     /// Judges a served stream's quality from its chunks.
     judge: Option<StreamJudge>,
+    /// When the routed request was handed to Envoy (for the audit record's TTFT).
+    decided_ms: u64,
+    /// The whole request has been received (a local reply then keeps the connection).
+    request_complete: bool,
+    /// This stream's local 400 was sent with the carrier status.
+    carried_400: bool,
 }
 
 impl Stream {
@@ -103,6 +139,9 @@ impl Stream {
             caller_scope: 0,
             served: None,
             judge: None,
+            decided_ms: 0,
+            request_complete: false,
+            carried_400: false,
         }
     }
 
@@ -110,15 +149,40 @@ impl Stream {
         self.policy.and_then(|i| self.config.policies.list.get(i)).map(|p| p.name.as_str())
     }
 
-    /// The audit record in filter state, for Envoy's access log (only where policies are
-    /// configured: it costs a JSON line and a host call per request).
-    fn audit(&self, audit: Audit) {
-        if !self.config.policies.is_empty() {
-            api::set_property(vec![AUDIT_PROPERTY], audit.to_json().as_bytes());
+    /// The operator policy for this caller, if policies are configured.
+    fn select_policy(&mut self, headers: &[(String, String)]) {
+        let policies = &self.config.policies;
+        if policies.is_empty() {
+            return;
+        }
+        if let Some(sel) = policies.select(&mut HostFacts { headers }) {
+            self.policy = policies.list.iter().position(|p| std::ptr::eq(p, sel.policy));
+            self.selected_by = Some(sel.by);
+            count(&format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
+        }
+        // Trusted selection headers are for Switchyard only: no provider sees them.
+        for h in &policies.trusted_headers {
+            if headers.iter().any(|(k, _)| k == h) {
+                api::set_req_header(h, None);
+            }
         }
     }
 
-    fn reject(&self, e: &ApiError) -> Action {
+    /// The audit record in filter state, for Envoy's access log (one JSON line per routed or
+    /// rejected request, with the request path filled in).
+    fn audit<'a>(&'a self, mut audit: Audit<'a>) {
+        let path = self.path.split('?').next().unwrap_or("");
+        if !path.is_empty() {
+            audit.path = Some(path);
+        }
+        api::set_property(vec![AUDIT_PROPERTY], audit.to_json().as_bytes());
+    }
+
+    fn reject(&mut self, e: &ApiError) -> Action {
+        let carried = e.status == 400 && self.request_complete;
+        if carried {
+            self.carried_400 = true;
+        }
         count(&format!("switchyard.requests.result.rejected.code.{}", e.code));
         let constraint = e.metadata.get("constraint").and_then(|v| v.as_str());
         let policy = self.policy_name();
@@ -144,12 +208,34 @@ impl Stream {
         for (k, v) in &e.headers {
             headers.push((k.as_str(), v.as_str()));
         }
-        api::reply(e.status, headers, body.as_bytes());
+        let status = if carried { LOCAL_400_CARRIER } else { e.status };
+        api::reply(status, headers, body.as_bytes());
         Action::Pause
+    }
+
+    /// Answers `GET /v1/models[/{id}[/endpoints]]` from the catalog, showing only what the
+    /// caller's operator policy lets it reach.
+    fn listing(&mut self, which: &listing::Listing) -> Action {
+        let config = Rc::clone(&self.config);
+        let health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
+        let policy = self.policy.and_then(|i| config.policies.list.get(i));
+        let allowed = |e: &crate::config::Endpoint| policy.is_none_or(|p| policy_allows(p, &config.catalog, e));
+        match listing::answer(&config.catalog, which, &health, &allowed) {
+            Ok(body) => {
+                let mut headers = vec![("content-type", "application/json")];
+                if let Some(p) = policy {
+                    headers.push((POLICY_HEADER, p.name.as_str()));
+                }
+                api::reply(200, headers, body.as_bytes());
+                Action::Pause
+            }
+            Err(e) => self.reject(&e),
+        }
     }
 
     /// Routes the complete buffered body: applies the plan, or answers with the error.
     fn route(&mut self, body_size: usize) -> Action {
+        self.request_complete = true;
         let body = api::request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
         let mut health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
@@ -182,16 +268,41 @@ impl Stream {
         api::set_req_header(ROUTED_HEADER, Some("1"));
         api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
+        // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.
+        // A compressor filter before this one still compresses for callers that accept it.
+        api::set_req_header("accept-encoding", Some("identity"));
         api::set_req_header("content-length", Some(&d.body.len().to_string()));
         api::set_request_body(0, usize::MAX, &d.body);
         self.planned = clusters.len();
+        self.decided_ms = api::now_ms();
         self.decision = Some(d);
+    }
+}
+
+/// Removes every response header but `:status`: a final error the filter built carries only
+/// its own headers, none left over from the last attempt.
+fn clear_response_headers(headers: &[(String, String)]) {
+    for (k, _) in headers {
+        if k != ":status" {
+            api::set_resp_header(k, None);
+        }
     }
 }
 
 impl Stream {
     fn offered_tools(&self) -> &[String] {
         self.decision.as_ref().map(|d| d.offered_tools.as_slice()).unwrap_or(&[])
+    }
+
+    /// The end of a served stream: the interrupted-stream event when the serving attempt broke
+    /// off (appended at `at`), otherwise the stream's quality verdict.
+    fn end_stream(&mut self, at: usize) {
+        if let Some(event) = api::property(vec![INTERRUPTED_PROPERTY]) {
+            api::set_response_body(at, 0, &event);
+        } else if let Some(judge) = self.judge.take() {
+            let verdict = judge.verdict(self.offered_tools());
+            self.record_quality(verdict);
+        }
     }
 
     /// Counts a served answer's quality on the endpoint that served it.
@@ -210,6 +321,7 @@ impl Context for Stream {}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.request_complete = end_of_stream;
         let headers = api::req_headers();
         #[cfg(feature = "fault-injection")]
         if api::find(&headers, "x-switchyard-test-trap").is_some() {
@@ -223,8 +335,13 @@ impl HttpContext for Stream {
         }
         let method = api::find(&headers, ":method").unwrap_or_default();
         let path = api::find(&headers, ":path").unwrap_or_default();
-        match disposition(method, path, &self.config.catalog.routing) {
+        self.path = path.to_string();
+        match disposition(method, path, &self.config.catalog) {
             Disposition::Route => {}
+            Disposition::Listing(which) => {
+                self.select_policy(&headers);
+                return self.listing(&which);
+            }
             Disposition::PassThrough(cluster) => {
                 api::set_req_header(PASSTHROUGH_HEADER, Some(&cluster));
                 return Action::Continue;
@@ -232,22 +349,8 @@ impl HttpContext for Stream {
             Disposition::Local(e) => return self.reject(&e),
         }
         self.routed = true;
-        self.path = path.to_string();
+        self.select_policy(&headers);
         let catalog = &self.config.catalog;
-        let policies = &self.config.policies;
-        if !policies.is_empty() {
-            if let Some(sel) = policies.select(&mut HostFacts { headers: &headers }) {
-                self.policy = policies.list.iter().position(|p| std::ptr::eq(p, sel.policy));
-                self.selected_by = Some(sel.by);
-                count(&format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
-            }
-            // Trusted selection headers are for Switchyard only: no provider sees them.
-            for h in &policies.trusted_headers {
-                if api::find(&headers, h).is_some() {
-                    api::set_req_header(h, None);
-                }
-            }
-        }
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
@@ -299,26 +402,40 @@ impl HttpContext for Stream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some(d) = &self.decision else { return Action::Continue };
+        let Some(d) = &self.decision else {
+            // Our own 400 sent with the carrier status: restore it.
+            if self.carried_400 {
+                api::set_resp_header(":status", Some("400"));
+            }
+            return Action::Continue;
+        };
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
         let headers = api::resp_headers();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
         let strategy = d.plan.strategy.clone();
+        let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
+        let auto_explain = self.auto_explain.take();
         let primary_model = d.model.clone();
         let stream = d.stream;
-        api::set_resp_header("x-switchyard-strategy", Some(&strategy));
+        let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
+        let ttft_ms = Some(api::now_ms().saturating_sub(self.decided_ms));
+        // Headers every routed answer carries, final errors included.
+        let mut own: Vec<(&str, &str)> = vec![("x-switchyard-strategy", &strategy), ("x-switchyard-attempt-log", &log)];
         if let Some(name) = &policy {
-            api::set_resp_header(POLICY_HEADER, Some(name));
+            own.push((POLICY_HEADER, name));
         }
-        if let Some(c) = candidates {
-            api::set_resp_header("x-switchyard-candidates", Some(&c));
+        if !warning.is_empty() {
+            own.push(("x-switchyard-warning", &warning));
         }
-        if let Some(a) = self.auto_explain.take() {
-            api::set_resp_header("x-switchyard-auto", Some(&a));
+        if let Some(c) = &candidates {
+            own.push(("x-switchyard-candidates", c));
+        }
+        if let Some(a) = &auto_explain {
+            own.push(("x-switchyard-auto", a));
         }
         if end_of_stream {
             self.response_complete = true;
@@ -348,84 +465,105 @@ impl HttpContext for Stream {
                 attempts: records.len(),
                 status: e.status,
                 error: Some(e.code),
+                strategy: Some(&strategy),
+                ttft_ms,
                 ..Audit::default()
             });
-            api::set_resp_header(":status", Some(&e.status.to_string()));
-            api::set_resp_header("content-type", Some("application/json"));
-            api::set_resp_header("content-length", None);
-            api::set_resp_header("content-encoding", None);
-            api::set_resp_header("retry-after", None);
+            let attempts = records.len().to_string();
+            own.push(("content-type", "application/json"));
+            own.push(("x-switchyard-attempts", &attempts));
             for (k, v) in &e.headers {
-                api::set_resp_header(k, Some(v));
+                own.push((k.as_str(), v.as_str()));
             }
-            api::set_resp_header("x-switchyard-provider", None);
-            api::set_resp_header("x-switchyard-model", None);
-            api::set_resp_header("x-switchyard-model-failure", None);
-            api::set_resp_header("x-switchyard-attempts", Some(&records.len().to_string()));
             if end_of_stream {
                 // The failed answer had no body to replace: answer with a local reply, marked so
                 // the listener's local_reply_config leaves our JSON alone.
                 api::set_req_header(OWN_REPLY_HEADER, Some("1"));
-                let attempts = records.len().to_string();
-                let mut h: Vec<(&str, &str)> = vec![
-                    ("content-type", "application/json"),
-                    ("x-switchyard-strategy", &strategy),
-                    ("x-switchyard-attempts", &attempts),
-                ];
-                if let Some(name) = &policy {
-                    h.push((POLICY_HEADER, name));
-                }
-                for (k, v) in &e.headers {
-                    h.push((k.as_str(), v.as_str()));
-                }
-                api::reply(e.status, h, e.body().as_bytes());
+                api::reply(e.status, own, e.body().as_bytes());
                 return Action::Pause;
             }
+            clear_response_headers(&headers);
+            api::set_resp_header(":status", Some(&e.status.to_string()));
+            for (k, v) in own {
+                api::set_resp_header(k, Some(v));
+            }
+            // Held until the failed answer's body is complete, then replaced with its length.
             self.body_action = BodyAction::Replace(e.body());
-            return Action::Continue;
+            return Action::Pause;
         }
-        let served_model = api::find(&headers, "x-switchyard-model");
+        for (k, v) in own {
+            api::set_resp_header(k, Some(v));
+        }
+        let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default().to_string();
+        let slug = api::find(&headers, "x-switchyard-provider").map(str::to_string);
         self.audit(Audit {
             policy: policy.as_deref(),
             selected_by: self.selected_by,
-            model: served_model,
-            endpoint: api::find(&headers, "x-switchyard-provider"),
+            model: (!served_model.is_empty()).then_some(served_model.as_str()),
+            endpoint: slug.as_deref(),
             attempts: records.len(),
             status: u32::from(status),
+            strategy: Some(&strategy),
+            ttft_ms,
             ..Audit::default()
         });
-        if let Some(slug) = api::find(&headers, "x-switchyard-provider") {
-            let slug = slug.to_string();
-            if status < 400 {
-                self.result = Some(RequestResult::Served);
-                let model = served_model.unwrap_or_default().to_string();
-                if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
-                    let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
-                    stick(conv, &model, &slug, api::now_ms().saturating_add(ttl_ms));
-                }
-                self.served = Some((model, slug.clone()));
-                if records.len() > 1 {
-                    let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default();
-                    let kind = if served_model != primary_model { "model" } else { "provider" };
-                    count(&format!("switchyard.fallbacks.kind.{kind}"));
-                }
-            } else {
-                self.result = Some(RequestResult::ProviderError);
-            }
-            let json = api::find(&headers, "content-type").is_some_and(|c| c.contains("application/json"));
-            let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
-            if !stream && json && !encoded && !end_of_stream {
-                // Hold the headers until the body is complete so the grown body goes out with
-                // its own content-length in one piece.
-                self.body_action = BodyAction::InjectProvider(slug);
+        let Some(slug) = slug else { return Action::Continue };
+        let content_type = api::find(&headers, "content-type").unwrap_or_default();
+        let json = content_type.contains("application/json");
+        let sse = content_type.contains("text/event-stream");
+        // A provider that ignored `accept-encoding: identity`: its bytes cannot be rewritten.
+        let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
+        if status >= 400 {
+            self.result = Some(RequestResult::ProviderError);
+            if !end_of_stream && !encoded {
+                // Held until the body is complete: a non-JSON body is replaced by a JSON error.
+                self.body_action = BodyAction::ProviderError { status, slug, collected: Vec::new() };
                 return Action::Pause;
             }
-            if status < 300 && !end_of_stream {
+            return Action::Continue;
+        }
+        self.result = Some(RequestResult::Served);
+        if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
+            let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
+            stick(conv, &served_model, &slug, api::now_ms().saturating_add(ttl_ms));
+        }
+        self.served = Some((served_model.clone(), slug.clone()));
+        if records.len() > 1 {
+            let kind = if served_model != primary_model { "model" } else { "provider" };
+            count(&format!("switchyard.fallbacks.kind.{kind}"));
+        }
+        if end_of_stream {
+            return Action::Continue;
+        }
+        let ep = catalog
+            .endpoints
+            .iter()
+            .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
+        if stream && !encoded && status < 300 {
+            // The served stream's quality (malformed tool calls, empty answers) is judged.
+            self.judge = Some(StreamJudge::default());
+        }
+        let Some(ep) = ep.filter(|_| !encoded) else {
+            if status < 300 {
                 self.body_action = BodyAction::WatchStream;
-                if stream && !encoded {
-                    self.judge = Some(StreamJudge::default());
-                }
             }
+            return Action::Continue;
+        };
+        let served = Served { model: served_model, slug, pricing: ep.pricing };
+        if sse {
+            // Rewritten event by event; the length changes, so the answer goes out chunked.
+            api::set_resp_header("content-length", None);
+            self.body_action = BodyAction::Stream(SseRewriter::new(served));
+            return Action::Continue;
+        }
+        if json && !stream {
+            // Hold the headers until the body is complete so the rewritten body goes out with
+            // its own content-length.
+            self.body_action = BodyAction::Rewrite { served, collected: Vec::new(), headers_sent: false };
+            return Action::Pause;
+        }
+        if status < 300 {
+            self.body_action = BodyAction::WatchStream;
         }
         Action::Continue
     }
@@ -439,37 +577,97 @@ impl HttpContext for Stream {
                 judge.feed(&chunk);
             }
         }
-        match self.body_action {
-            BodyAction::None => return Action::Continue,
-            // Streams pass through chunk by chunk; only their end matters here.
-            BodyAction::WatchStream if !end_of_stream => return Action::Continue,
-            _ if !end_of_stream => return Action::Pause,
-            _ => {}
-        }
-        match std::mem::replace(&mut self.body_action, BodyAction::None) {
+        match &mut self.body_action {
+            BodyAction::None => Action::Continue,
             BodyAction::WatchStream => {
-                // The serving attempt saw the answer end without its final event.
-                if let Some(event) = api::property(vec![INTERRUPTED_PROPERTY]) {
-                    api::set_response_body(body_size, 0, &event);
-                } else if let Some(judge) = self.judge.take() {
-                    let verdict = judge.verdict(self.offered_tools());
-                    self.record_quality(verdict);
+                if end_of_stream {
+                    self.body_action = BodyAction::None;
+                    self.end_stream(body_size);
                 }
+                Action::Continue
             }
-            BodyAction::Replace(body) => api::set_response_body(0, usize::MAX, body.as_bytes()),
-            BodyAction::InjectProvider(slug) => {
-                if let Some(body) = api::response_body(0, body_size) {
-                    let verdict = judge_body(&body, self.offered_tools());
+            BodyAction::Stream(rewriter) => {
+                let chunk = api::response_body(0, body_size).unwrap_or_default();
+                let out = rewriter.feed(&chunk, end_of_stream);
+                api::set_response_body(0, body_size, &out);
+                if end_of_stream {
+                    self.body_action = BodyAction::None;
+                    self.end_stream(out.len());
+                }
+                Action::Continue
+            }
+            BodyAction::Rewrite { served, collected, headers_sent } => {
+                // Move each chunk into the filter and leave Envoy's buffer empty: the answer is
+                // never counted against Envoy's buffer limit.
+                if let Some(chunk) = api::response_body(0, body_size) {
+                    collected.extend_from_slice(&chunk);
+                    api::set_response_body(0, body_size, &[]);
+                }
+                if collected.len() > MAX_REWRITE_BYTES && *headers_sent {
+                    // Too large to rewrite: pass on as received.
+                    let raw = std::mem::take(collected);
+                    api::set_response_body(0, 0, &raw);
+                    self.body_action = BodyAction::None;
+                    return Action::Continue;
+                }
+                if end_of_stream {
+                    let collected = std::mem::take(collected);
+                    let served = served.clone();
+                    let headers_sent = *headers_sent;
+                    self.body_action = BodyAction::None;
+                    let verdict = judge_body(&collected, self.offered_tools());
                     self.record_quality(verdict);
-                    if let Some(out) = with_provider_field(&body, &slug) {
-                        api::set_response_body(0, body_size, &out);
+                    let out = rewrite_object(&collected, &served).unwrap_or(collected);
+                    if !headers_sent {
                         api::set_resp_header("content-length", Some(&out.len().to_string()));
                     }
+                    api::set_response_body(0, 0, &out);
+                    return Action::Continue;
+                }
+                if !*headers_sent && collected.len() > HOLD_HEADERS_BYTES {
+                    // Release the headers (chunked); the body follows when complete.
+                    api::set_resp_header("content-length", None);
+                    *headers_sent = true;
+                }
+                if *headers_sent {
+                    Action::Continue
+                } else {
+                    Action::Pause
                 }
             }
-            BodyAction::None => {}
+            BodyAction::ProviderError { status, slug, collected } => {
+                if let Some(chunk) = api::response_body(0, body_size) {
+                    collected.extend_from_slice(&chunk);
+                    api::set_response_body(0, body_size, &[]);
+                }
+                let too_large = collected.len() > MAX_ERROR_BYTES;
+                if !end_of_stream && !too_large {
+                    return Action::Pause;
+                }
+                let out = if too_large || is_json_object(collected) {
+                    std::mem::take(collected)
+                } else {
+                    api::set_resp_header("content-type", Some("application/json"));
+                    wrap_provider_error(*status, collected, slug).body().into_bytes()
+                };
+                if end_of_stream {
+                    api::set_resp_header("content-length", Some(&out.len().to_string()));
+                }
+                api::set_response_body(0, 0, &out);
+                self.body_action = BodyAction::None;
+                Action::Continue
+            }
+            BodyAction::Replace(_) => {
+                if !end_of_stream {
+                    return Action::Pause;
+                }
+                if let BodyAction::Replace(body) = std::mem::replace(&mut self.body_action, BodyAction::None) {
+                    api::set_response_body(0, usize::MAX, body.as_bytes());
+                    api::set_resp_header("content-length", Some(&body.len().to_string()));
+                }
+                Action::Continue
+            }
         }
-        Action::Continue
     }
 
     fn on_log(&mut self) {

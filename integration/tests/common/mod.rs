@@ -96,6 +96,7 @@ pub fn test_catalog() -> Value {
     catalog["providers"]["dead"] =
         json!({"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"}});
     add_auto_router(&mut catalog);
+    add_caller_surface_models(&mut catalog);
     catalog
 }
 
@@ -142,6 +143,22 @@ fn add_auto_router(catalog: &mut Value) {
             "chat": {"auto/chat-mini": 0.9, "auto/chat-pro": 0.8}
         }
     });
+}
+
+/// Models of the caller-surface tests (`tests/caller_surface.rs`).
+fn add_caller_surface_models(catalog: &mut Value) {
+    let flat = |p: &str, up: &str, price: f64| json!({"provider": p, "upstream_model": up, "pricing": {"prompt": price, "completion": price}});
+    // A first model with as many endpoints as the attempt budget (4), and its fallback.
+    catalog["models"]["sy/budget-l"] = json!({"endpoints": [
+        flat("alpha", "alpha-bl", 1.0), flat("beta", "beta-bl", 2.0), flat("delta", "delta-bl", 3.0), flat("dead", "dead-bl", 4.0)]});
+    catalog["models"]["sy/budget-d"] = json!({"endpoints": [flat("gamma", "gamma-bd", 1.0)]});
+    // Priced for usage.cost: $2 / $10 per million, $0.001 per request, cached prompt $0.5.
+    catalog["models"]["sy/cost"] = json!({"endpoints": [
+        {"provider": "alpha", "upstream_model": "alpha-internal-cost-id",
+         "pricing": {"prompt": 2, "completion": 10, "request": 0.001, "cached_prompt": 0.5}}]});
+    catalog["models"]["sy/one"] = json!({"endpoints": [flat("alpha", "alpha-one", 1.0)]});
+    catalog["models"]["sy/fail"] =
+        json!({"endpoints": [flat("alpha", "alpha-fail", 1.0), flat("beta", "beta-fail", 2.0)]});
 }
 
 /// A loopback port with nothing listening (connect failures).
@@ -208,6 +225,7 @@ pub fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
         launch("routing-tests", test_catalog(), |cfg| {
             cfg.per_try_idle_timeout_ms = 1_000;
+            cfg.access_log = true;
         })
     })
 }
