@@ -52,9 +52,43 @@ def test_plain_chat_completion_with_provider_in_extra_body(base_url):
     assert raw.headers["x-switchyard-provider"] == "fireworks"
     assert raw.headers["x-switchyard-model"] == "meta-llama/llama-4-maverick"
     assert completion.choices[0].message.content == "Hello from fireworks"
-    assert completion.model == "accounts/fireworks/models/llama4-maverick-instruct-basic"
+    # The catalog model id that served, not the provider's internal id (OpenRouter's behaviour).
+    assert completion.model == "meta-llama/llama-4-maverick"
     assert completion.model_extra["provider"] == "fireworks"
     assert completion.usage.total_tokens > 0
+    # usage.cost from fireworks' catalog prices ($0.22 / $0.88 per million tokens).
+    u = completion.usage
+    expected = u.prompt_tokens * 0.22 / 1e6 + u.completion_tokens * 0.88 / 1e6
+    assert abs(u.model_extra["cost"] - expected) < 1e-12
+    # The SDK accepts gzip: the rewritten answer reached it compressed by Envoy.
+    assert raw.headers.get("content-encoding") == "gzip"
+
+
+def test_models_list_and_retrieve(base_url):
+    c = client(base_url)
+    ids = [m.id for m in c.models.list()]
+    assert "meta-llama/llama-4-maverick" in ids and "anthropic/claude-sonnet-4-6" in ids
+    m = c.models.retrieve("meta-llama/llama-4-maverick")
+    assert m.id == "meta-llama/llama-4-maverick" and m.object == "model"
+    assert m.model_extra["pricing"]["prompt"] == "0.00000022"
+    with pytest.raises(openai.NotFoundError):
+        c.models.retrieve("nope/nope")
+
+
+def test_streamed_chunks_name_the_catalog_model_and_usage_has_cost(base_url):
+    stream = client(base_url).chat.completions.create(
+        model="meta-llama/llama-4-maverick",
+        messages=[{"role": "user", "content": "Stream please"}],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"provider": {"order": ["together"], "allow_fallbacks": False}},
+    )
+    chunks = list(stream)
+    assert chunks and all(c.model == "meta-llama/llama-4-maverick" for c in chunks)
+    usage = [c.usage for c in chunks if c.usage is not None]
+    assert len(usage) == 1
+    u = usage[0]
+    assert abs(u.model_extra["cost"] - (u.prompt_tokens * 0.27 + u.completion_tokens * 0.85) / 1e6) < 1e-12
 
 
 def test_streaming_chat_completion(base_url):
