@@ -1647,16 +1647,27 @@ fn budget_keeps_one_attempt_per_fallback_model() {
         ],
         r#"{"max_attempts": 4}"#,
     );
-    let cut =
-        |b: &str| decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body())).plan;
-    let p = cut(&body("m/l", r#", "models": ["m/d", "m/e"], "provider": {"sort": "price"}"#));
-    assert_eq!(labels(&c, &p), s(&["m/l@aa", "m/l@bb", "m/d@ee", "m/e@yy"]));
+    // The plan handed to Envoy (hand_off), as `model@slug`.
+    let cut = |b: &str| -> Vec<String> {
+        let d = decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+        hand_off(&c, 1, &d, "/v1/chat/completions")
+            .plan
+            .refs
+            .iter()
+            .map(|r| format!("{}@{}", r.model, r.slug))
+            .collect()
+    };
+    assert_eq!(
+        cut(&body("m/l", r#", "models": ["m/d", "m/e"], "provider": {"sort": "price"}"#)),
+        s(&["m/l@aa", "m/l@bb", "m/d@ee", "m/e@yy"])
+    );
     // One fallback model: L keeps budget - 1.
-    let p = cut(&body("m/l", r#", "models": ["m/d"], "provider": {"sort": "price"}"#));
-    assert_eq!(labels(&c, &p), s(&["m/l@aa", "m/l@bb", "m/l@cc", "m/d@ee"]));
+    assert_eq!(
+        cut(&body("m/l", r#", "models": ["m/d"], "provider": {"sort": "price"}"#)),
+        s(&["m/l@aa", "m/l@bb", "m/l@cc", "m/d@ee"])
+    );
     // Without fallback models the whole budget is L's.
-    let p = cut(&priced("m/l", ""));
-    assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc", "dd"]));
+    assert_eq!(cut(&priced("m/l", "")), s(&["m/l@aa", "m/l@bb", "m/l@cc", "m/l@dd"]));
 }
 
 #[test]
