@@ -751,3 +751,20 @@ fn mutated_auto_bodies_never_panic() {
     }
     assert!(outcomes.0 > 100 && outcomes.1 > 100, "{outcomes:?}");
 }
+
+#[test]
+fn every_pick_keeps_an_attempt_of_the_budget() {
+    // Low tier code: qwen (2 endpoints), gemini-2.5-flash, llama-4-maverick (2 endpoints). A
+    // budget of 3 attempts hands one to each pick, never qwen's second at a later pick's expense.
+    let mut v = catalog_value();
+    v["routing"] = json!({"max_attempts": 3});
+    let cat = catalog_of(&v);
+    let body = with_plugin(user(DIFF), json!({"id": "auto-router", "cost_tier": "low"}));
+    let d = crate::decision::decide(&cat, body.to_string().as_bytes(), &NoHealthData, &mut || 0.0)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(d.model, "qwen/qwen3-coder");
+    let handed = crate::decision::hand_off(&cat, 1, &d, "/v1/chat/completions");
+    let models: Vec<&str> =
+        handed.plan.endpoints.iter().map(|&i| cat.models[cat.endpoints[usize::from(i)].model].id.as_str()).collect();
+    assert_eq!(models, vec!["qwen/qwen3-coder", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]);
+}

@@ -130,6 +130,7 @@ def test_auto_router_picks_the_model_and_names_it(base_url):
     completion = raw.parse()
     assert raw.headers["x-switchyard-model"] == "meta-llama/llama-4-maverick"
     assert raw.headers["x-switchyard-strategy"] == "auto:chat"
+    assert completion.model == "meta-llama/llama-4-maverick"
     assert completion.choices[0].message.content.startswith("Hello from ")
     # A code prompt with the auto-router plugin (via extra_body, as for OpenRouter): the high
     # tier admits Claude Sonnet, the demo's second-best code model after Opus (xhigh).
@@ -141,7 +142,9 @@ def test_auto_router_picks_the_model_and_names_it(base_url):
     assert raw.headers["x-switchyard-model"] == "anthropic/claude-sonnet-4-6"
     assert raw.headers["x-switchyard-provider"] == "anthropic-direct"
     assert raw.headers["x-switchyard-strategy"] == "auto:code"
-    assert raw.parse().choices[0].message.content == "Hello from anthropic-direct"
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "Hello from anthropic-direct"
+    assert completion.model == "anthropic/claude-sonnet-4-6"
 
 
 def test_auto_router_restrictions_surface_as_openai_exceptions(base_url):

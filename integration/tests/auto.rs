@@ -28,6 +28,8 @@ fn assert_served(s: &common::Stack, id: &str, r: &switchyard_integration::client
     assert_eq!(r.status, 200, "{id}: {}", r.text());
     assert_eq!(r.header("x-switchyard-model"), Some(model), "{id}");
     assert_eq!(r.header("x-switchyard-provider"), Some(provider), "{id}");
+    // The answer names the chosen catalog model, not the provider's id for it.
+    assert_eq!(r.json()["model"], model, "{id}");
     let (who, got) = s.only_receiver(id);
     assert_eq!(who, provider, "{id}");
     let sent = got.json();
