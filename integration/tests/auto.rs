@@ -224,6 +224,8 @@ async fn a_streamed_auto_request_is_routed_and_streams() {
     assert_eq!(r.header("x-switchyard-strategy"), Some("auto:chat"));
     let text = r.text();
     assert!(text.contains("data: ") && text.contains("[DONE]"), "{text}");
+    // Every chunk names the chosen catalog model, never the provider's id for it.
+    assert!(text.contains("\"model\":\"auto/chat-mini\"") && !text.contains("beta-chat-mini"), "{text}");
     let (who, got) = s.only_receiver("auto-stream");
     assert_eq!(who, "beta");
     assert_eq!(got.json()["stream"], true);
