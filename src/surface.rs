@@ -77,6 +77,25 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Envoy router controls a caller could send (Envoy honours them from internal callers, as
+/// mesh clients are): removed from routed requests so the failover policy Switchyard hands to
+/// Envoy (retry conditions, retry count, timeouts, hedging) is the operator's, not the caller's.
+pub fn is_caller_router_control(name: &str) -> bool {
+    const CONTROLS: [&str; 10] = [
+        "x-envoy-max-retries",
+        "x-envoy-retry-on",
+        "x-envoy-retry-grpc-on",
+        "x-envoy-retriable-status-codes",
+        "x-envoy-retriable-header-names",
+        "x-envoy-upstream-rq-timeout-ms",
+        "x-envoy-upstream-rq-per-try-timeout-ms",
+        "x-envoy-upstream-rq-timeout-alt-response",
+        "x-envoy-hedge-on-per-try-timeout",
+        "x-envoy-is-timeout-retry",
+    ];
+    CONTROLS.iter().any(|c| name.eq_ignore_ascii_case(c))
+}
+
 /// The path as shown in an error message: bounded and without control characters.
 fn printable(path: &str) -> String {
     path.chars().take(200).map(|c| if c.is_control() { '?' } else { c }).collect()
@@ -178,6 +197,16 @@ mod tests {
         match Catalog::from_json(weak.as_bytes(), &|_| None) {
             Err(e) => assert_eq!(e.field, "routing.debug_token"),
             Ok(_) => panic!("a short debug token must be rejected"),
+        }
+    }
+
+    #[test]
+    fn caller_router_controls_are_recognised() {
+        for h in ["x-envoy-retry-on", "X-Envoy-Upstream-Rq-Timeout-Ms", "x-envoy-max-retries"] {
+            assert!(is_caller_router_control(h), "{h}");
+        }
+        for h in ["x-envoy-attempt-count", "x-request-id", "retry-after"] {
+            assert!(!is_caller_router_control(h), "{h}");
         }
     }
 

@@ -753,6 +753,30 @@ async fn framing_edge_cases() {
     assert_eq!(a.status, 400, "{}", a.text());
     assert!(s.received("f-cr").is_empty());
 
+    // Caller-sent Envoy router controls (a 1 ms timeout, extra retry conditions) change nothing:
+    // the provider answers after 300 ms and the request is served, and none reaches the
+    // provider. (This listener's Envoy treats loopback callers as external and ignores them
+    // itself; in a mesh that marks callers internal, the filter's removal is what holds.)
+    let req = http1(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("x-test-id", "f-envoy-controls"),
+            ("content-type", "application/json"),
+            ("x-mock-behavior", "alpha=ttft300"),
+            ("x-envoy-upstream-rq-timeout-ms", "1"),
+            ("x-envoy-upstream-rq-per-try-timeout-ms", "1"),
+            ("x-envoy-retry-on", "retriable-4xx"),
+            ("x-envoy-max-retries", "50"),
+        ],
+        body,
+    );
+    let a = raw_http1(s.addr, &req).await.unwrap_or_else(|e| panic!("envoy controls: {e}"));
+    assert_eq!((a.status, a.header("x-switchyard-provider")), (200, Some("alpha")), "{}", a.text());
+    let got = s.received("f-envoy-controls");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.headers.iter().all(|(k, _)| !k.starts_with("x-envoy-")), "{:?}", got[0].1.headers);
+
     good_request_is_served(s, "framing").await;
     assert_no_vm_failure(s, &before);
 }

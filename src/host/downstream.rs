@@ -19,7 +19,7 @@ use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::response::{attempt_log, is_json_object, rewrite_object, wrap_provider_error, Served, SseRewriter};
 use crate::router::policy_allows;
-use crate::surface::{debug_allowed, disposition, Disposition};
+use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Response header naming the operator policy a routed request ran under.
@@ -349,6 +349,9 @@ impl HttpContext for Stream {
             Disposition::Local(e) => return self.reject(&e),
         }
         self.routed = true;
+        for (name, _) in headers.iter().filter(|(k, _)| is_caller_router_control(k)) {
+            api::set_req_header(name, None);
+        }
         self.select_policy(&headers);
         let catalog = &self.config.catalog;
         self.caller_credentials =
