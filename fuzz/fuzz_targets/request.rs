@@ -54,6 +54,6 @@ fuzz_target!(|body: &[u8]| {
     // Method and path come from the caller too.
     if let Ok(text) = std::str::from_utf8(body) {
         let (method, path) = text.split_once(' ').unwrap_or(("GET", text));
-        let _ = disposition(method, path, &c.routing);
+        let _ = disposition(method, path, c);
     }
 });
