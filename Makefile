@@ -41,9 +41,11 @@ registry-tools:
 	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry skopeo)
 
+# The demo stops with make: Ctrl-C, or a TERM/KILL to make itself (the demo asks the kernel for
+# SIGTERM when its parent dies, and Envoy dies with the demo).
 run: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-demo
-	target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
+	exec target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
 
 lint: setup
 	cargo fmt --all --check
@@ -57,8 +59,10 @@ lint: setup
 unit: setup
 	cargo test -p switchyard
 
+# Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
+# the demo prunes directories of demos that are gone) nor .work/fuzz (the fuzz corpus).
 integration: wasm registry-tools
-	rm -rf .work
+	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz -exec rm -rf {} +
 	cargo test -p switchyard-integration
 
 sdk: wasm

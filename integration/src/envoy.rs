@@ -638,11 +638,34 @@ pub struct Envoy {
     pub dir: PathBuf,
 }
 
+/// Where an Envoy keeps its config and log: `.work/run/` for the demo (`make test` clears
+/// `.work/` but leaves `run/` alone, so a running `make run` keeps its log), `.work/` otherwise.
+/// Directories of demos whose process is gone are removed when the next one starts, so `.work/`
+/// does not grow without bound.
 fn work_dir(tag: &str) -> PathBuf {
     let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
-    let dir = repo_root().join(".work").join(format!("{tag}-{}-{n}", std::process::id()));
+    let mut base = repo_root().join(".work");
+    if tag == "demo" {
+        base = base.join("run");
+        prune_dead(&base);
+    }
+    let dir = base.join(format!("{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     dir
+}
+
+/// Removes `<tag>-<pid>-<n>` directories under `base` whose process no longer runs.
+fn prune_dead(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.rsplitn(3, '-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
 }
 
 impl Envoy {

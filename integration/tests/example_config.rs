@@ -3,17 +3,17 @@
 
 use std::process::Command;
 
-use switchyard_integration::demo::example_config;
-use switchyard_integration::envoy::{bootstrap, envoy_binary, repo_root, to_yaml};
+use switchyard_integration::demo::example_yaml;
+use switchyard_integration::envoy::{envoy_binary, repo_root};
 
 #[test]
 fn committed_example_matches_the_generator_and_validates() {
     let path = repo_root().join("envoy/switchyard-demo.yaml");
     let committed = std::fs::read_to_string(&path).unwrap();
-    let body: String = committed.lines().skip_while(|l| l.starts_with('#')).map(|l| format!("{l}\n")).collect();
-    let generated = to_yaml(&bootstrap(&example_config("target/wasm32-wasip1/release/switchyard.wasm".into())));
+    // The whole file, header included: the header says how to run it (tests/demo.rs runs it so).
+    let generated = example_yaml("target/wasm32-wasip1/release/switchyard.wasm".into());
     assert!(
-        body == generated,
+        committed == generated,
         "envoy/switchyard-demo.yaml is stale: regenerate it with `switchyard-demo --print-config`"
     );
     let out = Command::new(envoy_binary())

@@ -1,0 +1,167 @@
+//! The demo behind `make run` and the committed example config, as a user meets them: the
+//! committed `envoy/switchyard-demo.yaml` runs as its header says (mock providers from
+//! `switchyard-demo --mocks-only`, then Envoy with the file), and the demo stops with its parent.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use switchyard_integration::envoy::{envoy_binary, http_get, repo_root};
+
+const DEMO: &str = env!("CARGO_BIN_EXE_switchyard-demo");
+
+/// A child process killed (by PID) when the test ends, passing or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// `n` consecutive free ports (the mocks take base..base+3).
+fn free_run(n: u16) -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (free_port() % 30_000);
+        let held: Vec<TcpListener> = (0..n).filter_map(|i| TcpListener::bind(("127.0.0.1", base + i)).ok()).collect();
+        if held.len() == usize::from(n) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: demo\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, out)
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (state Z) has exited; it only waits to be reaped.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')).unwrap_or(false))
+        .unwrap_or(false)
+}
+
+#[test]
+fn committed_demo_config_runs_as_its_header_says() {
+    let yaml = std::fs::read_to_string(repo_root().join("envoy/switchyard-demo.yaml")).unwrap();
+    assert!(yaml.contains("#   1. the mock providers: target/release/switchyard-demo --mocks-only"), "{yaml}");
+    assert!(yaml.contains("#   2. .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7"));
+    for (i, slug) in ["deepinfra", "together", "fireworks", "anthropic-direct"].iter().enumerate() {
+        let port = 18101 + i;
+        assert!(yaml.contains(&format!("#        {slug} {port}")), "header lists {slug} on {port}");
+        assert!(yaml.contains(&format!("port_value: {port}")), "the config uses {port}");
+    }
+    // Step 1 as documented, on free ports (a fixed port may be taken on a shared machine).
+    let base = free_run(4);
+    let _mocks = Killed(
+        Command::new(DEMO)
+            .args(["--mocks-only", "--provider-port", &base.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("the mock providers", || TcpStream::connect(("127.0.0.1", base + 3)).is_ok());
+    // Step 2 with the committed file, only its ports moved to free ones.
+    let (listener, admin) = (free_port(), free_port());
+    let mut moved = yaml.replace("port_value: 10000\n", &format!("port_value: {listener}\n"));
+    moved = moved.replace("port_value: 9901\n", &format!("port_value: {admin}\n"));
+    for i in 0..4u16 {
+        moved = moved.replace(&format!("port_value: {}\n", 18101 + i), &format!("port_value: {}\n", base + i));
+    }
+    moved = moved.replace("enable_reuse_port: true", "enable_reuse_port: false");
+    let dir = repo_root().join(".work").join(format!("demo-yaml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("switchyard-demo.yaml");
+    std::fs::write(&config, moved).unwrap();
+    let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
+    let _envoy = Killed(
+        Command::new(envoy_binary())
+            .current_dir(repo_root())
+            .args(["-c", &config.to_string_lossy(), "--base-id", &(40_000 + std::process::id() % 10_000).to_string()])
+            .arg("--disable-hot-restart")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let admin_addr: SocketAddr = ([127, 0, 0, 1], admin).into();
+    wait_for("Envoy ready", || matches!(http_get(admin_addr, "/ready"), Ok((200, _))));
+    // Step 3 and a routed request: the filter answers and a mock provider serves.
+    let addr: SocketAddr = ([127, 0, 0, 1], listener).into();
+    let (status, models) = http_get(addr, "/v1/models").unwrap();
+    assert_eq!(status, 200, "{models}");
+    assert!(models.contains("meta-llama/llama-4-maverick"), "{models}");
+    let (status, answer) = post(
+        addr,
+        "/v1/chat/completions",
+        r#"{"model":"meta-llama/llama-4-maverick","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("x-switchyard-provider:"), "{answer}");
+}
+
+#[test]
+fn the_demo_stops_with_its_parent_and_takes_envoy_along() {
+    let dir = repo_root().join(".work").join(format!("demo-stop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("demo.out");
+    let pid_file = dir.join("demo.pid");
+    // A parent like make (which exports MAKELEVEL): starts the demo, then dies while it runs.
+    let mut parent = Killed(
+        Command::new("sh")
+            .env("MAKELEVEL", "1")
+            .arg("-c")
+            .arg(r#""$0" --port 0 --admin-port 0 > "$1" 2>&1 & echo $! > "$2"; sleep 60"#)
+            .arg(DEMO)
+            .arg(&out)
+            .arg(&pid_file)
+            .spawn()
+            .unwrap(),
+    );
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    wait_for("the demo to be ready", || read(&out).contains("READY "));
+    let text = read(&out);
+    let demo_pid: u32 = read(&pid_file).trim().parse().unwrap();
+    let envoy_pid: u32 = text
+        .split("Envoy (pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no Envoy pid in {text}"));
+    // The demo teaches: labelled examples with expected statuses, failover, streaming, metrics, stop.
+    for needle in ["[1] ", "expect: 200", "failover", "streaming", "expect: 404", "/stats/prometheus", "Ctrl-C"] {
+        assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
+    }
+    assert!(alive(demo_pid) && alive(envoy_pid));
+    let _ = parent.0.kill();
+    let _ = parent.0.wait();
+    wait_for("the demo and its Envoy to stop", || !alive(demo_pid) && !alive(envoy_pid));
+}
