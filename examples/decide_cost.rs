@@ -6,7 +6,7 @@ use std::time::Instant;
 use switchyard::config::Catalog;
 use switchyard::decision::{decide, decide_under};
 use switchyard::health::NoHealthData;
-use switchyard::rewrite::with_provider_field;
+use switchyard::response::{rewrite_object, Served, SseRewriter};
 fn main() {
     let cfg = r#"{"providers": {"fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
       "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}},
@@ -41,9 +41,23 @@ fn main() {
     }
     println!("decide under a policy: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     let resp = br#"{"id":"chatcmpl-bench-1","object":"chat.completion","created":1700000000,"model":"fast-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from bench"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":4,"total_tokens":260}}"#;
+    let ep = c.endpoints.first().unwrap();
+    let served = Served { model: "bench/model".into(), slug: ep.slug.clone(), pricing: ep.pricing };
     let t = Instant::now();
     for _ in 0..n {
-        x += with_provider_field(resp, "fast").unwrap().len();
+        x += rewrite_object(resp, &served).unwrap().len();
     }
-    println!("inject: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    println!(
+        "answer rewrite (model, provider, usage.cost): {:.2} us/req ({x})",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+    let chunk = br#"data: {"id":"chatcmpl-bench-1","object":"chat.completion.chunk","created":1700000000,"model":"fast-model","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}
+
+"#;
+    let mut sse = SseRewriter::new(served);
+    let t = Instant::now();
+    for _ in 0..n {
+        x += sse.feed(chunk, false).len();
+    }
+    println!("SSE rewrite: {:.2} us/chunk ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
 }

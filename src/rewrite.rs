@@ -1,4 +1,5 @@
-//! Body rewrites, done by splicing raw JSON rather than re-serializing the whole document.
+//! Request rewrites, done by splicing raw JSON rather than re-serializing the whole document
+//! (the answer's rewrite is in `response`).
 
 use crate::request::{TopLevel, ROUTING_FIELDS};
 
@@ -38,13 +39,6 @@ pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
     splice(fields, "model", upstream_model, &ROUTING_FIELDS)
 }
 
-/// Adds (or replaces) `"provider": "<slug>"` in a JSON object response. Returns None when the
-/// body is not a JSON object, so the caller passes it through untouched.
-pub fn with_provider_field(body: &[u8], slug: &str) -> Option<Vec<u8>> {
-    let fields = TopLevel::parse(body).ok()?;
-    Some(splice(&fields, "provider", slug, &["provider"]))
-}
-
 /// Path sent upstream: the request's `/v1` prefix replaced by the provider's `path_prefix`.
 pub fn upstream_path(request_path: &str, path_prefix: &str) -> String {
     match request_path.strip_prefix("/v1") {
@@ -75,18 +69,6 @@ mod tests {
         }
         assert_eq!(o["stream"], true);
         assert_eq!(o.len(), 4);
-    }
-
-    #[test]
-    fn provider_field_is_added_or_replaced() {
-        let out = with_provider_field(br#"{"id":"x","choices":[]}"#, "deepinfra/turbo").unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v["provider"], "deepinfra/turbo");
-        assert_eq!(v["id"], "x");
-        let out = with_provider_field(br#"{"provider":"Other","id":"x"}"#, "p").unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), r#"{"provider":"p","id":"x"}"#);
-        assert!(with_provider_field(b"data: {}", "p").is_none());
-        assert_eq!(with_provider_field(b"{}", "p").unwrap(), br#"{"provider":"p"}"#.to_vec());
     }
 
     #[test]

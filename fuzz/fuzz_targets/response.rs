@@ -1,24 +1,39 @@
-//! What providers and the host hand back: the response `provider` splice (JSON bodies), the
+//! What providers and the host hand back: the answer rewrite (JSON bodies and SSE events: catalog
+//! model id, `provider`, `usage.cost`), the
 //! usage scanner (JSON and SSE tails), the SSE end-of-stream detector, `Retry-After`, and the host-written records the filters
 //! decode (attempt plan, attempt records, shared-data statistics, proxy-wasm header maps).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::config::Pricing;
 use switchyard::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
-use switchyard::rewrite::with_provider_field;
+use switchyard::response::{rewrite_object, Served, SseRewriter};
 use switchyard::sse::StreamEnd;
 use switchyard::stats::EndpointStats;
 use switchyard::usage::{completion_tokens, USAGE_TAIL_BYTES};
 use switchyard::wire::deserialize_map;
 
 fuzz_target!(|data: &[u8]| {
-    if let Some(out) = with_provider_field(data, "alpha/turbo") {
+    let served = Served {
+        model: "m/x".into(),
+        slug: "alpha/turbo".into(),
+        pricing: Pricing { prompt: 1.0, completion: 2.0, request: 0.0, image: 0.0, cached_prompt: Some(0.5) },
+    };
+    if let Some(out) = rewrite_object(data, &served) {
         let v: serde_json::Value = match serde_json::from_slice(&out) {
             Ok(v) => v,
-            Err(e) => panic!("spliced response is not JSON: {e}"),
+            Err(e) => panic!("rewritten response is not JSON: {e}"),
         };
         assert_eq!(v["provider"], "alpha/turbo");
     }
+    // The SSE rewrite gives the same bytes however the stream is cut into chunks.
+    let cut = usize::from(data.last().copied().unwrap_or(0)) % (data.len() + 1);
+    let mut one = SseRewriter::new(served.clone());
+    let mut two = SseRewriter::new(served);
+    let whole = one.feed(data, true);
+    let mut split = two.feed(&data[..cut], false);
+    split.extend(two.feed(&data[cut..], true));
+    assert_eq!(whole, split, "chunking changed the rewritten stream");
     // SSE: a terminator split across chunks is seen exactly as in one piece.
     let step = usize::from(data.first().copied().unwrap_or(1)).max(1);
     let (mut whole, mut parts) = (StreamEnd::default(), StreamEnd::default());
