@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench soak clean render image registry-tools fuzz
+.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -78,6 +78,15 @@ clean:
 bench: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-bench
 	target/release/switchyard-bench
+
+# routing_cost vs price_weighted on a simulated provider market (switchback, about 5 minutes):
+# BENCH_MARKET=<file> runs another market. Writes target/bench-routing/{results.md,shares.csv,shares.png}.
+BENCH_MARKET ?= integration/market/default.json
+bench-routing: wasm
+	cargo build --release -p switchyard-integration --bin switchyard-market
+	target/release/switchyard-market --market $(BENCH_MARKET)
+	$(VENV)/bin/python -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
+	$(VENV)/bin/python integration/market/plot_shares.py target/bench-routing/shares.csv target/bench-routing/shares.png
 
 # Fault soak: 20,000 requests against misbehaving mock providers (SOAK_ARGS="--requests N
 # --concurrency N --seed N --ok-share F"); fails on any violation, < 99.9 % success with a

@@ -3,8 +3,8 @@
 //!
 //! Per endpoint of the requested model:
 //! - attempt cost = effective price of this request (list price scaled by what the endpoint
-//!   actually charged recently, cached tokens included) + waiting time (TTFT + completion tokens
-//!   / throughput) converted to money at the model's rate + a rate-limit penalty weighted by the
+//!   actually charged recently, cached tokens included) + waiting time (TTFT + the whole answer's
+//!   time, TTFT + completion tokens / throughput) converted to money at the model's rate + a rate-limit penalty weighted by the
 //!   endpoint's 429 rate;
 //! - success probability = (1 - reliability error rate) x (1 - bad-response rate);
 //! - routing cost = attempt cost / success probability.
@@ -121,10 +121,12 @@ pub fn costs(inputs: &[EndpointInput], tokens: (f64, f64), params: &CostParams) 
     let typical_err = median(inputs.iter().filter_map(|i| i.health.error_rate).collect()).unwrap_or(0.0);
     let typical_bad = median(inputs.iter().filter_map(|i| i.health.bad_response_rate).collect()).unwrap_or(0.0);
     let typical_rl = median(inputs.iter().filter_map(|i| i.health.rate_limited_rate).collect()).unwrap_or(0.0);
+    // The whole answer's time (TTFT + generation), plus TTFT once more on its own: interactive
+    // and agent callers wait for every first token (as the seed's router counts it).
     let wait_of = |i: &EndpointInput| {
         let ttft = i.health.ttft_ms.p50.unwrap_or(typical_ttft) / 1000.0;
         let tps = i.health.throughput_tps.p50.unwrap_or(typical_tps).max(0.1);
-        ttft + completion / tps
+        ttft + (ttft + completion / tps)
     };
     let usd_per_s = params.wait_usd_per_s.unwrap_or_else(|| {
         let price = median(inputs.iter().map(|i| list_usd(i, prompt, completion)).collect()).unwrap_or(0.0);
@@ -300,8 +302,8 @@ mod tests {
         let t = costs(&[a], (1000.0, 200.0), &CostParams { wait_usd_per_s: Some(0.001), ..CostParams::default() });
         let t = t[0];
         assert!((t.price_usd - (1000.0 * 1.0 + 200.0 * 2.0) / 1e6).abs() < 1e-12);
-        assert!((t.wait_s - (0.5 + 200.0 / 100.0)).abs() < 1e-9);
-        assert!((t.wait_usd - 0.0025).abs() < 1e-12);
+        assert!((t.wait_s - (0.5 + 0.5 + 200.0 / 100.0)).abs() < 1e-9);
+        assert!((t.wait_usd - 0.003).abs() < 1e-12);
         assert!((t.success_p - 0.8).abs() < 1e-12);
         assert!((t.routing_cost - (t.price_usd + t.wait_usd) / 0.8).abs() < 1e-12);
         assert!((t.share - 1.0).abs() < 1e-12);
@@ -408,7 +410,7 @@ mod tests {
         let fresh = ep(1.0, 1.0);
         let t = costs(&[a, b, fresh], (1000.0, 200.0), &params);
         // The newcomer is costed at the median TTFT/throughput/error rate: between a and b.
-        assert!((t[2].wait_s - (0.5 + 200.0 / 50.0)).abs() < 1e-9, "{}", t[2].wait_s);
+        assert!((t[2].wait_s - (0.5 + 0.5 + 200.0 / 50.0)).abs() < 1e-9, "{}", t[2].wait_s);
         assert!((t[2].success_p - 0.9).abs() < 1e-9);
         assert!(t[2].share > 0.1, "{:?}", share_of(&t));
     }

@@ -9,6 +9,7 @@ pub mod envoy;
 pub mod istio;
 pub mod istio_sim;
 pub mod load;
+pub mod market;
 pub mod mock;
 pub mod oci;
 pub mod render;

@@ -278,7 +278,7 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
 
 /// A response body fed from a channel, so chunks leave when they are produced. An `Err` item
 /// makes hyper abort the connection mid-body (a provider that dies while streaming).
-pub struct ChannelBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
+pub struct ChannelBody(pub mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl Body for ChannelBody {
     type Data = Bytes;

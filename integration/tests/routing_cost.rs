@@ -180,3 +180,22 @@ async fn malformed_tool_calls_are_counted_from_whole_and_streamed_answers() {
     assert!(alpha_cost["success_p"].as_f64().unwrap() < 0.1, "{alpha_cost}");
     assert!(alpha_cost["share"].as_f64().unwrap() < 0.05, "{alpha_cost}");
 }
+
+// The market of `make bench-routing` stays what its README promises: at least six endpoints
+// of one model, a price-gaming one, an outage mid-run and a recovery, and a catalog the filter
+// accepts for both policies.
+#[test]
+fn the_benchmark_market_file_is_valid() {
+    use switchyard_integration::market::Market;
+    let path = switchyard_integration::envoy::repo_root().join("integration/market/default.json");
+    let m = Market::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(m.endpoints.len() >= 6);
+    assert!(m.endpoints.iter().any(|e| e.cached_prompt > e.prompt && e.completion > 5.0 * e.prompt), "a price gamer");
+    assert!(m.endpoints.iter().any(|e| e.outage.is_some()), "an outage mid-run");
+    assert!(m.endpoints.iter().any(|e| e.degraded_until_s.is_some()), "a recovery");
+    assert!(m.endpoints.iter().all(|e| e.capacity < 1000), "every endpoint has a capacity");
+    for policy in ["price_weighted", "routing_cost"] {
+        let catalog = m.catalog(policy).to_string();
+        switchyard::config::Catalog::from_json(catalog.as_bytes(), &|_| None).unwrap();
+    }
+}
