@@ -19,7 +19,14 @@ if len(policies) == 1:
 for ax, policy in zip(axes, policies):
     for endpoint, points in sorted(series[policy].items()):
         points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=endpoint)
+        xs, ys = [], []
+        for t, share in points:
+            if xs and t - xs[-1] > 5.5:
+                xs.append(float("nan"))  # the other policy's block: no line across it
+                ys.append(float("nan"))
+            xs.append(t)
+            ys.append(share)
+        ax.plot(xs, ys, marker="o", markersize=3, label=endpoint)
     ax.set_title(f"{policy}: share of first attempts per endpoint (5 s buckets, its blocks only)")
     ax.set_ylabel("share")
     ax.set_ylim(0, 1)
