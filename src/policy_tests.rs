@@ -642,3 +642,25 @@ fn auto_picks_stay_inside_allowed_models() {
     let none = ps.get("none").unwrap_or_else(|| panic!("none"));
     assert_eq!(refused(&c, none, body), (404, "policy:none.allowed_models".into()));
 }
+
+// The model listings show a caller only what its policy lets it reach: every ceiling,
+// require_tags and allowed_models, the same predicates routing applies.
+#[test]
+fn listings_show_only_what_the_policy_allows() {
+    use crate::listing::{answer, Listing};
+    let (c, p) =
+        policy(r#"{"zdr": true, "require_tags": ["eu"], "allowed_models": ["m/*"], "max_price": {"prompt": 2}}"#);
+    let allowed = |e: &crate::config::Endpoint| crate::router::policy_allows(&p, &c, e);
+    let visible: Vec<String> = c.endpoints.iter().filter(|e| allowed(e)).map(|e| e.slug.clone()).collect();
+    assert_eq!(visible, vec!["alpha".to_string()], "only alpha is ZDR, tagged eu and within the price");
+    let models: serde_json::Value =
+        serde_json::from_str(&answer(&c, &Listing::Models, &NoHealthData, &allowed).unwrap()).unwrap();
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    // m/b has no allowed endpoint; other/c is outside allowed_models.
+    assert_eq!(ids, vec!["m/a"]);
+    let eps: serde_json::Value =
+        serde_json::from_str(&answer(&c, &Listing::Endpoints("m/a".into()), &NoHealthData, &allowed).unwrap()).unwrap();
+    assert_eq!(eps["data"]["endpoints"].as_array().unwrap().len(), 1);
+    let hidden = answer(&c, &Listing::Endpoints("other/c".into()), &NoHealthData, &allowed).unwrap_err();
+    assert_eq!(hidden.status, 404);
+}

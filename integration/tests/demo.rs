@@ -61,6 +61,16 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
     (status, out)
 }
 
+/// GET with a Host header (the demo selects operator policies by virtual host).
+fn get_as(addr: SocketAddr, host: &str, path: &str) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nconnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
 fn alive(pid: u32) -> bool {
     // A zombie (state Z) has exited; it only waits to be reaped.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -126,6 +136,16 @@ fn committed_demo_config_runs_as_its_header_says() {
     );
     assert_eq!(status, 200, "{answer}");
     assert!(answer.to_ascii_lowercase().contains("x-switchyard-provider:"), "{answer}");
+    // The listings respect the caller's policy: the finance route sees only what its policy
+    // (ZDR providers under contract, meta-llama/* and anthropic/*) lets it reach.
+    let finance = get_as(addr, "finance.llm.local", "/v1/models");
+    assert!(finance.starts_with("HTTP/1.1 200"), "{finance}");
+    assert!(finance.contains("x-switchyard-policy: finance"), "{finance}");
+    assert!(finance.contains("\"meta-llama/llama-4-maverick\""), "{finance}");
+    assert!(!finance.contains("\"qwen/"), "a model outside allowed_models is listed: {finance}");
+    let eps = get_as(addr, "finance.llm.local", "/v1/models/meta-llama/llama-4-maverick/endpoints");
+    assert!(eps.contains("\"tag\":\"deepinfra/turbo\""), "{eps}");
+    assert!(!eps.contains("\"tag\":\"together\"") && !eps.contains("\"tag\":\"fireworks\""), "{eps}");
 }
 
 #[test]
