@@ -32,6 +32,9 @@ pub enum Mode {
     Status { status: u16, retry_after: Option<u32> },
     /// Close the connection without answering.
     Reset,
+    /// 200 whose body is not what was asked for: broken JSON, or for a stream one broken event
+    /// and no `[DONE]`.
+    Garbage,
 }
 
 #[derive(Clone, Debug)]
@@ -242,6 +245,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
         for tok in spec.split('+') {
             if tok == "ok" {
                 b.mode = Mode::Ok;
+            } else if tok == "garbage" {
+                b.mode = Mode::Garbage;
             } else if tok == "reset" {
                 b.mode = Mode::Reset;
             } else if tok == "empty" {
@@ -432,6 +437,18 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
+        Mode::Garbage => {
+            let stream =
+                serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["stream"].as_bool()).unwrap_or(false);
+            let (ct, text) = if stream {
+                ("text/event-stream", "data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n")
+            } else {
+                ("application/json", "{\"choices\": [oops <html>")
+            };
+            let (tx, rx) = mpsc::channel(1);
+            let _ = tx.try_send(Ok(Bytes::from_static(text.as_bytes())));
+            return Ok(Response::builder().status(200).header("content-type", ct).body(ChannelBody(rx))?);
+        }
         Mode::Status { status, retry_after } if behavior.html_errors => {
             return Ok(html_error(&s.name, status, retry_after))
         }

@@ -73,6 +73,9 @@ pub enum Fault {
     Stall,
     /// Streams: two chunks, then the stream ends without `[DONE]`. Non-streaming: 502.
     CutStream,
+    /// 200 with a body that is not what was asked for (broken JSON, a broken event): a provider
+    /// answering garbage cannot be failed over once its 200 is on its way.
+    Garbage,
 }
 
 impl Fault {
@@ -87,6 +90,7 @@ impl Fault {
             Fault::Stall => format!("ttft{STALL_MS}"),
             Fault::CutStream if stream => "cut2+chunks5".into(),
             Fault::CutStream => "502".into(),
+            Fault::Garbage => "garbage".into(),
         }
     }
 }
@@ -128,6 +132,7 @@ fn draw_fault(rng: &mut Rng, ok_share: f64) -> Fault {
         Fault::Reset,
         Fault::Stall,
         Fault::CutStream,
+        Fault::Garbage,
     ];
     faults[rng.below(faults.len())]
 }
@@ -154,9 +159,13 @@ impl Case {
         self.allowed.iter().any(|p| self.faults.get(p) == Some(&Fault::Ok))
     }
 
-    /// Some allowed endpoint would cut the stream after its first bytes (no failover then).
+    /// Some allowed endpoint would cut the stream after its first bytes, or answer 200 with
+    /// garbage: no failover is possible once it is chosen.
     pub fn may_be_cut(&self) -> bool {
-        self.stream && self.allowed.iter().any(|p| self.faults.get(p) == Some(&Fault::CutStream))
+        self.allowed.iter().any(|p| {
+            let f = self.faults.get(p);
+            f == Some(&Fault::Garbage) || (self.stream && f == Some(&Fault::CutStream))
+        })
     }
 }
 
@@ -271,7 +280,7 @@ impl SoakReport {
         format!(
             "soak: {} requests in {:.1} s, {} answered, {} attempts\n\
              - with a healthy allowed endpoint: {} served of {} ({:.3} %)\n\
-             - stream could be cut mid-way: {} ({} served whole, {} ended with the error event)\n\
+             - an allowed endpoint would cut the stream or answer garbage: {} ({} served whole, {} cut with the error event or garbage passed on)\n\
              - no healthy allowed endpoint: {} ({} answered with an OpenAI-style JSON error)\n\
              - statuses: {:?}\n\
              - Envoy retry overflows: {}; Envoy RSS {} -> {} MiB\n\
@@ -305,6 +314,11 @@ fn stream_error_event(r: &Reply) -> bool {
     r.text().trim_end().rsplit("\n\n").next().is_some_and(|last| last.contains("\"stream_interrupted\""))
 }
 
+/// The mock's garbage answer, passed through (the 200 was already on its way).
+fn is_garbage(r: &Reply) -> bool {
+    r.text().contains("oops <html>")
+}
+
 fn json_error(r: &Reply) -> bool {
     r.json()["error"]["message"].is_string() && r.json()["error"]["code"].is_string()
 }
@@ -325,7 +339,7 @@ fn judge(case: &Case, reply: &Result<Reply, String>, report: &mut SoakReport) {
         report.cut_risk += 1;
         if served_whole {
             report.cut_risk_served += 1;
-        } else if r.status == 200 && stream_error_event(r) {
+        } else if r.status == 200 && (stream_error_event(r) || is_garbage(r)) {
             report.cut_risk_error_event += 1;
         } else if !(r.status >= 400 && json_error(r)) {
             report.violations.push(format!("{}: cut stream ended without the error event: {}", case.id, r.text()));
