@@ -13,5 +13,6 @@ pub mod market;
 pub mod mock;
 pub mod oci;
 pub mod render;
+pub mod rng;
 pub mod soak;
 pub mod tls;

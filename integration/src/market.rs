@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::mock::ChannelBody;
+pub use crate::rng::Rng;
 
 /// One endpoint of the market.
 #[derive(Clone, Debug)]
@@ -132,32 +133,6 @@ impl Market {
             .collect();
         json!({"providers": providers, "models": {self.model.clone(): {"endpoints": endpoints}},
                "routing": {"default_policy": policy, "max_attempts": 4, "expected_completion_tokens": self.completion_mean.round() as u64}})
-    }
-}
-
-/// Deterministic xorshift64* (a seed reproduces a run).
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn unit(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Lognormal around `median` with log-spread `sigma` (Box-Muller).
-    pub fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        let (u1, u2) = (self.unit().max(1e-12), self.unit());
-        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-        median * (sigma * z).exp()
-    }
-    pub fn exp(&mut self, rate: f64) -> f64 {
-        -(1.0 - self.unit()).max(1e-12).ln() / rate.max(1e-9)
     }
 }
 

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use crate::client::{post_json, Reply};
 use crate::envoy::{http_get, ClusterSpec, Envoy, StackConfig};
 use crate::mock::{Behavior, MockProvider};
+use crate::rng::Rng;
 
 /// Mock providers of the soak market, each in its own Envoy cluster with its own key.
 pub const PROVIDERS: [&str; 6] = ["s1", "s2", "s3", "s4", "s5", "s6"];
@@ -92,29 +93,6 @@ impl Fault {
             Fault::CutStream => "502".into(),
             Fault::Garbage => "garbage".into(),
         }
-    }
-}
-
-/// Deterministic xorshift64* so a seed reproduces a run's requests and faults.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }
 

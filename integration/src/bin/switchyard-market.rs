@@ -139,7 +139,7 @@ fn main() {
             let block = (next_s / m.block_s) as usize;
             // Blocks alternate in matched pairs: (A, B), (B, A), ... so neither policy always
             // sees the later half of a pair.
-            let policy = if (block / 2) % 2 == 0 { block % 2 } else { 1 - block % 2 };
+            let policy = if (block / 2).is_multiple_of(2) { block % 2 } else { 1 - block % 2 };
             let measured = next_s - block as f64 * m.block_s >= m.warmup_s;
             let stream = rng.unit() < m.stream_share;
             let tools = rng.unit() < m.tools_share;
