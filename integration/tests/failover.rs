@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{msg, stack};
+use common::{join_all, msg, stack};
 use serde_json::{json, Value};
 use switchyard_integration::mock::Received;
 
@@ -340,7 +340,7 @@ async fn health_counters_are_exact_across_workers() {
             s.chat_with(&id, &[("x-mock-behavior", behavior)], json!({"model": "fo/stats", "messages": msg("x"), "provider": {"order": ["alpha"], "allow_fallbacks": false}})).await
         });
     }
-    let replies = futures_join(tasks).await;
+    let replies = join_all(tasks).await;
     assert_eq!(replies.iter().filter(|r| r.status == 200).count(), 30);
     let r = s
         .chat_with(
@@ -436,18 +436,6 @@ async fn throughput_sort_uses_measured_output_speed() {
     // The cheaper alpha misses a 20 tokens/s preference and moves back under a price sort.
     let r = s.chat("fo-tps-pref", json!({"model": "fo/tps", "messages": msg("x"), "provider": {"sort": "price", "preferred_min_throughput": 20}})).await;
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
-}
-
-async fn futures_join<F: std::future::Future + Send + 'static>(tasks: Vec<F>) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }
 
 #[tokio::test]

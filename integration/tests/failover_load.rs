@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{launch, msg, stack, test_catalog, Stack};
+use common::{join_all, launch, msg, stack, test_catalog, Stack};
 use serde_json::{json, Value};
 use switchyard_integration::client::Reply;
 use switchyard_integration::envoy::http_get;
@@ -34,18 +34,6 @@ fn retry_overflows(s: &Stack) -> u64 {
         .filter(|l| l.starts_with("cluster.c_"))
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()))
         .sum()
-}
-
-async fn join_all<F: std::future::Future + Send + 'static>(tasks: Vec<F>) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }
 
 // 64 requests at once all start on the cheapest provider, which fails slowly; the failover to

@@ -281,3 +281,16 @@ pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) ->
 pub fn msg(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
 }
+
+/// Runs the futures concurrently (each on its own task) and returns their outputs in order.
+pub async fn join_all<F: std::future::Future + Send + 'static>(tasks: Vec<F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = tasks.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
