@@ -445,9 +445,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             } else {
                 ("application/json", "{\"choices\": [oops <html>")
             };
-            let (tx, rx) = mpsc::channel(1);
-            let _ = tx.try_send(Ok(Bytes::from_static(text.as_bytes())));
-            return Ok(Response::builder().status(200).header("content-type", ct).body(ChannelBody(rx))?);
+            return Ok(canned(&s.name, 200, ct, text.to_string(), None));
         }
         Mode::Status { status, retry_after } if behavior.html_errors => {
             return Ok(html_error(&s.name, status, retry_after))
@@ -561,18 +559,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
 
 fn html_error(provider: &str, status: u16, retry_after: Option<u32>) -> Response<ChannelBody> {
     let body = format!("<html><body><h1>{status}</h1><p>{provider} gateway error</p></body></html>");
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
-    let _ = tx.try_send(Ok(Bytes::from(body.clone())));
-    let mut b = Response::builder()
-        .status(status)
-        .header("content-type", "text/html")
-        .header("content-length", body.len())
-        .header("x-mock-provider", provider)
-        .header("x-ratelimit-remaining-requests", "0");
-    if let Some(s) = retry_after {
-        b = b.header("retry-after", s.to_string());
-    }
-    b.body(ChannelBody(rx)).unwrap_or_else(|_| Response::new(ChannelBody(mpsc::channel(1).1)))
+    canned(provider, status, "text/html", body, retry_after)
 }
 
 fn error_response(
@@ -588,14 +575,26 @@ fn error_response(
         json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}})
             .to_string()
     };
+    canned(provider, status, "application/json", body, retry_after)
+}
+
+/// A whole answer with a fixed body (errors, garbage), as a provider out of capacity sends it.
+fn canned(
+    provider: &str,
+    status: u16,
+    content_type: &str,
+    body: String,
+    retry_after: Option<u32>,
+) -> Response<ChannelBody> {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
-    if !body.is_empty() {
-        let _ = tx.try_send(Ok(Bytes::from(body.clone())));
+    let len = body.len();
+    if len > 0 {
+        let _ = tx.try_send(Ok(Bytes::from(body)));
     }
     let mut b = Response::builder()
         .status(status)
-        .header("content-type", "application/json")
-        .header("content-length", body.len())
+        .header("content-type", content_type)
+        .header("content-length", len)
         .header("x-mock-provider", provider)
         .header("x-ratelimit-remaining-requests", "0");
     if let Some(s) = retry_after {
