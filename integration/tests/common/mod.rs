@@ -162,11 +162,28 @@ fn add_caller_surface_models(catalog: &mut Value) {
 }
 
 /// A loopback port with nothing listening (connect failures).
+///
+/// The port stays reserved by a socket that is bound but never listens (kept open for the
+/// life of the test process): connections to it are refused, and no listener started later
+/// (a mock provider, an Envoy listener or admin on port 0) can be handed the same port.
 pub fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").ok();
-    let port = l.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port()).unwrap_or(1);
-    drop(l);
-    port
+    // SAFETY: plain socket calls on a local sockaddr_in; the fd is deliberately never closed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if fd < 0 {
+            panic!("socket: {}", std::io::Error::last_os_error());
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::bind(fd, &addr as *const libc::sockaddr_in as *const libc::sockaddr, len) != 0 {
+            panic!("bind: {}", std::io::Error::last_os_error());
+        }
+        let mut got = len;
+        libc::getsockname(fd, &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut got);
+        u16::from_be(addr.sin_port)
+    }
 }
 
 pub struct Stack {
