@@ -7,6 +7,7 @@ use super::*;
 use crate::config::{Catalog, CostTier};
 use crate::health::{EndpointHealth, NoHealthData};
 use crate::router::{plan, Plan};
+use crate::test_support::{mutate, Lcg};
 
 const PROVIDERS: &str = r#"{
   "anthropic": {"cluster": "c_anthropic", "authority": "api.anthropic.example"},
@@ -686,16 +687,6 @@ fn an_operator_policy_bounds_the_auto_router() {
     assert!(p.attempts.iter().all(|a| cat.endpoints[a.endpoint].slug == "deepinfra"));
 }
 
-/// Deterministic pseudo-random numbers in [0, 1) for the mutation test.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 // Nothing in the request path may panic: mutated auto requests (byte flips, truncations, spliced
 // fragments) end in a plan on a catalog model or an OpenAI-style error.
 #[test]
@@ -720,23 +711,7 @@ fn mutated_auto_bodies_never_panic() {
     let mut outcomes = (0usize, 0usize);
     for i in 0..20_000 {
         let mut b = seeds[i % seeds.len()].clone().into_bytes();
-        for _ in 0..1 + (rng.next() * 4.0) as usize {
-            if b.is_empty() {
-                b.push(b'{');
-            }
-            let pos = (rng.next() * b.len() as f64) as usize % b.len();
-            match (rng.next() * 4.0) as u32 {
-                0 => b[pos] = (rng.next() * 256.0) as u8,
-                1 => b.truncate(pos),
-                2 => {
-                    let f = fragments[(rng.next() * fragments.len() as f64) as usize % fragments.len()];
-                    b.splice(pos..pos, f.bytes());
-                }
-                _ => {
-                    b.remove(pos);
-                }
-            }
-        }
+        mutate(&mut b, &fragments, &mut rng);
         match crate::decision::decide(&cat, &b, &NoHealthData, &mut || 0.5) {
             Ok(d) => {
                 assert!(!d.plan.attempts.is_empty());

@@ -49,6 +49,8 @@ pub mod routing_cost;
 pub mod sse;
 pub mod stats;
 pub mod surface;
+#[cfg(test)]
+mod test_support;
 pub mod usage;
 pub mod wildcard;
 pub mod wire;

@@ -10,6 +10,7 @@ use super::*;
 use crate::decision::{candidates_json, decide, hand_off};
 use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
 use crate::health::NoHealthData;
+use crate::test_support::{mutate, Lcg};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -129,16 +130,6 @@ impl HealthView for Stats {
 
 fn p50(v: f64) -> Percentiles {
     Percentiles { p50: Some(v), ..Default::default() }
-}
-
-/// Deterministic 64-bit LCG (Knuth's MMIX constants), 53 high bits mapped to [0, 1).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 fn run_with(
@@ -1485,25 +1476,7 @@ fn mutated_bodies_never_panic() {
     for i in 0..30_000 {
         let seed = seeds[i % seeds.len()].as_bytes();
         let mut b = seed.to_vec();
-        for _ in 0..1 + (rng.next() * 4.0) as usize {
-            if b.is_empty() {
-                b.push(b'{');
-            }
-            let pos = (rng.next() * b.len() as f64) as usize % b.len();
-            match (rng.next() * 4.0) as u32 {
-                0 => b[pos] = (rng.next() * 256.0) as u8,
-                1 => b.truncate(pos),
-                2 => {
-                    let f = fragments[(rng.next() * fragments.len() as f64) as usize % fragments.len()];
-                    b.splice(pos..pos, f.bytes());
-                }
-                _ => {
-                    if pos < b.len() {
-                        b.remove(pos);
-                    }
-                }
-            }
-        }
+        mutate(&mut b, &fragments, &mut rng);
         match decide(&c, &b, &NoHealthData, &mut || rng.next()) {
             Ok(d) => {
                 assert!(!d.plan.attempts.is_empty());

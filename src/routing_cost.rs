@@ -287,13 +287,10 @@ mod tests {
         terms.iter().map(|t| (t.share * 1000.0).round() / 1000.0).collect()
     }
 
-    /// Deterministic 64-bit LCG for seeded draws.
+    /// Seeded draws for the share tests.
     fn lcg(seed: u64) -> impl FnMut() -> f64 {
-        let mut x = seed;
-        move || {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        }
+        let mut rng = crate::test_support::Lcg(seed);
+        move || rng.next()
     }
 
     #[test]
