@@ -628,6 +628,44 @@ pub fn to_yaml(v: &Value) -> String {
     out
 }
 
+/// Starts a test stack on a thread that lives as long as the process: a tokio runtime, the mock
+/// providers `names` on it, then `start`, which builds and starts the Envoy in front of them and
+/// returns it with what the caller keeps (its stack handle). Envoy (PR_SET_PDEATHSIG) and the
+/// mocks therefore live exactly as long as the test binary. Panics if anything fails to start.
+pub fn keep_running<T: Send + 'static>(
+    tag: &'static str,
+    names: Vec<String>,
+    start: impl FnOnce(Vec<crate::mock::MockProvider>) -> (Envoy, T) + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => panic!("runtime: {e}"),
+        };
+        let providers = rt.block_on(async {
+            let mut v = Vec::new();
+            for name in &names {
+                match crate::mock::MockProvider::start(name, 0, crate::mock::Behavior::default()).await {
+                    Ok(p) => v.push(p),
+                    Err(e) => panic!("mock {name}: {e}"),
+                }
+            }
+            v
+        });
+        let (envoy, handle) = start(providers);
+        let _ = tx.send(handle);
+        let _keep = (envoy, rt);
+        loop {
+            std::thread::park();
+        }
+    });
+    match rx.recv() {
+        Ok(h) => h,
+        Err(_) => panic!("{tag} stack failed to start (see panic above)"),
+    }
+}
+
 static INSTANCE: AtomicU32 = AtomicU32::new(0);
 
 /// A running Envoy, stopped (by PID) on drop.

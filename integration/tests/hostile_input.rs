@@ -9,7 +9,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{mpsc, OnceLock};
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,8 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use common::{closed_port, test_catalog};
-use switchyard_integration::envoy::{ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::mock::{Behavior, MockProvider, Received};
+use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::mock::{MockProvider, Received};
 
 const LIMIT: usize = 65536;
 const PROVIDER_KEYS: [&str; 4] = ["key-alpha", "key-beta-from-env", "key-gamma", "key-delta"];
@@ -53,22 +53,8 @@ static STACK: OnceLock<Stack> = OnceLock::new();
 
 fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => panic!("runtime: {e}"),
-            };
-            let providers = rt.block_on(async {
-                let mut v = Vec::new();
-                for name in ["alpha", "beta", "gamma", "delta"] {
-                    match MockProvider::start(name, 0, Behavior::default()).await {
-                        Ok(p) => v.push(p),
-                        Err(e) => panic!("mock {name}: {e}"),
-                    }
-                }
-                v
-            });
+        let names = ["alpha", "beta", "gamma", "delta"].map(String::from).to_vec();
+        keep_running("hostile-input", names, |providers| {
             let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
             let clusters = ["alpha", "beta", "gamma", "delta"]
                 .iter()
@@ -84,17 +70,9 @@ fn stack() -> &'static Stack {
                 Ok(e) => e,
                 Err(e) => panic!("envoy: {e}"),
             };
-            let _ =
-                tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, log: envoy.dir.join("envoy.log"), providers });
-            let _keep = (envoy, rt);
-            loop {
-                std::thread::park();
-            }
-        });
-        match rx.recv() {
-            Ok(s) => s,
-            Err(_) => panic!("hostile-input stack failed to start (see panic above)"),
-        }
+            let stack = Stack { addr: envoy.addr(), admin: envoy.admin, log: envoy.dir.join("envoy.log"), providers };
+            (envoy, stack)
+        })
     })
 }
 

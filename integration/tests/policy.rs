@@ -9,13 +9,13 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{mpsc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, post_json_tls, Reply, TlsClient};
-use switchyard_integration::envoy::{ClusterSpec, Envoy, JwtSpec, PolicyRoute, StackConfig, TlsSpec};
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, JwtSpec, PolicyRoute, StackConfig, TlsSpec};
+use switchyard_integration::mock::MockProvider;
 use switchyard_integration::tls::TestCa;
 
 const PROVIDERS: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
@@ -135,22 +135,7 @@ impl Stack {
 /// Starts the providers and one Envoy on a thread that lives as long as the test binary (Envoy
 /// dies with it: PR_SET_PDEATHSIG).
 fn start(tag: &'static str, make: fn(&[MockProvider]) -> (StackConfig, Vec<(String, TlsClient)>)) -> Stack {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => panic!("runtime: {e}"),
-        };
-        let providers = rt.block_on(async {
-            let mut v = Vec::new();
-            for name in PROVIDERS {
-                match MockProvider::start(name, 0, Behavior::default()).await {
-                    Ok(p) => v.push(p),
-                    Err(e) => panic!("mock {name}: {e}"),
-                }
-            }
-            v
-        });
+    keep_running(tag, PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
         let (mut cfg, clients) = make(&providers);
         cfg.per_try_idle_timeout_ms = 1_000;
         cfg.access_log = true;
@@ -160,16 +145,8 @@ fn start(tag: &'static str, make: fn(&[MockProvider]) -> (StackConfig, Vec<(Stri
         };
         let stack =
             Stack { addr: envoy.addr(), admin: envoy.admin, providers, log: envoy.dir.join("envoy.log"), clients };
-        let _ = tx.send(stack);
-        let _keep = (envoy, rt);
-        loop {
-            std::thread::park();
-        }
-    });
-    match rx.recv() {
-        Ok(s) => s,
-        Err(_) => panic!("{tag} stack failed to start (see panic above)"),
-    }
+        (envoy, stack)
+    })
 }
 
 fn clusters(providers: &[MockProvider]) -> Vec<ClusterSpec> {

@@ -4,12 +4,12 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::{mpsc, OnceLock};
+use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::mock::{Behavior, MockProvider, Received};
+use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::mock::{MockProvider, Received};
 
 pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
 
@@ -251,23 +251,7 @@ pub fn stack() -> &'static Stack {
 /// long as the process, so Envoy (PR_SET_PDEATHSIG) dies with the test binary. `tweak` adjusts
 /// the generated Envoy configuration (timeouts, circuit breakers).
 pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) -> Stack {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => panic!("runtime: {e}"),
-        };
-        let started = rt.block_on(async {
-            let mut providers = Vec::new();
-            for name in PROVIDERS {
-                providers.push(MockProvider::start(name, 0, Behavior::default()).await.map_err(|e| e.to_string())?);
-            }
-            Ok::<_, String>(providers)
-        });
-        let providers = match started {
-            Ok(p) => p,
-            Err(e) => panic!("mock providers: {e}"),
-        };
+    keep_running(tag, PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
         let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
         let clusters = ["alpha", "beta", "gamma", "delta"]
             .iter()
@@ -282,17 +266,9 @@ pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) ->
             Ok(e) => e,
             Err(e) => panic!("envoy: {e}"),
         };
-        let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() });
-        // Keep Envoy and the providers alive for the whole test binary.
-        let _keep = envoy;
-        loop {
-            std::thread::park();
-        }
-    });
-    match rx.recv() {
-        Ok(s) => s,
-        Err(_) => panic!("test stack failed to start (see panic above)"),
-    }
+        let stack = Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() };
+        (envoy, stack)
+    })
 }
 
 pub fn msg(text: &str) -> Value {
