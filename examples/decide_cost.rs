@@ -7,6 +7,7 @@ use switchyard::config::Catalog;
 use switchyard::decision::{decide, decide_under};
 use switchyard::health::NoHealthData;
 use switchyard::response::{rewrite_object, Served, SseRewriter};
+use switchyard::surface::Api;
 fn main() {
     let cfg = r#"{"providers": {"fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
       "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}},
@@ -42,7 +43,7 @@ fn main() {
     println!("decide under a policy: {:.2} us/req ({x})", t.elapsed().as_secs_f64() * 1e6 / n as f64);
     let resp = br#"{"id":"chatcmpl-bench-1","object":"chat.completion","created":1700000000,"model":"fast-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from bench"},"finish_reason":"stop"}],"usage":{"prompt_tokens":256,"completion_tokens":4,"total_tokens":260}}"#;
     let ep = c.endpoints.first().unwrap();
-    let served = Served { model: "bench/model".into(), slug: ep.slug.clone(), pricing: ep.pricing };
+    let served = Served { model: "bench/model".into(), slug: ep.slug.clone(), pricing: ep.pricing, api: Api::OpenAi };
     let t = Instant::now();
     for _ in 0..n {
         x += rewrite_object(resp, &served).unwrap().len();

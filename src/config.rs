@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Deserialize;
 
 use crate::forwarding::{valid_pattern, HeaderPolicy};
+use crate::surface::{Api, ApiSet};
 
 /// A configuration error: `field` is a JSON path such as `models["x"].endpoints[0].pricing`.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +100,19 @@ struct RawProvider {
     /// Operator labels (`eu`, `hipaa`, `contract-2026`) that policies' `require_tags` select on.
     #[serde(default)]
     tags: Vec<String>,
+    /// The APIs this provider serves, each with its own path prefix; absent = OpenAI only.
+    #[serde(default)]
+    apis: Option<BTreeMap<String, RawApi>>,
+}
+
+/// One API a provider serves (`providers[..].apis.<api>`).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    /// Replaces the request path's version prefix (`/v1` for OpenAI and Anthropic, `/v1beta`
+    /// for Google); default: the API's own (OpenAI: the provider's `path_prefix`).
+    #[serde(default)]
+    path_prefix: Option<String>,
 }
 
 fn default_path_prefix() -> String {
@@ -173,6 +187,9 @@ struct RawEndpoint {
     context_length: Option<u64>,
     #[serde(default)]
     supported_parameters: Vec<String>,
+    /// The APIs this endpoint serves (a subset of its provider's); absent = all of them.
+    #[serde(default)]
+    apis: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -345,6 +362,8 @@ pub struct Credential {
     pub header: String,
     /// Full header value (prefix + secret). Never logged.
     pub value: String,
+    /// The secret alone (Anthropic's `x-api-key` and Google's `x-goog-api-key` carry it bare).
+    pub secret: String,
 }
 
 /// Hand-written so that `{:?}` of a provider (or the whole catalog) never prints a key.
@@ -368,6 +387,40 @@ pub struct Provider {
     pub zdr: bool,
     /// Operator labels for data residency and contract scope (policy `require_tags`).
     pub tags: Vec<String>,
+    /// The APIs it serves.
+    pub apis: ApiSet,
+    /// Path prefix per API (indexed by `Api::index`; empty for APIs it does not serve).
+    pub api_prefixes: [String; 3],
+}
+
+impl Provider {
+    /// The path prefix of `api` on this provider.
+    pub fn prefix(&self, api: Api) -> &str {
+        self.api_prefixes.get(api.index()).map_or("", String::as_str)
+    }
+
+    /// The credential header and value an attempt in `api` carries: the configured header for
+    /// OpenAI, `x-api-key` for Anthropic, `x-goog-api-key` for Google (both with the bare secret).
+    pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
+        let c = self.credential.as_ref()?;
+        Some(match api {
+            Api::OpenAi => (c.header.as_str(), c.value.as_str()),
+            Api::Anthropic => (ANTHROPIC_KEY_HEADER, c.secret.as_str()),
+            Api::Google => (GOOGLE_KEY_HEADER, c.secret.as_str()),
+        })
+    }
+}
+
+/// Anthropic's and Google's API key headers.
+pub const ANTHROPIC_KEY_HEADER: &str = "x-api-key";
+pub const GOOGLE_KEY_HEADER: &str = "x-goog-api-key";
+
+/// The default path prefix of an API (what the caller's version prefix is replaced with).
+fn default_api_prefix(api: Api) -> &'static str {
+    match api {
+        Api::OpenAi | Api::Anthropic => "/v1",
+        Api::Google => "/v1beta",
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -383,6 +436,8 @@ pub struct Endpoint {
     pub quantization: Quantization,
     pub context_length: Option<u64>,
     pub supported_parameters: Vec<String>,
+    /// The APIs this endpoint serves.
+    pub apis: ApiSet,
 }
 
 impl Endpoint {
@@ -775,7 +830,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 if !credential_headers.contains(&header) {
                     credential_headers.push(header.clone());
                 }
-                Some(Credential { header, value: format!("{}{}", c.prefix, secret) })
+                Some(Credential { header, value: format!("{}{}", c.prefix, secret), secret })
             }
         };
         for (i, t) in p.tags.iter().enumerate() {
@@ -783,6 +838,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));
             }
         }
+        let (apis, api_prefixes) = compile_apis(&field, p)?;
         provider_slot.insert(slug.clone(), providers.len());
         providers.push(Provider {
             slug: slug.clone(),
@@ -795,11 +851,16 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             trains_on_data: p.data_policy.trains_on_data,
             zdr: p.data_policy.zdr,
             tags: p.tags.clone(),
+            apis,
+            api_prefixes,
         });
     }
-    // The caller's own key never reaches a provider, whatever the catalog uses.
-    if !credential_headers.iter().any(|h| h == "authorization") {
-        credential_headers.push("authorization".to_string());
+    // The caller's own key never reaches a provider, whatever the catalog uses: every API's
+    // key header is removed from every attempt.
+    for h in ["authorization", ANTHROPIC_KEY_HEADER, GOOGLE_KEY_HEADER] {
+        if !credential_headers.iter().any(|x| x == h) {
+            credential_headers.push(h.to_string());
+        }
     }
 
     let mut provider_bases: Vec<String> = providers.iter().map(|p| base_of(&p.slug).to_string()).collect();
@@ -866,6 +927,32 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             if upstream_model.is_empty() {
                 return Err(err(format!("{ef}.upstream_model"), "must not be empty"));
             }
+            let offered = providers.get(slot).map_or(ApiSet::OPENAI, |p: &Provider| p.apis);
+            let apis = match &e.apis {
+                None => offered,
+                Some(list) => {
+                    let mut set = ApiSet::default();
+                    for (k, name) in list.iter().enumerate() {
+                        let af = format!("{ef}.apis[{k}]");
+                        let api = Api::parse(name)
+                            .ok_or_else(|| err(&af, format!("unknown API \"{name}\" (openai, anthropic, google)")))?;
+                        if !offered.has(api) {
+                            return Err(err(
+                                &af,
+                                format!(
+                                    "provider \"{}\" does not serve the {name} API (add it to its `apis`)",
+                                    e.provider
+                                ),
+                            ));
+                        }
+                        set = set.with(api);
+                    }
+                    if set.is_empty() {
+                        return Err(err(format!("{ef}.apis"), "must list at least one API when set"));
+                    }
+                    set
+                }
+            };
             ids.push(endpoints.len());
             endpoints.push(Endpoint {
                 slug: e.provider.clone(),
@@ -876,6 +963,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 quantization,
                 context_length: e.context_length,
                 supported_parameters: e.supported_parameters.clone(),
+                apis,
             });
         }
         let cost_tier = match &m.cost_tier {
@@ -937,6 +1025,42 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         credential_headers,
         upstream_headers,
     })
+}
+
+/// A provider's `apis`: the set it serves and each API's path prefix. Absent = OpenAI only,
+/// at the provider's `path_prefix`.
+fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), ConfigError> {
+    let openai_prefix = p.path_prefix.trim_end_matches('/').to_string();
+    let mut prefixes: [String; 3] = Default::default();
+    let Some(apis) = &p.apis else {
+        if let Some(slot) = prefixes.get_mut(Api::OpenAi.index()) {
+            *slot = openai_prefix;
+        }
+        return Ok((ApiSet::OPENAI, prefixes));
+    };
+    if apis.is_empty() {
+        return Err(err(format!("{field}.apis"), "must name at least one API (openai, anthropic, google)"));
+    }
+    let mut set = ApiSet::default();
+    for (name, a) in apis {
+        let af = format!("{field}.apis.{name}");
+        let api = Api::parse(name).ok_or_else(|| err(&af, "unknown API (openai, anthropic, google)"))?;
+        let prefix = match (&a.path_prefix, api) {
+            (Some(pp), _) => {
+                if !pp.starts_with('/') {
+                    return Err(err(format!("{af}.path_prefix"), "must start with '/'"));
+                }
+                pp.trim_end_matches('/').to_string()
+            }
+            (None, Api::OpenAi) => openai_prefix.clone(),
+            (None, other) => default_api_prefix(other).to_string(),
+        };
+        if let Some(slot) = prefixes.get_mut(api.index()) {
+            *slot = prefix;
+        }
+        set = set.with(api);
+    }
+    Ok((set, prefixes))
 }
 
 fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -> Result<AutoConfig, ConfigError> {
@@ -1130,7 +1254,7 @@ mod tests {
         assert_eq!(p1.credential.as_ref().unwrap().value, "tk");
         assert_eq!(p1.credential.as_ref().unwrap().header, "x-api-key");
         assert!(p1.retains_data && p1.trains_on_data && !p1.zdr, "undeclared data policy is assumed unsafe");
-        assert_eq!(c.credential_headers, vec!["authorization".to_string(), "x-api-key".to_string()]);
+        assert_eq!(c.credential_headers, vec!["authorization", "x-api-key", "x-goog-api-key"]);
         assert_eq!(c.routing.default_policy, DefaultPolicy::RoutingCost);
         assert_eq!(c.routing.outage_window_s, 30);
         assert!(c.is_provider_base("deepinfra"));
@@ -1235,5 +1359,60 @@ mod tests {
         assert_eq!((c.routing.outage_window_s, c.routing.max_retry_after_s), (3600, 0));
         let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
         assert_eq!(c.routing.max_retry_after_s, 300);
+    }
+
+    #[test]
+    fn providers_declare_their_apis_and_endpoints_may_narrow_them() {
+        let c = Catalog::from_json(
+            br#"{"providers": {
+                "p": {"cluster": "c_p", "authority": "p", "path_prefix": "/o/v1"},
+                "q": {"cluster": "c_q", "authority": "q", "credential": {"value": "s"},
+                      "apis": {"anthropic": {}, "google": {}, "openai": {"path_prefix": "/compat/"}}}},
+              "models": {"m": {"endpoints": [
+                {"provider": "p", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "q", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "q/cheap", "apis": ["google"], "pricing": {"prompt": 1, "completion": 1}}]}}}"#,
+            &no_env,
+        )
+        .unwrap();
+        let p = &c.providers[0];
+        assert_eq!((p.apis, p.prefix(Api::OpenAi), p.prefix(Api::Anthropic)), (ApiSet::OPENAI, "/o/v1", ""));
+        let q = &c.providers[1];
+        assert!(Api::ALL.iter().all(|a| q.apis.has(*a)));
+        assert_eq!(
+            (q.prefix(Api::OpenAi), q.prefix(Api::Anthropic), q.prefix(Api::Google)),
+            ("/compat", "/v1", "/v1beta")
+        );
+        assert_eq!(q.credential_for(Api::OpenAi), Some(("authorization", "Bearer s")));
+        assert_eq!(q.credential_for(Api::Anthropic), Some(("x-api-key", "s")));
+        assert_eq!(q.credential_for(Api::Google), Some(("x-goog-api-key", "s")));
+        let apis: Vec<ApiSet> = c.endpoints.iter().map(|e| e.apis).collect();
+        assert_eq!(apis[0], ApiSet::OPENAI);
+        assert_eq!(apis[1], q.apis);
+        assert_eq!(apis[2].iter().collect::<Vec<_>>(), vec![Api::Google]);
+    }
+
+    #[test]
+    fn api_errors_name_the_field() {
+        let with = |provider: &str, endpoint: &str| {
+            format!(
+                r#"{{"providers": {{"p": {{"cluster": "c", "authority": "a"{provider}}}}},
+                    "models": {{"m": {{"endpoints": [{{"provider": "p"{endpoint}, "pricing": {{"prompt": 1, "completion": 1}}}}]}}}}}}"#
+            )
+        };
+        for (json, field) in [
+            (with(r#", "apis": {}"#, ""), r#"providers["p"].apis"#),
+            (with(r#", "apis": {"cohere": {}}"#, ""), r#"providers["p"].apis.cohere"#),
+            (
+                with(r#", "apis": {"google": {"path_prefix": "v1beta"}}"#, ""),
+                r#"providers["p"].apis.google.path_prefix"#,
+            ),
+            (with(r#", "apis": {"google": {"prefix": "/x"}}"#, ""), "<root>"),
+            (with("", r#", "apis": ["anthropic"]"#), r#"models["m"].endpoints[0].apis[0]"#),
+            (with("", r#", "apis": ["grpc"]"#), r#"models["m"].endpoints[0].apis[0]"#),
+            (with("", r#", "apis": []"#), r#"models["m"].endpoints[0].apis"#),
+        ] {
+            assert_eq!(expect_err(&json).field, field, "{json}");
+        }
     }
 }

@@ -9,8 +9,9 @@ use crate::failover::{model_prefix, AttemptPlan, EndpointRef};
 use crate::health::HealthView;
 use crate::policy::Policy;
 use crate::request::ChatRequest;
-use crate::rewrite::upstream_body;
+use crate::rewrite::upstream_body_for;
 use crate::router::{cut_to_budget, plan_under, Plan};
+use crate::surface::{without_caller_key, Api, Surface};
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +29,8 @@ pub struct Decision {
     pub max_attempts: usize,
     /// Function tools the request offers (answers naming another tool are malformed).
     pub offered_tools: Vec<String>,
+    /// The API the request speaks.
+    pub api: Api,
 }
 
 pub fn decide(
@@ -47,18 +50,38 @@ pub fn decide_under(
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
-    let req = ChatRequest::parse(body)?;
-    let plan = plan_under(catalog, &req, policy, health, rand)?;
+    decide_for(catalog, policy, &Surface::OPENAI, None, body, health, rand)
+}
+
+/// As [`decide_under`], for a request of `surface`'s API with the optional routing header
+/// (`x-switchyard-routing`). Errors come in that API's shape.
+pub fn decide_for(
+    catalog: &Catalog,
+    policy: Option<&Policy>,
+    surface: &Surface,
+    routing_header: Option<&str>,
+    body: &[u8],
+    health: &dyn HealthView,
+    rand: &mut dyn FnMut() -> f64,
+) -> Result<Decision, ApiError> {
+    let req = ChatRequest::parse_for(body, surface, routing_header)?;
+    let plan = plan_under(catalog, &req, policy, health, rand).map_err(|e| e.for_api(surface.api))?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
-    let body = upstream_body(&req.fields, &first.upstream_model);
+    let body = upstream_body_for(req.api, &req.fields, &first.upstream_model);
     let max_attempts = policy
         .and_then(|p| p.max_attempts)
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
         .max(1);
-    let offered_tools = if req.has_tools { crate::quality::offered_tools(req.fields.get("tools")) } else { Vec::new() };
+    // Answers are judged in OpenAI's shape only.
+    let offered_tools = if req.has_tools && req.api == Api::OpenAi {
+        crate::quality::offered_tools(req.fields.get("tools"))
+    } else {
+        Vec::new()
+    };
     Ok(Decision {
+        api: req.api,
         stream: req.stream,
         plan,
         body,
@@ -98,6 +121,8 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
     let planned = || endpoints.iter().filter_map(|&i| catalog.endpoint(usize::from(i)));
     let clusters: Vec<String> = planned().filter_map(|e| catalog.provider_of(e)).map(|p| p.cluster.clone()).collect();
     let first_model = planned().next().map(|e| e.upstream_model.as_str()).unwrap_or("");
+    // Google bodies carry no model (it is in the path): nothing to splice per attempt.
+    let prefix_len = if d.api == Api::Google { 0 } else { model_prefix(first_model).len() };
     let refs: Vec<EndpointRef> = planned()
         .filter_map(|e| {
             let model = catalog.models.get(e.model)?.id.clone();
@@ -108,8 +133,9 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
         catalog_id,
         stream: d.stream,
         body_len: u32::try_from(d.body.len()).unwrap_or(u32::MAX),
-        prefix_len: u32::try_from(model_prefix(first_model).len()).unwrap_or(u32::MAX),
-        path: path.to_string(),
+        prefix_len: u32::try_from(prefix_len).unwrap_or(u32::MAX),
+        // A Google caller's `?key=` never reaches a provider.
+        path: without_caller_key(path).into_owned(),
         endpoints,
         refs,
     };

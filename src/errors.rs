@@ -1,7 +1,16 @@
-//! Errors returned to callers, shaped like OpenAI's:
-//! `{"error": {"message", "type", "code", "param", "metadata"}}` with a matching HTTP status.
+//! Errors returned to callers, in the shape of the API the caller speaks, with a matching HTTP
+//! status:
+//! - OpenAI: `{"error": {"message", "type", "code", "param", "metadata"}}`
+//! - Anthropic: `{"type": "error", "error": {"type", "message", "code", "param", "metadata"}}`
+//!   (`type` from the status, as Anthropic names it; Switchyard's `code`, `param` and `metadata`
+//!   ride along in the error object)
+//! - Google: `{"error": {"code", "message", "status", "details": [ErrorInfo]}}` (`code` the HTTP
+//!   status, `status` its google.rpc name; Switchyard's code, param and metadata in a
+//!   `google.rpc.ErrorInfo` detail with domain `switchyard`)
 
 use serde_json::{json, Map, Value};
+
+use crate::surface::Api;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -14,6 +23,8 @@ pub struct ApiError {
     pub metadata: Map<String, Value>,
     /// Extra response headers (e.g. `retry-after`).
     pub headers: Vec<(String, String)>,
+    /// The API whose shape the body takes.
+    pub api: Api,
 }
 
 /// Caller text quoted in an error message: at most `ECHO_CHARS` characters, so a megabyte model
@@ -29,7 +40,22 @@ pub fn echo(text: &str) -> String {
 
 impl ApiError {
     pub fn new(status: u32, kind: &'static str, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, code, param: None, metadata: Map::new(), headers: Vec::new() }
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            code,
+            param: None,
+            metadata: Map::new(),
+            headers: Vec::new(),
+            api: Api::OpenAi,
+        }
+    }
+
+    /// The same error in `api`'s shape.
+    pub fn for_api(mut self, api: Api) -> ApiError {
+        self.api = api;
+        self
     }
 
     /// 400 for a field with a wrong type, bad value or unknown name.
@@ -91,7 +117,58 @@ impl ApiError {
         )
     }
 
+    /// The error body in the shape of `self.api`.
     pub fn body(&self) -> String {
+        match self.api {
+            Api::OpenAi => self.openai_body(),
+            Api::Anthropic => self.anthropic_body(),
+            Api::Google => self.google_body(),
+        }
+    }
+
+    fn anthropic_body(&self) -> String {
+        let mut inner = Map::new();
+        inner.insert("type".into(), Value::String(anthropic_type(self.status).to_string()));
+        inner.insert("message".into(), Value::String(self.message.clone()));
+        inner.insert("code".into(), Value::String(self.code.to_string()));
+        if let Some(p) = &self.param {
+            inner.insert("param".into(), Value::String(p.clone()));
+        }
+        if !self.metadata.is_empty() {
+            inner.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        }
+        json!({"type": "error", "error": Value::Object(inner)}).to_string()
+    }
+
+    fn google_body(&self) -> String {
+        let mut meta = Map::new();
+        meta.insert("code".into(), Value::String(self.code.to_string()));
+        if let Some(p) = &self.param {
+            meta.insert("param".into(), Value::String(p.clone()));
+        }
+        // ErrorInfo.metadata is a map of strings.
+        for (k, v) in &self.metadata {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            meta.insert(k.clone(), Value::String(text));
+        }
+        json!({"error": {
+            "code": self.status,
+            "message": self.message,
+            "status": google_status(self.status),
+            "details": [{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": self.code.to_ascii_uppercase(),
+                "domain": "switchyard",
+                "metadata": Value::Object(meta),
+            }],
+        }})
+        .to_string()
+    }
+
+    fn openai_body(&self) -> String {
         let mut inner = Map::new();
         inner.insert("message".into(), Value::String(self.message.clone()));
         inner.insert("type".into(), Value::String(self.kind.to_string()));
@@ -99,6 +176,40 @@ impl ApiError {
         inner.insert("param".into(), self.param.clone().map_or(Value::Null, Value::String));
         inner.insert("metadata".into(), Value::Object(self.metadata.clone()));
         json!({ "error": Value::Object(inner) }).to_string()
+    }
+}
+
+/// Anthropic's error `type` for an HTTP status.
+pub fn anthropic_type(status: u32) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Google's `status` (google.rpc.Code name) for an HTTP status.
+pub fn google_status(status: u32) -> &'static str {
+    match status {
+        400 | 413 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        s if s >= 500 => "INTERNAL",
+        _ => "FAILED_PRECONDITION",
     }
 }
 
@@ -126,5 +237,63 @@ mod tests {
         let v: Value = serde_json::from_str(&e.body()).unwrap();
         assert_eq!(v["error"]["param"], "provider.sort");
         assert_eq!(ApiError::too_large(10).status, 413);
+    }
+
+    #[test]
+    fn anthropic_shape() {
+        let e = ApiError::no_endpoints("a/b", "api:anthropic").for_api(Api::Anthropic);
+        let v: Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "not_found_error");
+        assert_eq!(v["error"]["code"], "no_endpoints");
+        assert_eq!(v["error"]["metadata"]["constraint"], "api:anthropic");
+        assert!(v["error"]["message"].as_str().unwrap().contains("api:anthropic"));
+        assert!(v.get("param").is_none() && v["error"].get("param").is_none());
+        let v: Value =
+            serde_json::from_str(&ApiError::invalid("provider.sort", "bad").for_api(Api::Anthropic).body()).unwrap();
+        assert_eq!(
+            (v["error"]["type"].as_str(), v["error"]["param"].as_str()),
+            (Some("invalid_request_error"), Some("provider.sort"))
+        );
+        for (status, t) in [
+            (403, "permission_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (502, "api_error"),
+            (529, "overloaded_error"),
+        ] {
+            assert_eq!(anthropic_type(status), t);
+        }
+    }
+
+    #[test]
+    fn google_shape() {
+        let e = ApiError::no_endpoints("a/b", "api:google").for_api(Api::Google);
+        let v: Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(v["error"]["code"], 404);
+        assert_eq!(v["error"]["status"], "NOT_FOUND");
+        let info = &v["error"]["details"][0];
+        assert_eq!(info["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
+        assert_eq!(info["reason"], "NO_ENDPOINTS");
+        assert_eq!(info["metadata"]["constraint"], "api:google");
+        assert_eq!(info["metadata"]["code"], "no_endpoints");
+        let mut e = ApiError::policy_denied("fin", "model", "m").for_api(Api::Google);
+        e.metadata.insert("n".into(), json!(3));
+        let v: Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(
+            (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+            (Some(403), Some("PERMISSION_DENIED"))
+        );
+        // ErrorInfo metadata values are strings.
+        assert_eq!(v["error"]["details"][0]["metadata"]["n"], "3");
+        for (status, s) in [
+            (400, "INVALID_ARGUMENT"),
+            (429, "RESOURCE_EXHAUSTED"),
+            (503, "UNAVAILABLE"),
+            (504, "DEADLINE_EXCEEDED"),
+            (500, "INTERNAL"),
+        ] {
+            assert_eq!(google_status(status), s);
+        }
     }
 }

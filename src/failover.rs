@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::config::Catalog;
 use crate::errors::ApiError;
+use crate::surface::Api;
 
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).
@@ -295,17 +296,34 @@ pub fn attempt_rewrite(
     if provider.cluster != cluster {
         return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
     }
-    let prefix = model_prefix(&upstream_model);
-    let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
-    let first = plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
-    // Under another configuration the body's model may differ from this one's: always splice.
-    let new_prefix =
-        if same_config && (attempt <= 1 || first == Some(upstream_model.as_str())) { None } else { Some(prefix) };
+    // The plan's path is the caller's: it says which API the request speaks.
+    let api = Api::of_path(&plan.path);
+    let (content_length, new_prefix) = if api == Api::Google {
+        // Google bodies carry no model: the path names it.
+        (plan.body_len as usize, None)
+    } else {
+        let prefix = model_prefix(&upstream_model);
+        let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
+        let first =
+            plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
+        // Under another configuration the body's model may differ from this one's: always splice.
+        let keep = same_config && (attempt <= 1 || first == Some(upstream_model.as_str()));
+        (content_length, (!keep).then_some(prefix))
+    };
     let bare = plan.path.split('?').next().unwrap_or("");
-    let mut path = crate::rewrite::upstream_path(bare, &provider.path_prefix);
-    if let Some((_, q)) = plan.path.split_once('?') {
-        path = format!("{path}?{q}");
-    }
+    let prefix = provider.prefix(api);
+    let path = match api {
+        Api::Google => {
+            crate::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model).ok_or(AttemptError::StalePlan)?
+        }
+        Api::OpenAi | Api::Anthropic => {
+            let mut path = crate::rewrite::upstream_path(bare, prefix);
+            if let Some((_, q)) = plan.path.split_once('?') {
+                path = format!("{path}?{q}");
+            }
+            path
+        }
+    };
     Ok(AttemptRewrite {
         endpoint: idx,
         model,
@@ -313,7 +331,7 @@ pub fn attempt_rewrite(
         planned,
         authority: provider.authority.clone(),
         path,
-        credential: provider.credential.as_ref().map(|c| (c.header.clone(), c.value.clone())),
+        credential: provider.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string())),
         content_length,
         new_prefix,
     })
@@ -751,5 +769,50 @@ mod tests {
         assert_eq!(StopReason::from_response_flags(FLAG_UPSTREAM_REQUEST_TIMEOUT), StopReason::Timeout);
         assert_eq!(StopReason::from_response_flags(FLAG_UPSTREAM_OVERFLOW | 1), StopReason::RetryLimit);
         assert_eq!(StopReason::from_response_flags(0), StopReason::Other);
+    }
+
+    fn multi_api_catalog() -> Catalog {
+        let json = r#"{"providers": {
+            "oa": {"cluster": "c_oa", "authority": "oa.example", "credential": {"value": "k-oa"}},
+            "an": {"cluster": "c_an", "authority": "an.example", "credential": {"value": "k-an"},
+                   "apis": {"anthropic": {}, "openai": {"path_prefix": "/compat/v1"}}},
+            "go": {"cluster": "c_go", "authority": "go.example", "credential": {"value": "k-go"},
+                   "apis": {"google": {"path_prefix": "/gl/v1beta"}}}},
+          "models": {"m/one": {"endpoints": [
+            {"provider": "an", "upstream_model": "claude-x", "pricing": {"prompt": 1, "completion": 1}},
+            {"provider": "go", "upstream_model": "gemini-x", "pricing": {"prompt": 1, "completion": 1}},
+            {"provider": "oa", "upstream_model": "gpt-x", "pricing": {"prompt": 1, "completion": 1}}]}}}"#;
+        Catalog::from_json(json.as_bytes(), &|_| None).unwrap()
+    }
+
+    // Each API's own credential header and path; the same provider speaks OpenAI with its
+    // Bearer key at its OpenAI prefix.
+    #[test]
+    fn attempt_rewrite_per_api() {
+        let c = multi_api_catalog();
+        let plan = |path: &str, endpoints: Vec<u16>, prefix_len: u32| AttemptPlan {
+            catalog_id: 1,
+            stream: false,
+            body_len: 50,
+            prefix_len,
+            path: path.into(),
+            endpoints,
+            refs: Vec::new(),
+        };
+        let an = attempt_rewrite(&c, 1, &plan("/v1/messages", vec![0], 20), 1, "c_an").unwrap();
+        assert_eq!(an.credential, Some(("x-api-key".into(), "k-an".into())));
+        assert_eq!(an.path, "/v1/messages");
+        let oa = attempt_rewrite(&c, 1, &plan("/v1/chat/completions?x=1", vec![0], 20), 1, "c_an").unwrap();
+        assert_eq!(oa.credential, Some(("authorization".into(), "Bearer k-an".into())));
+        assert_eq!(oa.path, "/compat/v1/chat/completions?x=1");
+        let p = plan("/v1beta/models/m%2Fone:streamGenerateContent?alt=sse", vec![1], 0);
+        let go = attempt_rewrite(&c, 1, &p, 1, "c_go").unwrap();
+        assert_eq!(go.credential, Some(("x-goog-api-key".into(), "k-go".into())));
+        assert_eq!(go.path, "/gl/v1beta/models/gemini-x:streamGenerateContent?alt=sse");
+        // Google bodies carry no model: never spliced, length unchanged, on any attempt.
+        assert_eq!((go.new_prefix, go.content_length), (None, 50));
+        let p = plan("/v1beta/models/m%2Fone:generateContent", vec![1, 1], 0);
+        let second = attempt_rewrite(&c, 1, &p, 2, "c_go").unwrap();
+        assert_eq!((second.new_prefix, second.content_length), (None, 50));
     }
 }

@@ -39,8 +39,18 @@ pub const DEFAULT_DENY: [&str; 24] = [
 
 /// Headers an allow-list always keeps: the request cannot be served without them. (The
 /// provider's credential header is set after the policy ran.)
-pub const ALWAYS_ALLOWED: [&str; 6] =
-    ["content-type", "content-length", "accept", "accept-encoding", "te", "transfer-encoding"];
+/// `anthropic-version` (and `anthropic-beta`, which selects features of the request) are part of
+/// an Anthropic Messages request.
+pub const ALWAYS_ALLOWED: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "accept",
+    "accept-encoding",
+    "te",
+    "transfer-encoding",
+    "anthropic-version",
+    "anthropic-beta",
+];
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HeaderPolicy {

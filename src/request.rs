@@ -12,6 +12,11 @@ use serde_json::Value;
 
 use crate::config::Quantization;
 use crate::errors::ApiError;
+use crate::surface::{Api, GoogleMethod, Surface};
+
+/// Request header carrying routing fields (`models`, `provider`) as a JSON object, for callers
+/// whose SDK cannot add body fields (Google's above all). Accepted on every surface.
+pub const ROUTING_HEADER: &str = "x-switchyard-routing";
 
 /// Fields that steer routing and never reach a provider.
 pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins", "route"];
@@ -200,8 +205,41 @@ pub struct ChatRequest<'a> {
     pub has_tools: bool,
     /// Rough prompt size in tokens (bytes of messages/prompt/input / 4).
     pub prompt_tokens: u64,
-    /// Optional parameters present, for `require_parameters`.
+    /// Optional parameters present, for `require_parameters` (in OpenAI's names: Anthropic's
+    /// `stop_sequences` counts as `stop`, Google's `generationConfig.topP` as `top_p`, ...).
     pub parameters: Vec<String>,
+    /// The API the request speaks (only endpoints speaking it may serve it).
+    pub api: Api,
+}
+
+/// The OpenAI parameter name an Anthropic top-level field counts as (None: not a parameter).
+fn anthropic_parameter(key: &str) -> Option<&str> {
+    match key {
+        "system" => None,
+        "stop_sequences" => Some("stop"),
+        "thinking" => Some("reasoning"),
+        k if NON_PARAMETERS.contains(&k) => None,
+        k => Some(k),
+    }
+}
+
+/// The OpenAI parameter name a Google `generationConfig` member counts as.
+fn google_generation_parameter(key: &str) -> &str {
+    match key {
+        "maxOutputTokens" | "max_output_tokens" => "max_tokens",
+        "topP" | "top_p" => "top_p",
+        "topK" | "top_k" => "top_k",
+        "stopSequences" | "stop_sequences" => "stop",
+        "responseMimeType" | "response_mime_type" | "responseSchema" | "response_schema" | "responseJsonSchema" => {
+            "response_format"
+        }
+        "presencePenalty" | "presence_penalty" => "presence_penalty",
+        "frequencyPenalty" | "frequency_penalty" => "frequency_penalty",
+        "responseLogprobs" | "response_logprobs" => "logprobs",
+        "logprobs" => "top_logprobs",
+        "thinkingConfig" | "thinking_config" => "reasoning",
+        k => k,
+    }
 }
 
 fn bad(param: &str, message: impl Into<String>) -> ApiError {
@@ -519,11 +557,31 @@ pub fn split_variant<'s>(
 }
 
 impl<'a> ChatRequest<'a> {
+    /// An OpenAI-style body (the chat/completions, completions and responses paths).
     pub fn parse(body: &'a [u8]) -> Result<ChatRequest<'a>, ApiError> {
+        ChatRequest::parse_for(body, &Surface::OPENAI, None)
+    }
+
+    /// A body of `surface`'s API, with routing fields optionally from the `x-switchyard-routing`
+    /// header. Errors come in that API's shape.
+    pub fn parse_for(
+        body: &'a [u8],
+        surface: &Surface,
+        routing_header: Option<&str>,
+    ) -> Result<ChatRequest<'a>, ApiError> {
+        ChatRequest::parse_inner(body, surface, routing_header).map_err(|e| e.for_api(surface.api))
+    }
+
+    fn parse_inner(
+        body: &'a [u8],
+        surface: &Surface,
+        routing_header: Option<&str>,
+    ) -> Result<ChatRequest<'a>, ApiError> {
         let fields = TopLevel::parse(body)
             .map_err(|e| ApiError::invalid_json(format!("request body is not a valid JSON object: {e}")))?;
+        let api = surface.api;
         let mut req = ChatRequest {
-            fields,
+            fields: TopLevel(Vec::new()),
             model: None,
             models: Vec::new(),
             provider: ProviderPrefs::default(),
@@ -532,50 +590,77 @@ impl<'a> ChatRequest<'a> {
             has_tools: false,
             prompt_tokens: 0,
             parameters: Vec::new(),
+            api,
         };
+        if api == Api::Google {
+            // The model is the path's; streaming is the method.
+            req.model = surface.path_model.clone();
+            req.stream = surface.method == Some(GoogleMethod::StreamGenerate);
+        }
         let mut prompt_bytes: usize = 0;
-        for (key, raw) in &req.fields.0 {
+        let mut parameters: Vec<String> = Vec::new();
+        for (key, raw) in &fields.0 {
             let key: &str = key;
-            match key {
-                "model" => match parse_value(raw, "model")? {
+            match (key, api) {
+                ("models" | "provider", _) => req.routing_field(key, raw)?,
+                ("model", Api::Google) => {
+                    return Err(bad(
+                        "model",
+                        "`model` comes from the path (/v1beta/models/{model}:generateContent), not the body",
+                    ));
+                }
+                ("model", _) => match parse_value(raw, "model")? {
                     Value::String(s) if !s.is_empty() => req.model = Some(s),
                     Value::Null => {}
                     v => {
                         return Err(bad("model", format!("`model` must be a non-empty string, got {}", type_name(&v))))
                     }
                 },
-                "models" => {
-                    let v = parse_value(raw, "models")?;
-                    if !v.is_null() {
-                        req.models = string_list(&v, "models")?;
-                    }
-                }
-                "provider" => req.provider = parse_provider(&parse_value(raw, "provider")?)?,
-                "stream" => match parse_value(raw, "stream")? {
+                ("stream", Api::OpenAi | Api::Anthropic) => match parse_value(raw, "stream")? {
                     Value::Bool(b) => req.stream = b,
                     Value::Null => {}
                     v => return Err(bad("stream", format!("`stream` must be a boolean, got {}", type_name(&v)))),
                 },
-                "max_tokens" | "max_completion_tokens" | "max_output_tokens" => match parse_value(raw, key)? {
-                    Value::Null => {}
-                    v => {
-                        let n =
-                            v.as_u64().ok_or_else(|| bad(key, format!("`{key}` must be a non-negative integer")))?;
-                        req.max_tokens = Some(req.max_tokens.map_or(n, |m| m.max(n)));
-                    }
-                },
-                "tools" | "tool_choice" => {
+                ("max_tokens", _) | ("max_completion_tokens" | "max_output_tokens", Api::OpenAi) => {
+                    req.max_tokens_field(key, raw)?
+                }
+                ("tools" | "tool_choice", Api::OpenAi | Api::Anthropic)
+                | ("tools" | "toolConfig" | "tool_config", Api::Google) => {
                     let t = raw.get();
                     if t != "null" && t != "[]" {
                         req.has_tools = true;
                     }
                 }
-                "messages" | "prompt" | "input" | "instructions" | "system" => prompt_bytes += raw.get().len(),
+                ("messages" | "prompt" | "input" | "instructions" | "system", Api::OpenAi | Api::Anthropic)
+                | ("contents" | "systemInstruction" | "system_instruction", Api::Google) => {
+                    prompt_bytes += raw.get().len()
+                }
+                ("generationConfig" | "generation_config", Api::Google) => {
+                    req.generation_config(raw, &mut parameters)?;
+                    continue;
+                }
                 _ => {}
             }
-            if !NON_PARAMETERS.contains(&key) && raw.get() != "null" {
-                req.parameters.push(key.to_string());
+            if raw.get() == "null" {
+                continue;
             }
+            let name = match api {
+                Api::OpenAi => (!NON_PARAMETERS.contains(&key)).then_some(key),
+                Api::Anthropic => anthropic_parameter(key),
+                Api::Google => match key {
+                    "tools" => Some("tools"),
+                    "toolConfig" | "tool_config" => Some("tool_choice"),
+                    _ => None,
+                },
+            };
+            if let Some(n) = name {
+                parameters.push(n.to_string());
+            }
+        }
+        req.parameters = parameters;
+        req.fields = fields;
+        if let Some(header) = routing_header {
+            req.routing_header(header)?;
         }
         if req.model.is_none() && req.models.is_empty() {
             return Err(bad("model", "`model` is required"));
@@ -588,6 +673,80 @@ impl<'a> ChatRequest<'a> {
         }
         req.prompt_tokens = (prompt_bytes as u64).div_ceil(4);
         Ok(req)
+    }
+
+    /// `models` or `provider`, from the body or the routing header.
+    fn routing_field(&mut self, key: &str, raw: &RawValue) -> Result<(), ApiError> {
+        if key == "models" {
+            let v = parse_value(raw, "models")?;
+            if !v.is_null() {
+                self.models = string_list(&v, "models")?;
+            }
+        } else {
+            self.provider = parse_provider(&parse_value(raw, "provider")?)?;
+        }
+        Ok(())
+    }
+
+    fn max_tokens_field(&mut self, key: &str, raw: &RawValue) -> Result<(), ApiError> {
+        match parse_value(raw, key)? {
+            Value::Null => {}
+            v => {
+                let n = v.as_u64().ok_or_else(|| bad(key, format!("`{key}` must be a non-negative integer")))?;
+                self.max_tokens = Some(self.max_tokens.map_or(n, |m| m.max(n)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Google's `generationConfig`: `maxOutputTokens` and the parameters it sets.
+    fn generation_config(&mut self, raw: &RawValue, parameters: &mut Vec<String>) -> Result<(), ApiError> {
+        let Value::Object(map) = parse_value(raw, "generationConfig")? else {
+            return Ok(());
+        };
+        for (k, v) in &map {
+            if v.is_null() {
+                continue;
+            }
+            if k == "maxOutputTokens" || k == "max_output_tokens" {
+                let n = v.as_u64().ok_or_else(|| {
+                    bad(
+                        "generationConfig.maxOutputTokens",
+                        "`generationConfig.maxOutputTokens` must be a non-negative integer",
+                    )
+                })?;
+                self.max_tokens = Some(n);
+            }
+            let name = google_generation_parameter(k).to_string();
+            if !parameters.contains(&name) {
+                parameters.push(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// The `x-switchyard-routing` header: a JSON object with `models` and/or `provider`. A field
+    /// set both here and in the body is ambiguous and refused.
+    fn routing_header(&mut self, header: &str) -> Result<(), ApiError> {
+        let fields = TopLevel::parse(header.as_bytes())
+            .map_err(|e| bad(ROUTING_HEADER, format!("the {ROUTING_HEADER} header is not a JSON object: {e}")))?;
+        for (key, raw) in &fields.0 {
+            let key: &str = key;
+            if key != "models" && key != "provider" {
+                return Err(bad(
+                    &format!("{ROUTING_HEADER}.{}", crate::errors::echo(key)),
+                    format!(
+                        "unknown field `{}` in the {ROUTING_HEADER} header (models, provider)",
+                        crate::errors::echo(key)
+                    ),
+                ));
+            }
+            if self.fields.get(key).is_some() {
+                return Err(bad(key, format!("`{key}` is set in both the body and the {ROUTING_HEADER} header")));
+            }
+            self.routing_field(key, raw)?;
+        }
+        Ok(())
     }
 
     /// Models in the order they are tried: `model` then `models`, duplicates removed.
@@ -811,5 +970,68 @@ mod tests {
         assert_eq!(t.0[0].1.get(), r#"{"x" : 1}"#);
         assert_eq!(t.0[1].0, "aA");
         assert_eq!(t.get("aA").unwrap().get(), "[1, 2]");
+    }
+
+    fn google(model: &str, stream: bool) -> Surface {
+        let method = if stream { GoogleMethod::StreamGenerate } else { GoogleMethod::Generate };
+        Surface { api: Api::Google, path_model: Some(model.into()), method: Some(method) }
+    }
+
+    #[test]
+    fn anthropic_bodies_parse_like_openai_ones() {
+        let body = br#"{"model":"a/b","max_tokens":300,"system":"be brief","stream":true,
+            "messages":[{"role":"user","content":"hi"}],"tools":[{"name":"t","input_schema":{}}],
+            "stop_sequences":["x"],"thinking":{"type":"enabled"},"metadata":{"user_id":"u"},
+            "provider":{"sort":"price"},"models":["c/d"]}"#;
+        let r = ChatRequest::parse_for(body, &Surface::of(Api::Anthropic), None).unwrap();
+        assert_eq!(r.api, Api::Anthropic);
+        assert_eq!((r.model.as_deref(), r.stream, r.max_tokens, r.has_tools), (Some("a/b"), true, Some(300), true));
+        assert_eq!(r.models, vec!["c/d"]);
+        assert_eq!(r.provider.sort.map(|s| s.by), Some(SortBy::Price));
+        let prompt = r#""be brief""#.len() + r#"[{"role":"user","content":"hi"}]"#.len();
+        assert_eq!(r.prompt_tokens, (prompt as u64).div_ceil(4));
+        assert_eq!(r.parameters, vec!["max_tokens", "tools", "stop", "reasoning"]);
+        let e = ChatRequest::parse_for(br#"{"max_tokens":1}"#, &Surface::of(Api::Anthropic), None).err().unwrap();
+        assert_eq!((e.status, e.param.as_deref(), e.api), (400, Some("model"), Api::Anthropic));
+    }
+
+    #[test]
+    fn google_takes_model_and_stream_from_the_path() {
+        let body = br#"{"contents":[{"role":"user","parts":[{"text":"hello"}]}],
+            "systemInstruction":{"parts":[{"text":"sys"}]},"tools":[{"functionDeclarations":[]}],
+            "generationConfig":{"maxOutputTokens":77,"temperature":0.1,"topP":0.5,"responseMimeType":"application/json"},
+            "safetySettings":[],"stream":false}"#;
+        let r = ChatRequest::parse_for(body, &google("g/flash", true), None).unwrap();
+        assert_eq!((r.model.as_deref(), r.stream, r.max_tokens, r.has_tools), (Some("g/flash"), true, Some(77), true));
+        assert_eq!(r.parameters, vec!["tools", "max_tokens", "response_format", "temperature", "top_p"]);
+        assert!(r.prompt_tokens > 10);
+        assert!(!ChatRequest::parse_for(br#"{"contents":[]}"#, &google("g", false), None).unwrap().stream);
+        let e = ChatRequest::parse_for(br#"{"model":"x","contents":[]}"#, &google("g", false), None).err().unwrap();
+        assert_eq!((e.param.as_deref(), e.api), (Some("model"), Api::Google));
+        let e = ChatRequest::parse_for(br#"{"generationConfig":{"maxOutputTokens":-1}}"#, &google("g", false), None)
+            .err()
+            .unwrap();
+        assert_eq!(e.param.as_deref(), Some("generationConfig.maxOutputTokens"));
+    }
+
+    #[test]
+    fn routing_fields_from_the_header() {
+        let h = r#"{"models":["x/y"],"provider":{"only":["p"],"sort":"latency"}}"#;
+        let r = ChatRequest::parse_for(br#"{"contents":[]}"#, &google("g", false), Some(h)).unwrap();
+        assert_eq!(r.models, vec!["x/y"]);
+        assert_eq!(r.provider.only, Some(vec!["p".to_string()]));
+        // On every surface; OpenAI too.
+        let r = ChatRequest::parse_for(br#"{"model":"a"}"#, &Surface::OPENAI, Some(h)).unwrap();
+        assert_eq!(r.models, vec!["x/y"]);
+        // Errors name the field; a field in both places is ambiguous.
+        for (body, header, param) in [
+            (r#"{"contents":[]}"#, "not json", ROUTING_HEADER),
+            (r#"{"contents":[]}"#, r#"{"route":"x"}"#, "x-switchyard-routing.route"),
+            (r#"{"contents":[]}"#, r#"{"provider":{"sort":"cheap"}}"#, "provider.sort"),
+            (r#"{"contents":[],"provider":{}}"#, r#"{"provider":{}}"#, "provider"),
+        ] {
+            let e = ChatRequest::parse_for(body.as_bytes(), &google("g", false), Some(header)).err().unwrap();
+            assert_eq!((e.status, e.param.as_deref(), e.api), (400, Some(param), Api::Google), "{header}");
+        }
     }
 }

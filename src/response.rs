@@ -11,6 +11,7 @@ use crate::config::{Catalog, Pricing};
 use crate::errors::ApiError;
 use crate::failover::{AttemptRecord, Outcome};
 use crate::request::TopLevel;
+use crate::surface::Api;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the
 /// prices its cost is computed from.
@@ -19,6 +20,8 @@ pub struct Served {
     pub model: String,
     pub slug: String,
     pub pricing: Pricing,
+    /// The API of the answer (what its shape allows to rewrite).
+    pub api: Api,
 }
 
 fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
@@ -52,10 +55,23 @@ pub fn usage_cost(usage: &Map<String, Value>, p: &Pricing) -> f64 {
     (cost * 1e12).round() / 1e12
 }
 
+/// USD cost of an Anthropic `usage` object: `input_tokens` excludes cache reads
+/// (`cache_read_input_tokens`, charged at the cached price) and cache writes
+/// (`cache_creation_input_tokens`, charged at the prompt price).
+pub fn anthropic_usage_cost(usage: &Map<String, Value>, p: &Pricing) -> f64 {
+    let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let uncached = n("input_tokens").saturating_add(n("cache_creation_input_tokens"));
+    let cost = uncached as f64 * p.prompt / 1e6
+        + n("cache_read_input_tokens") as f64 * p.cached_prompt.unwrap_or(p.prompt) / 1e6
+        + n("output_tokens") as f64 * p.completion / 1e6
+        + p.request;
+    (cost * 1e12).round() / 1e12
+}
+
 /// `usage` with `cost` added (or replaced); None when `raw` is not a JSON object (e.g. null).
-fn usage_with_cost(raw: &str, p: &Pricing) -> Option<Vec<u8>> {
+fn usage_with_cost(raw: &str, p: &Pricing, api: Api) -> Option<Vec<u8>> {
     let Ok(Value::Object(mut usage)) = serde_json::from_str::<Value>(raw) else { return None };
-    let cost = usage_cost(&usage, p);
+    let cost = if api == Api::Anthropic { anthropic_usage_cost(&usage, p) } else { usage_cost(&usage, p) };
     usage.insert("cost".to_string(), serde_json::json!(cost));
     serde_json::to_vec(&Value::Object(usage)).ok()
 }
@@ -77,7 +93,7 @@ pub fn rewrite_object(body: &[u8], served: &Served) -> Option<Vec<u8>> {
                 push_json(&mut m, &served.model);
                 Some(m)
             }
-            "usage" => usage_with_cost(value, &served.pricing),
+            "usage" => usage_with_cost(value, &served.pricing, served.api),
             _ => None,
         };
         out.push(b',');
@@ -90,6 +106,66 @@ pub fn rewrite_object(body: &[u8], served: &Served) -> Option<Vec<u8>> {
     }
     out.push(b'}');
     Some(out)
+}
+
+/// A whole answer of the served API, rewritten as that API's shape allows:
+/// - OpenAI and Anthropic messages: [`rewrite_object`] (`provider`, catalog `model`,
+///   `usage.cost`);
+/// - Google: `modelVersion` names the catalog model; nothing is added (Google's schema has no
+///   place for the provider or a cost: the response headers carry them).
+pub fn rewrite_answer(body: &[u8], served: &Served) -> Option<Vec<u8>> {
+    match served.api {
+        Api::OpenAi | Api::Anthropic => rewrite_object(body, served),
+        Api::Google => replace_member(body, "modelVersion", &served.model),
+    }
+}
+
+/// One streamed event's JSON: OpenAI chunks as whole answers; Anthropic's `message_start`
+/// carries the message (rewritten as a whole answer), its other events pass unchanged; Google
+/// chunks as whole Google answers.
+fn rewrite_streamed(json: &[u8], served: &Served) -> Option<Vec<u8>> {
+    match served.api {
+        Api::OpenAi => rewrite_object(json, served),
+        Api::Google => replace_member(json, "modelVersion", &served.model),
+        Api::Anthropic => {
+            let fields = TopLevel::parse(json).ok()?;
+            if fields.get("type").map(|t| t.get()) != Some("\"message_start\"") {
+                return None;
+            }
+            let message = rewrite_object(fields.get("message")?.get().as_bytes(), served)?;
+            Some(splice_member(&fields, "message", &message))
+        }
+    }
+}
+
+/// `body` with member `key`'s value replaced by the string `value` (only if present); every
+/// other member copied byte-for-byte.
+fn replace_member(body: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
+    let fields = TopLevel::parse(body).ok()?;
+    fields.get(key)?;
+    let mut v = Vec::new();
+    push_json(&mut v, value);
+    Some(splice_member(&fields, key, &v))
+}
+
+fn splice_member(fields: &TopLevel, key: &str, value: &[u8]) -> Vec<u8> {
+    let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
+    let mut out = Vec::with_capacity(size + value.len() + 2);
+    out.push(b'{');
+    for (i, (k, v)) in fields.0.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        push_json(&mut out, k.as_ref());
+        out.push(b':');
+        if k == key {
+            out.extend_from_slice(value);
+        } else {
+            out.extend_from_slice(v.get().as_bytes());
+        }
+    }
+    out.push(b'}');
+    out
 }
 
 /// An event larger than this without its terminating blank line is passed on unrewritten, so a
@@ -117,10 +193,10 @@ impl SseRewriter {
         self.pending.extend_from_slice(chunk);
         let mut out = Vec::with_capacity(self.pending.len() + 64);
         let mut start = 0;
-        // Search from just before the unscanned part: a "\n\n" may straddle the boundary.
-        let mut i = self.scanned.saturating_sub(1).max(start);
-        while let Some(rel) = self.pending.get(i..).and_then(|rest| rest.windows(2).position(|w| w == b"\n\n")) {
-            let end_of_event = i + rel + 2;
+        // Search from just before the unscanned part: a "\n\n" or "\n\r\n" may straddle the
+        // boundary.
+        let mut i = self.scanned.saturating_sub(2).max(start);
+        while let Some(end_of_event) = self.pending.get(i..).and_then(blank_line_end).map(|rel| i + rel) {
             if let Some(event) = self.pending.get(start..end_of_event) {
                 self.rewrite_event(event, &mut out);
             }
@@ -152,7 +228,7 @@ impl SseRewriter {
                 if json.first() != Some(&b'{') {
                     return None;
                 }
-                rewrite_object(json, &self.served)
+                rewrite_streamed(json, &self.served)
             });
             match rewritten {
                 Some(json) => {
@@ -164,6 +240,20 @@ impl SseRewriter {
             }
         }
     }
+}
+
+/// The end (exclusive) of the first blank line that ends an event: "\n\n" or "\n\r\n".
+fn blank_line_end(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(rel) = buf.get(from..)?.iter().position(|&b| b == b'\n') {
+        let nl = from + rel;
+        match (buf.get(nl + 1), buf.get(nl + 2)) {
+            (Some(b'\n'), _) => return Some(nl + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(nl + 3),
+            _ => from = nl + 1,
+        }
+    }
+    None
 }
 
 /// A provider's error answer whose body is not JSON (an HTML page from a gateway, plain text),
@@ -226,7 +316,59 @@ mod tests {
             model: "meta-llama/llama-4".into(),
             slug: "deepinfra/turbo".into(),
             pricing: Pricing { prompt: 2.0, completion: 10.0, request: 0.001, image: 0.0, cached_prompt: Some(0.5) },
+            api: Api::OpenAi,
         }
+    }
+
+    fn served_for(api: Api) -> Served {
+        Served { api, ..served() }
+    }
+
+    #[test]
+    fn anthropic_message_names_catalog_model_provider_and_cost() {
+        let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-internal","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":10}}"#;
+        let out = rewrite_answer(body, &served_for(Api::Anthropic)).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (v["model"].as_str(), v["provider"].as_str()),
+            (Some("meta-llama/llama-4"), Some("deepinfra/turbo"))
+        );
+        assert_eq!(v["type"], "message");
+        // 100 * 2 + 1000 * 0.5 + 10 * 10, per million, + 0.001 per request.
+        assert_eq!(v["usage"]["cost"].as_f64(), Some((200.0 + 500.0 + 100.0) / 1e6 + 0.001));
+    }
+
+    #[test]
+    fn anthropic_stream_rewrites_message_start_only() {
+        let input = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"claude-internal\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"model\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let mut r = SseRewriter::new(served_for(Api::Anthropic));
+        let out = String::from_utf8(r.feed(input, true)).unwrap();
+        let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.len(), 3, "{out}");
+        let start: Value = serde_json::from_str(events[0].split("data: ").nth(1).unwrap()).unwrap();
+        assert_eq!(start["type"], "message_start");
+        assert_eq!(start["message"]["model"], "meta-llama/llama-4");
+        assert_eq!(start["message"]["provider"], "deepinfra/turbo");
+        assert!(events[0].starts_with("event: message_start\n"));
+        // Other events pass byte-for-byte.
+        let rest = &input[input.windows(2).position(|w| w == b"\n\n").unwrap() + 2..];
+        assert!(out.ends_with(std::str::from_utf8(rest).unwrap()));
+    }
+
+    #[test]
+    fn google_answers_name_the_catalog_model_and_add_nothing() {
+        let body = br#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3},"modelVersion":"gemini-2.5-flash-001"}"#;
+        let out = rewrite_answer(body, &served_for(Api::Google)).unwrap();
+        let expected = String::from_utf8(body.to_vec()).unwrap().replace("gemini-2.5-flash-001", "meta-llama/llama-4");
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        // No modelVersion: nothing to rewrite.
+        assert!(rewrite_answer(br#"{"candidates":[]}"#, &served_for(Api::Google)).is_none());
+        let mut r = SseRewriter::new(served_for(Api::Google));
+        let out = r.feed(b"data: {\"candidates\":[],\"modelVersion\":\"g\"}\r\n\r\n", true);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "data: {\"candidates\":[],\"modelVersion\":\"meta-llama/llama-4\"}\r\n\r\n"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (the answer's rewrite is in `response`).
 
 use crate::request::{TopLevel, ROUTING_FIELDS};
+use crate::surface::Api;
 
 fn push_json_string(out: &mut Vec<u8>, s: &str) {
     // serde_json's string escaping cannot fail for a &str.
@@ -11,20 +12,27 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// `{"<first_key>":"<first_value>"` followed by every member of `fields` except `skip`, each
-/// copied byte-for-byte in its original order.
-fn splice(fields: &TopLevel, first_key: &str, first_value: &str, skip: &[&str]) -> Vec<u8> {
+/// `{"<first_key>":"<first_value>"` (when given) followed by every member of `fields` except
+/// `skip`, each copied byte-for-byte in its original order.
+fn splice(fields: &TopLevel, first: Option<(&str, &str)>, skip: &[&str]) -> Vec<u8> {
     let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
-    let mut out = Vec::with_capacity(size + first_key.len() + first_value.len() + 8);
+    let mut out = Vec::with_capacity(size + first.map_or(0, |(k, v)| k.len() + v.len()) + 8);
     out.push(b'{');
-    push_json_string(&mut out, first_key);
-    out.push(b':');
-    push_json_string(&mut out, first_value);
+    let mut empty = true;
+    if let Some((first_key, first_value)) = first {
+        push_json_string(&mut out, first_key);
+        out.push(b':');
+        push_json_string(&mut out, first_value);
+        empty = false;
+    }
     for (k, v) in &fields.0 {
         if skip.contains(&k.as_ref()) {
             continue;
         }
-        out.push(b',');
+        if !empty {
+            out.push(b',');
+        }
+        empty = false;
         push_json_string(&mut out, k);
         out.push(b':');
         out.extend_from_slice(v.get().as_bytes());
@@ -36,7 +44,28 @@ fn splice(fields: &TopLevel, first_key: &str, first_value: &str, skip: &[&str]) 
 /// The body a provider receives: `model` first (the endpoint's upstream id), routing fields
 /// removed, every other member copied byte-for-byte in its original order.
 pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
-    splice(fields, "model", upstream_model, &ROUTING_FIELDS)
+    splice(fields, Some(("model", upstream_model)), &ROUTING_FIELDS)
+}
+
+/// The body a provider of `api` receives. OpenAI and Anthropic: as [`upstream_body`]. Google:
+/// the model is in the path, so only the routing fields are removed.
+pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
+    match api {
+        Api::Google => splice(fields, None, &ROUTING_FIELDS),
+        Api::OpenAi | Api::Anthropic => upstream_body(fields, upstream_model),
+    }
+}
+
+/// The path of one Google attempt: `{prefix}/models/{upstream model}:{method}`, the caller's
+/// query kept. None when `request_path` is not a Google model method.
+pub fn google_upstream_path(request_path: &str, path_prefix: &str, upstream_model: &str) -> Option<String> {
+    let (_, method) = crate::surface::google_path(request_path)?;
+    let mut path = format!("{path_prefix}/models/{upstream_model}:{}", method.name());
+    if let Some((_, q)) = request_path.split_once('?') {
+        path.push('?');
+        path.push_str(q);
+    }
+    Some(path)
 }
 
 /// Path sent upstream: the request's `/v1` prefix replaced by the provider's `path_prefix`.
@@ -69,6 +98,27 @@ mod tests {
         }
         assert_eq!(o["stream"], true);
         assert_eq!(o.len(), 4);
+    }
+
+    #[test]
+    fn google_bodies_lose_only_routing_fields_and_paths_name_the_upstream_model() {
+        let body = br#"{"contents":[{"parts":[{"text":"hi"}]}],"provider":{"sort":"price"},"models":["x"],"generationConfig":{"maxOutputTokens":5}}"#;
+        let t = TopLevel::parse(body).unwrap();
+        let out = String::from_utf8(upstream_body_for(Api::Google, &t, "gemini-x")).unwrap();
+        assert_eq!(out, r#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#);
+        let only_routing = TopLevel::parse(br#"{"provider":{}}"#).unwrap();
+        assert_eq!(upstream_body_for(Api::Google, &only_routing, "m"), b"{}");
+        let anthropic = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x")).unwrap();
+        assert!(anthropic.starts_with(r#"{"model":"claude-x","contents""#), "{anthropic}");
+        assert_eq!(
+            google_upstream_path("/v1beta/models/google/gemini:streamGenerateContent?alt=sse", "/v1beta", "gemini-2.5"),
+            Some("/v1beta/models/gemini-2.5:streamGenerateContent?alt=sse".to_string())
+        );
+        assert_eq!(
+            google_upstream_path("/v1beta/models/a%2Fb:nitro:generateContent", "/gemini/v1beta", "g"),
+            Some("/gemini/v1beta/models/g:generateContent".to_string())
+        );
+        assert_eq!(google_upstream_path("/v1/chat/completions", "/v1beta", "g"), None);
     }
 
     #[test]

@@ -339,6 +339,13 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
     let asked = &ctx.req.provider;
     let Some(m) = cat.models.get(model.model) else { return Err("model".into()) };
     let mut f = Filtering { cat, set: m.endpoints.clone(), removed_by_policy: Vec::new() };
+    // Only endpoints speaking the request's API can serve it (no schema translation); the 404
+    // names the API (`api:anthropic`).
+    let api = ctx.req.api;
+    let speaks = |e: &Endpoint| e.apis.has(api);
+    if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(speaks)) {
+        f.step(&format!("api:{}", api.name()), &speaks, &speaks)?;
+    }
 
     if let Some(policy) = ctx.policy {
         for field in POLICY_FIELDS {

@@ -10,6 +10,7 @@ use super::*;
 use crate::decision::{candidates_json, decide, hand_off};
 use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
 use crate::health::NoHealthData;
+use crate::surface::{Api, GoogleMethod, Surface};
 use crate::test_support::{mutate, Lcg};
 
 // ---------------------------------------------------------------------------------------------
@@ -1711,4 +1712,75 @@ fn unknown_slugs_warn_and_strict_mode_rejects() {
     assert_eq!((e.status, e.code, e.param.as_deref()), (400, "invalid_parameter", Some("provider.ignore[0]")));
     assert!(e.message.contains("togther"), "{}", e.message);
     assert!(ok(&strict, &with_provider("m/w", r#""ignore": ["deepinfra"]"#), &NoHealthData).warnings.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Surfaces: a request is routed only to endpoints speaking its API
+// ---------------------------------------------------------------------------------------------
+
+fn surfaces_catalog() -> Catalog {
+    let json = r#"{"providers": {
+        "oa": {"cluster": "c_oa", "authority": "oa", "credential": {"value": "k1"}},
+        "an": {"cluster": "c_an", "authority": "an", "credential": {"value": "k2"}, "apis": {"anthropic": {}, "openai": {}}},
+        "an2": {"cluster": "c_an2", "authority": "an2", "credential": {"value": "k3"}, "apis": {"anthropic": {}}},
+        "go": {"cluster": "c_go", "authority": "go", "credential": {"value": "k4"}, "apis": {"google": {}}}},
+      "models": {
+        "m/claude": {"endpoints": [
+            {"provider": "an", "upstream_model": "claude-a", "pricing": {"prompt": 3, "completion": 3}},
+            {"provider": "an2", "upstream_model": "claude-b", "pricing": {"prompt": 1, "completion": 1}},
+            {"provider": "oa", "pricing": {"prompt": 0.1, "completion": 0.1}}]},
+        "m/gem": {"endpoints": [{"provider": "go", "upstream_model": "gemini-x", "pricing": {"prompt": 1, "completion": 1}}]},
+        "m/gpt": {"endpoints": [{"provider": "oa", "pricing": {"prompt": 1, "completion": 1}}]}},
+      "routing": {"default_policy": "price_weighted"}}"#;
+    Catalog::from_json(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn plan_for(cat: &Catalog, surface: &Surface, body: &str) -> Result<Plan, ApiError> {
+    let req = ChatRequest::parse_for(body.as_bytes(), surface, None)?;
+    plan(cat, &req, &NoHealthData, &mut || 0.0)
+}
+
+#[test]
+fn each_api_is_routed_only_to_endpoints_speaking_it() {
+    let c = surfaces_catalog();
+    let anthropic = Surface::of(Api::Anthropic);
+    let p = plan_for(&c, &anthropic, r#"{"model":"m/claude","max_tokens":10,"messages":[]}"#).unwrap();
+    // The cheapest endpoint (oa) speaks only OpenAI: never planned for an Anthropic caller.
+    assert_eq!(slugs(&c, &p), vec!["an2", "an"]);
+    let p = plan_for(&c, &Surface::OPENAI, r#"{"model":"m/claude","messages":[]}"#).unwrap();
+    assert_eq!(slugs(&c, &p), vec!["oa", "an"]);
+    // An emptied set is a 404 naming the API, in the caller's shape.
+    let e = plan_for(&c, &anthropic, r#"{"model":"m/gpt","max_tokens":10,"messages":[]}"#).unwrap_err();
+    assert_eq!((e.status, e.code), (404, "no_endpoints"));
+    assert_eq!(e.metadata["constraint"], "api:anthropic");
+    let google =
+        Surface { api: Api::Google, path_model: Some("m/claude".into()), method: Some(GoogleMethod::Generate) };
+    let d = crate::decision::decide_for(&c, None, &google, None, br#"{"contents":[]}"#, &NoHealthData, &mut || 0.0)
+        .unwrap_err();
+    assert_eq!(d.metadata["constraint"], "api:google");
+    assert_eq!(d.api, Api::Google);
+    let v: Value = serde_json::from_str(&d.body()).unwrap();
+    assert_eq!(v["error"]["status"], "NOT_FOUND");
+    // `models` fallback on the same surface skips a model nobody serves in that API.
+    let p =
+        plan_for(&c, &anthropic, r#"{"model":"m/gpt","models":["m/claude"],"max_tokens":1,"messages":[]}"#).unwrap();
+    assert_eq!(slugs(&c, &p), vec!["an2", "an"]);
+}
+
+#[test]
+fn google_decision_hands_off_a_model_free_body_and_per_attempt_paths() {
+    let c = surfaces_catalog();
+    let google =
+        Surface { api: Api::Google, path_model: Some("m/gem".into()), method: Some(GoogleMethod::StreamGenerate) };
+    let body = br#"{"contents":[{"parts":[{"text":"x"}]}],"provider":{"sort":"price"}}"#;
+    let d = crate::decision::decide_for(&c, None, &google, None, body, &NoHealthData, &mut || 0.0).unwrap();
+    assert!(d.stream);
+    assert_eq!(d.body, br#"{"contents":[{"parts":[{"text":"x"}]}]}"#);
+    let h = hand_off(&c, 7, &d, "/v1beta/models/m%2Fgem:streamGenerateContent?alt=sse&key=CALLER");
+    assert_eq!(h.plan.prefix_len, 0);
+    assert_eq!(h.plan.path, "/v1beta/models/m%2Fgem:streamGenerateContent?alt=sse");
+    let rw = attempt_rewrite(&c, 7, &h.plan, 1, "c_go").unwrap();
+    assert_eq!(rw.path, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse");
+    assert_eq!(rw.credential, Some(("x-goog-api-key".to_string(), "k4".to_string())));
+    assert_eq!(rw.content_length, d.body.len());
 }

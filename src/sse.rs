@@ -4,11 +4,14 @@
 use serde_json::json;
 
 use crate::errors::ApiError;
+use crate::surface::Api;
 
 /// Events that end a stream normally: OpenAI chat/completions (`data: [DONE]`), the Responses
 /// API's final events, Anthropic Messages' `message_stop`.
 const TERMINATORS: [&[u8]; 5] =
     [b"[DONE]", b"response.completed", b"response.incomplete", b"response.failed", b"message_stop"];
+/// A Google stream has no final event: its last chunk carries the candidate's `finishReason`.
+const GOOGLE_TERMINATORS: [&[u8]; 1] = [b"\"finishReason\""];
 /// Longest terminator minus one: bytes carried over so a terminator split between chunks is seen.
 const CARRY: usize = 19;
 
@@ -18,13 +21,20 @@ const CARRY: usize = 19;
 pub struct StreamEnd {
     carry: Vec<u8>,
     done: bool,
+    google: bool,
 }
 
 impl StreamEnd {
+    /// Watches a stream of `api`'s events.
+    pub fn for_api(api: Api) -> StreamEnd {
+        StreamEnd { google: api == Api::Google, ..StreamEnd::default() }
+    }
+
     pub fn feed(&mut self, tail: &[u8]) {
         let mut window = std::mem::take(&mut self.carry);
         window.extend_from_slice(tail);
-        if TERMINATORS.iter().any(|t| window.windows(t.len()).any(|w| w == *t)) {
+        let terminators: &[&[u8]] = if self.google { &GOOGLE_TERMINATORS } else { &TERMINATORS };
+        if terminators.iter().any(|t| window.windows(t.len()).any(|w| w == *t)) {
             self.done = true;
         }
         let keep = window.len().saturating_sub(CARRY);
@@ -40,6 +50,12 @@ impl StreamEnd {
 /// The final SSE event for a stream that broke off: the OpenAI error shape, which the `openai`
 /// SDKs raise as an API error (no `[DONE]` follows: the answer is incomplete).
 pub fn interrupted_event(endpoint: &str, model: &str) -> String {
+    interrupted_event_for(Api::OpenAi, endpoint, model)
+}
+
+/// The final event for a stream of `api` that broke off: OpenAI's error chunk, Anthropic's
+/// `event: error` (which its SDKs raise), Google's error object as a last chunk.
+pub fn interrupted_event_for(api: Api, endpoint: &str, model: &str) -> String {
     let mut e = ApiError::new(
         502,
         "server_error",
@@ -48,7 +64,11 @@ pub fn interrupted_event(endpoint: &str, model: &str) -> String {
     );
     e.metadata.insert("endpoint".to_string(), json!(endpoint));
     e.metadata.insert("model".to_string(), json!(model));
-    format!("data: {}\n\n", e.body())
+    let e = e.for_api(api);
+    match api {
+        Api::Anthropic => format!("event: error\ndata: {}\n\n", e.body()),
+        Api::OpenAi | Api::Google => format!("data: {}\n\n", e.body()),
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +118,29 @@ mod tests {
         assert_eq!(v["error"]["type"], "server_error");
         assert_eq!(v["error"]["metadata"]["endpoint"], "alpha");
         assert_eq!(v["error"]["metadata"]["model"], "m/one");
+    }
+
+    #[test]
+    fn google_streams_end_with_a_finish_reason_and_errors_come_per_api() {
+        let mut g = StreamEnd::for_api(Api::Google);
+        g.feed(b"data: {\"candidates\":[{\"content\":{}}]}\r\n\r\n");
+        g.feed(b"data: [DONE]\n\n");
+        assert!(!g.complete(), "OpenAI's terminator means nothing in a Google stream");
+        g.feed(b"data: {\"candidates\":[{\"finishR");
+        g.feed(b"eason\": \"STOP\"}]}\r\n\r\n");
+        assert!(g.complete());
+        let mut a = StreamEnd::for_api(Api::Anthropic);
+        a.feed(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        assert!(a.complete());
+
+        let ev = interrupted_event_for(Api::Anthropic, "alpha", "m/one");
+        let (head, data) = ev.split_once('\n').unwrap();
+        assert_eq!(head, "event: error");
+        let v: serde_json::Value = serde_json::from_str(data.trim_start_matches("data: ").trim()).unwrap();
+        assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("api_error")));
+        assert_eq!(v["error"]["code"], "stream_interrupted");
+        let ev = interrupted_event_for(Api::Google, "alpha", "m/one");
+        let v: serde_json::Value = serde_json::from_str(ev.trim_start_matches("data: ").trim()).unwrap();
+        assert_eq!((v["error"]["code"].as_u64(), v["error"]["status"].as_str()), (Some(502), Some("UNAVAILABLE")));
     }
 }

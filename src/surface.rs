@@ -2,18 +2,188 @@
 //! method and path before any body is read. Only routed requests may reach a provider (with
 //! the provider's key, never the caller's); everything else is answered here or sent to the
 //! operator's pass-through cluster.
+//!
+//! Three APIs are routed, each without translating its schema: OpenAI (`/v1/chat/completions`,
+//! `/v1/completions`, `/v1/responses`), Anthropic Messages (`/v1/messages`) and Google
+//! generateContent (`/v1beta/models/{model}:generateContent` / `:streamGenerateContent`).
 
 use crate::config::{Catalog, Routing};
 use crate::errors::ApiError;
 use crate::listing::{self, Listing};
 
-/// Paths whose POST bodies are routed.
+/// OpenAI paths whose POST bodies are routed.
 pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+/// The Anthropic Messages path.
+pub const MESSAGES_PATH: &str = "/v1/messages";
+/// Prefix of Google's model methods (`/v1beta/models/{model}:{method}`).
+pub const GOOGLE_MODELS_PREFIX: &str = "/v1beta/models/";
+
+/// The API a request speaks (and an endpoint must speak to serve it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    OpenAi,
+    Anthropic,
+    Google,
+}
+
+impl Api {
+    pub const ALL: [Api; 3] = [Api::OpenAi, Api::Anthropic, Api::Google];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::OpenAi => "openai",
+            Api::Anthropic => "anthropic",
+            Api::Google => "google",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    pub fn index(self) -> usize {
+        match self {
+            Api::OpenAi => 0,
+            Api::Anthropic => 1,
+            Api::Google => 2,
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self.index()
+    }
+
+    /// The API of a routed request path (query ignored); OpenAI for anything else.
+    pub fn of_path(path: &str) -> Api {
+        let bare = path.split('?').next().unwrap_or("");
+        if bare == MESSAGES_PATH {
+            Api::Anthropic
+        } else if bare.starts_with(GOOGLE_MODELS_PREFIX) {
+            Api::Google
+        } else {
+            Api::OpenAi
+        }
+    }
+}
+
+/// A set of APIs (what a provider or endpoint speaks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApiSet(u8);
+
+impl ApiSet {
+    pub const OPENAI: ApiSet = ApiSet(1);
+
+    pub fn with(self, api: Api) -> ApiSet {
+        ApiSet(self.0 | api.bit())
+    }
+
+    pub fn has(self, api: Api) -> bool {
+        self.0 & api.bit() != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The APIs in the set, in `Api::ALL` order.
+    pub fn iter(self) -> impl Iterator<Item = Api> {
+        Api::ALL.into_iter().filter(move |a| self.has(*a))
+    }
+}
+
+/// Google's generateContent methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoogleMethod {
+    Generate,
+    StreamGenerate,
+}
+
+impl GoogleMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            GoogleMethod::Generate => "generateContent",
+            GoogleMethod::StreamGenerate => "streamGenerateContent",
+        }
+    }
+}
+
+/// A routed request's surface: its API and, for Google, the model and method from the path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Surface {
+    pub api: Api,
+    /// Google: the model named in the path (percent-decoded).
+    pub path_model: Option<String>,
+    /// Google: which method the path calls (streaming is the method, not a body field).
+    pub method: Option<GoogleMethod>,
+}
+
+impl Surface {
+    pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None };
+
+    pub fn of(api: Api) -> Surface {
+        Surface { api, path_model: None, method: None }
+    }
+}
+
+/// Splits `/v1beta/models/{model}:{method}` (query ignored) into the percent-decoded model and
+/// the method. None for anything else (other methods, `tunedModels`, an empty model).
+pub fn google_path(path: &str) -> Option<(String, GoogleMethod)> {
+    let bare = path.split('?').next().unwrap_or("");
+    let rest = bare.strip_prefix(GOOGLE_MODELS_PREFIX)?;
+    let (model, method) = rest.rsplit_once(':')?;
+    let method = match method {
+        "generateContent" => GoogleMethod::Generate,
+        "streamGenerateContent" => GoogleMethod::StreamGenerate,
+        _ => return None,
+    };
+    let model = percent_decode(model)?;
+    if model.is_empty() {
+        return None;
+    }
+    Some((model, method))
+}
+
+/// `%XX` decoding of a path segment; None for a bad escape or non-UTF-8 result.
+fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_string());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The path as the plan keeps it: a Google caller's `key` query parameter (its API key) removed,
+/// so no attempt ever carries it to a provider. Other paths are returned unchanged.
+pub fn without_caller_key(path: &str) -> std::borrow::Cow<'_, str> {
+    let Some((bare, query)) = path.split_once('?') else { return path.into() };
+    if !query.split('&').any(|p| p == "key" || p.starts_with("key=")) {
+        return path.into();
+    }
+    let kept: Vec<&str> = query.split('&').filter(|p| *p != "key" && !p.starts_with("key=")).collect();
+    if kept.is_empty() {
+        bare.to_string().into()
+    } else {
+        format!("{bare}?{}", kept.join("&")).into()
+    }
+}
 
 #[derive(Debug, PartialEq)]
 pub enum Disposition {
     /// Parse the body and route it to a provider.
-    Route,
+    Route(Surface),
     /// `GET /v1/models[/{id}[/endpoints]]`: answered from the catalog.
     Listing(Listing),
     /// Send it unchanged to the operator's pass-through cluster (`routing.passthrough_cluster`).
@@ -27,9 +197,19 @@ pub enum Disposition {
 pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
     let routing = &catalog.routing;
     let bare = path.split('?').next().unwrap_or("");
-    let routed_path = ROUTED_PATHS.contains(&bare);
-    if routed_path && method == "POST" {
-        return Disposition::Route;
+    let surface = if ROUTED_PATHS.contains(&bare) {
+        Some(Surface::OPENAI)
+    } else if bare == MESSAGES_PATH {
+        Some(Surface::of(Api::Anthropic))
+    } else if bare.starts_with(GOOGLE_MODELS_PREFIX) {
+        google_path(bare).map(|(model, m)| Surface { api: Api::Google, path_model: Some(model), method: Some(m) })
+    } else {
+        None
+    };
+    let api = Api::of_path(bare);
+    let routed_path = surface.is_some();
+    if let (Some(surface), "POST") = (surface, method) {
+        return Disposition::Route(surface);
     }
     if method == "GET" {
         if let Some(l) = listing::parse_path(catalog, path) {
@@ -47,14 +227,18 @@ pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
             format!("{method} is not supported on {bare}; use POST"),
         );
         e.headers.push(("allow".to_string(), "POST".to_string()));
+        e.api = api;
         return Disposition::Local(e);
     }
-    Disposition::Local(ApiError::new(
+    let mut e = ApiError::new(
         404,
         "invalid_request_error",
         "not_found",
         format!("no such endpoint: {method} {}", printable(bare)),
-    ))
+    );
+    // Errors on an API's own paths come in that API's shape.
+    e.api = api;
+    Disposition::Local(e)
 }
 
 /// Whether a request's `x-switchyard-debug` value turns on the candidates header. Off unless
@@ -146,7 +330,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         for path in ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/chat/completions?a=b"] {
-            assert_eq!(disposition("POST", path, &r), Disposition::Route, "{path}");
+            assert_eq!(disposition("POST", path, &r), Disposition::Route(Surface::OPENAI), "{path}");
         }
         // The model listings are answered from the catalog.
         assert_eq!(disposition("GET", "/v1/models", &r), Disposition::Listing(Listing::Models));
@@ -162,7 +346,7 @@ mod tests {
         for (method, path) in [("GET", "/v1/files"), ("GET", "/v1/chat/completions"), ("POST", "/v2/x")] {
             assert_eq!(disposition(method, path, &r), Disposition::PassThrough("c_origin".into()), "{method} {path}");
         }
-        assert_eq!(disposition("POST", "/v1/chat/completions", &r), Disposition::Route);
+        assert_eq!(disposition("POST", "/v1/chat/completions", &r), Disposition::Route(Surface::OPENAI));
         // The catalog's own listings are never sent to the pass-through cluster.
         assert_eq!(disposition("GET", "/v1/models", &r), Disposition::Listing(Listing::Models));
     }
@@ -220,5 +404,57 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn anthropic_and_google_paths_are_routed_with_their_surface() {
+        let r = catalog("");
+        assert_eq!(disposition("POST", "/v1/messages", &r), Disposition::Route(Surface::of(Api::Anthropic)));
+        assert_eq!(
+            disposition("POST", "/v1beta/models/google/gemini-2.5:nitro:streamGenerateContent?alt=sse", &r),
+            Disposition::Route(Surface {
+                api: Api::Google,
+                path_model: Some("google/gemini-2.5:nitro".into()),
+                method: Some(GoogleMethod::StreamGenerate)
+            })
+        );
+        assert_eq!(
+            disposition("POST", "/v1beta/models/google%2Fgemini:generateContent", &r),
+            Disposition::Route(Surface {
+                api: Api::Google,
+                path_model: Some("google/gemini".into()),
+                method: Some(GoogleMethod::Generate)
+            })
+        );
+        // Not routed: other methods, no model, GET. Answered in the path's API shape.
+        for (method, path, status, api) in [
+            ("POST", "/v1beta/models/g:countTokens", 404, Api::Google),
+            ("POST", "/v1beta/models/:generateContent", 404, Api::Google),
+            ("POST", "/v1beta/models/a%zz:generateContent", 404, Api::Google),
+            ("GET", "/v1/messages", 405, Api::Anthropic),
+            ("POST", "/v1/messages/count_tokens", 404, Api::OpenAi),
+        ] {
+            match disposition(method, path, &r) {
+                Disposition::Local(e) => assert_eq!((e.status, e.api), (status, api), "{method} {path}"),
+                other => panic!("{method} {path}: {other:?}"),
+            }
+        }
+        assert_eq!(Api::of_path("/v1/messages?beta=true"), Api::Anthropic);
+        assert_eq!(Api::of_path("/v1beta/models/x:generateContent"), Api::Google);
+        assert_eq!(Api::of_path("/v1/chat/completions"), Api::OpenAi);
+    }
+
+    #[test]
+    fn a_google_callers_key_parameter_is_dropped_from_the_path() {
+        assert_eq!(
+            without_caller_key("/v1beta/models/g:generateContent?key=SECRET"),
+            "/v1beta/models/g:generateContent"
+        );
+        assert_eq!(
+            without_caller_key("/v1beta/models/g:streamGenerateContent?alt=sse&key=SECRET&x=1"),
+            "/v1beta/models/g:streamGenerateContent?alt=sse&x=1"
+        );
+        assert_eq!(without_caller_key("/v1/chat/completions?monkey=1"), "/v1/chat/completions?monkey=1");
+        assert_eq!(without_caller_key("/v1/messages"), "/v1/messages");
     }
 }

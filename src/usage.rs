@@ -3,6 +3,8 @@
 //! the last `USAGE_TAIL_BYTES` of each body chunk (512: room for `prompt_tokens_details`).
 //! Linear in the tail, never allocates.
 
+use crate::surface::Api;
+
 /// How much of each response chunk's end is scanned.
 pub const USAGE_TAIL_BYTES: usize = 512;
 
@@ -54,6 +56,47 @@ pub struct ReportedUsage {
 }
 
 impl ReportedUsage {
+    /// Reads the usage fields of `api`'s answers in one chunk's tail; later chunks override
+    /// earlier values.
+    /// - Anthropic (`usage` of a message, `message_start` and `message_delta`): prompt =
+    ///   `input_tokens` + `cache_read_input_tokens` + `cache_creation_input_tokens` (Anthropic's
+    ///   `input_tokens` excludes both), cached = `cache_read_input_tokens`.
+    /// - Google (`usageMetadata`): prompt = `promptTokenCount` (cache hits included), cached =
+    ///   `cachedContentTokenCount`, completion = `candidatesTokenCount` + `thoughtsTokenCount`
+    ///   (thinking is billed as output).
+    pub fn scan_for(&mut self, api: Api, tail: &[u8]) {
+        let last = |k: &[u8]| last_number_after(tail, k);
+        match api {
+            Api::OpenAi => self.scan(tail),
+            Api::Anthropic => {
+                let cache_read = last(b"\"cache_read_input_tokens\":");
+                if let Some(n) = last(b"\"input_tokens\":") {
+                    let created = last(b"\"cache_creation_input_tokens\":").unwrap_or(0);
+                    self.prompt_tokens = Some(n.saturating_add(cache_read.unwrap_or(0)).saturating_add(created));
+                    if cache_read.is_some() {
+                        self.cached_tokens = cache_read;
+                    }
+                }
+                if let Some(n) = last(b"\"output_tokens\":") {
+                    self.completion_tokens = Some(n);
+                }
+            }
+            Api::Google => {
+                if let Some(n) = last(b"\"promptTokenCount\":") {
+                    self.prompt_tokens = Some(n);
+                }
+                if let Some(n) = last(b"\"cachedContentTokenCount\":") {
+                    self.cached_tokens = Some(n);
+                }
+                let candidates = last(b"\"candidatesTokenCount\":");
+                let thoughts = last(b"\"thoughtsTokenCount\":");
+                if candidates.is_some() || thoughts.is_some() {
+                    self.completion_tokens = Some(candidates.unwrap_or(0).saturating_add(thoughts.unwrap_or(0)));
+                }
+            }
+        }
+    }
+
     /// Reads the usage fields in one chunk's tail; later chunks override earlier values.
     pub fn scan(&mut self, tail: &[u8]) {
         let first = |keys: [&[u8]; 2]| keys.into_iter().find_map(|k| last_number_after(tail, k));
@@ -153,5 +196,38 @@ mod tests {
         let mut huge = ReportedUsage::default();
         huge.scan(br#""prompt_tokens":99999999999999999999999999,"completion_tokens":1"#);
         assert_eq!(huge.prompt_tokens, None, "an overlong number is not a count");
+    }
+
+    #[test]
+    fn anthropic_usage_counts_cache_reads_and_writes_as_prompt() {
+        let mut u = ReportedUsage::default();
+        u.scan_for(Api::Anthropic, br#"{"type":"message","usage":{"input_tokens":20,"cache_creation_input_tokens":5,"cache_read_input_tokens":100,"output_tokens":9}}"#);
+        assert_eq!((u.prompt_tokens, u.cached_tokens, u.completion_tokens), (Some(125), Some(100), Some(9)));
+        // Streaming: message_start has the prompt, the last message_delta the output count.
+        let mut s = ReportedUsage::default();
+        s.scan_for(Api::Anthropic, b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n");
+        s.scan_for(Api::Anthropic, b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\n");
+        s.scan_for(Api::Anthropic, b"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":30}}\n\nevent: message_stop\ndata: {}\n\n");
+        assert_eq!((s.prompt_tokens, s.completion_tokens), (Some(12), Some(30)));
+        let pricing = Pricing { prompt: 1.0, completion: 2.0, ..Pricing::default() };
+        assert!((s.priced(&pricing).unwrap().cost_usd - (12.0 + 60.0) / 1e6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn google_usage_metadata_incl_thoughts_and_streamed_chunks() {
+        let mut u = ReportedUsage::default();
+        u.scan_for(Api::Google, b"{\n  \"usageMetadata\": {\n    \"promptTokenCount\": 40,\n    \"candidatesTokenCount\": 7,\n    \"totalTokenCount\": 60,\n    \"thoughtsTokenCount\": 13,\n    \"cachedContentTokenCount\": 30\n  }\n}");
+        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (Some(40), Some(20), Some(30)));
+        let mut s = ReportedUsage::default();
+        s.scan_for(
+            Api::Google,
+            b"data: {\"candidates\":[],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":2}}\r\n\r\n",
+        );
+        s.scan_for(Api::Google, b"data: {\"candidates\":[{\"finishReason\":\"STOP\"}],\"usageMetadata\":{\"promptTokenCount\":8,\"candidatesTokenCount\":11}}\r\n\r\n");
+        assert_eq!((s.prompt_tokens, s.completion_tokens), (Some(8), Some(11)));
+        // OpenAI names mean nothing on the Google surface.
+        let mut n = ReportedUsage::default();
+        n.scan_for(Api::Google, br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#);
+        assert_eq!(n, ReportedUsage::default());
     }
 }

@@ -18,6 +18,7 @@ fuzz_target!(|data: &[u8]| {
         model: "m/x".into(),
         slug: "alpha/turbo".into(),
         pricing: Pricing { prompt: 1.0, completion: 2.0, request: 0.0, image: 0.0, cached_prompt: Some(0.5) },
+        api: switchyard::surface::Api::OpenAi,
     };
     if let Some(out) = rewrite_object(data, &served) {
         let v: serde_json::Value = match serde_json::from_slice(&out) {

@@ -8,7 +8,7 @@ use proxy_wasm::types::Action;
 use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
-use crate::decision::{candidates_json, decide_under, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
+use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::ending::{ending, record_attempt, Ending};
 use crate::errors::ApiError;
 use crate::failover::{
@@ -17,9 +17,10 @@ use crate::failover::{
 };
 use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
-use crate::response::{attempt_log, is_json_object, rewrite_object, wrap_provider_error, Served, SseRewriter};
+use crate::request::ROUTING_HEADER;
+use crate::response::{attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Served, SseRewriter};
 use crate::router::policy_allows;
-use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
+use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Response header naming the operator policy a routed request ran under.
@@ -115,6 +116,12 @@ pub struct Stream {
     request_complete: bool,
     /// This stream's local 400 was sent with the carrier status.
     carried_400: bool,
+    /// The API of the request's path: every error it gets comes in that API's shape.
+    api: Api,
+    /// A routed request's surface (Google: model and method from the path).
+    surface: Option<Surface>,
+    /// The caller's `x-switchyard-routing` header (routing fields outside the body).
+    routing_header: Option<String>,
 }
 
 impl Stream {
@@ -142,6 +149,9 @@ impl Stream {
             decided_ms: 0,
             request_complete: false,
             carried_400: false,
+            api: Api::OpenAi,
+            surface: None,
+            routing_header: None,
         }
     }
 
@@ -179,6 +189,13 @@ impl Stream {
     }
 
     fn reject(&mut self, e: &ApiError) -> Action {
+        let shaped;
+        let e = if e.api == self.api {
+            e
+        } else {
+            shaped = e.clone().for_api(self.api);
+            &shaped
+        };
         let carried = e.status == 400 && self.request_complete;
         if carried {
             self.carried_400 = true;
@@ -242,7 +259,9 @@ impl Stream {
         health.session = self.session.clone();
         health.caller_scope = self.caller_scope;
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
-        match decide_under(&config.catalog, policy, &body, &health, &mut random_unit) {
+        let surface = self.surface.take().unwrap_or(Surface::OPENAI);
+        let header = self.routing_header.take();
+        match decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut random_unit) {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
@@ -336,8 +355,9 @@ impl HttpContext for Stream {
         let method = api::find(&headers, ":method").unwrap_or_default();
         let path = api::find(&headers, ":path").unwrap_or_default();
         self.path = path.to_string();
+        self.api = Api::of_path(path);
         match disposition(method, path, &self.config.catalog) {
-            Disposition::Route => {}
+            Disposition::Route(surface) => self.surface = Some(surface),
             Disposition::Listing(which) => {
                 self.select_policy(&headers);
                 return self.listing(&which);
@@ -358,11 +378,15 @@ impl HttpContext for Stream {
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
         self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
         // Conversations are per caller: its credential (hashed, never kept) scopes the key.
-        self.caller_scope = ["authorization", "x-api-key"]
+        self.caller_scope = ["authorization", "x-api-key", "x-goog-api-key"]
             .iter()
             .filter_map(|h| api::find(&headers, h))
             .flat_map(str::bytes)
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        if let Some(v) = api::find(&headers, ROUTING_HEADER) {
+            self.routing_header = Some(v.to_string());
+            api::set_req_header(ROUTING_HEADER, None);
+        }
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
             self.debug = debug_allowed(v, &catalog.routing);
             api::set_req_header(DEBUG_HEADER, None);
@@ -452,6 +476,7 @@ impl HttpContext for Stream {
                 .unwrap_or(0)
         };
         if let Ending::Failed { error: e, cut_short } = ending(catalog, status, &records, self.planned, flags) {
+            let e = e.for_api(self.api);
             if let Some(cut) = cut_short {
                 log::warn!(
                     "switchyard: failover stopped after {} of {} planned attempts ({})",
@@ -542,7 +567,7 @@ impl HttpContext for Stream {
             .endpoints
             .iter()
             .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
-        if stream && !encoded && status < 300 {
+        if stream && !encoded && status < 300 && self.api == Api::OpenAi {
             // The served stream's quality (malformed tool calls, empty answers) is judged.
             self.judge = Some(StreamJudge::default());
         }
@@ -552,7 +577,7 @@ impl HttpContext for Stream {
             }
             return Action::Continue;
         };
-        let served = Served { model: served_model, slug, pricing: ep.pricing };
+        let served = Served { model: served_model, slug, pricing: ep.pricing, api: self.api };
         if sse {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
             api::set_resp_header("content-length", None);
@@ -618,9 +643,12 @@ impl HttpContext for Stream {
                     let served = served.clone();
                     let headers_sent = *headers_sent;
                     self.body_action = BodyAction::None;
-                    let verdict = judge_body(&collected, self.offered_tools());
-                    self.record_quality(verdict);
-                    let out = rewrite_object(&collected, &served).unwrap_or(collected);
+                    // Quality is judged from OpenAI-shaped answers only.
+                    if served.api == Api::OpenAi {
+                        let verdict = judge_body(&collected, self.offered_tools());
+                        self.record_quality(verdict);
+                    }
+                    let out = rewrite_answer(&collected, &served).unwrap_or(collected);
                     if !headers_sent {
                         api::set_resp_header("content-length", Some(&out.len().to_string()));
                     }
@@ -651,7 +679,7 @@ impl HttpContext for Stream {
                     std::mem::take(collected)
                 } else {
                     api::set_resp_header("content-type", Some("application/json"));
-                    wrap_provider_error(*status, collected, slug).body().into_bytes()
+                    wrap_provider_error(*status, collected, slug).for_api(self.api).body().into_bytes()
                 };
                 if end_of_stream {
                     api::set_resp_header("content-length", Some(&out.len().to_string()));

@@ -15,8 +15,9 @@ use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
     INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
-use crate::sse::{interrupted_event, StreamEnd};
+use crate::sse::{interrupted_event_for, StreamEnd};
 use crate::stats::Finished;
+use crate::surface::Api;
 use crate::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
@@ -49,6 +50,8 @@ pub struct Attempt {
     /// event): a failed attempt, though the caller already has the first bytes.
     interrupted: bool,
     recorded: bool,
+    /// The API the request speaks (from the plan's path).
+    api: Api,
 }
 
 fn u64_le(b: &[u8]) -> Option<u64> {
@@ -75,6 +78,7 @@ impl Attempt {
             sse: None,
             interrupted: false,
             recorded: false,
+            api: Api::OpenAi,
         }
     }
 
@@ -85,7 +89,8 @@ impl Attempt {
     /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
     fn refuse(&mut self, status: u32, why: &str) -> Action {
         log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
-        let body = crate::errors::ApiError::new(status, "server_error", "attempt_not_sent", why).body();
+        let body =
+            crate::errors::ApiError::new(status, "server_error", "attempt_not_sent", why).for_api(self.api).body();
         api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause
     }
@@ -107,7 +112,7 @@ impl Attempt {
     fn interrupt(&mut self) {
         self.interrupted = true;
         if let Some((model, slug)) = self.names() {
-            api::set_property(vec![INTERRUPTED_PROPERTY], interrupted_event(&slug, &model).as_bytes());
+            api::set_property(vec![INTERRUPTED_PROPERTY], interrupted_event_for(self.api, &slug, &model).as_bytes());
         }
     }
 
@@ -166,6 +171,7 @@ impl HttpContext for Attempt {
             // Only Switchyard-routed requests may use a provider cluster (it injects keys).
             return self.refuse(403, "request reached a provider cluster without a Switchyard plan");
         };
+        self.api = Api::of_path(&plan.path);
         self.attempt =
             api::property(vec!["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
         let cluster =
@@ -235,7 +241,7 @@ impl HttpContext for Attempt {
         if (200..300).contains(&status)
             && api::find(&headers, "content-type").is_some_and(|c| c.starts_with("text/event-stream"))
         {
-            self.sse = Some(StreamEnd::default());
+            self.sse = Some(StreamEnd::for_api(self.api));
         }
         // A non-retryable failure with another model still planned: let Envoy retry.
         if status >= 400 && !is_retryable_status(status) && self.later_model {
@@ -266,7 +272,7 @@ impl HttpContext for Attempt {
             // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
             let tail = body_size.min(USAGE_TAIL_BYTES);
             if let Some(b) = api::response_body(body_size - tail, tail) {
-                self.usage.scan(&b);
+                self.usage.scan_for(self.api, &b);
                 if let Some(sse) = self.sse.as_mut() {
                     sse.feed(&b);
                 }
