@@ -1,6 +1,15 @@
-//! A fast mock LLM provider: an OpenAI-compatible HTTP/1.1 server on 127.0.0.1 that behaves
+//! A fast mock LLM provider: an HTTP/1.1 (and h2 over TLS) server on 127.0.0.1 that behaves
 //! like a real one (latency, time to first token, SSE streaming, 429 with Retry-After, 5xx,
 //! connection resets, a concurrency capacity) and records exactly what it received.
+//!
+//! It speaks three APIs, chosen by the request path (see [`Api`]): OpenAI's (every path not
+//! claimed by the others), Anthropic's Messages API (`POST /v1/messages`, [`anthropic`]) and
+//! Google's Gemini API (`POST /v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent`, [`google`]). Every fault of `x-mock-behavior` works on every API,
+//! answered in that API's own shapes.
+
+mod anthropic;
+mod google;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -26,14 +35,16 @@ use crate::tls::Identity;
 /// How the provider answers.
 #[derive(Clone, Debug)]
 pub enum Mode {
-    /// 200 with a completion (SSE when the request has `"stream": true`).
+    /// 200 with a completion (streamed when the request asks: `"stream": true`, or Google's
+    /// `:streamGenerateContent`).
     Ok,
-    /// This status with an OpenAI-style error body; `retry_after` adds the header (seconds).
+    /// This status with the API's error body (OpenAI's, Anthropic's or Google's shape);
+    /// `retry_after` adds the header (seconds; Google's body also carries it as `RetryInfo`).
     Status { status: u16, retry_after: Option<u32> },
     /// Close the connection without answering.
     Reset,
     /// 200 whose body is not what was asked for: broken JSON, or for a stream one broken event
-    /// and no `[DONE]`.
+    /// and no terminating event (`[DONE]`, `message_stop`, a `finishReason`).
     Garbage,
 }
 
@@ -50,8 +61,10 @@ pub struct Behavior {
     pub capacity: Option<usize>,
     /// Error responses without a body.
     pub empty_errors: bool,
-    /// Streams stop after this many content chunks: the body ends without the usage chunk and
-    /// `data: [DONE]` (`cut<n>`), or the connection is aborted mid-body (`abort<n>`).
+    /// Streams stop after this many content chunks: the body ends without the closing events
+    /// (OpenAI: the usage chunk and `data: [DONE]`; Anthropic: `content_block_stop`,
+    /// `message_delta`, `message_stop`; Google: the chunk with `finishReason`) (`cut<n>`), or
+    /// the connection is aborted mid-body (`abort<n>`).
     pub cut_after: Option<(usize, CutKind)>,
     /// Answer with a tool call (`get_weather`) instead of text: well-formed (`tool`) or with
     /// arguments that are not JSON (`badtool`).
@@ -92,9 +105,36 @@ impl Default for Behavior {
     }
 }
 
+/// The provider API a request speaks, told by its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI's (chat completions, completions, responses, and every path the others do not claim).
+    OpenAi,
+    /// Anthropic's Messages API: `POST /v1/messages`.
+    Anthropic,
+    /// Google's Gemini API: `POST /v1beta/models/{model}:generateContent` or `:streamGenerateContent`
+    /// (also under `/v1/`).
+    Google,
+}
+
+impl Api {
+    /// The API of a request path (without the query). Allocation-free: it runs on every request.
+    pub fn of_path(path: &str) -> Api {
+        if path == "/v1/messages" {
+            Api::Anthropic
+        } else if google::model_and_method(path).is_some() {
+            Api::Google
+        } else {
+            Api::OpenAi
+        }
+    }
+}
+
 /// One request as the provider saw it.
 #[derive(Clone, Debug)]
 pub struct Received {
+    /// The API the path belongs to.
+    pub api: Api,
     pub method: String,
     pub path: String,
     /// Lower-case names, in arrival order.
@@ -114,6 +154,27 @@ impl Received {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
+
+    /// The credential this request carried where its API expects one: `authorization` (OpenAI),
+    /// `x-api-key` or else `authorization` (Anthropic), `x-goog-api-key` or else the `key` query
+    /// parameter (Google).
+    pub fn credential(&self) -> Option<&str> {
+        match self.api {
+            Api::OpenAi => self.header("authorization"),
+            Api::Anthropic => self.header("x-api-key").or_else(|| self.header("authorization")),
+            Api::Google => self
+                .header("x-goog-api-key")
+                .or_else(|| self.path.split_once('?').and_then(|(_, q)| query_param(q, "key"))),
+        }
+    }
+}
+
+/// The raw value of `name` in a query string (`a=1&key=v`), not percent-decoded.
+pub fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v)
+    })
 }
 
 struct Shared {
@@ -228,14 +289,15 @@ impl MockProvider {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Per-request behaviour from the `x-mock-behavior` request header, so parallel tests can share
-/// providers: `alpha=429/7,beta=503,delta=reset,gamma=ttft300+interval50+chunks8`.
+/// providers: `alpha=429/7,beta=503,delta=reset,gamma=ttft300+interval50+chunks8`. Every token
+/// works on every API, answered in that API's shapes (errors, events, usage fields).
 /// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
 /// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body),
 /// `cut<n>` / `abort<n>` (a stream stops after n chunks: clean end without `[DONE]`, or an
 /// aborted connection), `tool` / `badtool` (answer with a well-formed or malformed tool call),
 /// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`), `html` (error responses
 /// with an HTML page), `big<bytes>` (a large chunked answer), `cached<n>` (cached prompt tokens
-/// in `usage`).
+/// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -336,10 +398,7 @@ fn tool_chunks(provider: &str, model: &str, id: u64, valid: bool) -> [String; 2]
 }
 
 fn completion_json(provider: &str, model: &str, id: u64, prompt_tokens: u64, b: &Behavior) -> Value {
-    let content = match b.big_body {
-        Some(n) => "x".repeat(n),
-        None => format!("Hello from {provider}"),
-    };
+    let content = answer_text(provider, b);
     let mut usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 4, "total_tokens": prompt_tokens + 4});
     if let Some(c) = b.cached_tokens {
         usage["prompt_tokens_details"] = json!({"cached_tokens": c});
@@ -393,9 +452,125 @@ impl Drop for InFlight {
     }
 }
 
+type Sender = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// Sends a stream as a provider produces it: the `head` events, then `count` content events
+/// from `content(i)` (spaced by the chunk interval; cut short or aborted as `cut_after` says,
+/// in which case nothing more is sent), then the `tail` events. Gzipped piece by piece when
+/// asked. Generic so the OpenAI path allocates nothing for it.
+async fn send_stream<H, C, T>(tx: Sender, b: &Behavior, gzip: bool, head: H, count: usize, mut content: C, tail: T)
+where
+    H: IntoIterator<Item = Bytes>,
+    C: FnMut(usize) -> Bytes,
+    T: IntoIterator<Item = Bytes>,
+{
+    let mut gz = gzip.then(Gzip::new);
+    let mut wrap = |b: Bytes| -> Result<Bytes, std::io::Error> {
+        Ok(match gz.as_mut() {
+            Some(g) => g.piece(&b),
+            None => b,
+        })
+    };
+    for event in head {
+        if tx.send(wrap(event)).await.is_err() {
+            return;
+        }
+    }
+    for i in 0..count {
+        if i > 0 && !b.chunk_interval.is_zero() {
+            tokio::time::sleep(b.chunk_interval).await;
+        }
+        if let Some((n, kind)) = b.cut_after {
+            if i == n {
+                if kind == CutKind::Abort {
+                    // Give the chunks already sent time to leave before the abort.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = tx.send(Err(std::io::Error::other("mock aborts the stream"))).await;
+                }
+                return;
+            }
+        }
+        if tx.send(wrap(content(i))).await.is_err() {
+            return;
+        }
+    }
+    for event in tail {
+        let _ = tx.send(wrap(event)).await;
+    }
+    if let Some(g) = gz {
+        let _ = tx.send(Ok(g.finish())).await;
+    }
+}
+
+/// The headers of a streamed 200.
+fn stream_head(provider: &str, content_type: &'static str, gzip: bool) -> hyper::http::response::Builder {
+    let mut resp = Response::builder()
+        .status(200)
+        .header("content-type", content_type)
+        .header("cache-control", "no-cache")
+        .header("x-mock-provider", provider);
+    if gzip {
+        resp = resp.header("content-encoding", "gzip");
+    }
+    resp
+}
+
+/// A whole (non-streamed) 200 answer: gzipped when asked; sent with `content-length`, or
+/// chunked in 16 KiB pieces when `chunked` (large answers).
+fn whole_answer(
+    provider: &str,
+    json: String,
+    gzip: bool,
+    chunked: bool,
+) -> (hyper::http::response::Builder, ChannelBody) {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let mut out = Bytes::from(json);
+    if gzip {
+        let mut g = Gzip::new();
+        let mut all = g.piece(&out).to_vec();
+        all.extend_from_slice(&g.finish());
+        out = Bytes::from(all);
+    }
+    let mut resp = Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .header("x-mock-provider", provider)
+        .header("x-ratelimit-remaining-requests", "99");
+    if gzip {
+        resp = resp.header("content-encoding", "gzip");
+    }
+    if chunked {
+        tokio::spawn(async move {
+            for piece in out.chunks(16 * 1024) {
+                if tx.send(Ok(Bytes::copy_from_slice(piece))).await.is_err() {
+                    return;
+                }
+            }
+        });
+    } else {
+        resp = resp.header("content-length", out.len());
+        let _ = tx.try_send(Ok(out));
+    }
+    (resp, ChannelBody(rx))
+}
+
+/// What an answer builder needs to know about the request.
+struct Ask<'a> {
+    provider: &'a str,
+    /// The provider's running request number (ids in answers).
+    id: u64,
+    /// From the body (OpenAI, Anthropic) or the path (Google).
+    model: String,
+    stream: bool,
+    /// Estimated from the body size, as a provider counts the prompt.
+    prompt_tokens: u64,
+    gzip: bool,
+}
+
 async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Response<ChannelBody>, BoxError> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
+    let api = Api::of_path(parts.uri.path());
     let headers = parts
         .headers
         .iter()
@@ -411,6 +586,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
     if let Ok(mut g) = s.received.lock() {
         g.push(Received {
+            api,
             method: parts.method.to_string(),
             path: parts.uri.path_and_query().map_or_else(|| parts.uri.to_string(), |p| p.to_string()),
             headers: full_headers.clone(),
@@ -419,8 +595,18 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             tls,
         });
     }
+    // Anthropic and Google turn away a request without their credential before anything else.
+    let header = |name: &str| full_headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let refusal = match api {
+        Api::OpenAi => None,
+        Api::Anthropic => anthropic::refusal(header("x-api-key"), header("authorization"), header("anthropic-version")),
+        Api::Google => google::refusal(header("x-goog-api-key"), parts.uri.query()),
+    };
+    if let Some((status, msg)) = refusal {
+        return Ok(error_response(api, &s.name, status, None, msg, false));
+    }
     let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
-    if let Some((_, spec)) = full_headers.iter().find(|(k, _)| k == "x-mock-behavior") {
+    if let Some(spec) = header("x-mock-behavior") {
         apply_override(&mut behavior, &s.name, spec);
     }
     let n = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -429,21 +615,38 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
 
     if let Some(cap) = behavior.capacity {
         if n > cap {
-            return Ok(error_response(&s.name, 429, Some(1), "capacity exceeded", behavior.empty_errors));
+            return Ok(error_response(api, &s.name, 429, Some(1), "capacity exceeded", behavior.empty_errors));
         }
     }
     if !behavior.ttft.is_zero() {
         tokio::time::sleep(behavior.ttft).await;
     }
+    // The model and whether to stream: from the body, or (Google) from the path. Read only
+    // when answering with a body that depends on them.
+    let model_and_stream = || match api {
+        Api::Google => {
+            let (model, method) = google::model_and_method(parts.uri.path()).unwrap_or_default();
+            (model.to_string(), method == "streamGenerateContent")
+        }
+        _ => {
+            let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            (
+                req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string(),
+                req_json.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            )
+        }
+    };
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
         Mode::Garbage => {
-            let stream =
-                serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["stream"].as_bool()).unwrap_or(false);
-            let (ct, text) = if stream {
-                ("text/event-stream", "data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n")
-            } else {
-                ("application/json", "{\"choices\": [oops <html>")
+            let (_, stream) = model_and_stream();
+            let (ct, text) = match api {
+                Api::OpenAi if stream => {
+                    ("text/event-stream", "data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n")
+                }
+                Api::OpenAi => ("application/json", "{\"choices\": [oops <html>"),
+                Api::Anthropic => anthropic::garbage(stream),
+                Api::Google => google::garbage(stream),
             };
             return Ok(canned(&s.name, 200, ct, text.to_string(), None));
         }
@@ -451,28 +654,33 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             return Ok(html_error(&s.name, status, retry_after))
         }
         Mode::Status { status, retry_after } => {
-            return Ok(error_response(&s.name, status, retry_after, "mock failure", behavior.empty_errors))
+            return Ok(error_response(api, &s.name, status, retry_after, "mock failure", behavior.empty_errors))
         }
         Mode::Ok => {}
     }
 
-    let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let model = req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
-    let stream = req_json.get("stream").and_then(Value::as_bool).unwrap_or(false);
     // Like real providers, answer compressed when the request accepts gzip.
     let gzip = full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let (model, stream) = model_and_stream();
+    let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens: (body.len() as u64).div_ceil(4), gzip };
+    match api {
+        Api::OpenAi => openai_answer(ask, behavior, guard),
+        Api::Anthropic => anthropic::answer(ask, behavior, guard),
+        Api::Google => {
+            // Without `alt=sse` Google streams one JSON array instead of events.
+            let sse = parts.uri.query().and_then(|q| query_param(q, "alt")) == Some("sse");
+            google::answer(ask, sse, behavior, guard)
+        }
+    }
+}
+
+fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
+    let Ask { provider, id, model, stream, prompt_tokens, gzip } = ask;
     if stream {
-        let name = s.name.clone();
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        let name = provider.to_string();
         tokio::spawn(async move {
             let _guard = guard;
-            let mut gz = gzip.then(Gzip::new);
-            let mut wrap = |b: Bytes| -> Result<Bytes, std::io::Error> {
-                Ok(match gz.as_mut() {
-                    Some(g) => g.piece(&b),
-                    None => b,
-                })
-            };
             if let Some(valid) = behavior.tool_call {
                 for c in tool_chunks(&name, &model, id, valid) {
                     let _ = tx.send(Ok(Bytes::from(c))).await;
@@ -481,79 +689,28 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
                 let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
                 return;
             }
-            for i in 0..behavior.chunks {
-                if i > 0 && !behavior.chunk_interval.is_zero() {
-                    tokio::time::sleep(behavior.chunk_interval).await;
-                }
-                if let Some((n, kind)) = behavior.cut_after {
-                    if i == n {
-                        if kind == CutKind::Abort {
-                            // Give the chunks already sent time to leave before the abort.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            let _ = tx.send(Err(std::io::Error::other("mock aborts the stream"))).await;
-                        }
-                        return;
-                    }
-                }
-                let c = chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false);
-                if tx.send(wrap(Bytes::from(c))).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx.send(wrap(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
-            let _ = tx.send(wrap(Bytes::from_static(b"data: [DONE]\n\n"))).await;
-            if let Some(g) = gz {
-                let _ = tx.send(Ok(g.finish())).await;
-            }
+            let tail =
+                [Bytes::from(chunk_json(&name, &model, id, None, true)), Bytes::from_static(b"data: [DONE]\n\n")];
+            let content = |i: usize| Bytes::from(chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false));
+            send_stream(tx, &behavior, gzip, [], behavior.chunks, content, tail).await;
         });
-        let mut resp = Response::builder()
-            .status(200)
-            .header("content-type", "text/event-stream")
-            .header("cache-control", "no-cache")
-            .header("x-mock-provider", s.name.as_str());
-        if gzip {
-            resp = resp.header("content-encoding", "gzip");
-        }
-        Ok(resp.body(ChannelBody(rx))?)
+        Ok(stream_head(provider, "text/event-stream", gzip).body(ChannelBody(rx))?)
     } else {
         drop(guard);
-        let prompt_tokens = (body.len() as u64).div_ceil(4);
-        let mut out = Bytes::from(
-            match behavior.tool_call {
-                Some(valid) => tool_completion_json(&s.name, &model, id, valid),
-                None => completion_json(&s.name, &model, id, prompt_tokens, &behavior),
-            }
-            .to_string(),
-        );
-        if gzip {
-            let mut g = Gzip::new();
-            let mut all = g.piece(&out).to_vec();
-            all.extend_from_slice(&g.finish());
-            out = Bytes::from(all);
-        }
-        let mut resp = Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .header("x-mock-provider", s.name.as_str())
-            .header("x-ratelimit-remaining-requests", "99");
-        if gzip {
-            resp = resp.header("content-encoding", "gzip");
-        }
-        if behavior.big_body.is_some() {
-            // Chunked, in 16 KiB pieces.
-            tokio::spawn(async move {
-                for piece in out.chunks(16 * 1024) {
-                    if tx.send(Ok(Bytes::copy_from_slice(piece))).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        } else {
-            resp = resp.header("content-length", out.len());
-            let _ = tx.try_send(Ok(out));
-            drop(tx);
-        }
-        Ok(resp.body(ChannelBody(rx))?)
+        let json = match behavior.tool_call {
+            Some(valid) => tool_completion_json(provider, &model, id, valid),
+            None => completion_json(provider, &model, id, prompt_tokens, &behavior),
+        };
+        let (resp, body) = whole_answer(provider, json.to_string(), gzip, behavior.big_body.is_some());
+        Ok(resp.body(body)?)
+    }
+}
+
+/// The answer's text: a greeting naming the provider, or `big<bytes>` of filler.
+fn answer_text(provider: &str, b: &Behavior) -> String {
+    match b.big_body {
+        Some(n) => "x".repeat(n),
+        None => format!("Hello from {provider}"),
     }
 }
 
@@ -562,7 +719,9 @@ fn html_error(provider: &str, status: u16, retry_after: Option<u32>) -> Response
     canned(provider, status, "text/html", body, retry_after)
 }
 
+/// An error in the shape of the request's API, with `retry-after` when given.
 fn error_response(
+    api: Api,
     provider: &str,
     status: u16,
     retry_after: Option<u32>,
@@ -572,8 +731,13 @@ fn error_response(
     let body = if empty {
         String::new()
     } else {
-        json!({"error": {"message": format!("{provider}: {msg}"), "type": "provider_error", "code": status}})
-            .to_string()
+        let msg = format!("{provider}: {msg}");
+        match api {
+            Api::OpenAi => json!({"error": {"message": msg, "type": "provider_error", "code": status}}),
+            Api::Anthropic => anthropic::error_json(status, &msg),
+            Api::Google => google::error_json(status, &msg, retry_after),
+        }
+        .to_string()
     };
     canned(provider, status, "application/json", body, retry_after)
 }

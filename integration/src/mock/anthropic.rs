@@ -1,0 +1,148 @@
+//! The mock's Anthropic Messages API (`POST /v1/messages`), in the shapes the API documents and
+//! the official SDKs parse: a `message` object, the streamed event sequence (`message_start`,
+//! `content_block_start`, `ping`, `content_block_delta`…, `content_block_stop`, `message_delta`
+//! with the output token count, `message_stop`) and `{"type":"error","error":{…}}` errors.
+
+use bytes::Bytes;
+use hyper::Response;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{answer_text, send_stream, stream_head, tool_arguments, whole_answer, Ask, Behavior, BoxError};
+use super::{ChannelBody, InFlight};
+
+/// 401 without an API key and 400 without `anthropic-version`, as the API answers them. The key
+/// comes in `x-api-key` or, as the current `anthropic` SDK sends it, `authorization: Bearer`.
+pub(super) fn refusal(
+    api_key: Option<&str>,
+    authorization: Option<&str>,
+    version: Option<&str>,
+) -> Option<(u16, &'static str)> {
+    let bearer = authorization.and_then(|a| a.strip_prefix("Bearer ")).is_some_and(|k| !k.is_empty());
+    if api_key.is_none_or(str::is_empty) && !bearer {
+        Some((401, "x-api-key header is required"))
+    } else if version.is_none_or(str::is_empty) {
+        Some((400, "anthropic-version: header is required"))
+    } else {
+        None
+    }
+}
+
+/// The error `type` Anthropic sends with a status.
+pub fn error_type(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+pub(super) fn error_json(status: u16, msg: &str) -> Value {
+    json!({"type": "error", "error": {"type": error_type(status), "message": msg}, "request_id": "req_mock"})
+}
+
+/// A 200 that is not what was asked for: broken JSON, or one broken event and no `message_stop`.
+pub(super) fn garbage(stream: bool) -> (&'static str, &'static str) {
+    if stream {
+        (
+            "text/event-stream",
+            "event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"delta\": {\"text\": \"x\"\n\n",
+        )
+    } else {
+        ("application/json", "{\"type\": \"message\", \"content\": [oops <html>")
+    }
+}
+
+/// `usage` as Anthropic reports it: `input_tokens` excludes the prompt tokens read from cache.
+fn usage(prompt_tokens: u64, output_tokens: u64, b: &Behavior) -> Value {
+    let cached = b.cached_tokens.unwrap_or(0).min(prompt_tokens);
+    json!({"input_tokens": prompt_tokens - cached, "output_tokens": output_tokens,
+        "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached})
+}
+
+fn event(kind: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
+}
+
+pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
+    let msg_id = format!("msg_{}_{}", ask.provider, ask.id);
+    if !ask.stream {
+        drop(guard);
+        let (content, stop_reason) = match b.tool_call {
+            Some(valid) => {
+                // A malformed tool call: its input is not a JSON object (a broken JSON string).
+                let input = if valid {
+                    serde_json::from_str(tool_arguments(true)).unwrap_or(Value::Null)
+                } else {
+                    json!(tool_arguments(false))
+                };
+                (json!([{"type": "tool_use", "id": "toolu_mock_1", "name": "get_weather", "input": input}]), "tool_use")
+            }
+            None => (json!([{"type": "text", "text": answer_text(ask.provider, &b)}]), "end_turn"),
+        };
+        let message = json!({"id": msg_id, "type": "message", "role": "assistant", "model": ask.model,
+            "content": content, "stop_reason": stop_reason, "stop_sequence": null,
+            "usage": usage(ask.prompt_tokens, 4, &b)});
+        let (resp, body) = whole_answer(ask.provider, message.to_string(), ask.gzip, b.big_body.is_some());
+        return Ok(resp.header("request-id", format!("req_{msg_id}")).body(body)?);
+    }
+
+    let start = json!({"type": "message_start", "message": {"id": msg_id, "type": "message", "role": "assistant",
+        "model": ask.model, "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": usage(ask.prompt_tokens, 1, &b)}});
+    // Tool calls stream their input as two `input_json_delta` pieces; text as `chunks` deltas.
+    let (block, deltas, stop_reason): (Value, Vec<Value>, &str) = match b.tool_call {
+        Some(valid) => {
+            let args = tool_arguments(valid);
+            let (x, y) = args.split_at(args.len() / 2);
+            let piece = |p: &str| json!({"type": "input_json_delta", "partial_json": p});
+            (
+                json!({"type": "tool_use", "id": "toolu_mock_1", "name": "get_weather", "input": {}}),
+                vec![piece(x), piece(y)],
+                "tool_use",
+            )
+        }
+        None => (
+            json!({"type": "text", "text": ""}),
+            (0..b.chunks).map(|i| json!({"type": "text_delta", "text": format!("tok{i} ")})).collect(),
+            "end_turn",
+        ),
+    };
+    let output_tokens = deltas.len() as u64;
+    let head = [
+        event("message_start", &start),
+        event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": block})),
+        event("ping", &json!({"type": "ping"})),
+    ];
+    let deltas: Vec<Bytes> = deltas
+        .into_iter()
+        .map(|d| event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": d})))
+        .collect();
+    let tail = [
+        event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
+        event(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                "usage": {"output_tokens": output_tokens}}),
+        ),
+        event("message_stop", &json!({"type": "message_stop"})),
+    ];
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let gzip = ask.gzip;
+    tokio::spawn(async move {
+        let _guard = guard;
+        let count = deltas.len();
+        let content = |i: usize| deltas.get(i).cloned().unwrap_or_default();
+        send_stream(tx, &b, gzip, head, count, content, tail).await;
+    });
+    Ok(stream_head(ask.provider, "text/event-stream", ask.gzip)
+        .header("request-id", format!("req_{msg_id}"))
+        .body(ChannelBody(rx))?)
+}

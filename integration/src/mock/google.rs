@@ -1,0 +1,148 @@
+//! The mock's Google Gemini API (`POST /v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent`), in the shapes the API documents and the `google-genai` SDK parses:
+//! a `GenerateContentResponse` (`candidates`, `usageMetadata`, `modelVersion`); streamed with
+//! `?alt=sse` as `data: {GenerateContentResponse}` events separated by CRLF CRLF as Google sends
+//! them (cumulative usage in every chunk, `finishReason` in the last), without it as one JSON
+//! array; errors as `{"error":{"code","message","status"}}`.
+
+use bytes::Bytes;
+use hyper::Response;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::{answer_text, send_stream, stream_head, tool_arguments, whole_answer, Ask, Behavior, BoxError};
+use super::{ChannelBody, InFlight};
+
+/// `(model, method)` of a Gemini generate path (`/v1beta/models/gemini-2.5-flash:generateContent`),
+/// for the methods `generateContent` and `streamGenerateContent`. Allocation-free.
+pub fn model_and_method(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/v1beta/models/").or_else(|| path.strip_prefix("/v1/models/"))?;
+    let (model, method) = rest.rsplit_once(':')?;
+    (!model.is_empty() && matches!(method, "generateContent" | "streamGenerateContent")).then_some((model, method))
+}
+
+/// 403 without an API key (`x-goog-api-key` or the `key` query parameter), as Google answers.
+pub(super) fn refusal(api_key: Option<&str>, query: Option<&str>) -> Option<(u16, &'static str)> {
+    let in_query = query.and_then(|q| super::query_param(q, "key")).is_some_and(|k| !k.is_empty());
+    if api_key.is_some_and(|k| !k.is_empty()) || in_query {
+        None
+    } else {
+        Some((
+            403,
+            "Method doesn't allow unregistered callers (callers without established identity). \
+             Please use API Key or other form of API consumer identity to call this API.",
+        ))
+    }
+}
+
+/// The canonical `status` Google sends with an HTTP status.
+pub fn error_status(status: u16) -> &'static str {
+    match status {
+        400 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        500 => "INTERNAL",
+        501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Google's error body. A retry delay travels in a `RetryInfo` detail (the mock also sends the
+/// `retry-after` header, as the fault asks).
+pub(super) fn error_json(status: u16, msg: &str, retry_after: Option<u32>) -> Value {
+    let mut e = json!({"error": {"code": status, "message": msg, "status": error_status(status)}});
+    if let Some(s) = retry_after {
+        e["error"]["details"] =
+            json!([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": format!("{s}s")}]);
+    }
+    e
+}
+
+/// A 200 that is not what was asked for: broken JSON, or one broken event.
+pub(super) fn garbage(stream: bool) -> (&'static str, &'static str) {
+    if stream {
+        ("text/event-stream", "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"x\"\r\n\r\n")
+    } else {
+        ("application/json", "{\"candidates\": [oops <html>")
+    }
+}
+
+/// `usageMetadata`: `promptTokenCount` includes the cached tokens (`cachedContentTokenCount`).
+fn usage(prompt_tokens: u64, candidates_tokens: u64, b: &Behavior) -> Value {
+    let mut u = json!({"promptTokenCount": prompt_tokens, "candidatesTokenCount": candidates_tokens,
+        "totalTokenCount": prompt_tokens + candidates_tokens});
+    if let Some(c) = b.cached_tokens {
+        u["cachedContentTokenCount"] = json!(c.min(prompt_tokens));
+    }
+    u
+}
+
+/// A `GenerateContentResponse` with one candidate.
+fn response(ask: &Ask<'_>, parts: Value, finish: bool, usage: Value) -> Value {
+    let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
+    if finish {
+        candidate["finishReason"] = json!("STOP");
+    }
+    json!({"candidates": [candidate], "usageMetadata": usage, "modelVersion": ask.model,
+        "responseId": format!("mock-{}-{}", ask.provider, ask.id)})
+}
+
+fn tool_part(valid: bool) -> Value {
+    // A malformed call: its args are not a JSON object (a broken JSON string).
+    let args = if valid {
+        serde_json::from_str(tool_arguments(true)).unwrap_or(Value::Null)
+    } else {
+        json!(tool_arguments(false))
+    };
+    json!({"functionCall": {"name": "get_weather", "args": args}})
+}
+
+/// `sse`: `streamGenerateContent?alt=sse` (events); without it a stream is one JSON array.
+pub(super) fn answer(ask: Ask<'_>, sse: bool, b: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
+    let p = ask.prompt_tokens;
+    if !ask.stream {
+        drop(guard);
+        let parts = match b.tool_call {
+            Some(valid) => json!([tool_part(valid)]),
+            None => json!([{"text": answer_text(ask.provider, &b)}]),
+        };
+        let body = response(&ask, parts, true, usage(p, 4, &b)).to_string();
+        let (resp, body) = whole_answer(ask.provider, body, ask.gzip, b.big_body.is_some());
+        return Ok(resp.body(body)?);
+    }
+    // Content chunks (a tool call arrives whole, in one), then a last chunk with the finish reason.
+    let parts: Vec<Value> = match b.tool_call {
+        Some(valid) => vec![json!([tool_part(valid)])],
+        None => (0..b.chunks).map(|i| json!([{"text": format!("tok{i} ")}])).collect(),
+    };
+    let count = parts.len();
+    let frame = |i: usize, v: &Value| -> Bytes {
+        Bytes::from(match (sse, i) {
+            (true, _) => format!("data: {v}\r\n\r\n"),
+            (false, 0) => format!("[{v}"),
+            (false, _) => format!(",\r\n{v}"),
+        })
+    };
+    let chunks: Vec<Bytes> = parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| frame(i, &response(&ask, part, false, usage(p, i as u64 + 1, &b))))
+        .collect();
+    let last = frame(count, &response(&ask, json!([{"text": ""}]), true, usage(p, count as u64, &b)));
+    let tail: Vec<Bytes> = if sse { vec![last] } else { vec![last, Bytes::from_static(b"]")] };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let gzip = ask.gzip;
+    tokio::spawn(async move {
+        let _guard = guard;
+        let content = |i: usize| chunks.get(i).cloned().unwrap_or_default();
+        send_stream(tx, &b, gzip, [], count, content, tail).await;
+    });
+    let content_type = if sse { "text/event-stream" } else { "application/json" };
+    Ok(stream_head(ask.provider, content_type, ask.gzip).body(ChannelBody(rx))?)
+}

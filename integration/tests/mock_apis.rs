@@ -1,0 +1,287 @@
+//! The mock providers speak each API (OpenAI, Anthropic Messages, Google Gemini) in its own
+//! shapes, and every fault of `x-mock-behavior` answers in the shape of the request's API. These
+//! tests talk to a mock directly (no Envoy): the filter's tests rely on these shapes.
+
+use serde_json::{json, Value};
+use switchyard_integration::client::{post_json, Reply};
+use switchyard_integration::mock::{Api, Behavior, MockProvider};
+
+async fn mock() -> MockProvider {
+    MockProvider::start("alpha", 0, Behavior::default()).await.expect("mock starts")
+}
+
+const ANTHROPIC: &[(&str, &str)] = &[("x-api-key", "key-alpha"), ("anthropic-version", "2023-06-01")];
+
+fn messages(stream: bool) -> Value {
+    json!({"model": "claude-x", "max_tokens": 64, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]})
+}
+
+fn gemini() -> Value {
+    json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]})
+}
+
+/// `(event name, data)` of each SSE event; events split on a blank line (`\n\n` or `\r\n\r\n`).
+fn events(r: &Reply) -> Vec<(String, Value)> {
+    let text = r.text().replace("\r\n", "\n");
+    text.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in e.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap_or_else(|err| panic!("event data is not JSON ({err}): {d}"));
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+#[test]
+fn the_api_is_told_by_the_path() {
+    assert_eq!(Api::of_path("/v1/chat/completions"), Api::OpenAi);
+    assert_eq!(Api::of_path("/v1/responses"), Api::OpenAi);
+    assert_eq!(Api::of_path("/v1/messages"), Api::Anthropic);
+    assert_eq!(Api::of_path("/v1beta/models/gemini-2.5-flash:generateContent"), Api::Google);
+    assert_eq!(Api::of_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent"), Api::Google);
+    assert_eq!(Api::of_path("/v1/models/gemini-2.5-flash:generateContent"), Api::Google);
+    assert_eq!(Api::of_path("/v1beta/models/gemini-2.5-flash:countTokens"), Api::OpenAi);
+    assert_eq!(Api::of_path("/v1/models"), Api::OpenAi);
+}
+
+#[tokio::test]
+async fn anthropic_message_and_the_key_that_arrived() {
+    let m = mock().await;
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &messages(false)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-mock-provider"), Some("alpha"));
+    assert!(r.header("request-id").is_some());
+    let v = r.json();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["role"], "assistant");
+    assert_eq!(v["model"], "claude-x");
+    assert_eq!(v["content"], json!([{"type": "text", "text": "Hello from alpha"}]));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert!(v["id"].as_str().unwrap().starts_with("msg_"));
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(v["usage"]["output_tokens"], 4);
+    let got = m.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].api, Api::Anthropic);
+    assert_eq!(got[0].credential(), Some("key-alpha"));
+    assert_eq!(got[0].header("anthropic-version"), Some("2023-06-01"));
+}
+
+#[tokio::test]
+async fn anthropic_turns_away_a_request_without_key_or_version() {
+    let m = mock().await;
+    let r = post_json(m.addr, "/v1/messages", &[("anthropic-version", "2023-06-01")], &messages(false)).await.unwrap();
+    assert_eq!(r.status, 401);
+    assert_eq!(r.json()["type"], "error");
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    let r = post_json(m.addr, "/v1/messages", &[("x-api-key", "k")], &messages(false)).await.unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    // A missing credential is refused even when a fault was asked for.
+    let r = post_json(m.addr, "/v1/messages", &[("x-mock-behavior", "alpha=429/7")], &messages(false)).await.unwrap();
+    assert_eq!(r.status, 401);
+}
+
+#[tokio::test]
+async fn anthropic_stream_is_the_documented_event_sequence() {
+    let m = mock().await;
+    let mut h = ANTHROPIC.to_vec();
+    h.push(("x-mock-behavior", "alpha=chunks4"));
+    let r = post_json(m.addr, "/v1/messages", &h, &messages(true)).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    let ev = events(&r);
+    let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for (name, data) in &ev {
+        assert_eq!(data["type"], name.as_str(), "an event's name is its data's type");
+    }
+    assert_eq!(ev[0].1["message"]["model"], "claude-x");
+    assert!(ev[0].1["message"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    let text: String = ev.iter().filter_map(|(_, d)| d["delta"]["text"].as_str()).collect();
+    assert_eq!(text, "tok0 tok1 tok2 tok3 ");
+    assert_eq!(ev[8].1["usage"]["output_tokens"], 4);
+    assert_eq!(ev[8].1["delta"]["stop_reason"], "end_turn");
+}
+
+#[tokio::test]
+async fn anthropic_faults_in_anthropic_shapes() {
+    let m = mock().await;
+    let with = |b: &'static str| {
+        let mut h = ANTHROPIC.to_vec();
+        h.push(("x-mock-behavior", b));
+        h
+    };
+    for (fault, status, kind) in [
+        ("alpha=429/7", 429, "rate_limit_error"),
+        ("alpha=529", 529, "overloaded_error"),
+        ("alpha=500", 500, "api_error"),
+        ("alpha=503", 503, "api_error"),
+        ("alpha=400", 400, "invalid_request_error"),
+    ] {
+        let r = post_json(m.addr, "/v1/messages", &with(fault), &messages(false)).await.unwrap();
+        assert_eq!(r.status, status, "{fault}");
+        assert_eq!(r.json()["type"], "error", "{fault}");
+        assert_eq!(r.json()["error"]["type"], kind, "{fault}");
+        assert!(r.json()["error"]["message"].as_str().unwrap().starts_with("alpha: "));
+        assert_eq!(r.header("retry-after"), (status == 429).then_some("7"), "{fault}");
+    }
+    // Cut after two deltas: no content_block_stop, message_delta or message_stop.
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=cut2"), &messages(true)).await.unwrap();
+    let names: Vec<String> = events(&r).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["message_start", "content_block_start", "ping", "content_block_delta", "content_block_delta"]);
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=abort1"), &messages(true)).await.unwrap();
+    assert!(r.body_error.is_some(), "aborted mid-body");
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=garbage"), &messages(false)).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(serde_json::from_slice::<Value>(&r.body).is_err());
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=503+html"), &messages(false)).await.unwrap();
+    assert_eq!((r.status, r.header("content-type")), (503, Some("text/html")));
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=tool"), &messages(false)).await.unwrap();
+    assert_eq!(r.json()["stop_reason"], "tool_use");
+    assert_eq!(r.json()["content"][0]["input"], json!({"city": "Paris"}));
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=badtool"), &messages(true)).await.unwrap();
+    let partial: String = events(&r).iter().filter_map(|(_, d)| d["delta"]["partial_json"].as_str()).collect();
+    assert!(serde_json::from_str::<Value>(&partial).is_err(), "malformed tool input: {partial}");
+    let r = post_json(m.addr, "/v1/messages", &with("alpha=cached3"), &messages(false)).await.unwrap();
+    assert_eq!(r.json()["usage"]["cache_read_input_tokens"], 3);
+}
+
+#[tokio::test]
+async fn google_generate_content_and_the_key_that_arrived() {
+    let m = mock().await;
+    let path = "/v1beta/models/gemini-x:generateContent";
+    let r = post_json(m.addr, path, &[("x-goog-api-key", "key-alpha")], &gemini()).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["candidates"][0]["content"], json!({"role": "model", "parts": [{"text": "Hello from alpha"}]}));
+    assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(v["candidates"][0]["index"], 0);
+    assert_eq!(v["modelVersion"], "gemini-x");
+    let u = &v["usageMetadata"];
+    assert_eq!(u["candidatesTokenCount"], 4);
+    assert_eq!(u["totalTokenCount"].as_u64().unwrap(), u["promptTokenCount"].as_u64().unwrap() + 4);
+    // The key as a query parameter is recorded too.
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:generateContent?key=query-key", &[], &gemini()).await.unwrap();
+    assert_eq!(r.status, 200);
+    let got = m.received();
+    assert_eq!(got[0].api, Api::Google);
+    assert_eq!(got[0].credential(), Some("key-alpha"));
+    assert_eq!(got[1].credential(), Some("query-key"));
+    // No key: Google's 403.
+    let r = post_json(m.addr, path, &[], &gemini()).await.unwrap();
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"]["status"], "PERMISSION_DENIED");
+    assert_eq!(r.json()["error"]["code"], 403);
+}
+
+#[tokio::test]
+async fn google_streams_sse_chunks_with_cumulative_usage() {
+    let m = mock().await;
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=chunks3")];
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", &h, &gemini()).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert!(r.text().contains("\r\n\r\n"), "Google separates events with CRLF CRLF");
+    let ev = events(&r);
+    assert_eq!(ev.len(), 4);
+    let text: String =
+        ev.iter().filter_map(|(_, d)| d["candidates"][0]["content"]["parts"][0]["text"].as_str()).collect();
+    assert_eq!(text, "tok0 tok1 tok2 ");
+    for (i, (_, d)) in ev.iter().enumerate() {
+        assert_eq!(d["modelVersion"], "gemini-x");
+        assert_eq!(d["usageMetadata"]["candidatesTokenCount"], (i as u64 + 1).min(3));
+        assert_eq!(d["candidates"][0]["finishReason"].as_str(), (i == 3).then_some("STOP"));
+    }
+    // Without alt=sse: one JSON array of the same responses.
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent", &h, &gemini()).await.unwrap();
+    let arr = r.json();
+    assert_eq!(arr.as_array().map(Vec::len), Some(4), "{}", r.text());
+    assert_eq!(arr[3]["candidates"][0]["finishReason"], "STOP");
+    // Cut after one chunk: no finishReason ever arrives.
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=cut1")];
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", &h, &gemini()).await.unwrap();
+    let ev = events(&r);
+    assert_eq!(ev.len(), 1);
+    assert!(ev[0].1["candidates"][0].get("finishReason").is_none());
+}
+
+#[tokio::test]
+async fn google_faults_in_google_shapes() {
+    let m = mock().await;
+    let path = "/v1beta/models/gemini-x:generateContent";
+    for (fault, status, kind) in [
+        ("alpha=429/7", 429, "RESOURCE_EXHAUSTED"),
+        ("alpha=503", 503, "UNAVAILABLE"),
+        ("alpha=500", 500, "INTERNAL"),
+        ("alpha=400", 400, "INVALID_ARGUMENT"),
+    ] {
+        let r =
+            post_json(m.addr, path, &[("x-goog-api-key", "k"), ("x-mock-behavior", fault)], &gemini()).await.unwrap();
+        assert_eq!(r.status, status, "{fault}");
+        let e = &r.json()["error"];
+        assert_eq!((e["code"].as_u64(), e["status"].as_str()), (Some(status as u64), Some(kind)), "{fault}");
+        if status == 429 {
+            assert_eq!(r.header("retry-after"), Some("7"));
+            assert_eq!(e["details"][0]["retryDelay"], "7s");
+        }
+    }
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=cap0")];
+    let r = post_json(m.addr, path, &h, &gemini()).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["status"].as_str()), (429, Some("RESOURCE_EXHAUSTED")));
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=tool")];
+    let r = post_json(m.addr, path, &h, &gemini()).await.unwrap();
+    assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["functionCall"]["args"], json!({"city": "Paris"}));
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=cached2")];
+    let r = post_json(m.addr, path, &h, &gemini()).await.unwrap();
+    assert_eq!(r.json()["usageMetadata"]["cachedContentTokenCount"], 2);
+}
+
+#[tokio::test]
+async fn openai_answers_are_unchanged() {
+    let m = mock().await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    let r = post_json(m.addr, "/v1/chat/completions", &[], &body).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello from alpha");
+    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=429/3")], &body).await.unwrap();
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("3")));
+    assert_eq!(r.json()["error"]["type"], "provider_error");
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=chunks2")], &sbody).await.unwrap();
+    assert_eq!(r.text().matches("data: ").count(), 4, "two content chunks, the usage chunk and [DONE]: {}", r.text());
+    assert!(r.text().ends_with("data: [DONE]\n\n"));
+    assert_eq!(m.received()[0].api, Api::OpenAi);
+}
+
+#[tokio::test]
+async fn anthropic_accepts_the_key_as_a_bearer_token_as_the_current_sdk_sends_it() {
+    let m = mock().await;
+    let h = [("authorization", "Bearer sdk-key"), ("anthropic-version", "2026-10-21")];
+    let r = post_json(m.addr, "/v1/messages", &h, &messages(false)).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(m.received()[0].credential(), Some("Bearer sdk-key"));
+}
