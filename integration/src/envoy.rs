@@ -353,6 +353,47 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     )
 }
 
+/// Request paths of the Anthropic and Google surfaces: the caller's path, or after an attempt's
+/// rewrite the provider's, which keeps the API's method (`.../messages`, `...:generateContent`).
+const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
+const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
+
+/// Envoy's own local replies in the shape of the caller's API (OpenAI, Anthropic Messages,
+/// Google generateContent), told apart by the request path. Replies Switchyard shaped itself
+/// (`x-switchyard-own-reply`) are left alone. Mappers apply in order: the first match wins.
+pub fn local_reply_config() -> Value {
+    let not_own = json!({"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}});
+    let flags = |list: &[&str]| json!({"response_flag_filter": {"flags": list}});
+    let status_503 = json!({"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}});
+    let on_path = |regex: &str| json!({"header_filter": {"header": {"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}}});
+    let all = |filters: Vec<Value>| json!({"and_filter": {"filters": filters}});
+    let mapper = |filter: Value, body: Value| json!({"filter": filter, "body_format_override": {"json_format": body, "content_type": "application/json"}});
+    // Upstream failures Envoy answers itself: no healthy upstream, connect failure, reset,
+    // overflow, no route, timeout (UT), a downstream protocol error (DPE).
+    const UPSTREAM: [&str; 11] = ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"];
+    let anthropic = |kind: &str| json!({"type": "error", "error": {"type": kind, "message": "%LOCAL_REPLY_BODY%", "code": "%RESPONSE_CODE_DETAILS%"}});
+    let google = |status: &str| {
+        json!({"error": {"code": "%RESPONSE_CODE%", "message": "%LOCAL_REPLY_BODY%", "status": status, "details": [{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "%RESPONSE_CODE_DETAILS%", "domain": "switchyard"}]}})
+    };
+    let openai = |kind: &str| json!({"error": {"message": "%LOCAL_REPLY_BODY%", "type": kind, "code": "%RESPONSE_CODE_DETAILS%", "param": null}});
+    let mappers = vec![
+        // Anthropic Messages callers.
+        mapper(all(vec![flags(&["UT"]), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("timeout_error")),
+        mapper(all(vec![flags(&UPSTREAM), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
+        mapper(all(vec![status_503.clone(), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
+        // Google generateContent callers.
+        mapper(all(vec![flags(&["UT"]), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("DEADLINE_EXCEEDED")),
+        mapper(all(vec![flags(&UPSTREAM), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
+        mapper(all(vec![status_503.clone(), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
+        // Everyone else: OpenAI's shape.
+        mapper(all(vec![flags(&UPSTREAM), not_own.clone()]), openai("upstream_error")),
+        // Envoy's other local 503s (a failed Wasm VM: `wasm_fail_stream`) as JSON too.
+        mapper(all(vec![status_503, not_own]), openai("server_error")),
+    ];
+    json!({ "mappers": mappers })
+}
+
 /// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
 pub fn bootstrap(cfg: &StackConfig) -> Value {
     let mut boot = bootstrap_inner(cfg);
@@ -430,28 +471,9 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                         "stat_prefix": "switchyard",
                         "route_config": {"name": "switchyard", "virtual_hosts": virtual_hosts},
-                        // Envoy's own errors (no upstream, reset, timeout) as OpenAI-style JSON.
-                        "local_reply_config": {"mappers": [{
-                            "filter": {"and_filter": {"filters": [
-                                {"response_flag_filter": {"flags": ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"]}},
-                                // Not the replies Switchyard already shaped itself.
-                                {"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}}
-                            ]}},
-                            "body_format_override": {
-                                "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "upstream_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
-                                "content_type": "application/json"
-                            }
-                        }, {
-                            // Envoy's other local 503s (a failed Wasm VM: `wasm_fail_stream`) as JSON too.
-                            "filter": {"and_filter": {"filters": [
-                                {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}},
-                                {"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}}
-                            ]}},
-                            "body_format_override": {
-                                "json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": "server_error", "code": "%RESPONSE_CODE_DETAILS%", "param": null}},
-                                "content_type": "application/json"
-                            }
-                        }]},
+                        // Envoy's own errors (no upstream, reset, timeout, a failed VM) as JSON
+                        // in the caller's API shape.
+                        "local_reply_config": local_reply_config(),
                         "http_filters": [
                             // 0. Compress for callers that accept it. Switchyard asks providers for
                             //    unencoded answers (it rewrites them); this filter runs last on the

@@ -109,4 +109,35 @@ fn a_failed_vm_answers_json_503_reaches_no_provider_and_is_reloaded() {
         let r = chat(&format!("steady-{i}"), &[]);
         assert_eq!(r.status, 200, "{}", r.text());
     }
+
+    // Envoy's own reply comes in the shape of the caller's API (local_reply_config mappers by
+    // path): a trap on the Anthropic Messages path, then on a Google generateContent path.
+    let post = |path: &str, id: &str| {
+        let h = [("x-test-id", id), ("x-switchyard-test-trap", "1")];
+        match rt.block_on(post_json(envoy.addr(), path, &h, &json!({"contents": []}))) {
+            Ok(r) => r,
+            Err(e) => panic!("{id}: {e}"),
+        }
+    };
+    let wait_until_routed = |tag: &str| {
+        for i in 0..100 {
+            if chat(&format!("{tag}-{i}"), &[]).status == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the filter never recovered after {tag}");
+    };
+    let r = post("/v1/messages", "trap-anthropic");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let v = r.json();
+    assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("api_error")), "{v}");
+    assert_eq!(v["error"]["code"], "wasm_fail_stream", "{v}");
+    wait_until_routed("after-anthropic");
+    let r = post("/v1beta/models/vm/model:streamGenerateContent?alt=sse", "trap-google");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let v = r.json();
+    assert_eq!((v["error"]["code"].as_u64(), v["error"]["status"].as_str()), (Some(503), Some("UNAVAILABLE")), "{v}");
+    assert_eq!(v["error"]["details"][0]["reason"], "wasm_fail_stream", "{v}");
+    assert!(alpha.received_for("trap-anthropic").is_empty() && alpha.received_for("trap-google").is_empty());
 }
