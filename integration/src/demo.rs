@@ -9,11 +9,12 @@ use crate::envoy::{wasm_path, ClusterSpec, Envoy, PolicyRoute, StackConfig};
 use crate::mock::{Behavior, MockProvider};
 
 /// Demo providers: (slug, cluster, authority).
-pub const DEMO_PROVIDERS: [(&str, &str, &str); 4] = [
+pub const DEMO_PROVIDERS: [(&str, &str, &str); 5] = [
     ("deepinfra", "provider_deepinfra", "api.deepinfra.example"),
     ("together", "provider_together", "api.together.example"),
     ("fireworks", "provider_fireworks", "api.fireworks.example"),
     ("anthropic-direct", "provider_anthropic", "api.anthropic.example"),
+    ("google-ai-studio", "provider_google", "generativelanguage.example"),
 ];
 
 /// The demo catalog. Keys are literal demo values, never real secrets.
@@ -29,10 +30,19 @@ pub fn demo_catalog() -> Value {
             "fireworks": {"cluster": "provider_fireworks", "authority": "api.fireworks.example",
                           "credential": {"value": "demo-fireworks-key"}, "tags": ["eu"],
                           "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": false}},
+            // Speaks Anthropic's Messages API (x-api-key) and its OpenAI-compatible API.
             "anthropic-direct": {"cluster": "provider_anthropic", "authority": "api.anthropic.example",
                                  "credential": {"header": "x-api-key", "prefix": "", "value": "demo-anthropic-key"},
+                                 "apis": {"anthropic": {}, "openai": {}},
                                  "byok": true, "tags": ["us", "hipaa", "contract-2026"],
-                                 "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}}
+                                 "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+            // Speaks Google's generateContent API (x-goog-api-key, /v1beta) and its OpenAI-compatible
+            // API under /v1beta/openai.
+            "google-ai-studio": {"cluster": "provider_google", "authority": "generativelanguage.example",
+                                 "credential": {"value": "demo-google-key"},
+                                 "apis": {"google": {}, "openai": {"path_prefix": "/v1beta/openai"}},
+                                 "tags": ["us"],
+                                 "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}}
         },
         "models": {
             "meta-llama/llama-4-maverick": {
@@ -89,6 +99,15 @@ pub fn demo_catalog() -> Value {
                     {"provider": "together", "upstream_model": "deepseek-ai/DeepSeek-R1",
                      "pricing": {"prompt": 3, "completion": 7}, "quantization": "fp8", "context_length": 163840,
                      "supported_parameters": ["max_tokens", "temperature", "reasoning"]}
+                ]
+            },
+            "google/gemini-2.5-flash": {
+                "cost_tier": "low",
+                "input_modalities": ["text", "image", "audio", "video", "file"],
+                "endpoints": [
+                    {"provider": "google-ai-studio", "upstream_model": "gemini-2.5-flash",
+                     "pricing": {"prompt": 0.3, "completion": 2.5, "cached_prompt": 0.075}, "context_length": 1048576,
+                     "supported_parameters": ["max_tokens", "temperature", "top_p", "tools", "tool_choice", "response_format", "reasoning"]}
                 ]
             },
             "google/gemma-3-27b-it": {
@@ -168,7 +187,7 @@ fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_port
 }
 
 /// First mock-provider port of the committed example config (`switchyard-demo --mocks-only`
-/// listens on this and the next three).
+/// listens on this and the next four).
 pub const EXAMPLE_PROVIDER_PORT: u16 = 18101;
 
 /// The demo's Envoy bootstrap with fixed ports (listener 10000, admin 9901, providers from

@@ -101,6 +101,22 @@ fn examples(port: u16) -> Vec<Example> {
             ),
         },
         Example {
+            shows: "an Anthropic Messages caller (anthropic SDK): routed among endpoints speaking Anthropic's API, answered in its shape",
+            expect: "200; a message naming model anthropic/claude-sonnet-4-6, provider and usage.cost",
+            command: format!(
+                "curl -s localhost:{port}/v1/messages -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' \\\n    -d '{}' -D -",
+                r#"{"model":"anthropic/claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"Hello"}],"provider":{"sort":"price"}}"#
+            ),
+        },
+        Example {
+            shows: "a Google generateContent caller (google-genai SDK): the model is in the path, routing fields in x-switchyard-routing",
+            expect: "200; modelVersion: google/gemini-2.5-flash; the no-endpoint 404s come in Google's error shape",
+            command: format!(
+                "curl -s 'localhost:{port}/v1beta/models/google/gemini-2.5-flash:generateContent' -H 'content-type: application/json' \\\n    -H 'x-switchyard-routing: {{\"provider\":{{\"sort\":\"price\"}}}}' -d '{}' -D -",
+                r#"{"contents":[{"role":"user","parts":[{"text":"Hello"}]}]}"#
+            ),
+        },
+        Example {
             shows: "a body that is not JSON",
             expect: "400 invalid_json (the connection stays open)",
             command: chat("", "{not json"),
