@@ -60,9 +60,10 @@ unit: setup
 	cargo test -p switchyard
 
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
-# the demo prunes directories of demos that are gone) nor .work/fuzz (the fuzz corpus).
+# the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
+# .work/litellm-venv (`make bench` installs LiteLLM there once).
 integration: wasm registry-tools
-	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz -exec rm -rf {} +
+	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	cargo test -p switchyard-integration
 
 sdk: wasm
@@ -75,6 +76,11 @@ clean:
 	cargo clean
 	rm -rf .work
 
+# Side by side in one run (about 8 minutes; the first run also installs LiteLLM proxy into
+# .work/litellm-venv): the mock reached directly, plain Envoy, the Switchyard full path, the
+# breakdown rows and LiteLLM proxy, at 1, 10 and 100 KB, JSON and SSE. Env knobs: see
+# integration/src/bin/switchyard-bench.rs (BENCH_SECONDS, BENCH_ROUNDS, BENCH_LITELLM=0, ...).
+# Writes target/bench/results.md.
 bench: wasm
 	cargo build --release -p switchyard-integration --bin switchyard-bench
 	target/release/switchyard-bench

@@ -1,182 +1,1150 @@
-//! `make bench`: Switchyard's full routing + failover path against plain Envoy, side by side in
-//! one run, same machine, same mock provider, same 1 KB request body. Prints one table.
+//! `make bench`: Switchyard's full routing + failover path beside plain Envoy, the mock provider
+//! reached directly, measurement-only breakdown rows and LiteLLM proxy, side by side in one run,
+//! one table.
 //!
-//! Env: BENCH_SECONDS (per round, default 5), BENCH_ROUNDS (default 3), BENCH_CONNECTIONS (32).
+//! Method (what keeps the figures honest on a 2-core machine):
+//! - The mock provider and the load generator are this binary in processes of their own
+//!   (`switchyard-bench mock`, `switchyard-bench load ...`), one thread each, pinned to one core;
+//!   the proxy under test (Envoy `--concurrency 1`, or LiteLLM) is pinned to the other. The
+//!   mock keeps nothing of what it received.
+//! - The proxy's CPU time per request comes from /proc (the figure to trust); the CPU time of the
+//!   load generator and the mock is measured too, and each row says what bound it: the proxy's
+//!   core, or the generator + mock core.
+//! - Every proxy is warmed up on every load before measuring; rows run in a rotated order per
+//!   round and per load, under load and at one connection alike; medians over the rounds.
+//!
+//! Env: BENCH_SECONDS (each loaded run, 2), BENCH_IDLE_SECONDS (each one-connection run, 1),
+//! BENCH_WARMUP_SECONDS (0.5), BENCH_ROUNDS (3), BENCH_CONNECTIONS (32), BENCH_SIZES (bytes,
+//! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
+//! (1: the LiteLLM row, installing it on first use), BENCH_RSS (1: the --concurrency 2 RSS
+//! comparison), BENCH_OUT (where the report is also written, target/bench/results.md).
 
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::load::{run, LoadResult};
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::envoy::{
+    bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
+};
+use switchyard_integration::load::{chat_body, run, start_mock, LoadSpec};
 
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
+/// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
+const LITELLM_VERSION: &str = "1.106.12";
+const MODEL: &str = "bench/model";
+const PATH: &str = "/v1/chat/completions";
+/// The caller's key (LiteLLM refuses to start without a master key; Envoy ignores it).
+const CALLER_KEY: &str = "sk-bench-7d1e3a9c5b2f4680e1d3a5c7b9f20468";
 
 fn main() {
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build() {
-        Ok(rt) => rt,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
+    let result = match args.first().map(String::as_str) {
+        Some("mock") => mock_main(),
+        Some("load") => load_main(rest),
+        Some(other) => Err(format!("unknown mode {other:?} (modes: mock, load; none runs the bench)")),
+        None => bench(),
+    };
+    match result {
+        Ok(0) => {}
+        Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("bench: {e}");
             std::process::exit(1);
         }
-    };
-    if let Err(e) = rt.block_on(bench()) {
-        eprintln!("bench: {e}");
-        std::process::exit(1);
     }
 }
 
-async fn bench() -> Result<(), String> {
-    let seconds = env_num("BENCH_SECONDS", 5);
-    let rounds = env_num("BENCH_ROUNDS", 3) as usize;
-    let connections = env_num("BENCH_CONNECTIONS", 32) as usize;
-    let provider = MockProvider::start("bench", 0, Behavior::default()).await.map_err(|e| e.to_string())?;
-    let port = provider.addr.port();
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
 
+fn env_on(name: &str) -> bool {
+    std::env::var(name).map(|v| v.trim() != "0").unwrap_or(true)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two helper processes.
+
+/// `switchyard-bench mock`: serves until killed; prints its port on the first line.
+fn mock_main() -> Result<i32, String> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let addr = start_mock(0).await.map_err(|e| format!("mock: {e}"))?;
+        println!("{}", addr.port());
+        std::future::pending::<()>().await;
+        Ok(0)
+    })
+}
+
+/// `switchyard-bench load --addr A --size N --stream 0|1 --connections N --seconds S`: one load
+/// run; prints a JSON summary, with this process's own CPU time.
+fn load_main(args: &[String]) -> Result<i32, String> {
+    let mut opts: HashMap<&str, &str> = HashMap::new();
+    for pair in args.chunks(2) {
+        if let [k, v] = pair {
+            opts.insert(k.trim_start_matches("--"), v.as_str());
+        }
+    }
+    let get = |k: &str| opts.get(k).copied().ok_or_else(|| format!("load: --{k} missing"));
+    let addr: SocketAddr = get("addr")?.parse().map_err(|e| format!("load: --addr: {e}"))?;
+    let size: usize = get("size")?.parse().map_err(|e| format!("load: --size: {e}"))?;
+    let stream = get("stream")? == "1";
+    let connections: usize = get("connections")?.parse().map_err(|e| format!("load: --connections: {e}"))?;
+    let seconds: f64 = get("seconds")?.parse().map_err(|e| format!("load: --seconds: {e}"))?;
+    let spec = LoadSpec {
+        addr,
+        path: PATH.into(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("authorization".into(), format!("Bearer {CALLER_KEY}")),
+        ],
+        body: chat_body(MODEL, size, stream),
+        stream,
+        connections,
+        duration: Duration::from_secs_f64(seconds),
+        request_timeout: Duration::from_secs(30),
+    };
+    let rt = runtime()?;
+    let cpu0 = self_cpu_us();
+    let r = rt.block_on(run(&spec));
+    let cpu = self_cpu_us().saturating_sub(cpu0);
+    let out = json!({
+        "requests": r.requests, "errors": r.errors, "elapsed_us": r.elapsed.as_micros() as u64,
+        "p50": r.percentile_us(0.50), "p99": r.percentile_us(0.99),
+        "ttfb_p50": r.ttfb_percentile_us(0.50), "cpu_us": cpu, "first_error": r.first_error,
+    });
+    println!("{out}");
+    Ok(0)
+}
+
+fn self_cpu_us() -> u64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: CPU pinning, CPU time and RSS from /proc, stopping exactly what we started.
+
+fn cpu_set(core: usize) -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(core, &mut set) };
+    set
+}
+
+/// Pins thread/process `tid` (0 = the calling thread) to `core`.
+fn pin(tid: i32, core: usize) -> bool {
+    let set = cpu_set(core);
+    // SAFETY: the set is a valid cpu_set_t of the size given.
+    unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+}
+
+/// Pins every thread of `pid` (and of its descendants) to `core`.
+fn pin_tree(pid: u32, core: usize) {
+    for p in tree(pid) {
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                if let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() {
+                    pin(tid, core);
+                }
+            }
+        }
+    }
+}
+
+/// The cores this process may run on.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: sched_getaffinity writes within the set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Fields after the command name in /proc/<pid>/stat.
+fn stat_fields(pid: u32) -> Vec<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// `pid` and all its descendants.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            if let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() {
+                if let Some(ppid) = stat_fields(p).get(1).and_then(|v| v.parse::<u32>().ok()) {
+                    children.entry(ppid).or_default().push(p);
+                }
+            }
+        }
+    }
+    let (mut out, mut todo, mut seen) = (Vec::new(), vec![pid], HashSet::new());
+    while let Some(p) = todo.pop() {
+        if seen.insert(p) {
+            out.push(p);
+            todo.extend(children.get(&p).cloned().unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// CPU time (user + system, all threads) of `pid`, microseconds.
+fn cpu_us(pid: u32) -> u64 {
+    let f = stat_fields(pid);
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    (field(11) + field(12)) * 1_000_000 / hz
+}
+
+/// (busy, total) ticks of one CPU so far, from /proc/stat.
+fn core_ticks(core: usize) -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let name = format!("cpu{core}");
+    let Some(line) = stat.lines().find(|l| l.split_whitespace().next() == Some(name.as_str())) else { return (0, 0) };
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total.saturating_sub(idle), total)
+}
+
+/// Share of `core` that was busy between two `core_ticks` readings.
+fn busy_share(a: (u64, u64), b: (u64, u64)) -> Option<f64> {
+    let total = b.1.saturating_sub(a.1);
+    (total > 0).then(|| b.0.saturating_sub(a.0) as f64 / total as f64)
+}
+
+fn tree_cpu_us(pid: u32) -> u64 {
+    tree(pid).into_iter().map(cpu_us).sum()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn tree_rss_kib(pid: u32) -> u64 {
+    tree(pid).into_iter().map(rss_kib).sum()
+}
+
+/// Makes `cmd`'s process die with this thread, optionally pinned to `core` and leading a process
+/// group of its own (so its own children can be stopped with it).
+fn guard_child(cmd: &mut Command, core: Option<usize>, own_group: bool) {
+    // SAFETY: prctl, setpgid and sched_setaffinity are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if own_group {
+                libc::setpgid(0, 0);
+            }
+            if let Some(c) = core {
+                let set = cpu_set(c);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A helper process we started, stopped by its PID (and its process group, when it leads one)
+/// when dropped, on success and on error alike.
+struct Helper {
+    child: Child,
+    group: bool,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        let target = if self.group { -pid } else { pid };
+        // SAFETY: signals only the process (group) we started.
+        unsafe { libc::kill(target, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                if self.group {
+                    unsafe { libc::kill(target, libc::SIGKILL) };
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        unsafe { libc::kill(target, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rows.
+
+enum Target {
+    /// Reached at `addr`; `pid` is the proxy whose CPU and RSS are measured (none: direct).
+    Up {
+        addr: SocketAddr,
+        pid: Option<u32>,
+    },
+    Down(String),
+}
+
+struct Row {
+    name: String,
+    target: Target,
+}
+
+/// Keeps each row's processes alive for the run (dropping stops them).
+#[derive(Default)]
+struct Keep {
+    envoys: Vec<Envoy>,
+    helpers: Vec<Helper>,
+}
+
+/// Starts an Envoy with `concurrency` workers, all its threads on `core`.
+fn start_envoy(boot: &Value, tag: &str, concurrency: u32, cores: &Cores) -> Result<Envoy, String> {
+    // Threads Envoy creates inherit the mask of the thread that spawned it; pin them all after too.
+    if let Some(c) = cores.proxy {
+        pin(0, c);
+    }
+    let e = Envoy::start_bootstrap(boot, tag, &[], concurrency);
+    if let Some(c) = cores.client {
+        pin(0, c);
+    }
+    let e = e?;
+    if let Some(c) = cores.proxy {
+        pin_tree(e.pid(), c);
+    }
+    Ok(e)
+}
+
+struct Cores {
+    proxy: Option<usize>,
+    client: Option<usize>,
+}
+
+/// The Switchyard stack the tests and the demo use (the same generator), two providers on the mock.
+fn switchyard_config(port: u16) -> StackConfig {
     let catalog = json!({
         "providers": {
             "fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
             "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}
         },
-        "models": {"bench/model": {"endpoints": [
+        "models": {MODEL: {"endpoints": [
             {"provider": "fast", "upstream_model": "fast-model", "pricing": {"prompt": 2, "completion": 2}},
             {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}
         ]}}
     });
-    let cfg = StackConfig::new(
+    StackConfig::new(
         catalog,
         vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
         None,
-    );
-    let boot = bootstrap(&cfg);
-    // On this (main) thread: Envoy dies with the thread that started it.
-    let sy = Envoy::start_bootstrap(&boot, "bench-switchyard", &[], 1)?;
-    // BENCH_BREAKDOWN=1: where the cost goes (not product configurations, measurement only).
-    let breakdown = env_num("BENCH_BREAKDOWN", 0) == 1;
-    let mut extra: Vec<(&str, Envoy)> = Vec::new();
-    if breakdown {
-        let mut no_upstream = boot.clone();
-        strip_upstream_filters(&mut no_upstream);
-        extra.push((
-            "  - without the per-attempt filter",
-            Envoy::start_bootstrap(&no_upstream, "bench-no-upstream", &[], 1)?,
-        ));
-        let mut wasm_only = no_upstream.clone();
-        wasm_only_static_route(&mut wasm_only);
-        extra.push((
-            "  - downstream Wasm only, static route",
-            Envoy::start_bootstrap(&wasm_only, "bench-wasm-only", &[], 1)?,
-        ));
-    }
-    let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
-    let plain = Envoy::start_bootstrap(&plain_boot, "bench-plain", &[], 1)?;
-
-    // A 1 KB OpenAI chat request (the same bytes for both paths).
-    let mut body = json!({"model": "bench/model", "max_tokens": 16, "messages": [{"role": "user", "content": ""}]});
-    let filler = 1024 - body.to_string().len();
-    body["messages"][0]["content"] = json!("x".repeat(filler));
-    let body = body.to_string().into_bytes();
-    let headers = [("content-type", "application/json")];
-    let path = "/v1/chat/completions";
-
-    println!("Switchyard benchmark: Envoy 1.40, 1 worker each, {connections} connections, {} B body, {rounds} x {seconds}s rounds, alternating", body.len());
-    let warm = Duration::from_secs(1);
-    run(plain.addr(), path, &headers, &body, connections, warm).await;
-    run(sy.addr(), path, &headers, &body, connections, warm).await;
-
-    let mut results: Vec<(&str, Vec<LoadResult>)> =
-        vec![("plain Envoy (router only)", Vec::new()), ("Switchyard full path", Vec::new())];
-    let mut addrs = vec![plain.addr(), sy.addr()];
-    for (name, e) in &extra {
-        results.push((name, Vec::new()));
-        addrs.push(e.addr());
-    }
-    let pids: Vec<&Envoy> = [&plain, &sy].into_iter().chain(extra.iter().map(|(_, e)| e)).collect();
-    // Envoy CPU time per served request: far steadier than req/s on a shared 2-core machine.
-    let mut cpu_per_req: Vec<Vec<f64>> = vec![Vec::new(); addrs.len()];
-    for _ in 0..rounds {
-        for (i, addr) in addrs.iter().copied().enumerate() {
-            let cpu0 = pids.get(i).map(|e| e.cpu_us()).unwrap_or(0);
-            let r = run(addr, path, &headers, &body, connections, Duration::from_secs(seconds)).await;
-            let cpu1 = pids.get(i).map(|e| e.cpu_us()).unwrap_or(0);
-            if let Some(v) = cpu_per_req.get_mut(i) {
-                v.push(cpu1.saturating_sub(cpu0) as f64 / r.requests.max(1) as f64);
-            }
-            if let Some(slot) = results.get_mut(i) {
-                slot.1.push(r);
-            }
-        }
-    }
-    // Unloaded latency: one connection, so p50 is the per-request cost, not queueing.
-    let mut idle_p50: Vec<f64> = Vec::new();
-    for addr in addrs.iter().copied() {
-        let r = run(addr, path, &headers, &body, 1, Duration::from_secs(seconds.min(3))).await;
-        idle_p50.push(f64::from(r.percentile_us(0.50)));
-    }
-    let summary: Vec<(&str, f64, f64, f64, u64)> = results
-        .iter()
-        .map(|(name, rs)| {
-            let rps = median(rs.iter().map(LoadResult::rps).collect());
-            let p50 = median(rs.iter().map(|r| f64::from(r.percentile_us(0.50))).collect());
-            let p99 = median(rs.iter().map(|r| f64::from(r.percentile_us(0.99))).collect());
-            let errors: u64 = rs.iter().map(|r| r.errors).sum();
-            (*name, rps, p50, p99, errors)
-        })
-        .collect();
-    let base = summary.first().map(|s| s.1).unwrap_or(1.0);
-    let mut rss = vec![plain.rss_kib(), sy.rss_kib()];
-    rss.extend(extra.iter().map(|(_, e)| e.rss_kib()));
-    println!();
-    let cpu: Vec<f64> = cpu_per_req.into_iter().map(median).collect();
-    let base_cpu = cpu.first().copied().unwrap_or(0.0);
-    let base_idle = idle_p50.first().copied().unwrap_or(0.0);
-    println!("| path | req/s (median) | vs plain | p50 us @1 conn | p50 delta us @1 conn | p50 us @{connections} conn | p99 us @{connections} conn | Envoy CPU us/req | CPU delta us/req | errors | Envoy RSS MiB |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for (i, (name, rps, p50, p99, errors)) in summary.iter().enumerate() {
-        let c = cpu.get(i).copied().unwrap_or(0.0);
-        let idle = idle_p50.get(i).copied().unwrap_or(0.0);
-        println!(
-            "| {name} | {rps:.0} | {:.2}x | {idle:.0} | {:+.0} | {p50:.0} | {p99:.0} | {c:.1} | {:+.1} | {errors} | {:.1} |",
-            rps / base.max(1e-9),
-            idle - base_idle,
-            c - base_cpu,
-            rss.get(i).copied().unwrap_or(0) as f64 / 1024.0
-        );
-    }
-    let served = provider.received().len();
-    println!("\nmock provider served {served} requests; per-round req/s:");
-    for (name, rs) in &results {
-        println!("  {name}: {}", rs.iter().map(|r| format!("{:.0}", r.rps())).collect::<Vec<_>>().join(", "));
-    }
-    Ok(())
+    )
 }
 
-fn strip_upstream_filters(boot: &mut Value) {
-    if let Some(clusters) = boot["static_resources"]["clusters"].as_array_mut() {
+/// Breakdown (measurement only): the full path without the per-attempt (upstream) filter chain.
+fn without_upstream_filters(boot: &Value) -> Result<Value, String> {
+    let mut b = boot.clone();
+    let mut removed = 0;
+    if let Some(clusters) = b.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut) {
         for c in clusters {
-            if let Some(o) = c.as_object_mut() {
-                o.remove("typed_extension_protocol_options");
+            let opts = &c["typed_extension_protocol_options"];
+            if opts.to_string().contains("envoy.filters.http.wasm") {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("typed_extension_protocol_options");
+                    removed += 1;
+                }
             }
         }
     }
+    if removed == 0 {
+        return Err("no per-attempt Wasm filter in this build's configuration".into());
+    }
+    Ok(b)
 }
 
-/// Keeps only the downstream routing filter and sends routed requests to one static cluster.
-fn wasm_only_static_route(boot: &mut Value) {
-    let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+/// Breakdown (measurement only): only the downstream routing filter, routed requests sent to one
+/// static cluster (no metadata step, no route-cache clear, no priority groups).
+fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
+    let mut b = without_upstream_filters(boot).unwrap_or_else(|_| boot.clone());
+    let hcm = b
+        .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config")
+        .ok_or("no HTTP connection manager")?;
     if let Some(filters) = hcm["http_filters"].as_array_mut() {
+        let mut first_wasm = true;
         filters.retain(|f| {
-            f["name"] != "envoy.filters.http.header_to_metadata"
-                && f["typed_config"]["config"]["root_id"] != "switchyard_clear"
+            let name = f["name"].as_str().unwrap_or("");
+            if name == "envoy.filters.http.wasm" {
+                let keep = first_wasm;
+                first_wasm = false;
+                return keep;
+            }
+            name == "envoy.filters.http.router" || name == "envoy.filters.http.compressor"
         });
     }
-    let route = &mut hcm["route_config"]["virtual_hosts"][0]["routes"][0];
-    route["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
+    let mut rerouted = 0;
+    if let Some(vhosts) = hcm.pointer_mut("/route_config/virtual_hosts").and_then(Value::as_array_mut) {
+        for vh in vhosts {
+            if let Some(routes) = vh["routes"].as_array_mut() {
+                for r in routes {
+                    if r["route"].get("inline_cluster_specifier_plugin").is_some() {
+                        r["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
+                        rerouted += 1;
+                    }
+                }
+            }
+        }
+    }
+    if rerouted == 0 {
+        return Err("no priority-group route in this build's configuration".into());
+    }
+    Ok(b)
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// Installs LiteLLM proxy (pinned) into its own venv on first use: `.work/litellm-venv`.
+fn ensure_litellm(log: &Path) -> Result<PathBuf, String> {
+    let venv = repo_root().join(".work/litellm-venv");
+    let bin = venv.join("bin/litellm");
+    let stamp = venv.join(format!(".installed-{LITELLM_VERSION}"));
+    if bin.exists() && stamp.exists() {
+        return Ok(bin);
+    }
+    eprintln!("bench: installing LiteLLM proxy {LITELLM_VERSION} into {} (first run only)", venv.display());
+    let out = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    let steps: Vec<Vec<String>> = vec![
+        vec!["python3".into(), "-m".into(), "venv".into(), venv.to_string_lossy().into()],
+        vec![
+            venv.join("bin/pip").to_string_lossy().into(),
+            "install".into(),
+            "-q".into(),
+            "--disable-pip-version-check".into(),
+            format!("litellm[proxy]=={LITELLM_VERSION}"),
+        ],
+    ];
+    for step in steps {
+        let (prog, args) = step.split_first().ok_or("empty step")?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(|e| e.to_string())?)
+            .stderr(out.try_clone().map_err(|e| e.to_string())?);
+        guard_child(&mut cmd, None, true);
+        let mut h = Helper { child: cmd.spawn().map_err(|e| format!("{prog}: {e}"))?, group: true };
+        let deadline = Instant::now() + Duration::from_secs(480);
+        loop {
+            if let Ok(Some(status)) = h.child.try_wait() {
+                if !status.success() {
+                    let tail = std::fs::read_to_string(log).unwrap_or_default();
+                    let last = tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+                    return Err(format!("`{} {}` failed: {last}", prog, args.join(" ")));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("`{prog}` did not finish in 8 minutes"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        drop(h);
+    }
+    std::fs::write(&stamp, "").map_err(|e| e.to_string())?;
+    Ok(bin)
+}
+
+/// LiteLLM proxy in front of the same mock, two deployments (the same two providers as
+/// Switchyard's catalog) with a fallback from the first to the second.
+fn start_litellm(dir: &Path, mock_port: u16, cores: &Cores) -> Result<(Helper, SocketAddr), String> {
+    let bin = ensure_litellm(&dir.join("litellm-install.log"))?;
+    let api_base = format!("http://127.0.0.1:{mock_port}/v1");
+    let config = json!({
+        "model_list": [
+            {"model_name": MODEL, "litellm_params": {"model": "openai/fast-model", "api_base": api_base, "api_key": "k1"}},
+            {"model_name": "bench/model-cheap", "litellm_params": {"model": "openai/cheap-model", "api_base": api_base, "api_key": "k2"}}
+        ],
+        "litellm_settings": {"num_retries": 0, "request_timeout": 60, "fallbacks": [{MODEL: ["bench/model-cheap"]}],
+                              "set_verbose": false, "json_logs": false},
+        "general_settings": {"master_key": CALLER_KEY}
+    });
+    let cfg_path = dir.join("litellm.yaml");
+    std::fs::write(&cfg_path, config.to_string()).map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("litellm.log")).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--config")
+        .arg(&cfg_path)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--num_workers", "1", "--telemetry", "False"])
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .env("LITELLM_LOG", "ERROR")
+        .env("NO_DOCS", "True")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    guard_child(&mut cmd, cores.proxy, true);
+    let mut h = Helper { child: cmd.spawn().map_err(|e| format!("litellm: {e}"))?, group: true };
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = h.child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("litellm.log")).unwrap_or_default();
+            let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+            return Err(format!("litellm exited with {status}: {last}"));
+        }
+        if let Ok((200, _)) = http_get(addr, "/health/liveliness") {
+            if let Some(c) = cores.proxy {
+                pin_tree(h.child.id(), c);
+            }
+            return Ok((h, addr));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Err(format!("litellm not ready after 120 s (log: {})", dir.join("litellm.log").display()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring.
+
+#[derive(Clone, Copy)]
+struct Load {
+    size: usize,
+    stream: bool,
+}
+
+impl Load {
+    fn label(&self) -> String {
+        let size = if self.size % 1024 == 0 { format!("{} KB", self.size / 1024) } else { format!("{} B", self.size) };
+        format!("{size}{}", if self.stream { " SSE" } else { "" })
+    }
+}
+
+/// One load run's figures.
+#[derive(Clone, Debug, Default)]
+struct Sample {
+    requests: u64,
+    errors: u64,
+    rps: f64,
+    p50: f64,
+    p99: f64,
+    ttfb_p50: f64,
+    /// Proxy CPU per served request, us (None: no proxy).
+    cpu_per_req: Option<f64>,
+    /// Share of one core the proxy used.
+    proxy_core: Option<f64>,
+    /// Share of one core the load generator and the mock used together.
+    client_core: f64,
+    /// Share of the proxy's core and of the generator's core that other processes used
+    /// (busy share from /proc/stat minus ours): a busy machine disturbs the figures.
+    others_proxy_core: Option<f64>,
+    others_client_core: Option<f64>,
+    first_error: Option<String>,
+}
+
+struct Bench {
+    exe: PathBuf,
+    cores: Cores,
+    mock_pid: u32,
+}
+
+impl Bench {
+    fn load(
+        &self,
+        addr: SocketAddr,
+        pid: Option<u32>,
+        load: Load,
+        connections: usize,
+        seconds: f64,
+    ) -> Result<Sample, String> {
+        let proxy0 = pid.map(tree_cpu_us);
+        let mock0 = cpu_us(self.mock_pid);
+        let busy0 = (self.cores.proxy.map(core_ticks), self.cores.client.map(core_ticks));
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("load")
+            .args(["--addr", &addr.to_string(), "--size", &load.size.to_string()])
+            .args(["--stream", if load.stream { "1" } else { "0" }])
+            .args(["--connections", &connections.to_string(), "--seconds", &seconds.to_string()])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit());
+        guard_child(&mut cmd, self.cores.client, false);
+        let out = cmd.output().map_err(|e| format!("load generator: {e}"))?;
+        let mock1 = cpu_us(self.mock_pid);
+        let proxy1 = pid.map(tree_cpu_us);
+        let busy1 = (self.cores.proxy.map(core_ticks), self.cores.client.map(core_ticks));
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("load generator output ({e}): {}", String::from_utf8_lossy(&out.stdout)))?;
+        let n = |k: &str| v[k].as_f64().unwrap_or(0.0);
+        let elapsed_us = n("elapsed_us").max(1.0);
+        let requests = v["requests"].as_u64().unwrap_or(0);
+        let proxy_cpu = match (proxy0, proxy1) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64),
+            _ => None,
+        };
+        let proxy_core = proxy_cpu.map(|c| c / elapsed_us);
+        let client_core = (n("cpu_us") + mock1.saturating_sub(mock0) as f64) / elapsed_us;
+        let others = |a: Option<(u64, u64)>, b: Option<(u64, u64)>, ours: f64| {
+            a.zip(b).and_then(|(a, b)| busy_share(a, b)).map(|busy| (busy - ours).max(0.0))
+        };
+        Ok(Sample {
+            others_proxy_core: others(busy0.0, busy1.0, proxy_core.unwrap_or(0.0)),
+            others_client_core: others(busy0.1, busy1.1, client_core),
+            requests,
+            errors: v["errors"].as_u64().unwrap_or(0),
+            rps: requests as f64 / (elapsed_us / 1e6),
+            p50: n("p50"),
+            p99: n("p99"),
+            ttfb_p50: n("ttfb_p50"),
+            cpu_per_req: proxy_cpu.filter(|_| requests > 0).map(|c| c / requests as f64),
+            proxy_core,
+            client_core,
+            first_error: v["first_error"].as_str().map(str::to_string),
+        })
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+/// All samples of one row on one load.
+#[derive(Default)]
+struct Cell {
+    loaded: Vec<Sample>,
+    idle: Vec<Sample>,
+}
+
+/// Medians of a cell.
+#[derive(Clone, Copy, Default)]
+struct Summary {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+    idle_p50: f64,
+    idle_ttfb: f64,
+    cpu: Option<f64>,
+    proxy_core: Option<f64>,
+    client_core: f64,
+    others_proxy_core: Option<f64>,
+    others_client_core: Option<f64>,
+    errors: u64,
+    measured: bool,
+}
+
+impl Cell {
+    fn summary(&self) -> Summary {
+        let m = |f: &dyn Fn(&Sample) -> f64, v: &[Sample]| median(v.iter().map(f).collect()).unwrap_or(0.0);
+        Summary {
+            rps: m(&|s| s.rps, &self.loaded),
+            p50: m(&|s| s.p50, &self.loaded),
+            p99: m(&|s| s.p99, &self.loaded),
+            idle_p50: m(&|s| s.p50, &self.idle),
+            idle_ttfb: m(&|s| s.ttfb_p50, &self.idle),
+            cpu: median(self.loaded.iter().filter_map(|s| s.cpu_per_req).collect()),
+            proxy_core: median(self.loaded.iter().filter_map(|s| s.proxy_core).collect()),
+            client_core: m(&|s| s.client_core, &self.loaded),
+            others_proxy_core: median(self.loaded.iter().filter_map(|s| s.others_proxy_core).collect()),
+            others_client_core: median(self.loaded.iter().filter_map(|s| s.others_client_core).collect()),
+            errors: self.loaded.iter().chain(&self.idle).map(|s| s.errors).sum(),
+            measured: !self.loaded.is_empty(),
+        }
+    }
+
+    fn first_error(&self) -> Option<&str> {
+        self.loaded.iter().chain(&self.idle).find_map(|s| s.first_error.as_deref())
+    }
+}
+
+/// Saturated: above this share of a core.
+const SATURATED: f64 = 0.90;
+
+fn bound_by(s: &Summary) -> String {
+    let client = s.client_core >= SATURATED;
+    let proxy = s.proxy_core.is_some_and(|p| p >= SATURATED);
+    let shared = s.proxy_core.zip(s.others_proxy_core).is_some_and(|(p, o)| p + o >= SATURATED);
+    match (proxy, client) {
+        (true, false) => "proxy".into(),
+        (false, true) => "**gen+mock**".into(),
+        (true, true) => "**both**".into(),
+        (false, false) if shared => "**proxy core shared with others**".into(),
+        (false, false) => "neither (latency)".into(),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+fn signed(v: f64, digits: usize) -> String {
+    format!("{}{:.*}", if v >= 0.0 { "+" } else { "-" }, digits, v.abs())
+}
+
+fn bench() -> Result<i32, String> {
+    let seconds = env_f64("BENCH_SECONDS", 2.0);
+    let idle_seconds = env_f64("BENCH_IDLE_SECONDS", 1.0);
+    let warmup = env_f64("BENCH_WARMUP_SECONDS", 0.5);
+    let rounds = env_f64("BENCH_ROUNDS", 3.0).max(1.0) as usize;
+    let connections = env_f64("BENCH_CONNECTIONS", 32.0).max(1.0) as usize;
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "1024,10240,102400".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let loads: Vec<Load> =
+        sizes.iter().flat_map(|&size| [Load { size, stream: false }, Load { size, stream: true }]).collect();
+    let started = Instant::now();
+
+    let allowed = allowed_cores();
+    let cores = match allowed.as_slice() {
+        [a, b, ..] => Cores { proxy: Some(*a), client: Some(*b) },
+        _ => Cores { proxy: None, client: None },
+    };
+    if let Some(c) = cores.client {
+        pin(0, c);
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = repo_root().join(format!(".work/bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+
+    // The mock, in its own process on the generator's core.
+    let mut cmd = Command::new(&exe);
+    cmd.arg("mock").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    guard_child(&mut cmd, cores.client, false);
+    let mut mock = Helper { child: cmd.spawn().map_err(|e| format!("mock: {e}"))?, group: false };
+    let mut line = String::new();
+    if let Some(out) = mock.child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line).map_err(|e| format!("mock: {e}"))?;
+    }
+    let mock_port: u16 = line.trim().parse().map_err(|_| format!("mock did not say its port: {line:?}"))?;
+    let mock_addr = SocketAddr::from(([127, 0, 0, 1], mock_port));
+    let bench = Bench { exe, cores, mock_pid: mock.child.id() };
+
+    // The rows.
+    let mut keep = Keep::default();
+    let mut rows: Vec<Row> =
+        vec![Row { name: "direct to the mock (no proxy)".into(), target: Target::Up { addr: mock_addr, pid: None } }];
+    let add_envoy = |rows: &mut Vec<Row>, keep: &mut Keep, name: &str, boot: Result<Value, String>, tag: &str| {
+        let target = match boot.and_then(|b| start_envoy(&b, tag, 1, &bench.cores)) {
+            Ok(e) => {
+                let t = Target::Up { addr: e.addr(), pid: Some(e.pid()) };
+                keep.envoys.push(e);
+                t
+            }
+            Err(e) => Target::Down(e.lines().next().unwrap_or("").to_string()),
+        };
+        rows.push(Row { name: name.into(), target });
+    };
+    let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port: mock_port }, 0, 0);
+    add_envoy(&mut rows, &mut keep, "plain Envoy (router only)", Ok(plain_boot.clone()), "bench-plain");
+    let sy_boot = bootstrap(&switchyard_config(mock_port));
+    add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
+    if env_on("BENCH_BREAKDOWN") {
+        add_envoy(
+            &mut rows,
+            &mut keep,
+            "- without the per-attempt filter",
+            without_upstream_filters(&sy_boot),
+            "bench-no-upstream",
+        );
+        add_envoy(
+            &mut rows,
+            &mut keep,
+            "- downstream Wasm only, static route",
+            downstream_wasm_only(&sy_boot),
+            "bench-wasm-only",
+        );
+    }
+    let litellm_name = format!("LiteLLM proxy {LITELLM_VERSION} (1 worker)");
+    if env_on("BENCH_LITELLM") {
+        let target = match start_litellm(&dir, mock_port, &bench.cores) {
+            Ok((h, addr)) => {
+                let pid = h.child.id();
+                keep.helpers.push(h);
+                Target::Up { addr, pid: Some(pid) }
+            }
+            Err(e) => Target::Down(format!("not available: {e}")),
+        };
+        rows.push(Row { name: litellm_name.clone(), target });
+    }
+    let plain_idx = 1;
+    let sy_idx = 2;
+    for (i, r) in rows.iter().enumerate() {
+        if let Target::Down(why) = &r.target {
+            eprintln!("bench: row {:?} is not measured: {why}", r.name);
+            if i == plain_idx || i == sy_idx {
+                return Err(format!("{} did not start: {why}", r.name));
+            }
+        }
+    }
+    let up: Vec<(usize, SocketAddr, Option<u32>)> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r.target {
+            Target::Up { addr, pid } => Some((i, addr, pid)),
+            Target::Down(_) => None,
+        })
+        .collect();
+
+    // Warm-up: every proxy on every load (V8 tiers the module up, pools fill).
+    eprintln!("bench: warming up {} rows on {} loads", up.len(), loads.len());
+    for &load in &loads {
+        for &(i, addr, pid) in &up {
+            let s = bench.load(addr, pid, load, connections, warmup)?;
+            if s.requests == 0 {
+                eprintln!(
+                    "bench: warm-up of {:?} on {} served nothing: {:?}",
+                    rows[i].name,
+                    load.label(),
+                    s.first_error
+                );
+            }
+        }
+    }
+
+    // Rounds: each load, rows in an order rotated per round and per load; loaded runs, then the
+    // same rotation at one connection.
+    let mut cells: Vec<Vec<Cell>> =
+        (0..loads.len()).map(|_| (0..rows.len()).map(|_| Cell::default()).collect()).collect();
+    for round in 0..rounds {
+        eprintln!("bench: round {}/{rounds} ({:.0} s so far)", round + 1, started.elapsed().as_secs_f64());
+        for (li, &load) in loads.iter().enumerate() {
+            let mut order = up.clone();
+            if !order.is_empty() {
+                let k = (round + li) % order.len();
+                order.rotate_left(k);
+            }
+            for &(i, addr, pid) in &order {
+                let s = bench.load(addr, pid, load, connections, seconds)?;
+                cells[li][i].loaded.push(s);
+            }
+            for &(i, addr, pid) in order.iter().rev() {
+                let s = bench.load(addr, pid, load, 1, idle_seconds)?;
+                cells[li][i].idle.push(s);
+            }
+        }
+    }
+    let summaries: Vec<Vec<Summary>> = cells.iter().map(|row| row.iter().map(Cell::summary).collect()).collect();
+    let rss: Vec<Option<u64>> = rows
+        .iter()
+        .map(|r| match r.target {
+            Target::Up { pid: Some(p), .. } => Some(tree_rss_kib(p)),
+            _ => None,
+        })
+        .collect();
+
+    // RSS at --concurrency 2 (the target's setting), after load on both workers.
+    let rss_c2 = if env_on("BENCH_RSS") {
+        eprintln!("bench: RSS at --concurrency 2");
+        let mut pair = Vec::new();
+        for (boot, tag) in [(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2")] {
+            let e = start_envoy(boot, tag, 2, &bench.cores)?;
+            for load in [
+                Load { size: 1024, stream: false },
+                Load { size: 1024, stream: true },
+                Load { size: 102_400, stream: false },
+            ] {
+                bench.load(e.addr(), Some(e.pid()), load, connections, seconds.min(2.0))?;
+            }
+            pair.push(rss_kib(e.pid()));
+        }
+        Some((pair.first().copied().unwrap_or(0), pair.get(1).copied().unwrap_or(0)))
+    } else {
+        None
+    };
+    drop(keep);
+    drop(mock);
+
+    let report = render(
+        &rows,
+        &loads,
+        &cells,
+        &summaries,
+        &rss,
+        rss_c2,
+        Params { seconds, idle_seconds, warmup, rounds, connections, cores: &bench.cores, elapsed: started.elapsed() },
+    );
+    print!("{report}");
+    let out =
+        std::env::var_os("BENCH_OUT").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target/bench/results.md"));
+    if let Some(parent) = out.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    if std::fs::write(&out, &report).is_ok() {
+        eprintln!("bench: report written to {}", out.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // Errors on a row other than LiteLLM make the figures suspect: fail the run (after the table).
+    let bad = rows.iter().enumerate().any(|(i, r)| r.name != litellm_name && summaries.iter().any(|s| s[i].errors > 0));
+    Ok(if bad { 2 } else { 0 })
+}
+
+struct Params<'a> {
+    seconds: f64,
+    idle_seconds: f64,
+    warmup: f64,
+    rounds: usize,
+    connections: usize,
+    cores: &'a Cores,
+    elapsed: Duration,
+}
+
+fn envoy_version() -> String {
+    Command::new(switchyard_integration::envoy::envoy_binary())
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let s = String::from_utf8_lossy(&o.stdout).into_owned();
+            s.split_whitespace()
+                .find(|w| w.contains('/') && w.chars().next().is_some_and(|c| c.is_ascii_hexdigit()))
+                .map(|w| w.split('/').nth(1).unwrap_or(w).to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    rows: &[Row],
+    loads: &[Load],
+    cells: &[Vec<Cell>],
+    sums: &[Vec<Summary>],
+    rss: &[Option<u64>],
+    rss_c2: Option<(u64, u64)>,
+    p: Params<'_>,
+) -> String {
+    let mut o = String::new();
+    let wasm_bytes = std::fs::metadata(wasm_path()).map(|m| m.len()).unwrap_or(0);
+    let pinning = match (p.cores.proxy, p.cores.client) {
+        (Some(a), Some(b)) => {
+            format!("proxy pinned to CPU {a}; load generator + mock (one thread each, own processes) pinned to CPU {b}")
+        }
+        _ => "no pinning (fewer than 2 CPUs allowed)".into(),
+    };
+    let _ = writeln!(o, "## Switchyard benchmark\n");
+    let _ = writeln!(
+        o,
+        "Envoy {} `--concurrency 1`; {pinning}. {} connections for the loaded runs ({} s each), 1 connection for the latency runs ({} s each), {} rounds, rows rotated per round and load, {} s warm-up per row and load; medians over rounds. `.wasm` {} bytes. Whole run {:.0} s.\n",
+        envoy_version(), p.connections, p.seconds, p.idle_seconds, p.rounds, p.warmup, wasm_bytes, p.elapsed.as_secs_f64()
+    );
+    let _ = writeln!(o, "| load | path | req/s | vs plain | p50 / p99 us @{c} | p50 us @1 conn | SSE TTFB us @1 conn | proxy CPU us/req | proxy core | gen+mock core | bound by | others on proxy / gen core | RSS MiB | errors |", c = p.connections);
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut notes: Vec<String> = Vec::new();
+    for (li, load) in loads.iter().enumerate() {
+        let base = sums[li][1];
+        for (i, row) in rows.iter().enumerate() {
+            let s = sums[li][i];
+            if let Target::Down(why) = &row.target {
+                if li == 0 {
+                    let _ = writeln!(o, "| {} | {} | {why} | | | | | | | | | | | |", load.label(), row.name);
+                }
+                continue;
+            }
+            if !s.measured {
+                continue;
+            }
+            let delta =
+                |v: f64, b: f64| if i == 1 || i == 0 { String::new() } else { format!(" ({})", signed(v - b, 0)) };
+            let ttfb = if load.stream {
+                format!("{:.0}{}", s.idle_ttfb, delta(s.idle_ttfb, base.idle_ttfb))
+            } else {
+                "".into()
+            };
+            let cpu = match (s.cpu, base.cpu) {
+                (Some(c), Some(b)) if i > 1 => format!("{c:.1} ({})", signed(c - b, 1)),
+                (Some(c), _) => format!("{c:.1}"),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {:.0} | {} | {:.0} / {:.0} | {:.0}{} | {ttfb} | {cpu} | {} | {:.0}% | {} | {} / {} | {} | {} |",
+                load.label(),
+                row.name,
+                s.rps,
+                if i == 0 { "-".into() } else { format!("{:.2}x", s.rps / base.rps.max(1e-9)) },
+                s.p50,
+                s.p99,
+                s.idle_p50,
+                delta(s.idle_p50, base.idle_p50),
+                s.proxy_core.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+                s.client_core * 100.0,
+                if i == 0 { "gen+mock (no proxy)".into() } else { bound_by(&s) },
+                pct(s.others_proxy_core),
+                pct(s.others_client_core),
+                rss[i].map_or("-".into(), |k| format!("{:.0}", k as f64 / 1024.0)),
+                s.errors,
+            );
+            if s.errors > 0 {
+                notes.push(format!(
+                    "{} / {}: {} errors, first: {}",
+                    load.label(),
+                    row.name,
+                    s.errors,
+                    cells[li][i].first_error().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "proxy core / gen+mock core: share of one core used during the loaded runs (the proxy's from /proc, the generator's and the mock's from their own processes). \"bound by\": which side was above {:.0}% of its core; only rows bound by the proxy compare proxies by req/s, the CPU per request compares them always. RSS: after the run, `--concurrency 1` (LiteLLM: all its processes).\n", SATURATED * 100.0);
+    let client_bound: Vec<String> = loads
+        .iter()
+        .enumerate()
+        .flat_map(|(li, l)| {
+            rows.iter()
+                .enumerate()
+                .skip(1)
+                .filter(move |(i, _)| sums[li][*i].measured && sums[li][*i].client_core >= SATURATED)
+                .map(move |(_, r)| format!("{} / {}", l.label(), r.name))
+        })
+        .collect();
+    let disturbed: Vec<String> = loads
+        .iter()
+        .enumerate()
+        .flat_map(|(li, l)| {
+            rows.iter()
+                .enumerate()
+                .filter(move |(i, _)| sums[li][*i].measured && sums[li][*i].others_proxy_core.is_some_and(|x| x > 0.10))
+                .map(move |(_, r)| format!("{} / {}", l.label(), r.name))
+        })
+        .collect();
+    if !disturbed.is_empty() {
+        let _ = writeln!(o, "Other processes used more than 10% of the proxy's core during: {}. The machine was not quiet: req/s and latencies there are low, the CPU per request less affected.\n", disturbed.join("; "));
+    }
+    if client_bound.is_empty() {
+        let _ = writeln!(o, "The load generator and the mock stayed below {:.0}% of their core on every proxied row: the req/s are the proxies'.\n", SATURATED * 100.0);
+    } else {
+        let _ = writeln!(o, "The load generator + mock were saturated on: {}. Their req/s understate what the proxy could do; use the CPU per request there.\n", client_bound.join("; "));
+    }
+    for n in &notes {
+        let _ = writeln!(o, "- errors: {n}");
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(o);
+    }
+
+    // Targets (issue 9), Switchyard full path vs plain Envoy.
+    let find = |size: usize, stream: bool| loads.iter().position(|l| l.size == size && l.stream == stream);
+    let _ = writeln!(o, "### Targets (Switchyard full path vs plain Envoy, this run)\n");
+    let _ = writeln!(o, "| target | measured | verdict |");
+    let _ = writeln!(o, "|---|---|---|");
+    let verdict = |ok: bool, by: String| if ok { "met".to_string() } else { format!("missed by {by}") };
+    if let Some(li) = find(1024, false) {
+        let (b, s) = (sums[li][1], sums[li][2]);
+        if let (Some(bc), Some(sc)) = (b.cpu, s.cpu) {
+            let d = sc - bc;
+            let _ = writeln!(
+                o,
+                "| Envoy CPU per request at 1 KB: at most +20 us over plain | {sc:.1} vs {bc:.1} us: {} us | {} |",
+                signed(d, 1),
+                verdict(d <= 20.0, format!("{:.1} us", d - 20.0))
+            );
+        }
+        let r = s.rps / b.rps.max(1e-9);
+        let cpu_ratio = match (b.cpu, s.cpu) {
+            (Some(bc), Some(sc)) if sc > 0.0 => format!("; CPU ratio {:.2}x", bc / sc),
+            _ => String::new(),
+        };
+        let held = if b.client_core >= SATURATED || s.client_core >= SATURATED {
+            " (gen+mock saturated: see CPU ratio)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "| Throughput at 1 KB: at least 0.6x plain (aim 0.75x) | {r:.2}x{cpu_ratio}{held} | {} |",
+            if r >= 0.75 {
+                "met (and the 0.75x aim)".into()
+            } else {
+                verdict(r >= 0.6, format!("{:.2}x (0.75x aim: {:.2}x)", 0.6 - r, 0.75 - r))
+            }
+        );
+        let d = s.idle_p50 - b.idle_p50;
+        let _ = writeln!(
+            o,
+            "| p50 at one connection, 1 KB: at most +50 us | {:.0} vs {:.0} us: {} us | {} |",
+            s.idle_p50,
+            b.idle_p50,
+            signed(d, 0),
+            verdict(d <= 50.0, format!("{:.0} us", d - 50.0))
+        );
+    }
+    if let Some(li) = find(102_400, false) {
+        let (b, s) = (sums[li][1], sums[li][2]);
+        let r = s.rps / b.rps.max(1e-9);
+        let cpu_ratio = match (b.cpu, s.cpu) {
+            (Some(bc), Some(sc)) if sc > 0.0 => format!("; CPU ratio {:.2}x", bc / sc),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "| Throughput at 100 KB: at least 0.5x plain | {r:.2}x{cpu_ratio} | {} |",
+            verdict(r >= 0.5, format!("{:.2}x", 0.5 - r))
+        );
+    }
+    if let Some(li) = find(1024, true) {
+        let (b, s) = (sums[li][1], sums[li][2]);
+        let d = s.idle_ttfb - b.idle_ttfb;
+        let _ = writeln!(
+            o,
+            "| SSE time to first byte, 1 KB, one connection: at most +100 us | {:.0} vs {:.0} us: {} us | {} |",
+            s.idle_ttfb,
+            b.idle_ttfb,
+            signed(d, 0),
+            verdict(d <= 100.0, format!("{:.0} us", d - 100.0))
+        );
+    }
+    if let Some((plain, sy)) = rss_c2 {
+        let d_mb = (sy as f64 - plain as f64) * 1024.0 / 1e6;
+        let _ = writeln!(
+            o,
+            "| Envoy RSS at `--concurrency 2`: at most +40 MB over plain | {:.1} vs {:.1} MB: {} MB | {} |",
+            sy as f64 * 1024.0 / 1e6,
+            plain as f64 * 1024.0 / 1e6,
+            signed(d_mb, 1),
+            verdict(d_mb <= 40.0, format!("{:.1} MB", d_mb - 40.0))
+        );
+    }
+    let _ = writeln!(
+        o,
+        "| release `.wasm`: at most 300 KB (300,000 bytes) | {wasm_bytes} bytes | {} |",
+        verdict(wasm_bytes <= 300_000, format!("{} bytes", wasm_bytes.saturating_sub(300_000)))
+    );
+    let _ = writeln!(o);
+
+    // Per-round figures for the two rows compared, so the spread is visible.
+    let _ = writeln!(o, "Per-round req/s and CPU us/req (plain Envoy | Switchyard full path):");
+    for (li, load) in loads.iter().enumerate() {
+        let fmt = |i: usize| {
+            cells[li][i]
+                .loaded
+                .iter()
+                .map(|s| format!("{:.0}/{:.1}", s.rps, s.cpu_per_req.unwrap_or(0.0)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = writeln!(o, "- {}: {} | {}", load.label(), fmt(1), fmt(2));
+    }
+    o
 }
