@@ -209,6 +209,8 @@ pub fn answer(
                         "pricing": pricing_json(e),
                         "quantization": quantization_name(e.quantization),
                         "supported_parameters": e.supported_parameters,
+                        // The request APIs this endpoint serves (`openai`, `anthropic`, `google`).
+                        "apis": e.apis.iter().map(|a| a.name()).collect::<Vec<_>>(),
                         "byok": provider.is_some_and(|p| p.byok),
                         "data_policy": {
                             "retains_data": provider.is_none_or(|p| p.retains_data),
@@ -330,6 +332,7 @@ mod tests {
         assert_eq!(eps[1]["tag"], "b/fast");
         assert_eq!(eps[1]["provider_name"], "b");
         assert_eq!(eps[1]["byok"], true);
+        assert_eq!(eps[1]["apis"], json!(["openai"]));
         assert!(eps[1]["stats"]["uptime"].is_null());
         assert_eq!(eps[1]["data_policy"]["retains_data"], true);
         let e = answer(&c, &Listing::Endpoints("v/zzz".into()), &H, &|_| true).unwrap_err();
