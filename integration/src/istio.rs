@@ -17,7 +17,7 @@
 use serde_json::{json, Value};
 
 use crate::catalog::{Catalog, ProviderHost};
-use crate::envoy::{provider_protocol_options, routed_route, upstream_filters, StackConfig};
+use crate::envoy::{local_reply_config, provider_protocol_options, routed_route, upstream_filters, StackConfig};
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// The istio/api commit the vendored CRD schemas (`k8s/schemas/`) come from, and the Istio
@@ -249,11 +249,14 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         // cluster order header becomes dynamic metadata, then the route is resolved again.
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-clear")}}),
-        // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS.
+        // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
+        // own errors come as JSON in the caller's API shape (the same mappers as every
+        // generated Envoy configuration).
         json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager"}))},
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                   "scheme_header_transformation": {"match_upstream": true}}}}}),
+                   "scheme_header_transformation": {"match_upstream": true},
+                   "local_reply_config": local_reply_config()}}}}),
     ]);
     let names: Vec<String> = c.providers.iter().map(ProviderHost::cluster).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -293,7 +296,7 @@ fn upstream_filters_ecds() -> Value {
 /// not route get an OpenAI-style 404.
 pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
     let host = v.entry_host(c);
-    let not_found = json!({"status": 404, "body": {"string": "{\"error\":{\"message\":\"not found: Switchyard routes POST /v1/chat/completions, /v1/completions and /v1/responses\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}});
+    let not_found = json!({"status": 404, "body": {"string": "{\"error\":{\"message\":\"not found: Switchyard routes POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages and /v1beta/models/{model}:generateContent\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}});
     let mut out = Vec::new();
     let mut vs_spec = json!({"hosts": [host], "http": [{"name": "switchyard-unrouted", "directResponse": not_found,
         "headers": {"response": {"set": {"content-type": "application/json"}}}}]});
