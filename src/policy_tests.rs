@@ -664,3 +664,68 @@ fn listings_show_only_what_the_policy_allows() {
     let hidden = answer(&c, &Listing::Endpoints("other/c".into()), &NoHealthData, &allowed).unwrap_err();
     assert_eq!(hidden.status, 404);
 }
+
+// Operator policies and the default policy apply the same on every surface: the API filter
+// runs first, then the policy's ceilings, and refusals come in the caller's shape.
+#[test]
+fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
+    use crate::decision::decide_for;
+    use crate::surface::{Api, GoogleMethod, Surface};
+    let json = r#"{
+      "providers": {
+        "alpha": {"cluster": "c_alpha", "authority": "a", "apis": {"anthropic": {}, "google": {}, "openai": {}},
+                  "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
+        "beta": {"cluster": "c_beta", "authority": "b", "apis": {"anthropic": {}, "google": {}}},
+        "gamma": {"cluster": "c_gamma", "authority": "g",
+                  "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}}
+      },
+      "models": {
+        "m/a": {"endpoints": [
+          {"provider": "gamma", "pricing": {"prompt": 0.1, "completion": 0.1}},
+          {"provider": "beta", "pricing": {"prompt": 1, "completion": 1}},
+          {"provider": "alpha", "pricing": {"prompt": 2, "completion": 2}}]},
+        "m/secret": {"endpoints": [{"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}}]}
+      },
+      "policies": {"p": {"zdr": true, "allowed_models": ["m/a"]}}
+    }"#;
+    let c = Catalog::from_json(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+    let ps = Policies::from_json(json.as_bytes(), &c).unwrap_or_else(|e| panic!("{e}"));
+    let p = ps.get("p").cloned().unwrap_or_else(|| panic!("no policy"));
+    let anthropic = Surface::of(Api::Anthropic);
+    let google =
+        |m: &str| Surface { api: Api::Google, path_model: Some(m.into()), method: Some(GoogleMethod::Generate) };
+    let decide = |s: &Surface, pol: Option<&Policy>, body: &str| {
+        decide_for(&c, pol, s, None, body.as_bytes(), &NoHealthData, &mut || 0.0)
+    };
+    let slug = |d: &crate::decision::Decision| {
+        d.plan.attempts.iter().filter_map(|a| c.endpoint(a.endpoint)).map(|e| e.slug.clone()).collect::<Vec<_>>()
+    };
+    // Without a policy: the default policy (routing_cost) orders the Anthropic speakers only.
+    let d = decide(&anthropic, None, r#"{"model": "m/a", "max_tokens": 1, "messages": []}"#)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(d.plan.strategy, "routing_cost");
+    let mut got = slug(&d);
+    got.sort();
+    assert_eq!(got, vec!["alpha", "beta"]);
+    // Under the ZDR policy only alpha is left, on both surfaces.
+    let d = decide(&anthropic, Some(&p), r#"{"model": "m/a", "max_tokens": 1, "messages": []}"#)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!((slug(&d), d.policy.as_deref()), (vec!["alpha".to_string()], Some("p")));
+    let d = decide(&google("m/a"), Some(&p), r#"{"contents": []}"#).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slug(&d), vec!["alpha"]);
+    // A request `only` outside the ceiling: the policy is named, in Anthropic's shape.
+    let e = decide(
+        &anthropic,
+        Some(&p),
+        r#"{"model": "m/a", "max_tokens": 1, "messages": [], "provider": {"only": ["beta"]}}"#,
+    )
+    .err()
+    .unwrap_or_else(|| panic!("planned"));
+    assert_eq!((e.status, e.api), (404, Api::Anthropic));
+    assert_eq!(e.metadata.get("constraint").and_then(|v| v.as_str()), Some("policy:p.zdr"));
+    // allowed_models: 403 in Google's shape.
+    let e = decide(&google("m/secret"), Some(&p), r#"{"contents": []}"#).err().unwrap_or_else(|| panic!("planned"));
+    assert_eq!((e.status, e.code, e.api), (403, "policy_denied", Api::Google));
+    let v: serde_json::Value = serde_json::from_str(&e.body()).unwrap_or_default();
+    assert_eq!(v["error"]["status"], "PERMISSION_DENIED");
+}

@@ -14,6 +14,7 @@ use crate::health::{significant_outage, EndpointHealth, HealthView, Percentiles,
 use crate::policy::Policy;
 use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
 use crate::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
+use crate::surface::Api;
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -543,19 +544,30 @@ pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> 
     if let Some(id) = req.fields.get("session_id").and_then(|v| serde_json::from_str::<String>(v.get()).ok()) {
         return Some(fnv(&[b"session", id.as_bytes()]));
     }
+    // Google's turns are `contents[].parts`; Anthropic's and Google's system prompts are
+    // top-level (`system`, `systemInstruction`).
     #[derive(serde::Deserialize)]
     struct Msg<'a> {
         #[serde(default)]
         role: Option<std::borrow::Cow<'a, str>>,
-        #[serde(borrow, default)]
+        #[serde(borrow, default, alias = "parts")]
         content: Option<&'a serde_json::value::RawValue>,
     }
-    let messages: Vec<Msg> = serde_json::from_str(req.fields.get("messages")?.get()).ok()?;
+    let (turns, system_field) = match req.api {
+        Api::OpenAi => ("messages", None),
+        Api::Anthropic => ("messages", Some("system")),
+        Api::Google => ("contents", Some("systemInstruction")),
+    };
+    let messages: Vec<Msg> = serde_json::from_str(req.fields.get(turns)?.get()).ok()?;
     let first = |role: &str| {
         messages.iter().find(|m| m.role.as_deref() == Some(role)).and_then(|m| m.content).map(|c| c.get().as_bytes())
     };
     let user = first("user")?;
-    Some(fnv(&[b"messages", first("system").unwrap_or(b""), user]))
+    let system = match system_field {
+        Some(f) => req.fields.get(f).map(|v| v.get().as_bytes()),
+        None => first("system"),
+    };
+    Some(fnv(&[b"messages", system.unwrap_or(b""), user]))
 }
 
 /// Default policy A: endpoints with a significant outage go to the back; among the stable ones

@@ -1784,3 +1784,34 @@ fn google_decision_hands_off_a_model_free_body_and_per_attempt_paths() {
     assert_eq!(rw.credential, Some(("x-goog-api-key".to_string(), "k4".to_string())));
     assert_eq!(rw.content_length, d.body.len());
 }
+
+// Sticky conversations on every surface: the key comes from the first user turn and the system
+// prompt wherever the API puts them; a later turn of the same conversation has the same key.
+#[test]
+fn conversation_keys_on_the_anthropic_and_google_surfaces() {
+    let key = |surface: &Surface, body: &str| {
+        let req = ChatRequest::parse_for(body.as_bytes(), surface, None).unwrap_or_else(|e| panic!("{}", e.body()));
+        conversation_key(&req, None, 7)
+    };
+    let a = Surface::of(Api::Anthropic);
+    let first = key(&a, r#"{"model":"m","system":"S","messages":[{"role":"user","content":"hi"}]}"#);
+    let later = key(
+        &a,
+        r#"{"model":"m","system":"S","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":"more"}]}"#,
+    );
+    assert!(first.is_some());
+    assert_eq!(first, later);
+    assert_ne!(first, key(&a, r#"{"model":"m","system":"T","messages":[{"role":"user","content":"hi"}]}"#));
+    let g = Surface { api: Api::Google, path_model: Some("m".into()), method: Some(GoogleMethod::Generate) };
+    let gk = key(
+        &g,
+        r#"{"systemInstruction":{"parts":[{"text":"S"}]},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,
+    );
+    let gl = key(
+        &g,
+        r#"{"systemInstruction":{"parts":[{"text":"S"}]},"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"yo"}]}]}"#,
+    );
+    assert!(gk.is_some());
+    assert_eq!(gk, gl);
+    assert_ne!(gk, key(&g, r#"{"contents":[{"role":"user","parts":[{"text":"other"}]}]}"#));
+}
