@@ -149,12 +149,14 @@ impl Context for Unconfigured {}
 
 impl HttpContext for Unconfigured {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let path = api::req_header(":path").unwrap_or_default();
         let body = crate::errors::ApiError::new(
             503,
             "server_error",
             "not_configured",
             "Switchyard has no valid configuration on this worker",
         )
+        .for_api(crate::surface::Api::of_path(&path))
         .body();
         api::reply(503, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause

@@ -20,6 +20,9 @@ use crate::stats::Finished;
 use crate::surface::Api;
 use crate::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 
+/// How much of an Anthropic stream's first chunk is read for `message_start`'s usage.
+const ANTHROPIC_HEAD_BYTES: usize = 1024;
+
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
 const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
@@ -269,6 +272,15 @@ impl HttpContext for Attempt {
         }
         if body_size > 0 {
             self.body_chunks += 1;
+            // An Anthropic stream reports its prompt tokens in the first event (`message_start`):
+            // when the first chunk is longer than a tail, read its head too (before the tail,
+            // whose later values win).
+            if self.body_chunks == 1 && self.sse.is_some() && self.api == Api::Anthropic && body_size > USAGE_TAIL_BYTES
+            {
+                if let Some(head) = api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES)) {
+                    self.usage.scan_for(self.api, &head);
+                }
+            }
             // Usage sits at the end of JSON bodies and in the last SSE events: read only tails.
             let tail = body_size.min(USAGE_TAIL_BYTES);
             if let Some(b) = api::response_body(body_size - tail, tail) {
