@@ -1,41 +1,14 @@
 """The official `openai` Python SDK, pointed at the Envoy listener, works unchanged.
 
-Starts the demo stack (mock providers + Envoy with the filter) by PID, and stops exactly it.
+Runs against the demo stack (mock providers + Envoy with the filter, `conftest.py`).
 """
-import os
-import signal
-import subprocess
-import time
-
 import openai
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEMO = os.path.join(ROOT, "target", "debug", "switchyard-demo")
-
 
 @pytest.fixture(scope="module")
-def base_url():
-    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        port = None
-        while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("READY "):
-                port = int(line.split()[1])
-                break
-        assert port, "demo stack did not become ready"
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def base_url(demo_port):
+    return f"http://127.0.0.1:{demo_port}/v1"
 
 
 def client(base_url):

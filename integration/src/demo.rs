@@ -1,5 +1,7 @@
-//! The demo stack behind `make run` (and the Python SDK test): a few mock providers on
-//! 127.0.0.1, a catalog that routes one model across them, and Envoy with the filter.
+//! The demo stack behind `make run` (and the Python SDK tests): a few mock providers on
+//! 127.0.0.1, a catalog that routes models across them (deepinfra and together also speak
+//! Anthropic's Messages API and Google's Gemini API, anthropic-direct the Messages API,
+//! google-ai-studio the Gemini API), and Envoy with the filter.
 
 use serde_json::{json, Value};
 
@@ -23,9 +25,11 @@ pub fn demo_catalog() -> Value {
         "providers": {
             "deepinfra": {"cluster": "provider_deepinfra", "authority": "api.deepinfra.example",
                           "credential": {"value": "demo-deepinfra-key"}, "tags": ["us", "contract-2026"],
+                          "apis": {"openai": {}, "anthropic": {}, "google": {}},
                           "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
             "together": {"cluster": "provider_together", "authority": "api.together.example",
                          "credential": {"value": "demo-together-key"}, "tags": ["us"],
+                         "apis": {"openai": {}, "anthropic": {}, "google": {}},
                          "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
             "fireworks": {"cluster": "provider_fireworks", "authority": "api.fireworks.example",
                           "credential": {"value": "demo-fireworks-key"}, "tags": ["eu"],
@@ -116,7 +120,10 @@ pub fn demo_catalog() -> Value {
                 "endpoints": [
                     {"provider": "deepinfra", "upstream_model": "google/gemma-3-27b-it",
                      "pricing": {"prompt": 0.09, "completion": 0.17}, "quantization": "bf16", "context_length": 131072,
-                     "supported_parameters": ["max_tokens", "temperature", "response_format"]}
+                     "supported_parameters": ["max_tokens", "temperature", "response_format"]},
+                    {"provider": "together", "upstream_model": "google/gemma-3-27b-it",
+                     "pricing": {"prompt": 0.2, "completion": 0.2}, "quantization": "bf16", "context_length": 131072,
+                     "supported_parameters": ["max_tokens", "temperature"]}
                 ]
             }
         },
