@@ -64,7 +64,8 @@ pub struct Behavior {
     /// Streams stop after this many content chunks: the body ends without the closing events
     /// (OpenAI: the usage chunk and `data: [DONE]`; Anthropic: `content_block_stop`,
     /// `message_delta`, `message_stop`; Google: the chunk with `finishReason`) (`cut<n>`), or
-    /// the connection is aborted mid-body (`abort<n>`).
+    /// the connection is aborted mid-body (`abort<n>`), or the stream carries the API's
+    /// in-stream error event (overloaded) and ends there (`sserror<n>`).
     pub cut_after: Option<(usize, CutKind)>,
     /// Answer with a tool call (`get_weather`) instead of text: well-formed (`tool`) or with
     /// arguments that are not JSON (`badtool`).
@@ -85,6 +86,10 @@ pub enum CutKind {
     CleanEnd,
     /// The connection is aborted mid-body.
     Abort,
+    /// The API's in-stream error event (as a provider overloaded mid-answer sends it: OpenAI
+    /// `data: {"error":{..}}`, Anthropic `event: error` with `overloaded_error`, Google
+    /// `data: {"error":{"code":503,..,"status":"UNAVAILABLE"}}`), then the body ends cleanly.
+    ErrorEvent,
 }
 
 impl Default for Behavior {
@@ -293,8 +298,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// works on every API, answered in that API's shapes (errors, events, usage fields).
 /// Tokens (joined by `+`): `ok`, `reset`, `<status>` or `<status>/<retry-after s>`,
 /// `ttft<ms>`, `interval<ms>`, `chunks<n>`, `empty` (error responses without a body),
-/// `cut<n>` / `abort<n>` (a stream stops after n chunks: clean end without `[DONE]`, or an
-/// aborted connection), `tool` / `badtool` (answer with a well-formed or malformed tool call),
+/// `cut<n>` / `abort<n>` / `sserror<n>` (a stream stops after n chunks: clean end without
+/// `[DONE]`, an aborted connection, or the API's in-stream error event), `tool` / `badtool` (answer with a well-formed or malformed tool call),
 /// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`), `html` (error responses
 /// with an HTML page), `big<bytes>` (a large chunked answer), `cached<n>` (cached prompt tokens
 /// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`).
@@ -329,6 +334,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.tool_call = Some(tok == "tool");
             } else if let Some(n) = tok.strip_prefix("cap") {
                 b.capacity = n.parse().ok();
+            } else if let Some(n) = tok.strip_prefix("sserror") {
+                b.cut_after = Some((n.parse().unwrap_or(2), CutKind::ErrorEvent));
             } else if let Some(n) = tok.strip_prefix("cut") {
                 b.cut_after = Some((n.parse().unwrap_or(2), CutKind::CleanEnd));
             } else if let Some(n) = tok.strip_prefix("abort") {
@@ -454,16 +461,28 @@ impl Drop for InFlight {
 
 type Sender = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
-/// Sends a stream as a provider produces it: the `head` events, then `count` content events
-/// from `content(i)` (spaced by the chunk interval; cut short or aborted as `cut_after` says,
-/// in which case nothing more is sent), then the `tail` events. Gzipped piece by piece when
+/// A stream's events: `head`, then `count` content events from `content(i)`, then `tail`;
+/// `error` is the API's in-stream error event (made only when a fault asks for it).
+struct Events<H, C, T, E> {
+    head: H,
+    count: usize,
+    content: C,
+    tail: T,
+    error: E,
+}
+
+/// Sends a stream as a provider produces it: the head events, then the content events (spaced
+/// by the chunk interval; cut short, aborted or ended by the error event as `cut_after` says,
+/// in which case nothing more is sent), then the tail events. Gzipped piece by piece when
 /// asked. Generic so the OpenAI path allocates nothing for it.
-async fn send_stream<H, C, T>(tx: Sender, b: &Behavior, gzip: bool, head: H, count: usize, mut content: C, tail: T)
+async fn send_stream<H, C, T, E>(tx: Sender, b: &Behavior, gzip: bool, events: Events<H, C, T, E>)
 where
     H: IntoIterator<Item = Bytes>,
     C: FnMut(usize) -> Bytes,
     T: IntoIterator<Item = Bytes>,
+    E: FnOnce() -> Bytes,
 {
+    let Events { head, count, mut content, tail, error } = events;
     let mut gz = gzip.then(Gzip::new);
     let mut wrap = |b: Bytes| -> Result<Bytes, std::io::Error> {
         Ok(match gz.as_mut() {
@@ -482,10 +501,19 @@ where
         }
         if let Some((n, kind)) = b.cut_after {
             if i == n {
-                if kind == CutKind::Abort {
-                    // Give the chunks already sent time to leave before the abort.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    let _ = tx.send(Err(std::io::Error::other("mock aborts the stream"))).await;
+                match kind {
+                    CutKind::CleanEnd => {}
+                    CutKind::Abort => {
+                        // Give the chunks already sent time to leave before the abort.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        let _ = tx.send(Err(std::io::Error::other("mock aborts the stream"))).await;
+                    }
+                    CutKind::ErrorEvent => {
+                        let _ = tx.send(wrap(error())).await;
+                        if let Some(g) = gz {
+                            let _ = tx.send(Ok(g.finish())).await;
+                        }
+                    }
                 }
                 return;
             }
@@ -692,7 +720,12 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
             let tail =
                 [Bytes::from(chunk_json(&name, &model, id, None, true)), Bytes::from_static(b"data: [DONE]\n\n")];
             let content = |i: usize| Bytes::from(chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false));
-            send_stream(tx, &behavior, gzip, [], behavior.chunks, content, tail).await;
+            let error = || {
+                let e = json!({"error": {"message": format!("{name}: overloaded mid-stream"), "type": "server_error", "param": null, "code": null}});
+                Bytes::from(format!("data: {e}\n\n"))
+            };
+            let events = Events { head: [], count: behavior.chunks, content, tail, error };
+            send_stream(tx, &behavior, gzip, events).await;
         });
         Ok(stream_head(provider, "text/event-stream", gzip).body(ChannelBody(rx))?)
     } else {

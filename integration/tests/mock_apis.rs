@@ -285,3 +285,31 @@ async fn anthropic_accepts_the_key_as_a_bearer_token_as_the_current_sdk_sends_it
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(m.received()[0].credential(), Some("Bearer sdk-key"));
 }
+
+#[tokio::test]
+async fn a_provider_overloaded_mid_stream_sends_its_apis_error_event() {
+    let m = mock().await;
+    let mut h = ANTHROPIC.to_vec();
+    h.push(("x-mock-behavior", "alpha=sserror1"));
+    let r = post_json(m.addr, "/v1/messages", &h, &messages(true)).await.unwrap();
+    assert_eq!(r.status, 200);
+    let ev = events(&r);
+    let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["message_start", "content_block_start", "ping", "content_block_delta", "error"]);
+    assert_eq!(ev[4].1["error"]["type"], "overloaded_error");
+
+    let h = [("x-goog-api-key", "k"), ("x-mock-behavior", "alpha=sserror1")];
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", &h, &gemini()).await.unwrap();
+    let ev = events(&r);
+    assert_eq!(ev.len(), 2);
+    assert_eq!(ev[1].1["error"]["status"], "UNAVAILABLE");
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent", &h, &gemini()).await.unwrap();
+    assert_eq!(r.json()[1]["error"]["code"], 503, "{}", r.text());
+
+    let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
+    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=sserror2")], &body).await.unwrap();
+    let ev = events(&r);
+    assert_eq!(ev.len(), 3, "{}", r.text());
+    assert_eq!(ev[2].1["error"]["type"], "server_error");
+    assert!(!r.text().contains("[DONE]"));
+}

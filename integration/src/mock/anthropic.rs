@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{answer_text, send_stream, stream_head, tool_arguments, whole_answer, Ask, Behavior, BoxError};
-use super::{ChannelBody, InFlight};
+use super::{ChannelBody, Events, InFlight};
 
 /// 401 without an API key and 400 without `anthropic-version`, as the API answers them. The key
 /// comes in `x-api-key` or, as the current `anthropic` SDK sends it, `authorization: Bearer`.
@@ -140,7 +140,11 @@ pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Respo
         let _guard = guard;
         let count = deltas.len();
         let content = |i: usize| deltas.get(i).cloned().unwrap_or_default();
-        send_stream(tx, &b, gzip, head, count, content, tail).await;
+        let error = || {
+            let e = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+            event("error", &e)
+        };
+        send_stream(tx, &b, gzip, Events { head, count, content, tail, error }).await;
     });
     Ok(stream_head(ask.provider, "text/event-stream", ask.gzip)
         .header("request-id", format!("req_{msg_id}"))

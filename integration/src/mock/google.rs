@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{answer_text, send_stream, stream_head, tool_arguments, whole_answer, Ask, Behavior, BoxError};
-use super::{ChannelBody, InFlight};
+use super::{ChannelBody, Events, InFlight};
 
 /// `(model, method)` of a Gemini generate path (`/v1beta/models/gemini-2.5-flash:generateContent`),
 /// for the methods `generateContent` and `streamGenerateContent`. Allocation-free.
@@ -141,7 +141,17 @@ pub(super) fn answer(ask: Ask<'_>, sse: bool, b: Behavior, guard: InFlight) -> R
     tokio::spawn(async move {
         let _guard = guard;
         let content = |i: usize| chunks.get(i).cloned().unwrap_or_default();
-        send_stream(tx, &b, gzip, [], count, content, tail).await;
+        // Google reports a failure mid-stream as one more chunk holding an error.
+        let error = || {
+            let e = error_json(503, "The model is overloaded. Please try again later.", None);
+            let first = b.cut_after.is_some_and(|(n, _)| n == 0);
+            Bytes::from(match (sse, first) {
+                (true, _) => format!("data: {e}\r\n\r\n"),
+                (false, true) => format!("[{e}]"),
+                (false, false) => format!(",\r\n{e}]"),
+            })
+        };
+        send_stream(tx, &b, gzip, Events { head: [], count, content, tail, error }).await;
     });
     let content_type = if sse { "text/event-stream" } else { "application/json" };
     Ok(stream_head(ask.provider, content_type, ask.gzip).body(ChannelBody(rx))?)
