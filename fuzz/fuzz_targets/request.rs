@@ -8,11 +8,11 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use switchyard::config::Catalog;
-use switchyard::decision::{candidates_json, decide, hand_off};
+use switchyard::decision::{candidates_json, decide, decide_for, hand_off};
 use switchyard::failover::{attempt_rewrite, AttemptPlan};
 use switchyard::health::NoHealthData;
 use switchyard::request::{TopLevel, ROUTING_FIELDS};
-use switchyard::surface::disposition;
+use switchyard::surface::{disposition, Api, Disposition, GoogleMethod, Surface};
 
 fn catalog() -> &'static Catalog {
     static C: OnceLock<Catalog> = OnceLock::new();
@@ -51,9 +51,42 @@ fuzz_target!(|body: &[u8]| {
             Err(e) => panic!("upstream body does not parse: {e}"),
         }
     }
+    // The same bytes as an Anthropic and a Google body (the routing header from the body's
+    // first line when it is text): plans on those surfaces only use endpoints speaking the API,
+    // each attempt's rewrite is accepted, errors come in the caller's shape.
+    let header = std::str::from_utf8(body).ok().and_then(|t| t.lines().next());
+    let google = Surface {
+        api: Api::Google,
+        path_model: Some("google/gemini-2.5-flash".into()),
+        method: Some(GoogleMethod::StreamGenerate),
+    };
+    for (surface, path) in [
+        (Surface::of(Api::Anthropic), "/v1/messages"),
+        (google, "/v1beta/models/google%2Fgemini-2.5-flash:streamGenerateContent?alt=sse&key=caller"),
+    ] {
+        for h in [None, header] {
+            match decide_for(c, None, &surface, h, body, &NoHealthData, &mut rand) {
+                Ok(d) => {
+                    for a in &d.plan.attempts {
+                        let e = c.endpoint(a.endpoint).unwrap_or_else(|| panic!("planned endpoint missing"));
+                        assert!(e.apis.has(surface.api), "an endpoint not speaking {:?} was planned", surface.api);
+                    }
+                    let h = hand_off(c, 1, &d, path);
+                    assert!(!h.plan.path.contains("key="), "the caller's key reached the plan");
+                    for (k, cluster) in h.clusters.iter().enumerate() {
+                        let rw = attempt_rewrite(c, 1, &h.plan, k + 1, cluster);
+                        assert!(rw.is_ok(), "the planned cluster must be accepted");
+                    }
+                }
+                Err(e) => assert_eq!(e.api, surface.api, "errors come in the caller's shape"),
+            }
+        }
+    }
     // Method and path come from the caller too.
     if let Ok(text) = std::str::from_utf8(body) {
         let (method, path) = text.split_once(' ').unwrap_or(("GET", text));
-        let _ = disposition(method, path, c);
+        if let Disposition::Route(surface) = disposition(method, path, c) {
+            let _ = decide_for(c, None, &surface, None, body, &NoHealthData, &mut rand);
+        }
     }
 });
