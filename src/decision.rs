@@ -229,20 +229,43 @@ pub struct Audit<'a> {
 impl Audit<'_> {
     /// One line of JSON; absent facts are `null`.
     pub fn to_json(&self) -> String {
-        json!({
-            "policy": self.policy,
-            "selected_by": self.selected_by,
-            "model": self.model,
-            "endpoint": self.endpoint,
-            "attempts": self.attempts,
-            "status": self.status,
-            "error": self.error,
-            "constraint": self.constraint,
-            "path": self.path,
-            "strategy": self.strategy,
-            "ttft_ms": self.ttft_ms,
-        })
-        .to_string()
+        // Written directly (no intermediate map): this runs on every request.
+        let mut out = String::with_capacity(256);
+        let mut sep = '{';
+        let mut key = |out: &mut String, k: &str| {
+            out.push(sep);
+            sep = ',';
+            out.push('"');
+            out.push_str(k);
+            out.push_str("\":");
+        };
+        let text = |out: &mut String, v: Option<&str>| match v {
+            Some(s) => out.push_str(&Value::from(s).to_string()),
+            None => out.push_str("null"),
+        };
+        for (k, v) in [("policy", self.policy), ("selected_by", self.selected_by), ("model", self.model)] {
+            key(&mut out, k);
+            text(&mut out, v);
+        }
+        key(&mut out, "endpoint");
+        text(&mut out, self.endpoint);
+        key(&mut out, "attempts");
+        out.push_str(&self.attempts.to_string());
+        key(&mut out, "status");
+        out.push_str(&self.status.to_string());
+        for (k, v) in
+            [("error", self.error), ("constraint", self.constraint), ("path", self.path), ("strategy", self.strategy)]
+        {
+            key(&mut out, k);
+            text(&mut out, v);
+        }
+        key(&mut out, "ttft_ms");
+        match self.ttft_ms {
+            Some(t) => out.push_str(&t.to_string()),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        out
     }
 }
 
@@ -268,5 +291,9 @@ mod tests {
         assert_eq!(v["attempts"], 2);
         assert!(v["error"].is_null());
         assert!(!a.to_json().contains('\n'));
+        assert_eq!(v.as_object().map(|o| o.len()), Some(11), "every fact is present, absent ones null");
+        let odd = Audit { path: Some("/v1/\"x\"\n"), ttft_ms: Some(7), ..Audit::default() };
+        let v: Value = serde_json::from_str(&odd.to_json()).unwrap();
+        assert_eq!((v["path"].as_str(), v["ttft_ms"].as_u64()), (Some("/v1/\"x\"\n"), Some(7)));
     }
 }

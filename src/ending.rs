@@ -42,24 +42,27 @@ pub fn ending(
 /// number from the host is ignored rather than grown into.
 pub const MAX_RECORDED_ATTEMPTS: usize = 32;
 
-/// Writes attempt `attempt`'s (1-based) record, filling skipped attempts with "no response"
-/// records of the same endpoint. Returns false (and changes nothing) for attempt 0 or one past
-/// `MAX_RECORDED_ATTEMPTS`.
-pub fn record_attempt(records: &mut Vec<AttemptRecord>, attempt: usize, record: AttemptRecord) -> bool {
-    if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
-        return false;
+/// The attempt records in order, from one slot per attempt (attempt k's record, if its filter
+/// wrote one). Slots after the last written one are dropped; a slot left empty before a written
+/// one (an attempt whose filter never wrote) becomes a "no response" record of the next written
+/// attempt's endpoint. At most `MAX_RECORDED_ATTEMPTS`.
+pub fn collect_records(slots: &[Option<AttemptRecord>]) -> Vec<AttemptRecord> {
+    let slots = slots.get(..slots.len().min(MAX_RECORDED_ATTEMPTS)).unwrap_or(&[]);
+    let last = slots.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    let mut out: Vec<AttemptRecord> = Vec::with_capacity(last);
+    let mut next: Option<AttemptRecord> = None;
+    for slot in slots.iter().take(last).rev() {
+        let r = match slot {
+            Some(r) => {
+                next = Some(*r);
+                *r
+            }
+            None => AttemptRecord { endpoint: next.map_or(0, |n| n.endpoint), status: 0, retry_after_s: None },
+        };
+        out.push(r);
     }
-    let i = attempt - 1;
-    if records.len() <= i {
-        records.resize(i + 1, AttemptRecord { endpoint: record.endpoint, status: 0, retry_after_s: None });
-    }
-    match records.get_mut(i) {
-        Some(slot) => {
-            *slot = record;
-            true
-        }
-        None => false,
-    }
+    out.reverse();
+    out
 }
 
 #[cfg(test)]
@@ -88,16 +91,17 @@ mod tests {
     }
 
     #[test]
-    fn attempt_records_are_written_in_place_and_bounded() {
-        let mut r = Vec::new();
-        assert!(record_attempt(&mut r, 1, rec(0, 0, None)));
-        assert!(record_attempt(&mut r, 1, rec(0, 503, None)), "the answer overwrites the start");
-        assert!(record_attempt(&mut r, 3, rec(1, 200, None)), "a skipped attempt is filled");
-        assert_eq!(r, vec![rec(0, 503, None), rec(1, 0, None), rec(1, 200, None)]);
-        assert!(!record_attempt(&mut r, 0, rec(0, 200, None)));
-        assert!(!record_attempt(&mut r, usize::MAX, rec(0, 200, None)), "no huge allocation");
-        assert!(!record_attempt(&mut r, MAX_RECORDED_ATTEMPTS + 1, rec(0, 200, None)));
-        assert_eq!(r.len(), 3);
+    fn attempt_records_are_collected_in_order_and_bounded() {
+        assert_eq!(collect_records(&[]), vec![]);
+        assert_eq!(collect_records(&[None, None]), vec![], "no attempt wrote");
+        assert_eq!(collect_records(&[Some(rec(0, 503, None)), None]), vec![rec(0, 503, None)]);
+        // A skipped attempt is filled with a no-response record of the next one's endpoint.
+        assert_eq!(
+            collect_records(&[Some(rec(0, 503, None)), None, Some(rec(1, 200, None)), None]),
+            vec![rec(0, 503, None), rec(1, 0, None), rec(1, 200, None)]
+        );
+        let many = vec![Some(rec(0, 0, None)); MAX_RECORDED_ATTEMPTS + 5];
+        assert_eq!(collect_records(&many).len(), MAX_RECORDED_ATTEMPTS);
     }
 
     #[test]

@@ -15,7 +15,13 @@ use crate::surface::Api;
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).
 pub const PLAN_PROPERTY: &str = "switchyard_plan";
-pub const ATTEMPTS_PROPERTY: &str = "switchyard_attempts";
+/// Attempt k's record is `switchyard_attempt_<k>`: one key per attempt, so an attempt writes its
+/// record without reading the others first.
+pub const ATTEMPT_PROPERTY_PREFIX: &str = "switchyard_attempt_";
+
+pub fn attempt_property(attempt: usize) -> String {
+    format!("{ATTEMPT_PROPERTY_PREFIX}{attempt}")
+}
 /// Set by the serving attempt when its answer broke off after the first byte: the downstream
 /// filter ends the caller's stream with an error event (value: the SSE event to append).
 pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";

@@ -528,15 +528,26 @@ fn routing_cost_order(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() 
 /// The conversation a request belongs to: `x-session-id`, else the body's `session_id`, else a
 /// hash of its first system and first user message (the same in every later turn).
 pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> Option<u64> {
+    // Eight bytes per step (the messages can be long; this runs on every routed request), each
+    // part closed by its length so ("ab", "c") and ("a", "bc") differ, then a final mix.
     let fnv = |parts: &[&[u8]]| -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ scope;
+        let mut step = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
         for p in parts {
-            for b in p.iter().chain(std::iter::once(&0xffu8)) {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
+            let mut chunks = p.chunks_exact(8);
+            for c in &mut chunks {
+                step(u64::from_le_bytes(c.try_into().unwrap_or([0; 8])));
             }
+            let mut tail = [0u8; 8];
+            for (t, b) in tail.iter_mut().zip(chunks.remainder()) {
+                *t = *b;
+            }
+            step(u64::from_le_bytes(tail));
+            step(p.len() as u64);
         }
-        h
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
     };
     if let Some(id) = header.filter(|h| !h.is_empty()) {
         return Some(fnv(&[b"session", id.as_bytes()]));

@@ -7,6 +7,18 @@ use std::ptr::null_mut;
 
 use crate::wire::{deserialize_map, property_path, serialize_map};
 
+/// Under `--features profile`, accumulates the time of each kind of host call.
+macro_rules! timed {
+    ($name:expr, $e:expr) => {{
+        #[cfg(feature = "profile")]
+        let t0 = now_ns();
+        let r = $e;
+        #[cfg(feature = "profile")]
+        super::profile::host_call($name, now_ns().saturating_sub(t0));
+        r
+    }};
+}
+
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;
 pub const CAS_MISMATCH: u32 = 8;
@@ -109,26 +121,32 @@ fn check(what: &str, status: u32) {
 
 fn header(map: u32, name: &str) -> Option<String> {
     // SAFETY: pointers and lengths describe live buffers for the duration of the call.
-    let v =
-        get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) }).ok().flatten()?;
+    let v = timed!(
+        "get_header",
+        get_bytes(|d, s| unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), d, s) }).ok().flatten()
+    )?;
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
 fn set_header(map: u32, name: &str, value: Option<&str>) {
     // SAFETY: as above.
-    let status = unsafe {
+    let status = timed!("set_header", unsafe {
         match value {
             Some(v) => proxy_replace_header_map_value(map, name.as_ptr(), name.len(), v.as_ptr(), v.len()),
             None => proxy_remove_header_map_value(map, name.as_ptr(), name.len()),
         }
-    };
-    check(&format!("setting header {name}"), status);
+    });
+    if status != OK {
+        log::warn!("switchyard: setting header {name} failed (status {status})");
+    }
 }
 
 fn headers(map: u32) -> Vec<(String, String)> {
     // SAFETY: as above.
-    let bytes = get_bytes(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten();
-    bytes.map(|b| deserialize_map(&b)).unwrap_or_default()
+    timed!("header_pairs", {
+        let bytes = get_bytes(|d, s| unsafe { proxy_get_header_map_pairs(map, d, s) }).ok().flatten();
+        bytes.map(|b| deserialize_map(&b)).unwrap_or_default()
+    })
 }
 
 /// All request headers in one host call (cheaper than several single lookups).
@@ -161,23 +179,29 @@ pub fn set_resp_header(name: &str, value: Option<&str>) {
 pub fn property(path: Vec<&str>) -> Option<Vec<u8>> {
     let p = property_path(&path);
     // SAFETY: as above.
-    get_bytes(|d, s| unsafe { proxy_get_property(p.as_ptr(), p.len(), d, s) }).ok().flatten()
+    timed!("get_property", get_bytes(|d, s| unsafe { proxy_get_property(p.as_ptr(), p.len(), d, s) }).ok().flatten())
 }
 
 pub fn set_property(path: Vec<&str>, value: &[u8]) {
     let p = property_path(&path);
     // SAFETY: as above.
-    check("set_property", unsafe { proxy_set_property(p.as_ptr(), p.len(), value.as_ptr(), value.len()) });
+    check(
+        "set_property",
+        timed!("set_property", unsafe { proxy_set_property(p.as_ptr(), p.len(), value.as_ptr(), value.len()) }),
+    );
 }
 
 fn buffer(kind: u32, start: usize, size: usize) -> Option<Vec<u8>> {
     // SAFETY: as above.
-    get_bytes(|d, s| unsafe { proxy_get_buffer_bytes(kind, start, size, d, s) }).ok().flatten()
+    timed!("get_buffer", get_bytes(|d, s| unsafe { proxy_get_buffer_bytes(kind, start, size, d, s) }).ok().flatten())
 }
 
 fn set_buffer(kind: u32, start: usize, size: usize, value: &[u8]) {
     // SAFETY: as above.
-    check("replacing a body", unsafe { proxy_set_buffer_bytes(kind, start, size, value.as_ptr(), value.len()) });
+    check(
+        "replacing a body",
+        timed!("set_buffer", unsafe { proxy_set_buffer_bytes(kind, start, size, value.as_ptr(), value.len()) }),
+    );
 }
 
 pub fn request_body(start: usize, size: usize) -> Option<Vec<u8>> {
@@ -218,12 +242,22 @@ pub fn now_ms() -> u64 {
     ns / 1_000_000
 }
 
+#[cfg(feature = "profile")]
+pub fn now_ns() -> u64 {
+    let mut ns: u64 = 0;
+    // SAFETY: `ns` outlives the call.
+    unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
+    ns
+}
+
 /// Calls an Envoy foreign function (e.g. `clear_route_cache`).
 pub fn foreign(name: &str) {
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;
     // SAFETY: as above.
-    let st = unsafe { proxy_call_foreign_function(name.as_ptr(), name.len(), null_mut(), 0, &mut data, &mut size) };
+    let st = timed!("foreign", unsafe {
+        proxy_call_foreign_function(name.as_ptr(), name.len(), null_mut(), 0, &mut data, &mut size)
+    });
     let _ = take(data, size);
     check(name, st);
 }
@@ -233,7 +267,9 @@ pub fn shared_data(key: &str) -> (Option<Vec<u8>>, u32) {
     let mut size: usize = 0;
     let mut cas: u32 = 0;
     // SAFETY: as above.
-    match unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) } {
+    match timed!("get_shared", unsafe {
+        proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas)
+    }) {
         OK => (take(data, size), cas),
         _ => (None, 0),
     }
@@ -243,7 +279,7 @@ pub fn shared_data(key: &str) -> (Option<Vec<u8>>, u32) {
 /// host status (`CAS_MISMATCH` when another worker wrote first).
 pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> u32 {
     // SAFETY: as above.
-    unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) }
+    timed!("set_shared", unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) })
 }
 
 pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
@@ -254,10 +290,10 @@ pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
 
 pub fn increment_metric(id: u32, by: i64) {
     // SAFETY: no pointers.
-    unsafe { proxy_increment_metric(id, by) };
+    timed!("metric", unsafe { proxy_increment_metric(id, by) });
 }
 
 pub fn record_metric(id: u32, value: u64) {
     // SAFETY: no pointers.
-    unsafe { proxy_record_metric(id, value) };
+    timed!("metric", unsafe { proxy_record_metric(id, value) });
 }

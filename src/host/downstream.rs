@@ -9,11 +9,11 @@ use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
-use crate::ending::{ending, record_attempt, Ending};
+use crate::ending::{collect_records, ending, Ending, MAX_RECORDED_ATTEMPTS};
 use crate::errors::ApiError;
 use crate::failover::{
-    base64, decode_records, encode_records, groups_value, ATTEMPTS_PROPERTY, GROUPS_HEADER, INTERRUPTED_PROPERTY,
-    PLAN_PROPERTY,
+    attempt_property, base64, decode_records, encode_records, groups_value, AttemptRecord, GROUPS_HEADER,
+    INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
 use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
@@ -122,6 +122,10 @@ pub struct Stream {
     surface: Option<Surface>,
     /// The caller's `x-switchyard-routing` header (routing fields outside the body).
     routing_header: Option<String>,
+    /// The answer is an event stream (only a stream can be marked interrupted after it ended).
+    sse_response: bool,
+    /// The serving attempt marked the answer interrupted (read once, at the stream's end).
+    interrupted: Option<bool>,
 }
 
 impl Stream {
@@ -152,6 +156,8 @@ impl Stream {
             api: Api::OpenAi,
             surface: None,
             routing_header: None,
+            sse_response: false,
+            interrupted: None,
         }
     }
 
@@ -316,7 +322,9 @@ impl Stream {
     /// The end of a served stream: the interrupted-stream event when the serving attempt broke
     /// off (appended at `at`), otherwise the stream's quality verdict.
     fn end_stream(&mut self, at: usize) {
-        if let Some(event) = api::property(vec![INTERRUPTED_PROPERTY]) {
+        let event = api::property(vec![INTERRUPTED_PROPERTY]);
+        self.interrupted = Some(event.is_some());
+        if let Some(event) = event {
             api::set_response_body(at, 0, &event);
         } else if let Some(judge) = self.judge.take() {
             let verdict = judge.verdict(self.offered_tools());
@@ -440,7 +448,10 @@ impl HttpContext for Stream {
         let catalog = &config.catalog;
         let headers = api::resp_headers();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
-        let records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
+        // The serving attempt names its number; without it (every attempt failed, or Envoy
+        // answered) every planned attempt's slot is read.
+        let made = api::find(&headers, "x-switchyard-attempts").and_then(|n| n.parse::<usize>().ok());
+        let records = read_records(made.map_or(self.planned, |n| n.min(self.planned)));
         let strategy = d.plan.strategy.clone();
         let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
@@ -539,6 +550,7 @@ impl HttpContext for Stream {
         let content_type = api::find(&headers, "content-type").unwrap_or_default();
         let json = content_type.contains("application/json");
         let sse = content_type.contains("text/event-stream");
+        self.sse_response = sse;
         // A provider that ignored `accept-encoding: identity`: its bytes cannot be rewritten.
         let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
         if status >= 400 {
@@ -704,7 +716,12 @@ impl HttpContext for Stream {
     fn on_log(&mut self) {
         let name = match self.result {
             Some(RequestResult::Served) => {
-                let interrupted = !self.response_complete || api::property(vec![INTERRUPTED_PROPERTY]).is_some();
+                // A complete answer can only have been marked interrupted if it was an event
+                // stream (ended without its final event); its end already read the mark.
+                let interrupted = !self.response_complete
+                    || self
+                        .interrupted
+                        .unwrap_or_else(|| self.sse_response && api::property(vec![INTERRUPTED_PROPERTY]).is_some());
                 if interrupted {
                     "interrupted"
                 } else {
@@ -719,13 +736,21 @@ impl HttpContext for Stream {
     }
 }
 
-/// Writes attempt `attempt`'s (1-based) record into the request's filter state. The upstream
-/// filter writes it when the attempt starts (status 0: no response yet) and again when the
-/// answer arrives, so attempts that never got one are listed too.
-pub fn set_record(attempt: usize, record: crate::failover::AttemptRecord) {
-    let mut records = api::property(vec![ATTEMPTS_PROPERTY]).map(|b| decode_records(&b)).unwrap_or_default();
-    if !record_attempt(&mut records, attempt, record) {
+/// Writes attempt `attempt`'s (1-based) record into the request's filter state (one key per
+/// attempt, see `attempt_property`). The upstream filter writes it when the attempt starts
+/// (status 0: no response yet) and again when the answer arrives, so attempts that never got
+/// one are listed too.
+pub fn set_record(attempt: usize, record: AttemptRecord) {
+    if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
         return;
     }
-    api::set_property(vec![ATTEMPTS_PROPERTY], &encode_records(&records));
+    api::set_property(vec![&attempt_property(attempt)], &encode_records(&[record]));
+}
+
+/// The records of attempts 1..=`attempts`.
+fn read_records(attempts: usize) -> Vec<AttemptRecord> {
+    let slots: Vec<Option<AttemptRecord>> = (1..=attempts.min(MAX_RECORDED_ATTEMPTS))
+        .map(|k| api::property(vec![&attempt_property(k)]).and_then(|b| decode_records(&b).first().copied()))
+        .collect();
+    collect_records(&slots)
 }

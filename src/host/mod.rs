@@ -14,6 +14,8 @@
 mod api;
 mod caller;
 mod downstream;
+#[cfg(feature = "profile")]
+mod profile;
 mod shared;
 mod upstream;
 
@@ -130,7 +132,13 @@ impl RootContext for Root {
         let config = self.config.as_ref().map(Rc::clone);
         Some(match (self.role, config) {
             (Role::ClearRouteCache, _) => Box::new(ClearRoute),
+            #[cfg(feature = "profile")]
+            (Role::Downstream, Some(c)) => Box::new(profile::Timed { inner: downstream::Stream::new(c), role: 0 }),
+            #[cfg(feature = "profile")]
+            (Role::Upstream, Some(c)) => Box::new(profile::Timed { inner: upstream::Attempt::new(c), role: 1 }),
+            #[cfg(not(feature = "profile"))]
             (Role::Downstream, Some(c)) => Box::new(downstream::Stream::new(c)),
+            #[cfg(not(feature = "profile"))]
             (Role::Upstream, Some(c)) => Box::new(upstream::Attempt::new(c)),
             (_, None) => Box::new(Unconfigured),
         })

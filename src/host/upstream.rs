@@ -212,7 +212,11 @@ impl HttpContext for Attempt {
         }
         api::set_req_header(":authority", Some(&rw.authority));
         api::set_req_header(":path", Some(&rw.path));
-        api::set_req_header("content-length", Some(&rw.content_length.to_string()));
+        // The first attempt's body is the one the downstream filter sized; later attempts may
+        // carry another model id (and follow an attempt that changed the header).
+        if self.attempt > 1 || rw.new_prefix.is_some() {
+            api::set_req_header("content-length", Some(&rw.content_length.to_string()));
+        }
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
         set_record(self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
         if let (true, Some((model, slug))) = (self.in_catalog, self.names()) {
@@ -250,6 +254,9 @@ impl HttpContext for Attempt {
         if status >= 400 && !is_retryable_status(status) && self.later_model {
             api::set_resp_header(":status", Some("503"));
             api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
+            // Only a serving attempt names the attempt count (the downstream filter reads the
+            // attempt records up to it): never the provider's own header.
+            api::set_resp_header("x-switchyard-attempts", None);
             self.record(status);
             return Action::Continue;
         }
