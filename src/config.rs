@@ -109,8 +109,9 @@ struct RawProvider {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawApi {
-    /// Replaces the request path's version prefix (`/v1` for OpenAI and Anthropic, `/v1beta`
-    /// for Google); default: the API's own (OpenAI: the provider's `path_prefix`).
+    /// OpenAI and Anthropic: replaces the request path's `/v1` (default `/v1`; OpenAI: the
+    /// provider's `path_prefix`). Google: put before the caller's `/{version}/models/...`
+    /// (default empty).
     #[serde(default)]
     path_prefix: Option<String>,
 }
@@ -415,11 +416,13 @@ impl Provider {
 pub const ANTHROPIC_KEY_HEADER: &str = "x-api-key";
 pub const GOOGLE_KEY_HEADER: &str = "x-goog-api-key";
 
-/// The default path prefix of an API (what the caller's version prefix is replaced with).
+/// The default path prefix of an API. OpenAI and Anthropic: what the request's `/v1` is replaced
+/// with. Google: what goes before the caller's `/{version}/models/...` (its clients choose the
+/// API version, `v1beta` or `v1`, so the version is kept).
 fn default_api_prefix(api: Api) -> &'static str {
     match api {
         Api::OpenAi | Api::Anthropic => "/v1",
-        Api::Google => "/v1beta",
+        Api::Google => "",
     }
 }
 
@@ -1379,10 +1382,7 @@ mod tests {
         assert_eq!((p.apis, p.prefix(Api::OpenAi), p.prefix(Api::Anthropic)), (ApiSet::OPENAI, "/o/v1", ""));
         let q = &c.providers[1];
         assert!(Api::ALL.iter().all(|a| q.apis.has(*a)));
-        assert_eq!(
-            (q.prefix(Api::OpenAi), q.prefix(Api::Anthropic), q.prefix(Api::Google)),
-            ("/compat", "/v1", "/v1beta")
-        );
+        assert_eq!((q.prefix(Api::OpenAi), q.prefix(Api::Anthropic), q.prefix(Api::Google)), ("/compat", "/v1", ""));
         assert_eq!(q.credential_for(Api::OpenAi), Some(("authorization", "Bearer s")));
         assert_eq!(q.credential_for(Api::Anthropic), Some(("x-api-key", "s")));
         assert_eq!(q.credential_for(Api::Google), Some(("x-goog-api-key", "s")));

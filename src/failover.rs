@@ -783,7 +783,7 @@ mod tests {
             "an": {"cluster": "c_an", "authority": "an.example", "credential": {"value": "k-an"},
                    "apis": {"anthropic": {}, "openai": {"path_prefix": "/compat/v1"}}},
             "go": {"cluster": "c_go", "authority": "go.example", "credential": {"value": "k-go"},
-                   "apis": {"google": {"path_prefix": "/gl/v1beta"}}}},
+                   "apis": {"google": {"path_prefix": "/gl"}}}},
           "models": {"m/one": {"endpoints": [
             {"provider": "an", "upstream_model": "claude-x", "pricing": {"prompt": 1, "completion": 1}},
             {"provider": "go", "upstream_model": "gemini-x", "pricing": {"prompt": 1, "completion": 1}},

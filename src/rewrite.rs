@@ -56,11 +56,13 @@ pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str) -> V
     }
 }
 
-/// The path of one Google attempt: `{prefix}/models/{upstream model}:{method}`, the caller's
-/// query kept. None when `request_path` is not a Google model method.
+/// The path of one Google attempt: `{prefix}/{version}/models/{upstream model}:{method}`, the
+/// caller's API version (`v1beta`, `v1`) and query kept. None when `request_path` is not a
+/// Google model method.
 pub fn google_upstream_path(request_path: &str, path_prefix: &str, upstream_model: &str) -> Option<String> {
     let (_, method) = crate::surface::google_path(request_path)?;
-    let mut path = format!("{path_prefix}/models/{upstream_model}:{}", method.name());
+    let version = if request_path.starts_with(crate::surface::GOOGLE_MODELS_PREFIX) { "v1beta" } else { "v1" };
+    let mut path = format!("{path_prefix}/{version}/models/{upstream_model}:{}", method.name());
     if let Some((_, q)) = request_path.split_once('?') {
         path.push('?');
         path.push_str(q);
@@ -111,14 +113,20 @@ mod tests {
         let anthropic = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x")).unwrap();
         assert!(anthropic.starts_with(r#"{"model":"claude-x","contents""#), "{anthropic}");
         assert_eq!(
-            google_upstream_path("/v1beta/models/google/gemini:streamGenerateContent?alt=sse", "/v1beta", "gemini-2.5"),
+            google_upstream_path("/v1beta/models/google/gemini:streamGenerateContent?alt=sse", "", "gemini-2.5"),
             Some("/v1beta/models/gemini-2.5:streamGenerateContent?alt=sse".to_string())
         );
         assert_eq!(
-            google_upstream_path("/v1beta/models/a%2Fb:nitro:generateContent", "/gemini/v1beta", "g"),
+            google_upstream_path("/v1beta/models/a%2Fb:nitro:generateContent", "/gemini", "g"),
             Some("/gemini/v1beta/models/g:generateContent".to_string())
         );
-        assert_eq!(google_upstream_path("/v1/chat/completions", "/v1beta", "g"), None);
+        // The caller's API version is kept.
+        assert_eq!(
+            google_upstream_path("/v1/models/google/gemini:generateContent", "", "gemini-2.5"),
+            Some("/v1/models/gemini-2.5:generateContent".to_string())
+        );
+        assert_eq!(google_upstream_path("/v1/chat/completions", "", "g"), None);
+        assert_eq!(google_upstream_path("/v1/models/g", "", "g"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!
 //! Three APIs are routed, each without translating its schema: OpenAI (`/v1/chat/completions`,
 //! `/v1/completions`, `/v1/responses`), Anthropic Messages (`/v1/messages`) and Google
-//! generateContent (`/v1beta/models/{model}:generateContent` / `:streamGenerateContent`).
+//! generateContent (`/{v1beta|v1}/models/{model}:generateContent` / `:streamGenerateContent`).
 
 use crate::config::{Catalog, Routing};
 use crate::errors::ApiError;
@@ -15,8 +15,11 @@ use crate::listing::{self, Listing};
 pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
 /// The Anthropic Messages path.
 pub const MESSAGES_PATH: &str = "/v1/messages";
-/// Prefix of Google's model methods (`/v1beta/models/{model}:{method}`).
+/// Prefixes of Google's model methods (`/{version}/models/{model}:{method}`): the version the
+/// caller chose is kept (google-genai calls `v1beta` or `v1`). Every `/v1beta` path is Google's;
+/// under `/v1/models/` only the generateContent methods are (GETs there are OpenAI listings).
 pub const GOOGLE_MODELS_PREFIX: &str = "/v1beta/models/";
+pub const GOOGLE_V1_MODELS_PREFIX: &str = "/v1/models/";
 
 /// The API a request speaks (and an endpoint must speak to serve it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +61,10 @@ impl Api {
         let bare = path.split('?').next().unwrap_or("");
         if bare == MESSAGES_PATH {
             Api::Anthropic
-        } else if bare.starts_with(GOOGLE_MODELS_PREFIX) {
+        } else if bare.starts_with("/v1beta/")
+            || (bare.starts_with(GOOGLE_V1_MODELS_PREFIX)
+                && (bare.ends_with(":generateContent") || bare.ends_with(":streamGenerateContent")))
+        {
             Api::Google
         } else {
             Api::OpenAi
@@ -125,11 +131,11 @@ impl Surface {
     }
 }
 
-/// Splits `/v1beta/models/{model}:{method}` (query ignored) into the percent-decoded model and
-/// the method. None for anything else (other methods, `tunedModels`, an empty model).
+/// Splits `/{v1beta|v1}/models/{model}:{method}` (query ignored) into the percent-decoded model
+/// and the method. None for anything else (other methods, `tunedModels`, an empty model).
 pub fn google_path(path: &str) -> Option<(String, GoogleMethod)> {
     let bare = path.split('?').next().unwrap_or("");
-    let rest = bare.strip_prefix(GOOGLE_MODELS_PREFIX)?;
+    let rest = bare.strip_prefix(GOOGLE_MODELS_PREFIX).or_else(|| bare.strip_prefix(GOOGLE_V1_MODELS_PREFIX))?;
     let (model, method) = rest.rsplit_once(':')?;
     let method = match method {
         "generateContent" => GoogleMethod::Generate,
@@ -201,7 +207,7 @@ pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
         Some(Surface::OPENAI)
     } else if bare == MESSAGES_PATH {
         Some(Surface::of(Api::Anthropic))
-    } else if bare.starts_with(GOOGLE_MODELS_PREFIX) {
+    } else if bare.starts_with(GOOGLE_MODELS_PREFIX) || bare.starts_with(GOOGLE_V1_MODELS_PREFIX) {
         google_path(bare).map(|(model, m)| Surface { api: Api::Google, path_model: Some(model), method: Some(m) })
     } else {
         None
@@ -439,6 +445,18 @@ mod tests {
                 other => panic!("{method} {path}: {other:?}"),
             }
         }
+        // google-genai's default API version is v1: routed too, the version kept.
+        assert_eq!(
+            disposition("POST", "/v1/models/google/gemini:generateContent", &r),
+            Disposition::Route(Surface {
+                api: Api::Google,
+                path_model: Some("google/gemini".into()),
+                method: Some(GoogleMethod::Generate)
+            })
+        );
+        assert_eq!(Api::of_path("/v1/models/g:streamGenerateContent?alt=sse"), Api::Google);
+        assert_eq!(Api::of_path("/v1/models/m/endpoints"), Api::OpenAi);
+        assert_eq!(Api::of_path("/v1beta/models"), Api::Google);
         assert_eq!(Api::of_path("/v1/messages?beta=true"), Api::Anthropic);
         assert_eq!(Api::of_path("/v1beta/models/x:generateContent"), Api::Google);
         assert_eq!(Api::of_path("/v1/chat/completions"), Api::OpenAi);

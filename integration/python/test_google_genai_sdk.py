@@ -101,13 +101,9 @@ def test_errors_surface_as_google_exceptions(client):
     assert "nope/nope" in e.value.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=errors.ClientError,
-    reason="google-genai 3.x calls /v1/models/{model}:generateContent by default (api_version v1); "
-    "the filter routes only /v1beta/models/... so far (404). Remove this mark when it routes /v1 too.",
-)
 def test_the_sdks_default_api_version_is_routed_too(demo_port):
+    # google-genai 3.x calls /v1/models/{model}:generateContent by default (api_version v1).
     c = make_client(demo_port, None)  # held: the SDK closes a client it collects mid-request
     r = c.models.generate_content(model=GEMMA, contents="Hello")
     assert r.text.startswith("Hello from ")
+    assert r.sdk_http_response.headers["x-switchyard-model"] == GEMMA

@@ -413,6 +413,14 @@ async fn google_model_comes_from_the_path_and_is_rewritten_per_attempt() {
     let got = one(s, "go-route2", "delta");
     assert_eq!(got.path, "/v1beta/models/delta-go-route:generateContent");
     assert_credentials(&got, "delta", "x-goog-api-key");
+    // google-genai's default API version (v1) is routed too; the version is kept upstream.
+    let r =
+        google(s, "go-route-v1", "/v1/models/go/route:generateContent", &[], json!({"contents": contents("hi")})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = one(s, "go-route-v1", "gamma");
+    assert_eq!(got.path, "/v1/models/gamma-go-route:generateContent");
+    assert_credentials(&got, "gamma", "x-goog-api-key");
+    assert_eq!(r.json()["modelVersion"], "go/route");
     // ... or from the body, removed before the provider.
     let r = google(
         s,

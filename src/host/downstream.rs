@@ -27,7 +27,7 @@ const DEBUG_HEADER: &str = "x-switchyard-debug";
 const POLICY_HEADER: &str = "x-switchyard-policy";
 /// Request header marking a local reply Switchyard already shaped (see the bootstrap's
 /// local_reply_config, which skips requests carrying it).
-const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
+pub const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
 /// Set to `routing.passthrough_cluster` on unrouted requests; the generated route sends a request
 /// carrying exactly that value to that cluster (and removes the header).
 const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::downstream::set_record;
+use super::downstream::{set_record, OWN_REPLY_HEADER};
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::{api, Configured};
 use crate::failover::{
@@ -94,6 +94,9 @@ impl Attempt {
         log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
         let body =
             crate::errors::ApiError::new(status, "server_error", "attempt_not_sent", why).for_api(self.api).body();
+        // Shaped already: the listener's local_reply_config must leave it alone. (A later
+        // attempt removes the marker with the other x-switchyard-* headers before it is sent.)
+        api::set_req_header(OWN_REPLY_HEADER, Some("1"));
         api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause
     }
