@@ -576,3 +576,67 @@ async fn google_retry_after_cools_the_endpoint_down_and_metrics_count_the_surfac
     assert!(count("model.go_cd.endpoint.delta.outcome.success") >= 4, "{stats}");
     assert_eq!(count("model.go_cd.endpoint.gamma.outcome.rate_limited"), 1, "{stats}");
 }
+
+#[tokio::test]
+async fn hostile_surface_inputs_are_refused_in_the_callers_shape_and_reach_no_provider() {
+    let s = stack();
+    let deep = format!("{{\"provider\": {}1{}}}", "[".repeat(300), "]".repeat(300));
+    let cases: Vec<(&str, String, Vec<(&str, String)>, String, u16)> = vec![
+        // Anthropic: wrong types, duplicate keys, a routing field in both places.
+        ("h-an1", "/v1/messages".into(), vec![], r#"{"model":"an/err","stream":"yes","messages":[]}"#.into(), 400),
+        ("h-an2", "/v1/messages".into(), vec![], r#"{"model":"an/err","model":"an/fo","messages":[]}"#.into(), 400),
+        (
+            "h-an3",
+            "/v1/messages".into(),
+            vec![("x-switchyard-routing", r#"{"models":["an/fo"]}"#.into())],
+            r#"{"model":"an/err","models":["an/fb1"],"messages":[]}"#.into(),
+            400,
+        ),
+        (
+            "h-an4",
+            "/v1/messages".into(),
+            vec![("x-switchyard-routing", deep.clone())],
+            r#"{"model":"an/err"}"#.into(),
+            400,
+        ),
+        // Google: a body that is not an object, a bad maxOutputTokens, a nested routing header,
+        // a model id with a colon suffix that is no variant.
+        ("h-go1", "/v1beta/models/go/err:generateContent".into(), vec![], "[]".into(), 400),
+        (
+            "h-go2",
+            "/v1beta/models/go/err:generateContent".into(),
+            vec![],
+            r#"{"contents":[],"generationConfig":{"maxOutputTokens":1.5}}"#.into(),
+            400,
+        ),
+        (
+            "h-go3",
+            "/v1beta/models/go/err:generateContent".into(),
+            vec![("x-switchyard-routing", deep)],
+            "{}".into(),
+            400,
+        ),
+        ("h-go4", "/v1beta/models/go/err:turbo:generateContent".into(), vec![], "{}".into(), 400),
+    ];
+    for (id, path, headers, body, status) in cases {
+        let mut h: Vec<(&str, &str)> = vec![("x-test-id", id), ("content-type", "application/json")];
+        h.extend(headers.iter().map(|(k, v)| (*k, v.as_str())));
+        let r = switchyard_integration::client::send(s.addr, "POST", &path, &h, body.as_bytes()).await.unwrap();
+        assert_eq!(r.status, status, "{id}: {}", r.text());
+        let v = r.json();
+        if path.starts_with("/v1/messages") {
+            assert_eq!(
+                (v["type"].as_str(), v["error"]["type"].as_str()),
+                (Some("error"), Some("invalid_request_error")),
+                "{id}: {v}"
+            );
+        } else {
+            assert_eq!(
+                (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+                (Some(400), Some("INVALID_ARGUMENT")),
+                "{id}: {v}"
+            );
+        }
+        assert!(s.received(id).is_empty(), "{id} reached a provider");
+    }
+}
