@@ -204,11 +204,16 @@ impl HttpContext for Attempt {
         // Caller headers a third party must not see (the default deny set and the operator's
         // upstream_headers policy), then every credential header, then this provider's own.
         let headers = api::req_headers();
-        for h in catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str())) {
+        let swept = catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str()));
+        for h in &swept {
             api::set_req_header(h, None);
         }
-        for h in &catalog.credential_headers {
-            api::set_req_header(h, None);
+        // Credential headers are lower-case, like Envoy's header names: only those present and
+        // not swept already need a host call.
+        for h in catalog.credential_headers.iter().filter(|h| !swept.contains(&h.as_str())) {
+            if api::find(&headers, h).is_some() {
+                api::set_req_header(h, None);
+            }
         }
         if let Some((h, v)) = &rw.credential {
             api::set_req_header(h, Some(v));
