@@ -5,6 +5,8 @@
 //!
 //! Pure code: the host adapter feeds it bytes and headers.
 
+use std::cell::Cell;
+
 use serde_json::{Map, Value};
 
 use crate::config::{Catalog, Pricing};
@@ -12,6 +14,7 @@ use crate::errors::ApiError;
 use crate::failover::{AttemptRecord, Outcome};
 use crate::request::TopLevel;
 use crate::surface::Api;
+use crate::usage::ReportedUsage;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the
 /// prices its cost is computed from.
@@ -120,22 +123,58 @@ pub fn rewrite_answer(body: &[u8], served: &Served) -> Option<Vec<u8>> {
     }
 }
 
-/// One streamed event's JSON: OpenAI chunks as whole answers; Anthropic's `message_start`
-/// carries the message (rewritten as a whole answer), its other events pass unchanged; Google
-/// chunks as whole Google answers.
-fn rewrite_streamed(json: &[u8], served: &Served) -> Option<Vec<u8>> {
+/// One streamed event's JSON: OpenAI chunks as whole answers; Google chunks as whole Google
+/// answers; Anthropic's `message_start` carries the message (rewritten as a whole answer, its
+/// usage remembered in `start_usage`), the final `message_delta`'s usage gets the stream's
+/// `cost` (prompt side from `message_start`, output from the delta), other events pass unchanged.
+fn rewrite_streamed(json: &[u8], served: &Served, start_usage: &Cell<ReportedUsage>) -> Option<Vec<u8>> {
     match served.api {
         Api::OpenAi => rewrite_object(json, served),
         Api::Google => replace_member(json, "modelVersion", &served.model),
         Api::Anthropic => {
             let fields = TopLevel::parse(json).ok()?;
-            if fields.get("type").map(|t| t.get()) != Some("\"message_start\"") {
-                return None;
+            match fields.get("type").map(|t| t.get()) {
+                Some("\"message_start\"") => {
+                    let raw = fields.get("message")?.get().as_bytes();
+                    let mut usage = ReportedUsage::default();
+                    usage.scan_for(Api::Anthropic, raw);
+                    start_usage.set(usage);
+                    let message = rewrite_object(raw, served)?;
+                    Some(splice_member(&fields, "message", &message))
+                }
+                Some("\"message_delta\"") => {
+                    let raw = fields.get("usage")?.get();
+                    let mut whole = start_usage.get();
+                    whole.scan_for(Api::Anthropic, raw.as_bytes());
+                    let cost = whole.priced(&served.pricing)?.cost_usd;
+                    let mut value = Vec::new();
+                    push_json(&mut value, &((cost * 1e12).round() / 1e12));
+                    let usage = with_member(raw, "cost", &value)?;
+                    Some(splice_member(&fields, "usage", &usage))
+                }
+                _ => None,
             }
-            let message = rewrite_object(fields.get("message")?.get().as_bytes(), served)?;
-            Some(splice_member(&fields, "message", &message))
         }
     }
+}
+
+/// A JSON object's text with one more member appended (no re-serialization); None when `raw`
+/// is not an object.
+fn with_member(raw: &str, key: &str, value: &[u8]) -> Option<Vec<u8>> {
+    let body = raw.trim_end().strip_suffix('}')?;
+    if !raw.trim_start().starts_with('{') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(raw.len() + key.len() + 32);
+    out.extend_from_slice(body.as_bytes());
+    if !body.trim_start().trim_start_matches('{').trim().is_empty() {
+        out.push(b',');
+    }
+    push_json(&mut out, key);
+    out.push(b':');
+    out.extend_from_slice(value);
+    out.push(b'}');
+    Some(out)
 }
 
 /// `body` with member `key`'s value replaced by the string `value` (only if present); every
@@ -181,11 +220,13 @@ pub struct SseRewriter {
     pending: Vec<u8>,
     /// Bytes of `pending` already searched for an event end.
     scanned: usize,
+    /// Anthropic: the usage `message_start` reported, for the cost on the final `message_delta`.
+    start_usage: Cell<ReportedUsage>,
 }
 
 impl SseRewriter {
     pub fn new(served: Served) -> SseRewriter {
-        SseRewriter { served, pending: Vec::new(), scanned: 0 }
+        SseRewriter { served, pending: Vec::new(), scanned: 0, start_usage: Cell::new(ReportedUsage::default()) }
     }
 
     /// Feeds one chunk; returns what to send on now. With `end`, everything held is flushed.
@@ -228,7 +269,7 @@ impl SseRewriter {
                 if json.first() != Some(&b'{') {
                     return None;
                 }
-                rewrite_streamed(json, &self.served)
+                rewrite_streamed(json, &self.served, &self.start_usage)
             });
             match rewritten {
                 Some(json) => {
@@ -353,6 +394,35 @@ mod tests {
         // Other events pass byte-for-byte.
         let rest = &input[input.windows(2).position(|w| w == b"\n\n").unwrap() + 2..];
         assert!(out.ends_with(std::str::from_utf8(rest).unwrap()));
+    }
+
+    #[test]
+    fn a_member_is_appended_without_reserializing() {
+        assert_eq!(with_member(r#"{"a": 1.50 }"#, "cost", b"2").unwrap(), br#"{"a": 1.50 ,"cost":2}"#.to_vec());
+        assert_eq!(with_member(" { } ", "cost", b"2").unwrap(), br#" { "cost":2}"#.to_vec());
+        assert!(with_member("[1]", "cost", b"2").is_none() && with_member("null", "cost", b"2").is_none());
+    }
+
+    #[test]
+    fn anthropic_stream_cost_lands_on_the_final_message_delta() {
+        let input = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"c\",\"usage\":{\"input_tokens\":100,\"cache_read_input_tokens\":1000,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":10}}\n\n";
+        let mut expected = None;
+        for cut in [0, 40, 200, input.len()] {
+            let mut r = SseRewriter::new(served_for(Api::Anthropic));
+            let mut out = r.feed(&input[..cut], false);
+            out.extend(r.feed(&input[cut..], true));
+            let text = String::from_utf8(out).unwrap();
+            let ev: Vec<Value> = text
+                .split("\n\n")
+                .filter_map(|e| e.split("data: ").nth(1))
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            // 100 * 2 + 1000 * 0.5 + 10 * 10 per million + 0.001 per request.
+            assert_eq!(ev[1]["usage"]["cost"].as_f64(), Some((200.0 + 500.0 + 100.0) / 1e6 + 0.001), "{text}");
+            assert_eq!(ev[1]["usage"]["output_tokens"], 10);
+            assert!(ev[1]["usage"].get("input_tokens").is_none(), "the delta keeps its own fields");
+            assert_eq!(expected.get_or_insert_with(|| text.clone()), &text, "chunking changes nothing");
+        }
     }
 
     #[test]

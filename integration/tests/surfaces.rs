@@ -249,6 +249,12 @@ async fn anthropic_streams_pass_unbuffered_after_failing_over_before_the_first_b
     // message_start names the catalog model and the provider; other events pass unchanged.
     assert_eq!(ev[0].1["message"]["model"], "an/stream");
     assert_eq!(ev[0].1["message"]["provider"], "gamma");
+    // The final message_delta carries the answer's cost (prompt from message_start at $2 per
+    // million, output from the delta).
+    let (_, delta) = ev.iter().rfind(|(n, _)| n == "message_delta").unwrap();
+    let input = ev[0].1["message"]["usage"]["input_tokens"].as_f64().unwrap();
+    let output = delta["usage"]["output_tokens"].as_f64().unwrap();
+    assert!((delta["usage"]["cost"].as_f64().unwrap() - (input + output) * 2.0 / 1e6).abs() < 1e-12, "{delta}");
     // Unbuffered: the deltas arrive over the stream's duration, not in one piece.
     let deltas: Vec<Duration> = r
         .chunks
