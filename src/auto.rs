@@ -871,7 +871,7 @@ pub fn choose(
         (None, true) => 1,
         (Some(_), _) => 2,
     };
-    candidates.sort_by_key(rank); // stable: weight order kept inside each group
+    crate::sorting::sort_by_key(&mut candidates, rank); // stable: weight order kept inside each group
 
     Ok(AutoChoice {
         classification,

@@ -867,7 +867,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
     }
 
     let mut provider_bases: Vec<String> = providers.iter().map(|p| base_of(&p.slug).to_string()).collect();
-    provider_bases.sort();
+    crate::sorting::sort_by(&mut provider_bases, |a, b| a.cmp(b));
     provider_bases.dedup();
 
     let mut models = Vec::with_capacity(raw.models.len());
@@ -1098,7 +1098,7 @@ fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -
         let tier = |c: &AutoCandidate| models.get(c.model).and_then(|m| m.cost_tier);
         let id = |c: &AutoCandidate| models.get(c.model).map(|m| m.id.as_str()).unwrap_or("");
         // Best first; equal weights: the cheaper tier (undeclared last), then the id.
-        ranked.sort_by(|x, y| {
+        crate::sorting::sort_by(&mut ranked, |x, y| {
             y.weight
                 .partial_cmp(&x.weight)
                 .unwrap_or(std::cmp::Ordering::Equal)

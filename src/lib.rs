@@ -22,6 +22,7 @@
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `usage`: token usage read from the tail of a provider's response
 //! - `wildcard`: `allowed_models`-style `*` patterns
+//! - `sorting`: the crate's one stable sort (one compiled copy instead of one per call site)
 //! - `sse`: telling complete streams from cut ones, and the error event for a cut stream
 //! - `usage`: token usage reported at the end of answers, priced at the endpoint's prices
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
@@ -46,6 +47,7 @@ pub mod response;
 pub mod rewrite;
 pub mod router;
 pub mod routing_cost;
+pub mod sorting;
 pub mod sse;
 pub mod stats;
 pub mod surface;

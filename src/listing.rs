@@ -130,7 +130,7 @@ fn model_json(m: &Model, eps: &[&Endpoint]) -> Value {
             }
         }
     }
-    params.sort_unstable();
+    crate::sorting::sort_by(&mut params, |a, b| a.cmp(b));
     let owner = m.id.split('/').next().unwrap_or(&m.id);
     json!({
         "id": m.id,

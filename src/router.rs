@@ -14,6 +14,7 @@ use crate::health::{significant_outage, EndpointHealth, HealthView, Percentiles,
 use crate::policy::Policy;
 use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
 use crate::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
+use crate::sorting::{sort_by, sort_by_key};
 use crate::surface::Api;
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
@@ -419,7 +420,7 @@ fn cmp_measured(a: Option<f64>, b: Option<f64>, desc: bool) -> Ordering {
 /// cheaper first.
 fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
     let key = |a: &Attempt| (ctx.health(a.endpoint), ctx.cost(a.endpoint));
-    set.sort_by(|a, b| {
+    sort_by(set, |a, b| {
         let ((ha, ca), (hb, cb)) = (key(a), key(b));
         let uptime = || cmp_f64(hb.uptime.unwrap_or(1.0), ha.uptime.unwrap_or(1.0));
         let errors = || cmp_f64(ha.error_rate.unwrap_or(0.0), hb.error_rate.unwrap_or(0.0));
@@ -453,7 +454,7 @@ fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
 
 /// `:exacto`: lowest measured malformed-tool-call rate first (unmeasured after), then price.
 fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
-    set.sort_by(|a, b| {
+    sort_by(set, |a, b| {
         cmp_measured(ctx.health(a.endpoint).tool_error_rate, ctx.health(b.endpoint).tool_error_rate, false)
             .then_with(|| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)))
             .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
@@ -585,7 +586,7 @@ pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> 
 /// the first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
 /// probability of being drawn first (0 for endpoints that cannot be).
 fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) {
-    set.sort_by(|a, b| {
+    sort_by(set, |a, b| {
         cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
     });
     let indices: Vec<usize> = set.iter().map(|a| a.endpoint).collect();
@@ -683,7 +684,7 @@ fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<A
             !hit
         });
         // A base slug may match several variants: cheapest first.
-        group.sort_by(|a, b| {
+        sort_by(&mut group, |a, b| {
             cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint))
                 .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
         });
@@ -866,7 +867,7 @@ pub fn plan_under(
                 // Requests with tools: tier by tool-call quality, default order kept inside
                 // (not when the caller set `order`).
                 if req.has_tools && prefs.order.is_empty() {
-                    set.sort_by_key(|a| tool_tier(&ctx.health(a.endpoint)));
+                    sort_by_key(set, |a| tool_tier(&ctx.health(a.endpoint)));
                 }
             }
         };

@@ -81,7 +81,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
-    v.sort_by(f64::total_cmp);
+    crate::sorting::sort_by(&mut v, f64::total_cmp);
     let mid = v.len() / 2;
     if v.len() % 2 == 1 {
         v.get(mid).copied()
@@ -257,7 +257,7 @@ pub fn draw_order(terms: &[CostTerms], rand: &mut dyn FnMut() -> f64) -> Vec<usi
         order.push(left.remove(pick));
     }
     let mut rest: Vec<usize> = (0..terms.len()).filter(|i| !order.contains(i)).collect();
-    rest.sort_by(|&a, &b| {
+    crate::sorting::sort_by(&mut rest, |&a, &b| {
         let c = |i: usize| terms.get(i).map_or(f64::INFINITY, |t| t.routing_cost);
         c(a).total_cmp(&c(b))
     });
