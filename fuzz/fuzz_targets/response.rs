@@ -7,10 +7,11 @@
 use libfuzzer_sys::fuzz_target;
 use switchyard::config::Pricing;
 use switchyard::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
-use switchyard::response::{rewrite_object, Served, SseRewriter};
+use switchyard::response::{rewrite_answer, rewrite_object, Served, SseRewriter};
 use switchyard::sse::StreamEnd;
 use switchyard::stats::EndpointStats;
-use switchyard::usage::{completion_tokens, USAGE_TAIL_BYTES};
+use switchyard::surface::Api;
+use switchyard::usage::{completion_tokens, ReportedUsage, USAGE_TAIL_BYTES};
 use switchyard::wire::deserialize_map;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         model: "m/x".into(),
         slug: "alpha/turbo".into(),
         pricing: Pricing { prompt: 1.0, completion: 2.0, request: 0.0, image: 0.0, cached_prompt: Some(0.5) },
-        api: switchyard::surface::Api::OpenAi,
+        api: Api::OpenAi,
     };
     if let Some(out) = rewrite_object(data, &served) {
         let v: serde_json::Value = match serde_json::from_slice(&out) {
@@ -30,11 +31,29 @@ fuzz_target!(|data: &[u8]| {
     // The SSE rewrite gives the same bytes however the stream is cut into chunks.
     let cut = usize::from(data.last().copied().unwrap_or(0)) % (data.len() + 1);
     let mut one = SseRewriter::new(served.clone());
-    let mut two = SseRewriter::new(served);
+    let mut two = SseRewriter::new(served.clone());
     let whole = one.feed(data, true);
     let mut split = two.feed(&data[..cut], false);
     split.extend(two.feed(&data[cut..], true));
     assert_eq!(whole, split, "chunking changed the rewritten stream");
+    // The same for Anthropic and Google answers and streams (their rewrites keep state across
+    // events: message_start's usage for message_delta's cost).
+    for api in [Api::Anthropic, Api::Google] {
+        let served = Served { api, ..served.clone() };
+        if let Some(out) = rewrite_answer(data, &served) {
+            if let Err(e) = serde_json::from_slice::<serde_json::Value>(&out) {
+                panic!("rewritten {api:?} answer is not JSON: {e}");
+            }
+        }
+        let mut one = SseRewriter::new(served.clone());
+        let mut two = SseRewriter::new(served);
+        let whole = one.feed(data, true);
+        let mut split = two.feed(&data[..cut], false);
+        split.extend(two.feed(&data[cut..], true));
+        assert_eq!(whole, split, "chunking changed the rewritten {api:?} stream");
+        let mut usage = ReportedUsage::default();
+        usage.scan_for(api, data);
+    }
     // SSE: a terminator split across chunks is seen exactly as in one piece.
     let step = usize::from(data.first().copied().unwrap_or(1)).max(1);
     let (mut whole, mut parts) = (StreamEnd::default(), StreamEnd::default());
@@ -43,6 +62,12 @@ fuzz_target!(|data: &[u8]| {
         parts.feed(chunk);
     }
     assert_eq!(whole.complete(), parts.complete(), "chunking changed the stream's end");
+    let (mut whole, mut parts) = (StreamEnd::for_api(Api::Google), StreamEnd::for_api(Api::Google));
+    whole.feed(data);
+    for chunk in data.chunks(step) {
+        parts.feed(chunk);
+    }
+    assert_eq!(whole.complete(), parts.complete(), "chunking changed a Google stream's end");
     let _ = completion_tokens(data);
     let _ = completion_tokens(&data[data.len().saturating_sub(USAGE_TAIL_BYTES)..]);
     if let Ok(text) = std::str::from_utf8(data) {
