@@ -21,7 +21,7 @@ fn surfaces_catalog() -> Value {
             "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"},
                      "apis": {"anthropic": {}, "openai": {}}},
             "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"},
-                      "apis": {"anthropic": {}, "google": {}}},
+                      "apis": {"anthropic": {}, "google": {}}, "tags": ["contract"]},
             "delta": {"cluster": "c_delta", "authority": "delta.example", "credential": {"value": "key-delta"},
                       "apis": {"google": {}}},
             "dead": {"cluster": "c_dead", "authority": "dead.example", "credential": {"value": "key-dead"},
@@ -30,7 +30,11 @@ fn surfaces_catalog() -> Value {
         "models": {
             "oa/only": {"endpoints": [{"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}}]}
         },
-        "routing": {"debug_header": true, "default_policy": "price_weighted", "max_body_bytes": 65536}
+        "routing": {"debug_header": true, "default_policy": "price_weighted", "max_body_bytes": 65536},
+        // A compliance route selected by a trusted header: only providers under contract.
+        "policies": {"contract": {"require_tags": ["contract"], "allowed_models": ["an/*", "go/*"]}},
+        "policy_selection": {"trusted_headers": ["x-tenant"],
+                             "rules": [{"policy": "contract", "header": {"name": "x-tenant", "value": "finance"}}]}
     });
     // One model per test so live statistics never leak between tests. alpha is always the
     // cheapest: it must never be planned for an Anthropic or Google caller.
@@ -645,4 +649,50 @@ async fn hostile_surface_inputs_are_refused_in_the_callers_shape_and_reach_no_pr
         }
         assert!(s.received(id).is_empty(), "{id} reached a provider");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operator policies on both surfaces
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn operator_policies_hold_on_the_anthropic_and_google_surfaces() {
+    let s = stack();
+    let tenant = [("x-tenant", "finance")];
+    // beta is cheapest among Anthropic speakers but not under contract: gamma serves.
+    let r =
+        anthropic(s, "pol-an", &tenant, json!({"model": "an/route", "max_tokens": 8, "messages": messages("x")})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(receivers(s, "pol-an"), vec!["gamma"]);
+    assert_eq!(r.header("x-switchyard-policy"), Some("contract"));
+    let got = one(s, "pol-an", "gamma");
+    assert_eq!(got.header("x-tenant"), None, "trusted selection headers never reach a provider");
+    assert_credentials(&got, "gamma", "x-api-key");
+    // Google: delta is not under contract; asking for it is refused naming the policy.
+    let r = google(
+        s,
+        "pol-go",
+        "/v1beta/models/go/route:generateContent",
+        &[("x-tenant", "finance"), ("x-switchyard-routing", r#"{"provider": {"only": ["delta"]}}"#)],
+        json!({"contents": contents("x")}),
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["error"]["status"], "NOT_FOUND", "{v}");
+    assert_eq!(v["error"]["details"][0]["metadata"]["constraint"], "policy:contract.require_tags", "{v}");
+    assert_eq!(r.header("x-switchyard-policy"), Some("contract"));
+    let r =
+        google(s, "pol-go2", "/v1beta/models/go/route:generateContent", &tenant, json!({"contents": contents("x")}))
+            .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(receivers(s, "pol-go2"), vec!["gamma"]);
+    // allowed_models: a 403 in Anthropic's shape.
+    let r =
+        anthropic(s, "pol-an2", &tenant, json!({"model": "oa/only", "max_tokens": 8, "messages": messages("x")})).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    let v = r.json();
+    assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("permission_error")), "{v}");
+    assert_eq!(v["error"]["code"], "policy_denied");
+    assert!(s.received("pol-go").is_empty() && s.received("pol-an2").is_empty());
 }
