@@ -9,8 +9,8 @@
 //! `wasmonly` (downstream Wasm only, static route), `noclear` / `noh2m` (without the route-cache
 //! clear, and without `header_to_metadata` too: attempt 1 then goes to the static order),
 //! `luaclear` (a Lua `clearRouteCache` filter instead of the clear Wasm), `luaup` (a Lua upstream
-//! hook instead of the per-attempt Wasm), `nocomp` (no compressor), `alt` (the full path with
-//! the module at `PROBE_ALT_WASM`, e.g. another build to compare against).
+//! hook instead of the per-attempt Wasm), `nocomp` (no compressor), `alt` / `alt2` (the full path
+//! with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
 //!
 //! Env: PROBE_SECONDS (3), PROBE_ROUNDS (5), PROBE_CONNECTIONS (16), PROBE_SIZE (1024),
 //! PROBE_STREAM (set: SSE requests; needs PROBE_BENCH_MOCK), PROBE_BENCH_MOCK (set: `make
@@ -252,10 +252,11 @@ async fn probe() {
                 drop_filters(&mut b, |f| f["name"] == "envoy.filters.http.compressor");
                 b
             }
-            "alt" => {
-                // A second bootstrap from SWITCHYARD_ALT_WASM (another build of the module).
+            "alt" | "alt2" => {
+                // The full path with another build of the module (PROBE_ALT_WASM, PROBE_ALT2_WASM).
+                let var = if v == "alt" { "PROBE_ALT_WASM" } else { "PROBE_ALT2_WASM" };
                 let mut c = cfg.clone();
-                c.wasm = std::env::var("PROBE_ALT_WASM").map(Into::into).unwrap_or(c.wasm);
+                c.wasm = std::env::var(var).map(Into::into).unwrap_or(c.wasm);
                 bootstrap(&c)
             }
             other => panic!("unknown variant {other}"),
