@@ -302,8 +302,12 @@ pub fn attempt_rewrite(
     if provider.cluster != cluster {
         return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
     }
-    // The plan's path is the caller's: it says which API the request speaks.
+    // The plan's path is the caller's: it says which API the request speaks. A provider that no
+    // longer speaks it (a reload since the plan) cannot take the attempt.
     let api = Api::of_path(&plan.path);
+    if !provider.apis.has(api) {
+        return Err(AttemptError::StalePlan);
+    }
     let (content_length, new_prefix) = if api == Api::Google {
         // Google bodies carry no model: the path names it.
         (plan.body_len as usize, None)
@@ -820,5 +824,9 @@ mod tests {
         let p = plan("/v1beta/models/m%2Fone:generateContent", vec![1, 1], 0);
         let second = attempt_rewrite(&c, 1, &p, 2, "c_go").unwrap();
         assert_eq!((second.new_prefix, second.content_length), (None, 50));
+        // A provider that does not speak the request's API never takes an attempt (a plan made
+        // before a reload that dropped the API).
+        let p = plan("/v1/messages", vec![2], 20);
+        assert_eq!(attempt_rewrite(&c, 1, &p, 1, "c_oa"), Err(AttemptError::StalePlan));
     }
 }
