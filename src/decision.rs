@@ -74,12 +74,9 @@ pub fn decide_for(
         .and_then(|p| p.max_attempts)
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
         .max(1);
-    // Answers are judged in OpenAI's shape only.
-    let offered_tools = if req.has_tools && req.api == Api::OpenAi {
-        crate::quality::offered_tools(req.fields.get("tools"))
-    } else {
-        Vec::new()
-    };
+    // Answers are judged in the request API's shape (the provider speaks it).
+    let offered_tools =
+        if req.has_tools { crate::quality::offered_tools(req.api, req.fields.get("tools")) } else { Vec::new() };
     Ok(Decision {
         api: req.api,
         stream: req.stream,

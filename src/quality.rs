@@ -2,10 +2,14 @@
 //! (its `arguments` are not valid JSON, or it names a tool the request did not offer) or when
 //! the answer is empty (no content and no tool call). Streams are judged from their deltas,
 //! tool-call arguments accumulated per call. Feeds the routing_cost success probability,
-//! `:exacto` and the tool-quality tiers.
+//! `:exacto` and the tool-quality tiers. Each surface's answers are read in its own shape:
+//! OpenAI `choices[0]`, Anthropic `content[]` blocks (`tool_use`), Google
+//! `candidates[0].content.parts[]` (`functionCall`).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use crate::surface::Api;
 
 /// Bytes of one tool call's arguments (or one pending SSE line) kept for judging; beyond this
 /// the answer is not judged (memory stays bounded).
@@ -20,22 +24,107 @@ pub struct Verdict {
     pub tool: bool,
 }
 
-/// Names of the function tools a request offers (`tools[].function.name`).
-pub fn offered_tools(tools: Option<&RawValue>) -> Vec<String> {
+/// Names of the function tools a request offers: OpenAI `tools[].function.name`, Anthropic
+/// `tools[].name`, Google `tools[].functionDeclarations[].name`.
+pub fn offered_tools(api: Api, tools: Option<&RawValue>) -> Vec<String> {
     #[derive(Deserialize)]
     struct Tool {
         #[serde(default)]
         function: Option<Func>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
+        declarations: Option<Vec<Func>>,
     }
     #[derive(Deserialize)]
     struct Func {
         #[serde(default)]
         name: Option<String>,
     }
-    tools
-        .and_then(|t| serde_json::from_str::<Vec<Tool>>(t.get()).ok())
-        .map(|v| v.into_iter().filter_map(|t| t.function?.name).collect())
-        .unwrap_or_default()
+    let Some(tools) = tools.and_then(|t| serde_json::from_str::<Vec<Tool>>(t.get()).ok()) else {
+        return Vec::new();
+    };
+    match api {
+        Api::OpenAi => tools.into_iter().filter_map(|t| t.function?.name).collect(),
+        Api::Anthropic => tools.into_iter().filter_map(|t| t.name).collect(),
+        Api::Google => {
+            tools.into_iter().flat_map(|t| t.declarations.unwrap_or_default()).filter_map(|f| f.name).collect()
+        }
+    }
+}
+
+/// One Anthropic content block (whole answers and `content_block_start`) or delta.
+#[derive(Deserialize, Default)]
+struct Block {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<Box<RawValue>>,
+    #[serde(default)]
+    partial_json: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicMessage {
+    content: Vec<Block>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicEvent {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    content_block: Option<Block>,
+    #[serde(default)]
+    delta: Option<Block>,
+}
+
+#[derive(Deserialize)]
+struct GooglePart {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default, rename = "functionCall", alias = "function_call")]
+    call: Option<GoogleCall>,
+}
+
+#[derive(Deserialize)]
+struct GoogleCall {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    args: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize, Default)]
+struct GoogleContent {
+    #[serde(default)]
+    parts: Vec<GooglePart>,
+}
+
+#[derive(Deserialize)]
+struct GoogleCandidate {
+    #[serde(default)]
+    content: Option<GoogleContent>,
+}
+
+#[derive(Deserialize)]
+struct GoogleResponse {
+    candidates: Vec<GoogleCandidate>,
+}
+
+/// Anthropic `input` / Google `args` must be a JSON object (absent counts as `{}`).
+fn object_is_bad(raw: Option<&RawValue>) -> bool {
+    raw.is_some_and(|r| !r.get().trim_start().starts_with('{'))
+}
+
+fn has_text(text: Option<&str>) -> bool {
+    text.is_some_and(|t| !t.trim().is_empty())
 }
 
 #[derive(Deserialize, Default)]
@@ -84,8 +173,29 @@ fn call_is_bad(name: &str, arguments: &str, offered: &[String]) -> bool {
     unknown || args_bad
 }
 
-/// Judges a whole (non-streamed) chat completion; None when it is not one.
-pub fn judge_body(body: &[u8], offered: &[String]) -> Option<Verdict> {
+/// Judges a whole (non-streamed) answer in `api`'s shape; None when it is not one.
+pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> {
+    let unknown = |name: Option<&str>| !offered.iter().any(|t| Some(t.as_str()) == name);
+    let (tool, malformed, text) = match api {
+        Api::OpenAi => return judge_openai(body, offered),
+        Api::Anthropic => {
+            let m: AnthropicMessage = serde_json::from_slice(body).ok()?;
+            let calls = || m.content.iter().filter(|b| b.kind == "tool_use");
+            let malformed = calls().any(|b| unknown(b.name.as_deref()) || object_is_bad(b.input.as_deref()));
+            (calls().next().is_some(), malformed, m.content.iter().any(|b| has_text(b.text.as_deref())))
+        }
+        Api::Google => {
+            let r: GoogleResponse = serde_json::from_slice(body).ok()?;
+            let parts = r.candidates.into_iter().next()?.content.unwrap_or_default().parts;
+            let calls = || parts.iter().filter_map(|p| p.call.as_ref());
+            let malformed = calls().any(|c| unknown(c.name.as_deref()) || object_is_bad(c.args.as_deref()));
+            (calls().next().is_some(), malformed, parts.iter().any(|p| has_text(p.text.as_deref())))
+        }
+    };
+    Some(Verdict { bad: malformed || (!tool && !text), tool })
+}
+
+fn judge_openai(body: &[u8], offered: &[String]) -> Option<Verdict> {
     let c: Completion = serde_json::from_slice(body).ok()?;
     let m = c.choices.into_iter().next()?.message?;
     let calls = m.tool_calls.unwrap_or_default();
@@ -102,18 +212,37 @@ pub fn judge_body(body: &[u8], offered: &[String]) -> Option<Verdict> {
     Some(Verdict { bad: malformed || empty, tool })
 }
 
-/// Judges a streamed chat completion from its SSE bytes, fed chunk by chunk.
-#[derive(Debug, Default)]
+/// Judges a streamed answer from its SSE bytes (in `api`'s shape), fed chunk by chunk.
+#[derive(Debug)]
 pub struct StreamJudge {
+    api: Api,
     pending: Vec<u8>,
     content: bool,
-    /// (name, arguments) per tool-call index.
+    /// (name, arguments) per tool-call index (OpenAI), per `tool_use` block (Anthropic, the
+    /// block's index kept in `blocks`), per `functionCall` part (Google).
     calls: Vec<(String, String)>,
+    /// Anthropic: content-block index of each entry of `calls`.
+    blocks: Vec<usize>,
     events: usize,
     overflow: bool,
 }
 
+/// Stands for a Google call's `args` that are not a JSON object (never parses as JSON).
+const NOT_AN_OBJECT: &str = "!";
+
 impl StreamJudge {
+    pub fn new(api: Api) -> Self {
+        StreamJudge {
+            api,
+            pending: Vec::new(),
+            content: false,
+            calls: Vec::new(),
+            blocks: Vec::new(),
+            events: 0,
+            overflow: false,
+        }
+    }
+
     pub fn feed(&mut self, bytes: &[u8]) {
         if self.overflow {
             return;
@@ -131,6 +260,75 @@ impl StreamJudge {
 
     fn line(&mut self, line: &[u8]) {
         let Some(data) = line.strip_prefix(b"data:") else { return };
+        match self.api {
+            Api::OpenAi => self.openai(data),
+            Api::Anthropic => self.anthropic(data),
+            Api::Google => self.google(data),
+        }
+    }
+
+    /// Appends to a call's arguments within the bound.
+    fn push_call(&mut self, name: &str, args: &str) -> Option<usize> {
+        if self.calls.len() >= MAX_TOOL_CALLS {
+            self.overflow = true;
+            return None;
+        }
+        self.calls.push((name.to_string(), args.to_string()));
+        Some(self.calls.len() - 1)
+    }
+
+    fn anthropic(&mut self, data: &[u8]) {
+        let Ok(ev) = serde_json::from_slice::<AnthropicEvent>(data) else { return };
+        self.events += 1;
+        match ev.kind.as_str() {
+            "content_block_start" => {
+                let Some(b) = ev.content_block else { return };
+                if b.kind == "tool_use" {
+                    // The start's `input` is `{}`; the arguments follow as input_json_delta.
+                    if self.push_call(b.name.as_deref().unwrap_or(""), "").is_some() {
+                        self.blocks.push(ev.index);
+                    }
+                } else if has_text(b.text.as_deref()) {
+                    self.content = true;
+                }
+            }
+            "content_block_delta" => {
+                let Some(d) = ev.delta else { return };
+                if let Some(piece) = d.partial_json {
+                    // At most MAX_TOOL_CALLS blocks: the lookup is bounded.
+                    let slot = self.blocks.iter().rposition(|&i| i == ev.index);
+                    if let Some(call) = slot.and_then(|k| self.calls.get_mut(k)) {
+                        call.1.push_str(&piece);
+                        if call.1.len() > MAX_ACCUMULATED {
+                            self.overflow = true;
+                        }
+                    }
+                } else if !d.text.as_deref().unwrap_or("").is_empty() {
+                    self.content = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn google(&mut self, data: &[u8]) {
+        let Ok(r) = serde_json::from_slice::<GoogleResponse>(data) else { return };
+        self.events += 1;
+        let Some(parts) = r.candidates.into_iter().next().and_then(|c| c.content).map(|c| c.parts) else { return };
+        for p in parts {
+            if !p.text.as_deref().unwrap_or("").is_empty() {
+                self.content = true;
+            }
+            if let Some(c) = p.call {
+                let args = if object_is_bad(c.args.as_deref()) { NOT_AN_OBJECT } else { "" };
+                if self.push_call(c.name.as_deref().unwrap_or(""), args).is_none() {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn openai(&mut self, data: &[u8]) {
         let Ok(chunk) = serde_json::from_slice::<Completion>(data) else { return };
         self.events += 1;
         let Some(delta) = chunk.choices.into_iter().next().and_then(|c| c.delta) else { return };
@@ -176,54 +374,157 @@ mod tests {
             r#"[{"type":"function","function":{"name":"get_weather","parameters":{}}},{"type":"function","function":{"name":"search"}}]"#,
         )
         .unwrap();
-        offered_tools(Some(&raw))
+        offered_tools(Api::OpenAi, Some(&raw))
     }
 
     #[test]
     fn offered_tool_names_are_read() {
         assert_eq!(tools(), vec!["get_weather", "search"]);
-        assert!(offered_tools(None).is_empty());
+        assert!(offered_tools(Api::OpenAi, None).is_empty());
     }
 
     #[test]
     fn non_streamed_tool_calls_are_judged() {
         let good = br#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}}]}"#;
-        assert_eq!(judge_body(good, &tools()), Some(Verdict { bad: false, tool: true }));
+        assert_eq!(judge_body(Api::OpenAi, good, &tools()), Some(Verdict { bad: false, tool: true }));
         let bad_args = br#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"get_weather","arguments":"{\"city\": Paris"}}]}}]}"#;
-        assert_eq!(judge_body(bad_args, &tools()), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(judge_body(Api::OpenAi, bad_args, &tools()), Some(Verdict { bad: true, tool: true }));
         let unknown = br#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"rm_rf","arguments":"{}"}}]}}]}"#;
-        assert_eq!(judge_body(unknown, &tools()), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(judge_body(Api::OpenAi, unknown, &tools()), Some(Verdict { bad: true, tool: true }));
         let text = br#"{"choices":[{"message":{"content":"It is sunny."}}]}"#;
-        assert_eq!(judge_body(text, &tools()), Some(Verdict { bad: false, tool: false }));
+        assert_eq!(judge_body(Api::OpenAi, text, &tools()), Some(Verdict { bad: false, tool: false }));
         let empty = br#"{"choices":[{"message":{"content":"  "}}]}"#;
-        assert_eq!(judge_body(empty, &[]), Some(Verdict { bad: true, tool: false }));
-        assert_eq!(judge_body(b"not json", &[]), None);
+        assert_eq!(judge_body(Api::OpenAi, empty, &[]), Some(Verdict { bad: true, tool: false }));
+        assert_eq!(judge_body(Api::OpenAi, b"not json", &[]), None);
     }
 
     #[test]
     fn streamed_tool_calls_are_accumulated_per_call_and_judged() {
-        let mut j = StreamJudge::default();
+        let mut j = StreamJudge::new(Api::OpenAi);
         // Arguments arrive in pieces, split across chunks mid-line.
         j.feed(b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"ci\"}}]}}]}\n\nda");
         j.feed(b"ta: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"ty\\\":\\\"Paris\\\"}\"}}]}}]}\n\n");
         j.feed(b"data: [DONE]\n\n");
         assert_eq!(j.verdict(&tools()), Some(Verdict { bad: false, tool: true }));
-        let mut bad = StreamJudge::default();
+        let mut bad = StreamJudge::new(Api::OpenAi);
         bad.feed(b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\":\"}}]}}]}\n\n");
         bad.feed(b"data: [DONE]\n\n");
         assert_eq!(bad.verdict(&tools()), Some(Verdict { bad: true, tool: true }));
-        let mut text = StreamJudge::default();
+        let mut text = StreamJudge::new(Api::OpenAi);
         text.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n");
         assert_eq!(text.verdict(&[]), Some(Verdict { bad: false, tool: false }));
-        let mut empty = StreamJudge::default();
+        let mut empty = StreamJudge::new(Api::OpenAi);
         empty.feed(b"data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: [DONE]\n\n");
         assert_eq!(empty.verdict(&[]), Some(Verdict { bad: true, tool: false }));
-        assert_eq!(StreamJudge::default().verdict(&[]), None);
+        assert_eq!(StreamJudge::new(Api::OpenAi).verdict(&[]), None);
+    }
+
+    fn raw(s: &str) -> Box<RawValue> {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn anthropic_answers_are_judged() {
+        let offered = offered_tools(
+            Api::Anthropic,
+            Some(&raw(r#"[{"name":"get_weather","input_schema":{}},{"name":"search"}]"#)),
+        );
+        assert_eq!(offered, vec!["get_weather", "search"]);
+        let j = |b: &[u8]| judge_body(Api::Anthropic, b, &offered);
+        let good = br#"{"type":"message","content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"t","name":"get_weather","input":{"city":"Paris"}}]}"#;
+        assert_eq!(j(good), Some(Verdict { bad: false, tool: true }));
+        let unknown = br#"{"content":[{"type":"tool_use","name":"rm_rf","input":{}}]}"#;
+        assert_eq!(j(unknown), Some(Verdict { bad: true, tool: true }));
+        let not_object = br#"{"content":[{"type":"tool_use","name":"search","input":"{\"q\": x"}]}"#;
+        assert_eq!(j(not_object), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(j(br#"{"content":[{"type":"text","text":"Sunny."}]}"#), Some(Verdict { bad: false, tool: false }));
+        assert_eq!(j(br#"{"content":[{"type":"text","text":" "}]}"#), Some(Verdict { bad: true, tool: false }));
+        assert_eq!(j(br#"{"content":[]}"#), Some(Verdict { bad: true, tool: false }));
+        assert_eq!(j(br#"{"type":"error","error":{"type":"overloaded_error"}}"#), None);
+
+        // Streamed: the tool name from content_block_start, the input from input_json_delta pieces
+        // (split across chunks mid-line), judged once the stream ended.
+        let start = |i: usize, block: &str| {
+            format!("event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{block}}}\n\n")
+        };
+        let piece = |i: usize, p: &str| {
+            format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{i},\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{}}}}}\n\n", serde_json::to_string(p).unwrap())
+        };
+        let stream = |name: &str, pieces: [&str; 2]| {
+            let mut s = String::from(
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"content\":[]}}\n\n",
+            );
+            s += &start(0, r#"{"type":"text","text":""}"#);
+            s += "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"\"}}\n\n";
+            s += &start(1, &format!(r#"{{"type":"tool_use","id":"t","name":"{name}","input":{{}}}}"#));
+            s += &piece(1, pieces[0]);
+            s += &piece(1, pieces[1]);
+            s += "data: {\"type\":\"content_block_stop\",\"index\":1}\n\ndata: {\"type\":\"message_stop\"}\n\n";
+            s
+        };
+        let judge = |s: String| {
+            let mut j = StreamJudge::new(Api::Anthropic);
+            let (a, b) = s.as_bytes().split_at(s.find("partial_json").unwrap() + 5);
+            j.feed(a);
+            j.feed(b);
+            j.verdict(&offered)
+        };
+        assert_eq!(
+            judge(stream("get_weather", ["{\"ci", "ty\":\"Paris\"}"])),
+            Some(Verdict { bad: false, tool: true })
+        );
+        assert_eq!(judge(stream("get_weather", ["{\"city\": ", "Paris"])), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(judge(stream("rm_rf", ["{", "}"])), Some(Verdict { bad: true, tool: true }));
+        let text = "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n";
+        let mut t = StreamJudge::new(Api::Anthropic);
+        t.feed(text.as_bytes());
+        assert_eq!(t.verdict(&[]), Some(Verdict { bad: false, tool: false }));
+        let mut empty = StreamJudge::new(Api::Anthropic);
+        empty.feed(text.replace("hi", "").as_bytes());
+        assert_eq!(empty.verdict(&[]), Some(Verdict { bad: true, tool: false }));
+    }
+
+    #[test]
+    fn google_answers_are_judged() {
+        let offered = offered_tools(
+            Api::Google,
+            Some(&raw(r#"[{"functionDeclarations":[{"name":"get_weather"},{"name":"search"}]},{"googleSearch":{}}]"#)),
+        );
+        assert_eq!(offered, vec!["get_weather", "search"]);
+        let j = |b: &[u8]| judge_body(Api::Google, b, &offered);
+        let good = br#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}]}}]}"#;
+        assert_eq!(j(good), Some(Verdict { bad: false, tool: true }));
+        let unknown = br#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"rm_rf","args":{}}}]}}]}"#;
+        assert_eq!(j(unknown), Some(Verdict { bad: true, tool: true }));
+        let not_object =
+            br#"{"candidates":[{"content":{"parts":[{"functionCall":{"name":"search","args":"{\"q\": x"}}]}}]}"#;
+        assert_eq!(j(not_object), Some(Verdict { bad: true, tool: true }));
+        let text = br#"{"candidates":[{"content":{"parts":[{"text":"Sunny."}]}}]}"#;
+        assert_eq!(j(text), Some(Verdict { bad: false, tool: false }));
+        assert_eq!(j(br#"{"candidates":[{"finishReason":"SAFETY"}]}"#), Some(Verdict { bad: true, tool: false }));
+        assert_eq!(j(br#"{"error":{"code":429}}"#), None);
+
+        // Streamed (`alt=sse`, CRLF-separated), an event split across chunks.
+        let ev = |part: &str| format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{part}]}}}}]}}\r\n\r\n");
+        let judge = |s: String| {
+            let mut j = StreamJudge::new(Api::Google);
+            let (a, b) = s.as_bytes().split_at(s.len() / 2);
+            j.feed(a);
+            j.feed(b);
+            j.verdict(&offered)
+        };
+        let call = |name: &str, args: &str| ev(&format!(r#"{{"functionCall":{{"name":"{name}","args":{args}}}}}"#));
+        let text = ev(r#"{"text":"hi"}"#);
+        assert_eq!(judge(text.clone() + &call("search", r#"{"q":"x"}"#)), Some(Verdict { bad: false, tool: true }));
+        assert_eq!(judge(call("rm_rf", "{}")), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(judge(text.clone() + &call("search", r#""{\"q\": x""#)), Some(Verdict { bad: true, tool: true }));
+        assert_eq!(judge(text), Some(Verdict { bad: false, tool: false }));
+        assert_eq!(judge(ev(r#"{"text":""}"#)), Some(Verdict { bad: true, tool: false }));
     }
 
     #[test]
     fn judging_memory_is_bounded() {
-        let mut j = StreamJudge::default();
+        let mut j = StreamJudge::new(Api::OpenAi);
         let line = vec![b'x'; 300 * 1024];
         j.feed(&line);
         assert_eq!(j.verdict(&[]), None);

@@ -38,7 +38,7 @@ fn surfaces_catalog() -> Value {
     });
     // One model per test so live statistics never leak between tests. alpha is always the
     // cheapest: it must never be planned for an Anthropic or Google caller.
-    let models: [(&str, &[(&str, f64)]); 14] = [
+    let models: [(&str, &[(&str, f64)]); 16] = [
         ("an/route", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
         ("an/fo", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
         ("an/stream", &[("beta", 1.0), ("gamma", 2.0)]),
@@ -53,6 +53,8 @@ fn surfaces_catalog() -> Value {
         ("go/cut", &[("gamma", 1.0), ("delta", 2.0)]),
         ("go/err", &[("gamma", 1.0), ("delta", 2.0)]),
         ("go/cd", &[("gamma", 1.0), ("delta", 2.0)]),
+        ("an/tools", &[("beta", 1.0), ("gamma", 2.0)]),
+        ("go/tools", &[("gamma", 1.0), ("delta", 2.0)]),
     ];
     for (model, endpoints) in models {
         let eps: Vec<Value> = endpoints
@@ -695,4 +697,78 @@ async fn operator_policies_hold_on_the_anthropic_and_google_surfaces() {
     assert_eq!((v["type"].as_str(), v["error"]["type"].as_str()), (Some("error"), Some("permission_error")), "{v}");
     assert_eq!(v["error"]["code"], "policy_denied");
     assert!(s.received("pol-go").is_empty() && s.received("pol-an2").is_empty());
+}
+
+/// The endpoints' measured tool error rates, from the debug header of one more request.
+fn tool_error_rates(r: &Reply) -> Vec<(String, Value)> {
+    let c: Value = serde_json::from_str(r.header("x-switchyard-candidates").expect("debug header")).unwrap();
+    let mut v: Vec<(String, Value)> = c
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["endpoint"].as_str().unwrap_or("").to_string(), x["health"]["tool_error_rate"].clone()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+// Anthropic and Google answers are judged in their own shape, whole and streamed: a malformed
+// tool call (input/args not a JSON object, a broken input_json_delta) is a bad response, a
+// well-formed call of an offered tool is not; the rates feed the tool tiers and :exacto.
+#[tokio::test]
+async fn anthropic_and_google_tool_calls_are_judged_whole_and_streamed() {
+    let s = stack();
+    let an_tools = json!([{"name": "get_weather", "input_schema": {"type": "object"}}]);
+    for (provider, mode) in [("beta", "badtool"), ("gamma", "tool")] {
+        for stream in [false, true] {
+            let id = format!("an-tools-{provider}-{stream}");
+            let body = json!({"model": "an/tools", "max_tokens": 64, "stream": stream, "tools": an_tools,
+                "messages": messages("weather?"), "provider": {"order": [provider], "allow_fallbacks": false}});
+            let r = anthropic(s, &id, &[("x-mock-behavior", &format!("{provider}={mode}"))], body).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            assert!(r.text().contains("tool_use"), "{id}: {}", r.text());
+        }
+    }
+    let r = anthropic(
+        s,
+        "an-tools-debug",
+        &[("x-switchyard-debug", "1")],
+        json!({"model": "an/tools",
+        "max_tokens": 8, "messages": messages("x")}),
+    )
+    .await;
+    assert_eq!(
+        tool_error_rates(&r),
+        vec![("beta".to_string(), json!(1.0)), ("gamma".to_string(), json!(0.0))],
+        "{:?}",
+        r.header("x-switchyard-candidates")
+    );
+
+    let go_tools = json!([{"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "object"}}]}]);
+    for (provider, mode) in [("gamma", "tool"), ("delta", "badtool")] {
+        for method in ["generateContent", "streamGenerateContent?alt=sse"] {
+            let id = format!("go-tools-{provider}-{}", method.len());
+            let routing = format!(r#"{{"provider": {{"order": ["{provider}"], "allow_fallbacks": false}}}}"#);
+            let behavior = format!("{provider}={mode}");
+            let h = [("x-mock-behavior", behavior.as_str()), ("x-switchyard-routing", routing.as_str())];
+            let path = format!("/v1beta/models/go/tools:{method}");
+            let r = google(s, &id, &path, &h, json!({"contents": contents("weather?"), "tools": go_tools})).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            assert!(r.text().contains("functionCall"), "{id}: {}", r.text());
+        }
+    }
+    let r = google(
+        s,
+        "go-tools-debug",
+        "/v1beta/models/go/tools:generateContent",
+        &[("x-switchyard-debug", "1")],
+        json!({"contents": contents("x")}),
+    )
+    .await;
+    assert_eq!(
+        tool_error_rates(&r),
+        vec![("delta".to_string(), json!(1.0)), ("gamma".to_string(), json!(0.0))],
+        "{:?}",
+        r.header("x-switchyard-candidates")
+    );
 }

@@ -579,9 +579,9 @@ impl HttpContext for Stream {
             .endpoints
             .iter()
             .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
-        if stream && !encoded && status < 300 && self.api == Api::OpenAi {
+        if stream && !encoded && status < 300 {
             // The served stream's quality (malformed tool calls, empty answers) is judged.
-            self.judge = Some(StreamJudge::default());
+            self.judge = Some(StreamJudge::new(self.api));
         }
         let Some(ep) = ep.filter(|_| !encoded) else {
             if status < 300 {
@@ -655,11 +655,8 @@ impl HttpContext for Stream {
                     let served = served.clone();
                     let headers_sent = *headers_sent;
                     self.body_action = BodyAction::None;
-                    // Quality is judged from OpenAI-shaped answers only.
-                    if served.api == Api::OpenAi {
-                        let verdict = judge_body(&collected, self.offered_tools());
-                        self.record_quality(verdict);
-                    }
+                    let verdict = judge_body(served.api, &collected, self.offered_tools());
+                    self.record_quality(verdict);
                     let out = rewrite_answer(&collected, &served).unwrap_or(collected);
                     if !headers_sent {
                         api::set_resp_header("content-length", Some(&out.len().to_string()));
