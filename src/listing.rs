@@ -19,25 +19,6 @@ pub enum Listing {
     Endpoints(String),
 }
 
-/// `%XX` decoding for model ids in paths (`vendor/model%3Afree`); None on bad escapes or
-/// non-UTF-8 results.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while let Some(&c) = b.get(i) {
-        if c == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// The listing a GET path names, or None when the path is not one of ours. A model id keeps its
 /// slashes (`/v1/models/meta-llama/llama-4/endpoints`); a catalog id that itself ends in
 /// `/endpoints` is the model, not its listing.
@@ -47,7 +28,7 @@ pub fn parse_path(catalog: &Catalog, path: &str) -> Option<Listing> {
     if bare == "/v1/models" {
         return Some(Listing::Models);
     }
-    let rest = percent_decode(bare.strip_prefix("/v1/models/")?)?;
+    let rest = crate::surface::percent_decode(bare.strip_prefix("/v1/models/")?)?;
     if rest.is_empty() {
         return None;
     }

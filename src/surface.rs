@@ -149,8 +149,9 @@ pub fn google_path(path: &str) -> Option<(String, GoogleMethod)> {
     Some((model, method))
 }
 
-/// `%XX` decoding of a path segment; None for a bad escape or non-UTF-8 result.
-fn percent_decode(s: &str) -> Option<String> {
+/// `%XX` decoding of a path segment (Google model paths, `/v1/models/{id}` listings); None for a
+/// bad escape or non-UTF-8 result.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {
         return Some(s.to_string());
     }
