@@ -88,14 +88,10 @@ fn msg() -> Value {
     json!([{"role": "user", "content": "hello"}])
 }
 
-fn log_contains(dir: &Path, needle: &str) -> bool {
-    std::fs::read_to_string(dir.join("envoy.log")).unwrap_or_default().contains(needle)
-}
-
-#[test]
-fn catalog_swap_under_load_fails_no_request() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = repo_root().join(".work").join(format!("hot-reload-{}", std::process::id()));
+/// TLS mock providers for every provider of catalog A (certificates from a fresh test CA), and
+/// the setup that points the catalog at them.
+fn start_providers(rt: &tokio::runtime::Runtime, tag: &str) -> (Catalog, BTreeMap<String, MockProvider>, Setup) {
+    let dir = repo_root().join(".work").join(format!("{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca = TestCa::new("Switchyard test CA").unwrap();
     let ca_file = dir.join("ca.pem");
@@ -122,6 +118,17 @@ fn catalog_swap_under_load_fails_no_request() {
             .collect(),
         ecds: dir.join("ecds"),
     };
+    (base, providers, setup)
+}
+
+fn log_contains(dir: &Path, needle: &str) -> bool {
+    std::fs::read_to_string(dir.join("envoy.log")).unwrap_or_default().contains(needle)
+}
+
+#[test]
+fn catalog_swap_under_load_fails_no_request() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (base, providers, setup) = start_providers(&rt, "hot-reload");
     let local = base.with_hosts(&setup.ports);
     let (mut boot, ext_a) = gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
@@ -299,33 +306,7 @@ fn ext_a_for(setup: &Setup) -> Extensions {
 #[test]
 fn attempt_for_a_removed_provider_is_never_sent() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let dir = repo_root().join(".work").join(format!("hot-reload-removed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca = TestCa::new("Switchyard test CA").unwrap();
-    let ca_file = dir.join("ca.pem");
-    ca.write_pem(&ca_file).unwrap();
-    let base = Catalog::parse(&catalog_a().to_string()).unwrap();
-    let providers: BTreeMap<String, MockProvider> = rt.block_on(async {
-        let mut out = BTreeMap::new();
-        for p in &base.providers {
-            let id = ca.issue(&p.host).unwrap();
-            out.insert(
-                p.slug.clone(),
-                MockProvider::start_tls(&p.slug, 0, Behavior::default(), &id, p.http2).await.unwrap(),
-            );
-        }
-        out
-    });
-    let setup = Setup {
-        ca_file: ca_file.to_string_lossy().into_owned(),
-        digest: Image::from_module(&std::fs::read(wasm_path()).unwrap()).digest(),
-        ports: base
-            .providers
-            .iter()
-            .map(|p| (p.slug.clone(), (p.host.clone(), providers[&p.slug].addr.port())))
-            .collect(),
-        ecds: dir.join("ecds"),
-    };
+    let (base, providers, setup) = start_providers(&rt, "hot-reload-removed");
     let (mut boot, ext_a) =
         gateway_config(&base.with_hosts(&setup.ports), &setup.ca_file, &wasm_path(), &setup.digest).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
