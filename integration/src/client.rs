@@ -11,6 +11,11 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+/// A header map as (name, value) pairs, values decoded lossily: what tests assert on.
+pub fn header_pairs(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    headers.iter().map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
@@ -131,11 +136,7 @@ where
         let start = Instant::now();
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let headers = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect();
+        let headers = header_pairs(resp.headers());
         let mut body = resp.into_body();
         let mut chunks = Vec::new();
         let mut all = Vec::new();
@@ -185,11 +186,7 @@ pub async fn send_on_one_connection(
             let req = b.body(Full::new(Bytes::copy_from_slice(body))).map_err(|e| e.to_string())?;
             let resp = sender.send_request(req).await.map_err(|e| format!("request {i}: {e}"))?;
             let status = resp.status().as_u16();
-            let headers = resp
-                .headers()
-                .iter()
-                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-                .collect();
+            let headers = header_pairs(resp.headers());
             let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
             replies.push(Reply { status, headers, body, chunks: Vec::new(), body_error: None });
         }

@@ -599,11 +599,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
     let api = Api::of_path(parts.uri.path());
-    let headers = parts
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect();
+    let headers = crate::client::header_pairs(&parts.headers);
     let mut full_headers: Vec<(String, String)> = headers;
     // hyper moves :authority into Host for HTTP/1.1; record both views for assertions.
     if let Some(h) = parts.uri.authority() {

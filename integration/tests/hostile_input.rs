@@ -253,11 +253,7 @@ async fn h2_send(
         h2.ready().await.map_err(|e| e.to_string())?;
         let resp = h2.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let headers = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect();
+        let headers = switchyard_integration::client::header_pairs(resp.headers());
         let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes().to_vec();
         Ok(Answer { status, headers, body })
     };
