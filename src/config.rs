@@ -88,6 +88,11 @@ fn default_long_context_tokens() -> u64 {
 #[serde(deny_unknown_fields)]
 struct RawProvider {
     cluster: String,
+    /// A second cluster to the same provider whose upstream filter chain has no per-attempt Wasm
+    /// (only the hook that reports a failed answer, see the README): the first attempt of a
+    /// single-model plan goes there, prepared by the decision filter.
+    #[serde(default)]
+    first_attempt_cluster: Option<String>,
     authority: String,
     #[serde(default = "default_path_prefix")]
     path_prefix: String,
@@ -379,6 +384,8 @@ pub struct Provider {
     /// The key in `providers`: `name` or `name/variant`.
     pub slug: String,
     pub cluster: String,
+    /// The cluster a prepared first attempt goes to (no per-attempt Wasm), if configured.
+    pub first_attempt_cluster: Option<String>,
     pub authority: String,
     pub path_prefix: String,
     pub credential: Option<Credential>,
@@ -794,6 +801,14 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         if p.authority.is_empty() {
             return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
         }
+        if let Some(first) = &p.first_attempt_cluster {
+            if first.is_empty() || *first == p.cluster {
+                return Err(err(
+                    format!("{field}.first_attempt_cluster"),
+                    "must name a second cluster to this provider, other than `cluster`",
+                ));
+            }
+        }
         if !p.path_prefix.starts_with('/') {
             return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
         }
@@ -846,6 +861,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         providers.push(Provider {
             slug: slug.clone(),
             cluster: p.cluster.clone(),
+            first_attempt_cluster: p.first_attempt_cluster.clone(),
             authority: p.authority.clone(),
             path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
             credential,

@@ -25,6 +25,9 @@ pub fn attempt_property(attempt: usize) -> String {
 /// Set by the serving attempt when its answer broke off after the first byte: the downstream
 /// filter ends the caller's stream with an error event (value: the SSE event to append).
 pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";
+/// Dynamic metadata key (namespace `switchyard`) where the hook on a first-attempt cluster notes
+/// a failed first attempt as `<status>,<retry-after>` for the next attempt's filter.
+pub const FIRST_ATTEMPT_METADATA: &str = "first_attempt";
 /// Request header carrying the base64 `google.protobuf.Value` priority-group override.
 pub const GROUPS_HEADER: &str = "x-switchyard-groups";
 
@@ -45,6 +48,10 @@ pub struct AttemptPlan {
     pub endpoints: Vec<u16>,
     /// The same endpoints by name, valid in any configuration, so a plan survives a reload.
     pub refs: Vec<EndpointRef>,
+    /// The downstream filter prepared attempt 1 itself and sent it to the provider's
+    /// `first_attempt_cluster`, where no per-attempt Wasm runs: the second attempt's filter
+    /// records the first one's failure (from the hook's dynamic metadata).
+    pub first_prepared: bool,
 }
 
 /// An endpoint by name: what an attempt needs from the configuration that planned it.
@@ -55,7 +62,9 @@ pub struct EndpointRef {
     pub upstream_model: String,
 }
 
-const PLAN_VERSION: u8 = 2;
+const PLAN_VERSION: u8 = 3;
+/// Plans of the previous version (no `first_prepared` flag) still decode.
+const PLAN_VERSION_2: u8 = 2;
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
     let b = s.as_bytes();
@@ -69,7 +78,7 @@ impl AttemptPlan {
         let mut out = Vec::with_capacity(24 + self.path.len() + 2 * self.endpoints.len());
         out.push(PLAN_VERSION);
         out.extend_from_slice(&self.catalog_id.to_le_bytes());
-        out.push(u8::from(self.stream));
+        out.push(u8::from(self.stream) | (u8::from(self.first_prepared) << 1));
         out.extend_from_slice(&self.body_len.to_le_bytes());
         out.extend_from_slice(&self.prefix_len.to_le_bytes());
         let path = self.path.as_bytes();
@@ -99,11 +108,14 @@ impl AttemptPlan {
 
     pub fn decode(b: &[u8]) -> Option<AttemptPlan> {
         let mut r = Reader(b);
-        if r.u8()? != PLAN_VERSION {
+        let version = r.u8()?;
+        if version != PLAN_VERSION && version != PLAN_VERSION_2 {
             return None;
         }
         let catalog_id = r.u64()?;
-        let stream = r.u8()? != 0;
+        let flags = r.u8()?;
+        let stream = flags & 1 != 0;
+        let first_prepared = version == PLAN_VERSION && flags & 2 != 0;
         let body_len = r.u32()?;
         let prefix_len = r.u32()?;
         let plen = r.u16()? as usize;
@@ -121,7 +133,7 @@ impl AttemptPlan {
             let upstream_model = r.string()?;
             refs.push(EndpointRef { model, slug, upstream_model });
         }
-        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs })
+        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs, first_prepared })
     }
 }
 
@@ -583,8 +595,15 @@ mod tests {
                 EndpointRef { model: "m/x".into(), slug: "a".into(), upstream_model: "x-a".into() },
                 EndpointRef { model: "m/é".into(), slug: "b/fast".into(), upstream_model: "".into() },
             ],
+            first_prepared: false,
         };
         assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
+        let prepared = AttemptPlan { first_prepared: true, ..p.clone() };
+        assert_eq!(AttemptPlan::decode(&prepared.encode()), Some(prepared.clone()));
+        // A plan of the previous version (no flag) still decodes, never as prepared.
+        let mut v2 = prepared.encode();
+        v2[0] = PLAN_VERSION_2;
+        assert_eq!(AttemptPlan::decode(&v2), Some(p.clone()));
         assert_eq!(AttemptPlan::decode(&p.encode()[..10]), None);
         assert_eq!(AttemptPlan::decode(b""), None);
     }
@@ -652,6 +671,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             endpoints: vec![0, 1],
             refs: Vec::new(),
+            first_prepared: false,
         };
         let a1 = attempt_rewrite(&c, 9, &plan, 1, "c_a").unwrap();
         assert_eq!(a1.authority, "a.example");
@@ -701,6 +721,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             endpoints: vec![1, 0],
             refs: vec![refs(&old, 1), refs(&old, 0)],
+            first_prepared: false,
         };
         assert_eq!(plan.local_endpoints(&new, 2), vec![new.find_endpoint("m/one", "b"), None]);
         let b = attempt_rewrite(&new, 2, &plan, 1, "c_b").unwrap();
@@ -808,6 +829,7 @@ mod tests {
             path: path.into(),
             endpoints,
             refs: Vec::new(),
+            first_prepared: false,
         };
         let an = attempt_rewrite(&c, 1, &plan("/v1/messages", vec![0], 20), 1, "c_an").unwrap();
         assert_eq!(an.credential, Some(("x-api-key".into(), "k-an".into())));

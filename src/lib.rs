@@ -25,6 +25,7 @@
 //! - `sorting`: the crate's one stable sort (one compiled copy instead of one per call site)
 //! - `sse`: telling complete streams from cut ones, and the error event for a cut stream
 //! - `usage`: token usage reported at the end of answers, priced at the endpoint's prices
+//! - `watch`: what one attempt's answer showed (status, first byte, usage, a cut stream)
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -54,6 +55,7 @@ pub mod surface;
 #[cfg(test)]
 mod test_support;
 pub mod usage;
+pub mod watch;
 pub mod wildcard;
 pub mod wire;
 

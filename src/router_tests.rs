@@ -1399,6 +1399,50 @@ fn hand_off_cuts_the_plan_to_the_budget_and_names_each_attempt() {
     assert_eq!((h1.clusters.len(), h1.max_retries()), (1, 0));
 }
 
+// hand_off with first-attempt clusters: a single-model plan's first attempt goes to its
+// provider's first-attempt cluster (no per-attempt Wasm) and the plan says so; later attempts
+// keep the regular clusters; a plan that may fall back to another model keeps the per-attempt
+// filter on attempt 1 (a refusal there must become a retry); so does a provider without one.
+#[test]
+fn hand_off_sends_a_single_model_first_attempt_to_the_first_attempt_cluster() {
+    let c = catalog_json(
+        r#"{"providers": {
+          "aa": {"cluster": "c_aa", "first_attempt_cluster": "c_aa-first", "authority": "aa.example"},
+          "bb": {"cluster": "c_bb", "first_attempt_cluster": "c_bb-first", "authority": "bb.example"},
+          "cc": {"cluster": "c_cc", "authority": "cc.example"}},
+          "models": {
+            "m/one": {"endpoints": [{"provider": "aa", "pricing": {"prompt": 1, "completion": 1}},
+                                    {"provider": "bb", "pricing": {"prompt": 2, "completion": 2}},
+                                    {"provider": "cc", "pricing": {"prompt": 3, "completion": 3}}]},
+            "m/two": {"endpoints": [{"provider": "bb", "pricing": {"prompt": 1, "completion": 1}}]}},
+          "routing": {"default_policy": "price_weighted"}}"#,
+    );
+    let hand = |b: String| {
+        let d = decide(&c, b.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+        hand_off(&c, 7, &d, "/v1/chat/completions")
+    };
+    let h = hand(body("m/one", r#", "provider": {"sort": "price"}"#));
+    assert_eq!(h.clusters, s(&["c_aa-first", "c_bb", "c_cc"]));
+    assert!(h.plan.first_prepared);
+    // Attempts after the first check their regular cluster as before.
+    assert!(attempt_rewrite(&c, 7, &h.plan, 2, "c_bb").is_ok());
+    assert!(attempt_rewrite(&c, 7, &h.plan, 2, "c_bb-first").is_err());
+    let h = hand(body("m/one", r#", "provider": {"order": ["cc", "aa"]}"#));
+    assert_eq!(h.clusters[0], "c_cc", "a provider without a first-attempt cluster");
+    assert!(!h.plan.first_prepared);
+    let h = hand(body("m/one", r#", "models": ["m/two"], "provider": {"sort": "price"}"#));
+    assert_eq!(h.clusters.first().map(String::as_str), Some("c_aa"), "a fallback model is planned");
+    assert!(!h.plan.first_prepared);
+    let e = Catalog::from_json(
+        br#"{"providers": {"aa": {"cluster": "c_aa", "first_attempt_cluster": "c_aa", "authority": "a"}},
+            "models": {"m/x": {"endpoints": [{"provider": "aa", "pricing": {"prompt": 1, "completion": 1}}]}}}"#,
+        &|_| None,
+    )
+    .err()
+    .unwrap_or_else(|| panic!("a first-attempt cluster equal to the cluster must be refused"));
+    assert_eq!(e.field, "providers[\"aa\"].first_attempt_cluster", "{e}");
+}
+
 // decide propagates routing errors unchanged (400 bad JSON, 404 no_endpoints).
 #[test]
 fn decide_propagates_errors() {

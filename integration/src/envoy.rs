@@ -102,6 +102,9 @@ pub struct StackConfig {
     /// Verify `Authorization: Bearer` JWTs with Envoy's `jwt_authn` before Switchyard and put
     /// the payload in dynamic metadata (`jwt_payload`), for JWT-claim-selected policies.
     pub jwt: Option<JwtSpec>,
+    /// Give every provider cluster a first-attempt twin without the per-attempt Wasm (see
+    /// `first_attempt_cluster`); off, every attempt runs the per-attempt filter.
+    pub first_attempt_clusters: bool,
 }
 
 /// One `jwt_authn` provider: the tokens' issuer and the JWKS (JSON) that verifies them. A
@@ -158,6 +161,7 @@ impl StackConfig {
             route_timeout_ms: 300_000,
             max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
+            first_attempt_clusters: true,
         }
     }
 }
@@ -211,7 +215,104 @@ fn plugin_json(cfg: &StackConfig) -> String {
             r.entry("passthrough_cluster").or_insert_with(|| json!(pt.name));
         }
     }
+    let generated: Vec<&str> = cfg
+        .clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
+        .collect();
+    with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &generated, &first_attempt_cluster_name);
     serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
+}
+
+/// The name of a provider cluster's first-attempt twin in a generated Envoy configuration.
+pub fn first_attempt_cluster_name(cluster: &str) -> String {
+    format!("{cluster}-first")
+}
+
+/// The provider clusters among `clusters` that get a first-attempt twin, each with the host name
+/// its attempts carry: those whose providers in the plugin configuration agree on one
+/// `authority` (the route's `auto_host_rewrite` sets a twin's attempts' `:authority` from it).
+pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<(String, String)> {
+    let mut twins: Vec<(String, Option<String>)> = Vec::new();
+    let providers = plugin_config["providers"].as_object().cloned().unwrap_or_default();
+    for p in providers.values() {
+        let (Some(cluster), Some(authority)) = (p["cluster"].as_str(), p["authority"].as_str()) else { continue };
+        if !clusters.contains(&cluster) {
+            continue;
+        }
+        match twins.iter_mut().find(|(c, _)| c == cluster) {
+            Some((_, a)) if a.as_deref() != Some(authority) => *a = None,
+            Some(_) => {}
+            None => twins.push((cluster.to_string(), Some(authority.to_string()))),
+        }
+    }
+    twins.into_iter().filter_map(|(c, a)| Some((c, a?))).collect()
+}
+
+/// Names each provider's first-attempt twin (`first_attempt_cluster`) in the plugin
+/// configuration, unless the configuration names one itself; `on`: false leaves it unchanged.
+pub fn with_first_attempt_clusters(config: &mut Value, on: bool, clusters: &[&str], name: &dyn Fn(&str) -> String) {
+    if !on {
+        return;
+    }
+    let twins = first_attempt_twins(config, clusters);
+    if let Some(providers) = config["providers"].as_object_mut() {
+        for p in providers.values_mut() {
+            let Some(cluster) = p["cluster"].as_str().map(str::to_string) else { continue };
+            if twins.iter().any(|(c, _)| *c == cluster) {
+                if let Some(obj) = p.as_object_mut() {
+                    obj.entry("first_attempt_cluster").or_insert_with(|| json!(name(&cluster)));
+                }
+            }
+        }
+    }
+}
+
+/// The hook on a first-attempt cluster (in place of the per-attempt Wasm): it names attempt 1
+/// on the answer for the decision filter and, when the answer is a failure Envoy may retry,
+/// notes its status and `Retry-After` in the request's dynamic metadata, where the next
+/// attempt's filter reads them to record the failure (statistics, cool-down).
+pub const FIRST_ATTEMPT_HOOK: &str = r#"function envoy_on_response(handle)
+  local headers = handle:headers()
+  headers:replace("x-switchyard-attempts", "1")
+  local status = headers:get(":status") or "0"
+  if status:sub(1, 1) ~= "2" then
+    handle:streamInfo():dynamicMetadata():set("switchyard", "first_attempt", status .. "," .. (headers:get("retry-after") or ""))
+  end
+end
+"#;
+
+/// The upstream filters of a first-attempt cluster: the hook, then the codec.
+pub fn first_attempt_filters() -> Value {
+    json!([
+        {"name": "envoy.filters.http.lua", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": FIRST_ATTEMPT_HOOK}
+        }},
+        {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+    ])
+}
+
+/// A provider cluster's first-attempt twin: the same cluster (address, TLS, limits) under
+/// another name, its endpoints named by the provider's host (for `auto_host_rewrite`), with
+/// the hook instead of the per-attempt Wasm.
+fn first_attempt_twin(regular: &Value, authority: &str, http2: bool) -> Value {
+    let mut v = regular.clone();
+    let name = first_attempt_cluster_name(regular["name"].as_str().unwrap_or_default());
+    v["name"] = json!(name);
+    v["load_assignment"]["cluster_name"] = json!(name);
+    if let Some(eps) = v["load_assignment"]["endpoints"].as_array_mut() {
+        for group in eps {
+            if let Some(lbs) = group["lb_endpoints"].as_array_mut() {
+                for lb in lbs {
+                    lb["endpoint"]["hostname"] = json!(authority);
+                }
+            }
+        }
+    }
+    v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters());
+    v
 }
 
 /// The upstream (per-attempt) HTTP filters of every provider cluster.
@@ -346,6 +447,10 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
                     }
                 }},
                 "timeout": format!("{}s", f64::from(cfg.route_timeout_ms) / 1000.0),
+                // A first attempt on a first-attempt cluster gets the provider's host from the
+                // cluster's endpoint (the decision filter must not change `:authority` before
+                // the route is resolved); the per-attempt filter sets the same on the others.
+                "auto_host_rewrite": true,
                 "retry_policy": retry_policy
             },
             "request_headers_to_remove": ["x-switchyard-routed"]
@@ -410,15 +515,26 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
 fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
     clusters.extend(cfg.remote_clusters.iter().map(|r| remote_cluster(cfg, r)));
-    if let Some(pt) = &cfg.passthrough {
-        clusters.push(cluster(pt));
-    }
-    let names: Vec<&str> = cfg
+    let generated: Vec<&str> = cfg
         .clusters
         .iter()
         .map(|c| c.name.as_str())
         .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
         .collect();
+    let twins =
+        if cfg.first_attempt_clusters { first_attempt_twins(&cfg.plugin_config, &generated) } else { Vec::new() };
+    let mut twin_names: Vec<String> = Vec::new();
+    for (cluster, authority) in &twins {
+        let http2 = cfg.remote_clusters.iter().any(|r| r.name == *cluster && r.http2);
+        if let Some(regular) = clusters.iter().find(|c| c["name"] == json!(cluster)).cloned() {
+            clusters.push(first_attempt_twin(&regular, authority, http2));
+            twin_names.push(first_attempt_cluster_name(cluster));
+        }
+    }
+    if let Some(pt) = &cfg.passthrough {
+        clusters.push(cluster(pt));
+    }
+    let names: Vec<&str> = generated.iter().copied().chain(twin_names.iter().map(String::as_str)).collect();
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.
     let routes = |policy: Option<&str>| -> Value {
@@ -496,7 +612,10 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                             }},
                             // 3. Re-resolve the route now that the metadata exists.
                             {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_clear", "", false)},
-                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+                            // Adds no x-envoy-* headers: a first attempt has no per-attempt filter
+                            // to remove them before the provider sees the request.
+                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+                                "suppress_envoy_headers": true}}
                         ]
                     }
                 }]}]

@@ -5,22 +5,26 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
+use super::attempts::{finished, read_record, read_records, started, AttemptOf};
 use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
 use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
-use crate::ending::{collect_records, ending, Ending, MAX_RECORDED_ATTEMPTS};
+use crate::ending::{ending, Ending};
 use crate::errors::ApiError;
 use crate::failover::{
-    attempt_property, base64, decode_records, encode_records, groups_value, AttemptRecord, GROUPS_HEADER,
-    INTERRUPTED_PROPERTY, PLAN_PROPERTY,
+    attempt_rewrite, base64, groups_value, AttemptPlan, AttemptRecord, GROUPS_HEADER, INTERRUPTED_PROPERTY,
+    PLAN_PROPERTY,
 };
 use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::request::ROUTING_HEADER;
 use crate::response::{attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Served, SseRewriter};
 use crate::router::policy_allows;
+use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
+use crate::usage::USAGE_TAIL_BYTES;
+use crate::watch::{AttemptWatch, ANTHROPIC_HEAD_BYTES};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Response header naming the operator policy a routed request ran under.
@@ -68,6 +72,21 @@ enum BodyAction {
     /// A served stream the filter does not rewrite: if the serving attempt broke off, end it
     /// with an error event.
     WatchStream,
+}
+
+/// A first attempt this filter prepared itself: it runs on the provider's first-attempt cluster,
+/// without the per-attempt filter, so this filter records it when it serves (or fails without
+/// a retry after it); a retry's per-attempt filter records it otherwise.
+struct PreparedFirst {
+    model: String,
+    slug: String,
+    in_catalog: bool,
+    /// The planner's index of its endpoint.
+    planned: u16,
+    watch: AttemptWatch,
+    /// Its answer is the one the caller gets (the cluster's hook named attempt 1).
+    answered: bool,
+    recorded: bool,
 }
 
 /// How a routed request ended, counted once in `on_log` (`switchyard_requests{result}`).
@@ -126,6 +145,11 @@ pub struct Stream {
     sse_response: bool,
     /// The serving attempt marked the answer interrupted (read once, at the stream's end).
     interrupted: Option<bool>,
+    /// Caller headers the `upstream_headers` policy keeps from providers (removed here when this
+    /// filter prepares the first attempt).
+    swept: Vec<String>,
+    /// The first attempt, when this filter prepared it.
+    first: Option<PreparedFirst>,
 }
 
 impl Stream {
@@ -158,6 +182,8 @@ impl Stream {
             routing_header: None,
             sse_response: false,
             interrupted: None,
+            swept: Vec::new(),
+            first: None,
         }
     }
 
@@ -283,13 +309,24 @@ impl Stream {
     /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
     /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
     fn apply(&mut self, d: Decision) {
-        let HandOff { plan, clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
-        let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
-        api::set_property(vec![PLAN_PROPERTY], &plan.encode());
+        let HandOff { mut plan, mut clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
         // Neither the caller's key nor any provider key is on the request before an attempt.
         for h in &self.caller_credentials {
             api::set_req_header(h, None);
         }
+        if plan.first_prepared && !self.prepare_first(&plan, d.stream) {
+            // Not preparable (cannot happen with a plan of this configuration): the regular
+            // cluster's per-attempt filter takes the first attempt as it takes the others.
+            plan.first_prepared = false;
+            let regular = plan.endpoints.first().and_then(|&i| self.config.catalog.endpoint(usize::from(i)));
+            if let (Some(slot), Some(p)) =
+                (clusters.first_mut(), regular.and_then(|e| self.config.catalog.provider_of(e)))
+            {
+                *slot = p.cluster.clone();
+            }
+        }
+        let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
+        api::set_property(vec![PLAN_PROPERTY], &plan.encode());
         api::set_req_header(ROUTED_HEADER, Some("1"));
         api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
@@ -300,7 +337,61 @@ impl Stream {
         api::set_request_body(0, usize::MAX, &d.body);
         self.planned = clusters.len();
         self.decided_ms = api::now_ms();
+        if let Some(f) = self.first.as_mut() {
+            f.watch.started_ms = self.decided_ms;
+        }
         self.decision = Some(d);
+    }
+
+    /// Prepares the first attempt as the per-attempt filter would (its provider's first-attempt
+    /// cluster has none): removes the caller headers providers must not see, sets the provider's
+    /// key and path, and counts the attempt as started. `:authority` is left to the route
+    /// (`auto_host_rewrite` from the first-attempt cluster's host name): changing it here would
+    /// change the virtual host the route is resolved in.
+    fn prepare_first(&mut self, plan: &AttemptPlan, stream: bool) -> bool {
+        let config = Rc::clone(&self.config);
+        let catalog = &config.catalog;
+        let Some(ep) = plan.endpoints.first().and_then(|&i| catalog.endpoint(usize::from(i))) else { return false };
+        let Some(provider) = catalog.provider_of(ep) else { return false };
+        let Ok(rw) = attempt_rewrite(catalog, config.id, plan, 1, &provider.cluster) else { return false };
+        for h in &self.swept {
+            api::set_req_header(h, None);
+        }
+        if let Some((h, v)) = &rw.credential {
+            api::set_req_header(h, Some(v));
+        }
+        if rw.path != self.path {
+            api::set_req_header(":path", Some(&rw.path));
+        }
+        let of = AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: rw.endpoint.is_some() };
+        started(&of);
+        self.first = Some(PreparedFirst {
+            in_catalog: of.in_catalog,
+            model: rw.model,
+            slug: rw.slug,
+            planned: rw.planned,
+            watch: AttemptWatch::new(self.api, stream, api::now_ms()),
+            answered: false,
+            recorded: false,
+        });
+        true
+    }
+
+    /// Records the prepared first attempt once: on its endpoint's statistics and the metrics.
+    fn finish_first(&mut self) {
+        let Some(f) = self.first.as_mut() else { return };
+        if f.recorded {
+            return;
+        }
+        f.recorded = true;
+        let s = f.watch.summary(api::now_ms());
+        let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
+        finished(&self.config, &of, &s, &f.watch.usage, true);
+    }
+
+    /// The prepared first attempt is still being answered to the caller.
+    fn watching_first(&self) -> bool {
+        self.first.as_ref().is_some_and(|f| f.answered && !f.recorded)
     }
 }
 
@@ -322,7 +413,11 @@ impl Stream {
     /// The end of a served stream: the interrupted-stream event when the serving attempt broke
     /// off (appended at `at`), otherwise the stream's quality verdict.
     fn end_stream(&mut self, at: usize) {
-        let event = api::property(vec![INTERRUPTED_PROPERTY]);
+        let event = match self.first.as_ref().filter(|f| f.answered) {
+            // A prepared first attempt has no per-attempt filter to mark it: its watch knows.
+            Some(f) => f.watch.interrupted.then(|| interrupted_event_for(self.api, &f.slug, &f.model).into_bytes()),
+            None => api::property(vec![INTERRUPTED_PROPERTY]),
+        };
         self.interrupted = Some(event.is_some());
         if let Some(event) = event {
             api::set_response_body(at, 0, &event);
@@ -384,6 +479,21 @@ impl HttpContext for Stream {
         let catalog = &self.config.catalog;
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
+        // What providers must not see of the caller's headers (removed before a first attempt
+        // this filter prepares), less what is removed anyway.
+        let removed_anyway = |k: &str| {
+            is_caller_router_control(k)
+                || [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, ROUTING_HEADER, DEBUG_HEADER]
+                    .contains(&k)
+                || self.caller_credentials.iter().any(|c| c == k)
+                || self.config.policies.trusted_headers.iter().any(|t| t == k)
+        };
+        self.swept = catalog
+            .upstream_headers
+            .to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !removed_anyway(k)))
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
         // Conversations are per caller: its credential (hashed, never kept) scopes the key.
         self.caller_scope = ["authorization", "x-api-key", "x-goog-api-key"]
@@ -451,13 +561,41 @@ impl HttpContext for Stream {
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
         let made = api::find(&headers, "x-switchyard-attempts").and_then(|n| n.parse::<usize>().ok());
-        let records = read_records(made.map_or(self.planned, |n| n.min(self.planned)));
         let strategy = d.plan.strategy.clone();
         let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
         let auto_explain = self.auto_explain.take();
         let primary_model = d.model.clone();
         let stream = d.stream;
+        // A first attempt prepared here answered: the hook on its cluster names attempt 1
+        // (only the per-attempt filter names attempts on the regular clusters).
+        let first_answered = made == Some(1) && self.first.is_some();
+        let read_up_to = made.map_or(self.planned, |n| n.min(self.planned));
+        let records: Vec<AttemptRecord> = if first_answered {
+            if let Some(f) = self.first.as_mut() {
+                f.answered = true;
+                let cap = catalog.routing.max_retry_after_s;
+                f.watch.headers(status, api::find(&headers, "retry-after"), api::find(&headers, "content-type"), cap);
+            }
+            if status >= 400 || end_of_stream {
+                // A refusal, or an answer without a body: complete here.
+                self.finish_first();
+            }
+            let record =
+                |f: &PreparedFirst| AttemptRecord { endpoint: f.planned, status, retry_after_s: f.watch.retry_after_s };
+            self.first.as_ref().map(record).into_iter().collect()
+        } else if let Some(planned) = self.first.as_ref().map(|f| f.planned) {
+            // Envoy answered itself, or a later attempt did. Without a retry's record of the
+            // first attempt, it got no answer and nothing came after it.
+            let retried = read_record(1);
+            if retried.is_none() {
+                self.finish_first();
+            }
+            let unanswered = AttemptRecord { endpoint: planned, status: 0, retry_after_s: None };
+            read_records(read_up_to, Some(retried.unwrap_or(unanswered)))
+        } else {
+            read_records(read_up_to, None)
+        };
         let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
         let ttft_ms = Some(api::now_ms().saturating_sub(self.decided_ms));
@@ -533,8 +671,18 @@ impl HttpContext for Stream {
         for (k, v) in own {
             api::set_resp_header(k, Some(v));
         }
-        let served_model = api::find(&headers, "x-switchyard-model").unwrap_or_default().to_string();
-        let slug = api::find(&headers, "x-switchyard-provider").map(str::to_string);
+        let (served_model, slug) = match self.first.as_ref().filter(|_| first_answered) {
+            Some(f) => {
+                // No per-attempt filter named the endpoint: name it here.
+                api::set_resp_header("x-switchyard-provider", Some(&f.slug));
+                api::set_resp_header("x-switchyard-model", Some(&f.model));
+                (f.model.clone(), Some(f.slug.clone()))
+            }
+            None => (
+                api::find(&headers, "x-switchyard-model").unwrap_or_default().to_string(),
+                api::find(&headers, "x-switchyard-provider").map(str::to_string),
+            ),
+        };
         self.audit(Audit {
             policy: policy.as_deref(),
             selected_by: self.selected_by,
@@ -612,10 +760,61 @@ impl HttpContext for Stream {
         if end_of_stream {
             self.response_complete = true;
         }
-        if let Some(judge) = self.judge.as_mut() {
-            if let Some(chunk) = api::response_body(0, body_size) {
-                judge.feed(&chunk);
+        // The chunk is read once, for everything that needs its bytes.
+        let rewriting = matches!(
+            self.body_action,
+            BodyAction::Stream(_) | BodyAction::Rewrite { .. } | BodyAction::ProviderError { .. }
+        );
+        let chunk = if rewriting || self.judge.is_some() { api::response_body(0, body_size) } else { None };
+        if self.watching_first() {
+            let now = api::now_ms();
+            if let Some(f) = self.first.as_mut() {
+                match &chunk {
+                    Some(c) => f.watch.whole_chunk(now, c),
+                    None => {
+                        // Only the usage needs bytes here: a tail (and an Anthropic stream's head).
+                        let head = if f.watch.wants_head(body_size) {
+                            api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES))
+                        } else {
+                            None
+                        };
+                        let n = body_size.min(USAGE_TAIL_BYTES);
+                        let tail = if n > 0 { api::response_body(body_size - n, n) } else { None };
+                        f.watch.chunk(now, body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
+                    }
+                }
+                if end_of_stream {
+                    f.watch.body_ended();
+                }
             }
+        }
+        let action = self.shape_response_body(body_size, end_of_stream, chunk);
+        if end_of_stream && self.watching_first() {
+            self.finish_first();
+        }
+        action
+    }
+
+    fn on_log(&mut self) {
+        if let Some(f) = self.first.as_mut() {
+            // The first attempt this filter prepared never finished here: its answer broke off
+            // (or the caller left) while it was being served, or it got no answer and no retry
+            // recorded it.
+            if !f.recorded && (f.answered || read_record(1).is_none()) {
+                f.watch.unanswered();
+                self.finish_first();
+            }
+        }
+        self.count_result();
+    }
+}
+
+impl Stream {
+    /// What the caller gets of the answer's body (see `BodyAction`); `chunk` is this body
+    /// chunk's bytes when something needed them.
+    fn shape_response_body(&mut self, body_size: usize, end_of_stream: bool, chunk: Option<Vec<u8>>) -> Action {
+        if let (Some(judge), Some(c)) = (self.judge.as_mut(), chunk.as_ref()) {
+            judge.feed(c);
         }
         match &mut self.body_action {
             BodyAction::None => Action::Continue,
@@ -627,8 +826,7 @@ impl HttpContext for Stream {
                 Action::Continue
             }
             BodyAction::Stream(rewriter) => {
-                let chunk = api::response_body(0, body_size).unwrap_or_default();
-                let out = rewriter.feed(&chunk, end_of_stream);
+                let out = rewriter.feed(chunk.as_deref().unwrap_or(&[]), end_of_stream);
                 api::set_response_body(0, body_size, &out);
                 if end_of_stream {
                     self.body_action = BodyAction::None;
@@ -639,8 +837,8 @@ impl HttpContext for Stream {
             BodyAction::Rewrite { served, collected, headers_sent } => {
                 // Move each chunk into the filter and leave Envoy's buffer empty: the answer is
                 // never counted against Envoy's buffer limit.
-                if let Some(chunk) = api::response_body(0, body_size) {
-                    collected.extend_from_slice(&chunk);
+                if let Some(chunk) = &chunk {
+                    collected.extend_from_slice(chunk);
                     api::set_response_body(0, body_size, &[]);
                 }
                 if collected.len() > MAX_REWRITE_BYTES && *headers_sent {
@@ -676,8 +874,8 @@ impl HttpContext for Stream {
                 }
             }
             BodyAction::ProviderError { status, slug, collected } => {
-                if let Some(chunk) = api::response_body(0, body_size) {
-                    collected.extend_from_slice(&chunk);
+                if let Some(chunk) = &chunk {
+                    collected.extend_from_slice(chunk);
                     api::set_response_body(0, body_size, &[]);
                 }
                 let too_large = collected.len() > MAX_ERROR_BYTES;
@@ -710,15 +908,19 @@ impl HttpContext for Stream {
         }
     }
 
-    fn on_log(&mut self) {
+    /// How the routed request ended, counted once (`switchyard_requests{result}`).
+    fn count_result(&mut self) {
         let name = match self.result {
             Some(RequestResult::Served) => {
                 // A complete answer can only have been marked interrupted if it was an event
                 // stream (ended without its final event); its end already read the mark.
+                let first = self.first.as_ref().filter(|f| f.answered);
                 let interrupted = !self.response_complete
-                    || self
-                        .interrupted
-                        .unwrap_or_else(|| self.sse_response && api::property(vec![INTERRUPTED_PROPERTY]).is_some());
+                    || first.is_some_and(|f| f.watch.interrupted)
+                    || (first.is_none()
+                        && self.interrupted.unwrap_or_else(|| {
+                            self.sse_response && api::property(vec![INTERRUPTED_PROPERTY]).is_some()
+                        }));
                 if interrupted {
                     "interrupted"
                 } else {
@@ -731,23 +933,4 @@ impl HttpContext for Stream {
         };
         count(&format!("switchyard.requests.result.{name}"));
     }
-}
-
-/// Writes attempt `attempt`'s (1-based) record into the request's filter state (one key per
-/// attempt, see `attempt_property`). The upstream filter writes it when the attempt starts
-/// (status 0: no response yet) and again when the answer arrives, so attempts that never got
-/// one are listed too.
-pub fn set_record(attempt: usize, record: AttemptRecord) {
-    if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
-        return;
-    }
-    api::set_property(vec![&attempt_property(attempt)], &encode_records(&[record]));
-}
-
-/// The records of attempts 1..=`attempts`.
-fn read_records(attempts: usize) -> Vec<AttemptRecord> {
-    let slots: Vec<Option<AttemptRecord>> = (1..=attempts.min(MAX_RECORDED_ATTEMPTS))
-        .map(|k| api::property(vec![&attempt_property(k)]).and_then(|b| decode_records(&b).first().copied()))
-        .collect();
-    collect_records(&slots)
 }

@@ -12,6 +12,7 @@
 //! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
 
 mod api;
+mod attempts;
 mod caller;
 mod downstream;
 #[cfg(feature = "profile")]

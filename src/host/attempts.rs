@@ -1,0 +1,85 @@
+//! Attempt records and finishing an attempt. Each attempt's record sits in the request's filter
+//! state (one key per attempt) for the downstream filter's attempt log and final error; a
+//! finished attempt also updates its endpoint's shared statistics and the metrics. Used by the
+//! per-attempt filter and, for a first attempt it prepared itself, by the decision filter.
+
+use super::api;
+use super::shared::{count, observe, stats_key, tag, update_stats};
+use super::Configured;
+use crate::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
+use crate::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
+use crate::stats::Finished;
+use crate::usage::ReportedUsage;
+use crate::watch::Summary;
+
+/// Writes attempt `attempt`'s (1-based) record into the request's filter state (see
+/// `attempt_property`). The per-attempt filter writes it when the attempt starts (status 0: no
+/// response yet) and again when the answer arrives, so attempts that never got one are listed.
+pub fn set_record(attempt: usize, record: AttemptRecord) {
+    if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
+        return;
+    }
+    api::set_property(vec![&attempt_property(attempt)], &encode_records(&[record]));
+}
+
+/// The record of attempt `attempt`, if one was written.
+pub fn read_record(attempt: usize) -> Option<AttemptRecord> {
+    api::property(vec![&attempt_property(attempt)]).and_then(|b| decode_records(&b).first().copied())
+}
+
+/// The records of attempts 1..=`attempts`; `first`, when given, stands in for a missing record
+/// of attempt 1 (a first attempt the decision filter prepared has no per-attempt filter).
+pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<AttemptRecord> {
+    let slots: Vec<Option<AttemptRecord>> = (1..=attempts.min(MAX_RECORDED_ATTEMPTS))
+        .map(|k| read_record(k).or(if k == 1 { first } else { None }))
+        .collect();
+    collect_records(&slots)
+}
+
+/// The endpoint an attempt went to, by name (valid whichever configuration planned it).
+pub struct AttemptOf<'a> {
+    pub model: &'a str,
+    pub slug: &'a str,
+    /// The endpoint is in this configuration's catalog (a plan made before a reload that removed
+    /// it writes no statistics: that would recreate the pruned record).
+    pub in_catalog: bool,
+}
+
+/// Counts one attempt as started on its endpoint (its in-flight count, read by capacity learning).
+pub fn started(of: &AttemptOf) {
+    if of.in_catalog {
+        update_stats(&stats_key(of.model, of.slug), |s| s.start());
+    }
+}
+
+/// Records a finished attempt on its endpoint's statistics and in the metrics. `timed`: the
+/// summary's latency is known (a first attempt reported by the hook has none).
+pub fn finished(config: &Configured, of: &AttemptOf, s: &Summary, usage: &ReportedUsage, timed: bool) {
+    let catalog = &config.catalog;
+    let pricing = catalog
+        .model(of.model)
+        .and_then(|m| m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).find(|e| e.slug == of.slug))
+        .map(|e| e.pricing)
+        .unwrap_or_default();
+    let usage = if s.outcome == Outcome::Success { usage.priced(&pricing) } else { None };
+    let f = Finished {
+        outcome: s.outcome,
+        ttft_ms: s.ttft_ms,
+        tokens_per_s: s.tokens_per_s,
+        retry_after_s: s.retry_after_s,
+        usage,
+    };
+    let now = api::now_ms();
+    let window = catalog.routing.outage_window_s.saturating_mul(1000);
+    if of.in_catalog {
+        update_stats(&stats_key(of.model, of.slug), |st| st.finish(now, f, window));
+    }
+    let tags = format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
+    count(&format!("switchyard.attempts.{tags}.outcome.{}", s.outcome.name()));
+    if let Some(t) = s.ttft_ms {
+        observe(&format!("switchyard.ttft_ms.{tags}"), u64::from(t));
+    }
+    if timed {
+        observe(&format!("switchyard.latency_ms.{tags}"), s.latency_ms);
+    }
+}
