@@ -9,7 +9,8 @@
 //! `wasmonly` (downstream Wasm only, static route), `noclear` / `noh2m` (without the route-cache
 //! clear, and without `header_to_metadata` too: attempt 1 then goes to the static order),
 //! `luaclear` (a Lua `clearRouteCache` filter instead of the clear Wasm), `luaup` (a Lua upstream
-//! hook instead of the per-attempt Wasm), `nocomp` (no compressor), `alt` / `alt2` (the full path
+//! hook instead of the per-attempt Wasm), `natfirst` (a native header_mutation instead of the
+//! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `alt` / `alt2` (the full path
 //! with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
 //!
 //! Env: PROBE_SECONDS (3), PROBE_ROUNDS (5), PROBE_CONNECTIONS (16), PROBE_SIZE (1024),
@@ -243,6 +244,25 @@ async fn probe() {
                                 "default_source_code": {"inline_string": "function envoy_on_response(h)\n  local s = h:headers():get(':status')\n  if s ~= '200' then h:streamInfo():dynamicMetadata():set('switchyard', 'a1', s .. ',' .. (h:headers():get('retry-after') or '')) end\nend\n"}
                             }});
                         }
+                    }
+                }
+                b
+            }
+            "natfirst" => {
+                // First-attempt clusters with a native header_mutation naming attempt 1 in place of
+                // the Lua hook (header_to_metadata is not an upstream filter in Envoy 1.40, so a
+                // failed attempt's status cannot be noted natively): what the hook costs.
+                let mut b = full.clone();
+                if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
+                    for c in clusters.iter_mut().filter(|c| c["name"].as_str().is_some_and(|n| n.ends_with("-first"))) {
+                        let opts = &mut c["typed_extension_protocol_options"]
+                            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+                        opts["http_filters"] = json!([
+                            {"name": "envoy.filters.http.header_mutation", "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                                "mutations": {"response_mutations": [{"append": {"header": {"key": "x-switchyard-attempts", "value": "1"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}},
+                            {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+                        ]);
                     }
                 }
                 b
