@@ -38,10 +38,26 @@ impl ProviderHost {
     pub fn cluster(&self) -> String {
         istio_cluster(&self.host, self.port)
     }
+
+    /// The cluster Istio generates for the provider's first-attempt `DestinationRule` subset
+    /// (same endpoints and TLS; its upstream chain gets the first-attempt hook, not the Wasm).
+    pub fn first_attempt_cluster(&self) -> String {
+        istio_subset_cluster(&self.host, self.port, FIRST_ATTEMPT_SUBSET)
+    }
 }
 
+/// The `DestinationRule` subset (no labels: every endpoint of the host) behind each provider's
+/// first-attempt cluster on Istio.
+pub const FIRST_ATTEMPT_SUBSET: &str = "first";
+
 pub fn istio_cluster(host: &str, port: u16) -> String {
-    format!("outbound|{port}||{host}")
+    istio_subset_cluster(host, port, "")
+}
+
+/// Istio's name for the cluster of a subset of a service port (`outbound|<port>|<subset>|<host>`;
+/// no subset: `outbound|<port>||<host>`).
+pub fn istio_subset_cluster(host: &str, port: u16, subset: &str) -> String {
+    format!("outbound|{port}|{subset}|{host}")
 }
 
 /// Istio settings of the catalog (`deployment.istio`).

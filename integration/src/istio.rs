@@ -13,11 +13,20 @@
 //!   in the provider clusters' upstream filter chain. The Wasm pieces it adds are delivered as
 //!   extension configs (ECDS) with the same OCI URL and sha256 as the WasmPlugin, so istio-agent
 //!   fetches and verifies them the same way.
+//! - First attempts without the per-attempt Wasm (as in the plain-Envoy configuration): each
+//!   `DestinationRule` has a subset `first` without labels, so Istio builds a second cluster to
+//!   the same endpoints with the same TLS, `outbound|<port>|first|<host>`; the EnvoyFilter gives
+//!   it the first-attempt hook instead of the Wasm, lists it in the failover route, and makes the
+//!   router add no `x-envoy-*` headers; the plugin configuration names it per provider
+//!   (`first_attempt_cluster`).
 
 use serde_json::{json, Value};
 
-use crate::catalog::{Catalog, ProviderHost};
-use crate::envoy::{local_reply_config, provider_protocol_options, routed_route, upstream_filters, StackConfig};
+use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
+use crate::envoy::{
+    first_attempt_filters, first_attempt_twins, local_reply_config, provider_protocol_options, routed_route,
+    upstream_filters, with_first_attempt_clusters, StackConfig,
+};
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// The istio/api commit the vendored CRD schemas (`k8s/schemas/`) come from, and the Istio
@@ -88,8 +97,53 @@ impl PoolLimits {
     }
 }
 
-/// ServiceEntry + DestinationRule for one provider.
-pub fn provider_resources(p: &ProviderHost, c: &Catalog, v: Variant, limits: &PoolLimits) -> Vec<Value> {
+fn provider_cluster_names(c: &Catalog) -> Vec<String> {
+    c.providers.iter().map(ProviderHost::cluster).collect()
+}
+
+/// The providers whose cluster gets a first-attempt twin (the subset `first`), one per cluster:
+/// with `cfg.first_attempt_clusters` on, those the plain-Envoy generator's rule picks
+/// (`first_attempt_twins`; on Istio a cluster's authority is always its host, so all of them).
+pub fn first_attempt_providers<'a>(c: &'a Catalog, cfg: &StackConfig) -> Vec<&'a ProviderHost> {
+    if !cfg.first_attempt_clusters {
+        return Vec::new();
+    }
+    let names = provider_cluster_names(c);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    first_attempt_twins(&c.plugin_config(), &refs)
+        .iter()
+        .filter_map(|(cluster, _)| c.providers.iter().find(|p| p.cluster() == *cluster))
+        .collect()
+}
+
+/// The plugin configuration on Istio: the catalog's, each provider naming its first-attempt
+/// cluster, Istio's cluster of its `first` subset (the same rule as the plain-Envoy generator's).
+pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
+    let mut config = c.plugin_config();
+    let names = provider_cluster_names(c);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let twin = |cluster: &str| {
+        c.providers.iter().find(|p| p.cluster() == cluster).map(ProviderHost::first_attempt_cluster).unwrap_or_default()
+    };
+    with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &refs, &twin);
+    config
+}
+
+/// Every provider's ServiceEntry + DestinationRule for a variant.
+pub fn providers_resources(c: &Catalog, v: Variant, cfg: &StackConfig) -> Vec<Value> {
+    let limits = PoolLimits::of(cfg);
+    let firsts = first_attempt_providers(c, cfg);
+    c.providers.iter().flat_map(|p| provider_resources(p, c, v, &limits, firsts.contains(&p))).collect()
+}
+
+/// ServiceEntry + DestinationRule for one provider; `first_attempt`: with the subset `first`.
+pub fn provider_resources(
+    p: &ProviderHost,
+    c: &Catalog,
+    v: Variant,
+    limits: &PoolLimits,
+    first_attempt: bool,
+) -> Vec<Value> {
     let name = format!("switchyard-{}", p.slug.replace(['/', '_', '.'], "-"));
     let service_entry = json!({
         "apiVersion": "networking.istio.io/v1",
@@ -115,7 +169,7 @@ pub fn provider_resources(p: &ProviderHost, c: &Catalog, v: Variant, limits: &Po
     if p.http2 {
         http["h2UpgradePolicy"] = json!("UPGRADE");
     }
-    let destination_rule = json!({
+    let mut destination_rule = json!({
         "apiVersion": "networking.istio.io/v1",
         "kind": "DestinationRule",
         "metadata": metadata(&name, c),
@@ -133,11 +187,16 @@ pub fn provider_resources(p: &ProviderHost, c: &Catalog, v: Variant, limits: &Po
             }
         }
     });
+    if first_attempt {
+        // No labels: every endpoint of the host. The subset inherits the traffic policy above
+        // (TLS origination, limits); Istio names its cluster `outbound|<port>|first|<host>`.
+        destination_rule["spec"]["subsets"] = json!([{"name": FIRST_ATTEMPT_SUBSET}]);
+    }
     vec![service_entry, destination_rule]
 }
 
 /// The WasmPlugin for the downstream (decision) filter.
-pub fn wasm_plugin(c: &Catalog, v: Variant, sha256: &str) -> Value {
+pub fn wasm_plugin(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let env: Vec<Value> = c.env_keys().iter().map(|k| json!({"name": k, "valueFrom": "HOST"})).collect();
     let mut spec = json!({
         "selector": {"matchLabels": v.labels(c)},
@@ -155,7 +214,7 @@ pub fn wasm_plugin(c: &Catalog, v: Variant, sha256: &str) -> Value {
         // bypassing it, and a failed VM is reloaded (FAIL_CLOSE would leave the worker failing
         // until a restart; FAIL_OPEN would let forged internal headers through).
         "failStrategy": "FAIL_RELOAD",
-        "pluginConfig": c.plugin_config(),
+        "pluginConfig": plugin_config(c, cfg),
         "vmConfig": {"env": env}
     });
     if v == Variant::Sidecar {
@@ -207,7 +266,7 @@ pub fn header_to_metadata_filter() -> Value {
 /// The EnvoyFilter with everything a WasmPlugin cannot express.
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
-    let plugin = serde_json::to_string(&c.plugin_config()).unwrap_or_default();
+    let plugin = serde_json::to_string(&plugin_config(c, cfg)).unwrap_or_default();
     // Sidecars: only the outbound HTTP listener applications reach Switchyard on (port 80), so
     // the filters never touch a workload's other outbound traffic.
     let listener = |filter: Value| {
@@ -258,7 +317,17 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                    "scheme_header_transformation": {"match_upstream": true},
                    "local_reply_config": local_reply_config()}}}}),
     ]);
-    let names: Vec<String> = c.providers.iter().map(ProviderHost::cluster).collect();
+    let firsts = first_attempt_providers(c, cfg);
+    if !firsts.is_empty() {
+        // A first attempt has no per-attempt filter to remove the router's `x-envoy-*` headers
+        // before the provider sees the request (as in the plain-Envoy configuration).
+        patches.push(json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "MERGE", "value": {
+            "name": "envoy.filters.http.router",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router", "suppress_envoy_headers": true}
+        }}}));
+    }
+    let names: Vec<String> =
+        provider_cluster_names(c).into_iter().chain(firsts.iter().map(|p| p.first_attempt_cluster())).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     patches.push(json!({
         "applyTo": "HTTP_ROUTE",
@@ -273,6 +342,15 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "match": {"context": ctx, "cluster": {"name": p.cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
                 provider_protocol_options(p.http2, upstream_filters_ecds())}}
+        }));
+    }
+    for p in &firsts {
+        // The first-attempt twin (the subset's cluster): the hook instead of the Wasm.
+        patches.push(json!({
+            "applyTo": "CLUSTER",
+            "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
+            "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
+                provider_protocol_options(p.http2, first_attempt_filters())}}
         }));
     }
     json!({
@@ -339,7 +417,6 @@ pub fn keys_patch(c: &Catalog) -> Value {
 
 /// Every file under `k8s/` as (relative path, content).
 pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, String)> {
-    let limits = PoolLimits::of(cfg);
     let header = |what: &str| {
         format!(
             "# {what}\n# Generated from catalog/switchyard.json by `make render` (Istio {ISTIO_VERSION}); do not edit.\n"
@@ -347,13 +424,13 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
     };
     let mut files = Vec::new();
     for v in [Variant::EgressGateway, Variant::Sidecar] {
-        let providers: Vec<Value> = c.providers.iter().flat_map(|p| provider_resources(p, c, v, &limits)).collect();
+        let providers = providers_resources(c, v, cfg);
         files.push((
             format!("{}/providers.yaml", v.dir()),
-            header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers).")
+            header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![wasm_plugin(c, v, sha256), envoy_filter(c, v, cfg, sha256)];
+        let mut main = vec![wasm_plugin(c, v, cfg, sha256), envoy_filter(c, v, cfg, sha256)];
         main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
@@ -373,4 +450,76 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
 
 fn documents(docs: &[Value]) -> String {
     docs.iter().map(|d| format!("---\n{}", crate::envoy::to_yaml(d))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn catalog() -> Catalog {
+        Catalog::parse(
+            &json!({
+                "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
+                "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+                "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    /// The cluster names the EnvoyFilter's `CLUSTER` patches and failover route use.
+    fn patched_and_routed(ef: &Value) -> (Vec<String>, Vec<String>) {
+        let patches = ef["spec"]["configPatches"].as_array().unwrap();
+        let patched = patches
+            .iter()
+            .filter(|p| p["applyTo"] == "CLUSTER")
+            .map(|p| p["match"]["cluster"]["name"].as_str().unwrap().to_string())
+            .collect();
+        let route = patches.iter().find(|p| p["applyTo"] == "HTTP_ROUTE").unwrap();
+        let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
+            ["priority_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap().to_string())
+            .collect();
+        (patched, routed)
+    }
+
+    #[test]
+    fn the_first_attempt_subset_cluster_is_named_patched_and_routed_or_absent_altogether() {
+        let c = catalog();
+        let mut cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+        let twin = "outbound|443|first|api.p.example";
+        for v in [Variant::EgressGateway, Variant::Sidecar] {
+            let dr = &providers_resources(&c, v, &cfg)[1];
+            assert_eq!(dr["spec"]["subsets"], json!([{"name": "first"}]));
+            assert_eq!(
+                wasm_plugin(&c, v, &cfg, "d")["spec"]["pluginConfig"]["providers"]["p"]["first_attempt_cluster"],
+                twin
+            );
+            let ef = envoy_filter(&c, v, &cfg, "d");
+            let (patched, routed) = patched_and_routed(&ef);
+            assert_eq!(patched, ["outbound|443||api.p.example", twin]);
+            assert_eq!(routed, ["outbound|443||api.p.example", twin]);
+            let patches = ef["spec"]["configPatches"].as_array().unwrap();
+            let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
+                ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
+            assert_eq!(*hook, first_attempt_filters());
+            assert!(patches.iter().any(|p| p["patch"]["operation"] == "MERGE"
+                && p["patch"]["value"]["typed_config"]["suppress_envoy_headers"] == true));
+        }
+        // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
+        cfg.first_attempt_clusters = false;
+        let v = Variant::EgressGateway;
+        assert!(providers_resources(&c, v, &cfg)[1]["spec"].get("subsets").is_none());
+        assert!(wasm_plugin(&c, v, &cfg, "d")["spec"]["pluginConfig"]["providers"]["p"]
+            .get("first_attempt_cluster")
+            .is_none());
+        let ef = envoy_filter(&c, v, &cfg, "d");
+        assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("suppress_envoy_headers"));
+        assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);
+    }
 }

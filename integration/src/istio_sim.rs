@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::catalog::Catalog;
+use crate::catalog::{istio_subset_cluster, Catalog};
 use crate::envoy::upstream_tls;
 use crate::istio::{Variant, WASM_TYPE_URL};
 
@@ -73,10 +73,13 @@ pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Res
 }
 
 /// A proxy's configuration before EnvoyFilter patches, as istiod would generate it for the
-/// rendered ServiceEntries, DestinationRules, Gateway/VirtualService and WasmPlugin: the egress
+/// rendered ServiceEntries, DestinationRules (`destination_rules`: a cluster per subset too,
+/// `outbound|<port>|<subset>|<host>`), Gateway/VirtualService and WasmPlugin: the egress
 /// gateway's HTTP listener (`0.0.0.0_8080`, route `http.80`) or a sidecar's outbound HTTP
 /// listener (`0.0.0.0_80`, route `80`). Provider endpoints are 127.0.0.1 at each catalog port
-/// (stand-ins for DNS).
+/// (stand-ins for DNS) named by the provider's host, as the hosts of Istio's DNS clusters are
+/// (Envoy names a host a STRICT_DNS/LOGICAL_DNS cluster resolved by its DNS name, the
+/// ServiceEntry host: what the route's `auto_host_rewrite` sends as `:authority`).
 pub fn proxy_bootstrap(
     c: &Catalog,
     v: Variant,
@@ -84,6 +87,7 @@ pub fn proxy_bootstrap(
     wasm_plugin_filter: &str,
     max_retries: u32,
     host: &str,
+    destination_rules: &[Value],
 ) -> Value {
     let (node, listener, route) = match v {
         Variant::EgressGateway => (
@@ -97,7 +101,7 @@ pub fn proxy_bootstrap(
             "80",
         ),
     };
-    let clusters: Vec<Value> = c
+    let mut clusters: Vec<Value> = c
         .providers
         .iter()
         .map(|p| {
@@ -113,7 +117,10 @@ pub fn proxy_bootstrap(
                 "type": "STATIC",
                 "connect_timeout": "10s",
                 "lb_policy": "LEAST_REQUEST",
-                "load_assignment": {"cluster_name": p.cluster(), "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": p.port}}}}]}]},
+                "load_assignment": {"cluster_name": p.cluster(), "endpoints": [{"lb_endpoints": [{"endpoint": {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": p.port}},
+                    "hostname": p.host
+                }}]}]},
                 "circuit_breakers": {"thresholds": [{"max_connections": 1024, "max_pending_requests": 1024, "max_requests": 1024, "max_retries": max_retries}]},
                 "transport_socket": upstream_tls(&p.host, ca_file, p.http2),
                 "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -124,6 +131,25 @@ pub fn proxy_bootstrap(
             })
         })
         .collect();
+    // A DestinationRule subset without labels: the same cluster (endpoints, TLS, limits: the
+    // subset inherits the rule's traffic policy) under the subset's name.
+    let mut subsets = Vec::new();
+    for dr in destination_rules.iter().filter(|d| d["kind"] == "DestinationRule") {
+        let Some(host) = dr["spec"]["host"].as_str() else { continue };
+        for subset in dr["spec"]["subsets"].as_array().into_iter().flatten() {
+            let Some(subset) = subset["name"].as_str() else { continue };
+            for p in c.providers.iter().filter(|p| p.host == host) {
+                if let Some(parent) = clusters.iter().find(|x| x["name"] == json!(p.cluster())) {
+                    let name = istio_subset_cluster(&p.host, p.port, subset);
+                    let mut twin = parent.clone();
+                    twin["name"] = json!(name);
+                    twin["load_assignment"]["cluster_name"] = json!(name);
+                    subsets.push(twin);
+                }
+            }
+        }
+    }
+    clusters.extend(subsets);
     let not_found = "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}";
     json!({
         // Istio's node identity (ECDS needs one).
@@ -249,7 +275,7 @@ pub fn apply_envoy_filter(
                 extensions.insert(name.to_string(), value.clone());
                 applied = 1;
             }
-            ("HTTP_FILTER", "INSERT_BEFORE" | "INSERT_AFTER" | "REPLACE") => {
+            ("HTTP_FILTER", "INSERT_BEFORE" | "INSERT_AFTER" | "REPLACE" | "MERGE") => {
                 let target = p
                     .pointer("/match/listener/filterChain/filter/subFilter/name")
                     .and_then(Value::as_str)
@@ -260,6 +286,11 @@ pub fn apply_envoy_filter(
                             match op {
                                 "INSERT_BEFORE" => filters.insert(at, value.clone()),
                                 "INSERT_AFTER" => filters.insert(at + 1, value.clone()),
+                                "MERGE" => {
+                                    if let Some(f) = filters.get_mut(at) {
+                                        merge(&mut f["typed_config"], &value["typed_config"], false);
+                                    }
+                                }
                                 _ => {
                                     if let Some(slot) = filters.get_mut(at) {
                                         *slot = value.clone();
@@ -377,11 +408,19 @@ pub fn proxy_config(
     module: &Path,
     digest: &str,
 ) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, wasm_plugin};
+    use crate::istio::{envoy_filter, providers_resources, wasm_plugin};
     let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
-    let wp = wasm_plugin(c, v, digest);
+    let wp = wasm_plugin(c, v, &cfg, digest);
     let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
-    let mut boot = proxy_bootstrap(c, v, ca_file, &wp_name, cfg.max_concurrent_failovers, &c.istio.service_host);
+    let mut boot = proxy_bootstrap(
+        c,
+        v,
+        ca_file,
+        &wp_name,
+        cfg.max_concurrent_failovers,
+        &c.istio.service_host,
+        &providers_resources(c, v, &cfg),
+    );
     let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
     let ef = envoy_filter(c, v, &cfg, digest);
     apply_envoy_filter(&mut boot, &ef, v.context(), &mut extensions)?;
@@ -419,6 +458,7 @@ mod tests {
             {"applyTo": "HTTP_FILTER", "match": sub("envoy.filters.http.router"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "b"}}},
             {"applyTo": "HTTP_FILTER", "match": sub("a"), "patch": {"operation": "REPLACE", "value": {"name": "a2"}}},
             {"applyTo": "HTTP_FILTER", "match": sub("absent"), "patch": {"operation": "REPLACE", "value": {"name": "zz"}}},
+            {"applyTo": "HTTP_FILTER", "match": sub("envoy.filters.http.router"), "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.http.router", "typed_config": {"suppress_envoy_headers": true}}}},
             // Another context: skipped.
             {"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_OUTBOUND", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": "a2"}}}}}, "patch": {"operation": "INSERT_BEFORE", "value": {"name": "nope"}}},
             {"applyTo": "HTTP_ROUTE", "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"name": "h:80"}}}, "patch": {"operation": "INSERT_FIRST", "value": {"name": "routed"}}},
@@ -432,6 +472,7 @@ mod tests {
         let names: Vec<&str> =
             hcm["http_filters"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["a2", "b", "envoy.filters.http.router"]);
+        assert_eq!(hcm["http_filters"][2]["typed_config"], json!({"suppress_envoy_headers": true}));
         assert_eq!(hcm["route_config"]["virtual_hosts"][0]["routes"], json!([{"name": "routed"}, {"name": "vs"}]));
         let c = &b["static_resources"]["clusters"][0];
         // Lists append (as proto merge does); map values are replaced whole, not merged.

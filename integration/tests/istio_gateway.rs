@@ -3,7 +3,9 @@
 //! DestinationRule TLS origination, Istio's filter order, the VirtualService's virtual host),
 //! the WasmPlugin converted as istiod converts it and delivered by ECDS, and the rendered
 //! EnvoyFilter's patches applied with Istio's semantics. Requests then go through it to HTTPS
-//! mock providers: routed, failed over across provider clusters, unrouted ones refused.
+//! mock providers: routed, failed over across provider clusters, unrouted ones refused. A
+//! single-model plan's first attempt goes to the provider's first-attempt cluster (Istio's
+//! cluster of the DestinationRule subset `first`), without the per-attempt Wasm.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,7 +14,7 @@ use std::sync::{mpsc, OnceLock};
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
-use switchyard_integration::envoy::{repo_root, wasm_path, Envoy};
+use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
 use switchyard_integration::istio::Variant;
 use switchyard_integration::istio_sim::{gateway_config, proxy_config, serve_extensions_from_files};
 use switchyard_integration::mock::{Behavior, MockProvider};
@@ -102,19 +104,99 @@ fn msg() -> Value {
     json!([{"role": "user", "content": "hello"}])
 }
 
+/// A counter from an Envoy's admin (0 when absent). Istio's cluster names hold `|`, so the
+/// whole list is read rather than a regex filter.
+fn stat(admin: SocketAddr, name: &str) -> u64 {
+    let (_, body) = http_get(admin, "/stats").unwrap();
+    body.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Requests a provider's cluster (`first`: its first-attempt cluster) sent on an Envoy.
+fn cluster_requests(admin: SocketAddr, slug: &str, first: bool) -> u64 {
+    let p = stack().local.providers.iter().find(|p| p.slug == slug).unwrap();
+    let cluster = if first { p.first_attempt_cluster() } else { p.cluster() };
+    stat(admin, &format!("cluster.{cluster}.upstream_rq_total"))
+}
+
+/// The `switchyard_attempts` metric of an endpoint with an outcome, over every model (this
+/// bootstrap, like Istio's, has no tag rules for it: the raw name `wasmcustom.switchyard.attempts.
+/// model.<m>.endpoint.<e>.outcome.<o>`).
+fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
+    let (_, stats) = http_get(stack().admin, "/stats").unwrap();
+    stats
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(name, _)| {
+            name.starts_with("wasmcustom.switchyard.attempts.")
+                && name.contains(&format!(".endpoint.{endpoint}."))
+                && name.ends_with(&format!(".outcome.{outcome}"))
+        })
+        .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+        .sum()
+}
+
 #[tokio::test]
 async fn routes_through_the_istio_shaped_gateway_over_tls() {
-    let r = chat("istio-route", &[], json!({"model": "openai/gpt-4.1-mini", "messages": msg()})).await;
+    // Only this test sends to openai.
+    let r = chat(
+        "istio-route",
+        &[("x-request-id", "caller-rid"), ("cookie", "c=1")],
+        json!({"model": "openai/gpt-4.1-mini", "messages": msg()}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("openai"));
+    assert_eq!(r.header("x-switchyard-attempts"), Some("1"));
     let got = stack().providers["openai"].received_for("istio-route");
     assert_eq!(got.len(), 1);
     assert!(got[0].tls);
     assert_eq!(got[0].version, "HTTP/2.0");
     assert_eq!(got[0].header(":scheme"), Some("https"));
+    // From the route's auto_host_rewrite: the subset cluster's host is named by the provider host.
     assert_eq!(got[0].header(":authority"), Some("api.openai.com"));
     assert_eq!(got[0].header("authorization"), Some("Bearer key-for-OPENAI_API_KEY"));
     assert_eq!(got[0].json()["model"], "gpt-4.1-mini");
+    // The first attempt went to the first-attempt cluster (no per-attempt Wasm), and what the
+    // provider got is what that filter would have sent: nothing of the caller's secrets,
+    // identity or tracing, no Envoy or Switchyard headers.
+    assert_eq!(cluster_requests(stack().admin, "openai", true), 1);
+    assert_eq!(cluster_requests(stack().admin, "openai", false), 0);
+    for (k, v) in &got[0].headers {
+        assert!(!k.starts_with("x-envoy-") && !k.starts_with("x-switchyard"), "openai got {k}");
+        assert!(!["cookie", "x-request-id", "x-forwarded-for"].contains(&k.as_str()), "openai got {k}");
+        assert!(!v.contains("caller-secret") && !v.contains("caller-rid"), "openai got {k}: {v}");
+    }
+    // The decision filter recorded it.
+    assert_eq!(attempts_metric("openai", "success"), 1);
+}
+
+#[tokio::test]
+async fn a_failed_first_attempt_fails_over_and_is_recorded() {
+    // Only this test sends to groq on this gateway.
+    let body = json!({"model": "meta-llama/llama-4-maverick", "messages": msg(), "provider": {"order": ["groq", "fireworks"]}});
+    let r = chat("istio-first-429", &[("x-mock-behavior", "groq=429/30")], body.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("fireworks"));
+    assert_eq!(r.header("x-switchyard-attempts"), Some("2"));
+    let log = r.header("x-switchyard-attempt-log").unwrap_or_default().to_string();
+    assert!(log.contains("groq") && log.contains("429"), "the attempt log names the refused first attempt: {log}");
+    // groq's refusal came from its first-attempt cluster; the retry went to fireworks' regular
+    // cluster, whose per-attempt filter recorded the refusal and its Retry-After.
+    assert_eq!(cluster_requests(stack().admin, "groq", true), 1);
+    assert_eq!(cluster_requests(stack().admin, "groq", false), 0);
+    let got = stack().providers["groq"].received_for("istio-first-429");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GROQ_API_KEY"));
+    assert_eq!(got[0].header(":authority"), Some("api.groq.com"));
+    let got = stack().providers["fireworks"].received_for("istio-first-429");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-FIREWORKS_API_KEY"));
+    assert_eq!(attempts_metric("groq", "rate_limited"), 1);
+    // groq cools down: the same order now tries fireworks first.
+    let r = chat("istio-first-429-after", &[], body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("fireworks"), "groq is cooling down");
+    assert!(stack().providers["groq"].received_for("istio-first-429-after").is_empty());
 }
 
 #[tokio::test]
@@ -133,7 +215,16 @@ async fn fails_over_across_istio_provider_clusters() {
         let got = stack().providers[slug].received_for("istio-failover");
         assert_eq!(got.len(), 1, "{slug}");
         assert_eq!(got[0].header("authorization"), Some(format!("Bearer key-for-{key}_API_KEY").as_str()), "{slug}");
+        for (k, v) in &got[0].headers {
+            assert!(!k.starts_with("x-envoy-") && !k.starts_with("x-switchyard"), "{slug} got {k}");
+            assert!(!v.contains("caller-secret"), "{slug} got {k}: {v}");
+        }
     }
+    // Attempt 1 on together's first-attempt cluster (only this test sends to together here),
+    // the retries on the regular clusters, through the per-attempt filter.
+    assert_eq!(cluster_requests(stack().admin, "together", true), 1);
+    assert_eq!(cluster_requests(stack().admin, "together", false), 0);
+    assert_eq!(cluster_requests(stack().admin, "deepinfra", false), 1);
 }
 
 #[tokio::test]
@@ -162,6 +253,37 @@ fn filter_chain_order_is_decision_then_metadata_then_clear_then_router() {
             "envoy.filters.http.router"
         ]
     );
+    // The router adds no x-envoy-* headers (a first attempt has no per-attempt filter to drop them).
+    assert_eq!(filters[5]["typed_config"]["suppress_envoy_headers"], true);
+}
+
+/// The clusters istiod builds from the rendered DestinationRules: a first-attempt twin per
+/// provider with the hook instead of the per-attempt Wasm, the same TLS and limits otherwise.
+#[test]
+fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
+    let (_, dump) =
+        switchyard_integration::envoy::http_get(stack().admin, "/config_dump?resource=static_clusters").unwrap();
+    let v: Value = serde_json::from_str(&dump).unwrap();
+    let clusters: Vec<&Value> = v["configs"].as_array().unwrap().iter().map(|c| &c["cluster"]).collect();
+    let by_name = |n: &str| clusters.iter().find(|c| c["name"] == n).copied();
+    for p in &stack().local.providers {
+        let regular = by_name(&p.cluster()).unwrap_or_else(|| panic!("no cluster {}", p.cluster()));
+        let twin =
+            by_name(&p.first_attempt_cluster()).unwrap_or_else(|| panic!("no cluster {}", p.first_attempt_cluster()));
+        let filters = |c: &Value| -> Vec<String> {
+            c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+                ["http_filters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(filters(regular), ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
+        assert_eq!(filters(twin), ["envoy.filters.http.lua", "envoy.filters.http.upstream_codec"], "{}", p.slug);
+        assert_eq!(twin["transport_socket"], regular["transport_socket"], "{}", p.slug);
+        assert_eq!(twin["circuit_breakers"], regular["circuit_breakers"], "{}", p.slug);
+    }
 }
 
 /// The sidecar variant's manifests (SIDECAR_OUTBOUND patches, the outbound HTTP listener and
@@ -191,4 +313,9 @@ fn sidecar_variant_routes_and_fails_over() {
     assert_eq!(got[0].header("authorization"), Some("Bearer key-for-TOGETHER_API_KEY"));
     assert_eq!(got[0].json()["model"], "meta-llama/Llama-3.3-70B-Instruct-Turbo");
     assert_eq!(s.providers["groq"].received_for("sidecar-failover").len(), 1);
+    // groq's refused first attempt came from its first-attempt cluster, the retry from
+    // together's regular cluster (this sidecar's counters are its own).
+    assert_eq!(cluster_requests(envoy.admin, "groq", true), 1);
+    assert_eq!(cluster_requests(envoy.admin, "groq", false), 0);
+    assert_eq!(cluster_requests(envoy.admin, "together", false), 1);
 }

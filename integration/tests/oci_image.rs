@@ -93,8 +93,15 @@ fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
     let image = Image::from_module(&module);
     image.write_layout(&layout, "0.1.0").unwrap();
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
-    let rendered_sha =
-        wasm_plugin(&catalog, Variant::EgressGateway, &image.digest())["spec"]["sha256"].as_str().unwrap().to_string();
+    let rendered_sha = wasm_plugin(
+        &catalog,
+        Variant::EgressGateway,
+        &catalog.envoy_stack(wasm_path(), &Default::default()),
+        &image.digest(),
+    )["spec"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     let registry = start_registry(&dir);
     let dest = format!("docker://{}/switchyard/filter:0.1.0", registry.addr);
