@@ -299,10 +299,12 @@ fn ext_a_for(setup: &Setup) -> Extensions {
 }
 
 /// A provider removed entirely while requests planned with it are in flight: the per-attempt
-/// filter holding the new catalog cannot send to it (its key is gone) and refuses the attempt
-/// with a JSON 503. Envoy does not retry an upstream filter's local reply (and resetting the
-/// attempt from Wasm resets the caller's stream too: measured), so that request ends there; the
-/// README says to remove a provider from the models first.
+/// filter holding the new catalog cannot send a retry to it (its key is gone) and refuses the
+/// attempt with a JSON 503. Envoy does not retry an upstream filter's local reply (and resetting
+/// the attempt from Wasm resets the caller's stream too: measured), so that request ends there;
+/// the README says to remove a provider from the models first. (A single-model plan's first
+/// attempt is prepared and sent by the decision filter, with the catalog it planned with, on the
+/// first-attempt cluster; a plan with a fallback model keeps the per-attempt filter on it.)
 #[test]
 fn attempt_for_a_removed_provider_is_never_sent() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -330,14 +332,26 @@ fn attempt_for_a_removed_provider_is_never_sent() {
     setup.write(&ext_c, "switchyard-upstream");
     wait_counter(envoy.admin, "switchyard-upstream.config_reload", before);
 
+    // Attempt 1 through the per-attempt filter (the plan has a fallback model).
     let r = rt.block_on(chat(
         envoy.addr(),
         "removed",
         &[],
-        json!({"model": "meta-llama/llama-4-maverick", "messages": msg(), "provider": {"order": ["together", "fireworks"]}}),
+        json!({"model": "meta-llama/llama-4-maverick", "models": ["meta-llama/llama-3.3-70b-instruct"],
+               "messages": msg(), "provider": {"order": ["together", "fireworks"]}}),
     ));
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "attempt_not_sent", "{}", r.text());
     assert!(providers["together"].received_for("removed").is_empty(), "nothing may reach a removed provider");
+    // A retry planned for together after a first attempt on fireworks' first-attempt cluster.
+    let r = rt.block_on(chat(
+        envoy.addr(),
+        "removed-retry",
+        &[("x-mock-behavior", "fireworks=503")],
+        json!({"model": "meta-llama/llama-4-maverick", "messages": msg(), "provider": {"order": ["fireworks", "together"]}}),
+    ));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(providers["fireworks"].received_for("removed-retry").len(), 1);
+    assert!(providers["together"].received_for("removed-retry").is_empty(), "nothing may reach a removed provider");
     assert!(log_contains(&envoy.dir, "the planned provider is no longer in the configuration"));
 }
