@@ -154,3 +154,31 @@ async fn a_plan_with_a_fallback_model_keeps_the_per_attempt_filter_on_its_first_
     assert_eq!(r.header("x-switchyard-provider"), Some("delta"));
     assert_eq!(stat(s, "cluster.c_delta.upstream_rq_total"), 1);
 }
+
+#[tokio::test]
+async fn a_bad_answer_on_a_first_attempt_counts_with_its_outcome() {
+    let s = stack();
+    // gamma (BYOK, so first) serves test/byok; only this test uses it. One malformed tool call,
+    // one good answer: both served by a first attempt without the per-attempt filter.
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+    for (i, behavior) in ["gamma=badtool", "gamma=ok"].iter().enumerate() {
+        let id = format!("fa-bad{i}");
+        let r = s
+            .chat_with(
+                &id,
+                &[("x-mock-behavior", behavior)],
+                json!({"model": "test/byok", "messages": msg("x"), "tools": tools}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some("gamma"));
+    }
+    assert_eq!(stat(s, "cluster.c_gamma-first.upstream_rq_total"), 2);
+    let r = s
+        .chat_with("fa-bad-read", &[("x-switchyard-debug", "1")], json!({"model": "test/byok", "messages": msg("x")}))
+        .await;
+    let c = candidates(&r);
+    let gamma = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "gamma").unwrap().clone();
+    assert_eq!(gamma["health"]["attempts"], 2, "{gamma}");
+    assert_eq!(gamma["health"]["bad_response_rate"], 0.5, "{gamma}");
+}

@@ -8,6 +8,7 @@ use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::Configured;
 use crate::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
 use crate::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
+use crate::quality::Verdict;
 use crate::stats::Finished;
 use crate::usage::ReportedUsage;
 use crate::watch::Summary;
@@ -53,8 +54,16 @@ pub fn started(of: &AttemptOf) {
 }
 
 /// Records a finished attempt on its endpoint's statistics and in the metrics. `timed`: the
-/// summary's latency is known (a first attempt reported by the hook has none).
-pub fn finished(config: &Configured, of: &AttemptOf, s: &Summary, usage: &ReportedUsage, timed: bool) {
+/// summary's latency is known (a first attempt reported by the hook has none). `verdict`: the
+/// served answer's quality, written in the same update.
+pub fn finished(
+    config: &Configured,
+    of: &AttemptOf,
+    s: &Summary,
+    usage: &ReportedUsage,
+    timed: bool,
+    verdict: Option<Verdict>,
+) {
     let catalog = &config.catalog;
     let pricing = catalog
         .model(of.model)
@@ -72,7 +81,12 @@ pub fn finished(config: &Configured, of: &AttemptOf, s: &Summary, usage: &Report
     let now = api::now_ms();
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     if of.in_catalog {
-        update_stats(&stats_key(of.model, of.slug), |st| st.finish(now, f, window));
+        update_stats(&stats_key(of.model, of.slug), |st| {
+            st.finish(now, f, window);
+            if let Some(v) = verdict {
+                st.judge(now, v.bad, v.tool);
+            }
+        });
     }
     let tags = format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
     count(&format!("switchyard.attempts.{tags}.outcome.{}", s.outcome.name()));

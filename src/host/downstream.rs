@@ -87,6 +87,8 @@ struct PreparedFirst {
     /// Its answer is the one the caller gets (the cluster's hook named attempt 1).
     answered: bool,
     recorded: bool,
+    /// The served answer's quality, recorded with the outcome.
+    verdict: Option<Verdict>,
 }
 
 /// How a routed request ended, counted once in `on_log` (`switchyard_requests{result}`).
@@ -373,6 +375,7 @@ impl Stream {
             watch: AttemptWatch::new(self.api, stream, api::now_ms()),
             answered: false,
             recorded: false,
+            verdict: None,
         });
         true
     }
@@ -386,7 +389,7 @@ impl Stream {
         f.recorded = true;
         let s = f.watch.summary(api::now_ms());
         let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
-        finished(&self.config, &of, &s, &f.watch.usage, true);
+        finished(&self.config, &of, &s, &f.watch.usage, true, f.verdict);
     }
 
     /// The prepared first attempt is still being answered to the caller.
@@ -428,10 +431,17 @@ impl Stream {
     }
 
     /// Counts a served answer's quality on the endpoint that served it.
-    fn record_quality(&self, verdict: Option<Verdict>) {
+    fn record_quality(&mut self, verdict: Option<Verdict>) {
         if let (Some(v), Some((model, slug))) = (verdict, &self.served) {
-            let now = api::now_ms();
-            update_stats(&stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
+            if self.watching_first() {
+                // Written with the prepared first attempt's outcome, in one update.
+                if let Some(f) = self.first.as_mut() {
+                    f.verdict = Some(v);
+                }
+            } else {
+                let now = api::now_ms();
+                update_stats(&stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
+            }
             if v.bad {
                 count(&format!("switchyard.bad_responses.model.{}.endpoint.{}", tag(model), tag(slug)));
             }

@@ -110,7 +110,7 @@ impl Attempt {
             AttemptRecord { endpoint: self.planned, status: s.status, retry_after_s: s.retry_after_s },
         );
         let of = AttemptOf { model, slug, in_catalog: self.in_catalog };
-        finished(&self.config, &of, &s, &self.watch.usage, true);
+        finished(&self.config, &of, &s, &self.watch.usage, true, None);
     }
 
     /// The second attempt of a plan whose first attempt the decision filter prepared: that
@@ -144,6 +144,7 @@ impl Attempt {
             &s,
             &ReportedUsage::default(),
             false,
+            None,
         );
     }
 }
