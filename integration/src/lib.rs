@@ -10,6 +10,7 @@ pub mod istio;
 pub mod istio_sim;
 pub mod load;
 pub mod market;
+pub mod memory;
 pub mod mock;
 pub mod oci;
 pub mod render;
