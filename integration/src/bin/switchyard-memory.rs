@@ -16,6 +16,7 @@
 //! - `noop-N`: the same N clusters with the no-op module;
 //! - `sy@PATH`: `sy` with the module at PATH (another build); `mod@PATH`: any other proxy-wasm
 //!   module at PATH loaded like `noop`;
+//! - any variant with `-nolua` appended: without the first-attempt clusters' Lua hook;
 //! - `sy-demo`: the repository's catalog (`catalog/switchyard.json`, its 11 providers as plain
 //!   clusters on the mock);
 //! - `sy-release`: `sy` with tcmalloc asked to return freed memory to the system
@@ -92,7 +93,26 @@ struct Variant {
     model: String,
 }
 
+/// Removes the Lua upstream hook of the first-attempt clusters (measurement only: a failed first
+/// attempt then goes unrecorded).
+fn strip_lua_hooks(boot: &mut Value) {
+    if let Some(clusters) = boot["static_resources"]["clusters"].as_array_mut() {
+        for c in clusters {
+            let opts =
+                &mut c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+            if let Some(filters) = opts["http_filters"].as_array_mut() {
+                filters.retain(|f| f["name"] != "envoy.filters.http.lua");
+            }
+        }
+    }
+}
+
 fn variant(name: &str, port: u16, noop_path: &std::path::Path) -> Result<Variant, String> {
+    if let Some(base) = name.strip_suffix("-nolua") {
+        let mut v = variant(base, port, noop_path)?;
+        strip_lua_hooks(&mut v.boot);
+        return Ok(v);
+    }
     let plain = Variant { boot: Value::Null, env: Vec::new(), headers: Vec::new(), model: MODEL.into() };
     let clusters = |prefix: &str| -> Result<usize, String> {
         match name.strip_prefix(prefix) {
