@@ -34,6 +34,7 @@ use switchyard_integration::envoy::{
     bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
 };
 use switchyard_integration::load::{chat_body, run, start_mock, LoadSpec};
+use switchyard_integration::memory::NOOP_WASM;
 
 /// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
 const LITELLM_VERSION: &str = "1.106.12";
@@ -607,6 +608,15 @@ struct Sample {
     first_error: Option<String>,
 }
 
+/// RSS at `--concurrency 2` after load, KiB: plain Envoy, Switchyard, and Switchyard's
+/// configuration with a no-op module (V8's own cost).
+#[derive(Clone, Copy)]
+struct RssC2 {
+    plain: u64,
+    switchyard: u64,
+    noop: u64,
+}
+
 struct Bench {
     exe: PathBuf,
     cores: Cores,
@@ -907,22 +917,33 @@ fn bench() -> Result<i32, String> {
         })
         .collect();
 
-    // RSS at --concurrency 2 (the target's setting), after load on both workers.
+    // RSS at --concurrency 2 (the target's setting), after load on both workers; the same
+    // configuration with a no-op Wasm module in Switchyard's place shows V8's own share of it.
     let rss_c2 = if env_on("BENCH_RSS") {
         eprintln!("bench: RSS at --concurrency 2");
-        let mut pair = Vec::new();
-        for (boot, tag) in [(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2")] {
+        let noop_path = repo_root().join(".work").join(format!("bench-noop-{}.wasm", std::process::id()));
+        std::fs::write(&noop_path, NOOP_WASM).map_err(|e| format!("write {}: {e}", noop_path.display()))?;
+        let mut noop_cfg = switchyard_config(mock_port);
+        noop_cfg.wasm = noop_path.clone();
+        let noop_boot = bootstrap(&noop_cfg);
+        let mut rss = Vec::new();
+        for (boot, tag) in
+            [(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2"), (&noop_boot, "bench-noop-c2")]
+        {
             let e = start_envoy(boot, tag, 2, &bench.cores)?;
             for load in [
                 Load { size: 1024, stream: false },
                 Load { size: 1024, stream: true },
                 Load { size: 102_400, stream: false },
             ] {
+                // (The no-op module routes nothing: its requests end in the catch-all 404.)
                 bench.load(e.addr(), Some(e.pid()), load, connections, seconds.min(2.0))?;
             }
-            pair.push(rss_kib(e.pid()));
+            rss.push(rss_kib(e.pid()));
         }
-        Some((pair.first().copied().unwrap_or(0), pair.get(1).copied().unwrap_or(0)))
+        let _ = std::fs::remove_file(&noop_path);
+        let at = |i: usize| rss.get(i).copied().unwrap_or(0);
+        Some(RssC2 { plain: at(0), switchyard: at(1), noop: at(2) })
     } else {
         None
     };
@@ -1017,7 +1038,7 @@ fn render(
     cells: &[Vec<Cell>],
     sums: &[Vec<Summary>],
     rss: &[Option<u64>],
-    rss_c2: Option<(u64, u64)>,
+    rss_c2: Option<RssC2>,
     p: Params<'_>,
 ) -> String {
     let mut o = String::new();
@@ -1177,14 +1198,16 @@ fn render(
             verdict(d <= 100.0, format!("{:.0} us", d - 100.0))
         );
     }
-    if let Some((plain, sy)) = rss_c2 {
-        let d_mb = (sy as f64 - plain as f64) * 1024.0 / 1e6;
+    if let Some(r) = rss_c2 {
+        let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
+        let d_mb = mb(r.switchyard) - mb(r.plain);
         let _ = writeln!(
             o,
-            "| Envoy RSS at `--concurrency 2`: at most +40 MB over plain | {:.1} vs {:.1} MB: {} MB | {} |",
-            sy as f64 * 1024.0 / 1e6,
-            plain as f64 * 1024.0 / 1e6,
+            "| Envoy RSS at `--concurrency 2`: at most +40 MB over plain | {:.1} vs {:.1} MB: {} MB (a no-op Wasm module in its place: {} MB) | {} |",
+            mb(r.switchyard),
+            mb(r.plain),
             signed(d_mb, 1),
+            signed(mb(r.noop) - mb(r.plain), 1),
             verdict(d_mb <= 40.0, format!("{:.1} MB", d_mb - 40.0))
         );
     }
