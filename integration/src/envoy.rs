@@ -417,10 +417,35 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
     v
 }
 
-/// The route for requests the filter routed: attempt k goes to the k-th cluster of the
+/// The routes for requests the filter routed: attempt k goes to the k-th cluster of the
 /// per-request order (dynamic metadata `switchyard.priority_groups`), Envoy's retry policy
 /// moves from one to the next. One static group per provider cluster, named after it; each
 /// request overrides the order.
+///
+/// `header_to_metadata` resolves the route before it writes that metadata, so the first attempt
+/// cannot read the order: the decision filter names the first attempt's cluster in
+/// `x-switchyard-routed`, and one route per cluster, matching it, lists that cluster's group
+/// first (the static order is what the first attempt follows). Retries re-run the cluster
+/// specifier (`refresh_cluster_on_retry`) and by then read the per-request order. This takes
+/// the place of a second route-cache clear after `header_to_metadata`. The last route matches
+/// any other value: its first group is a regular cluster, whose per-attempt filter refuses an
+/// attempt the plan did not choose.
+pub fn routed_routes(cluster_names: &[&str], cfg: &StackConfig) -> Vec<Value> {
+    let mut routes: Vec<Value> = cluster_names
+        .iter()
+        .map(|first| {
+            let order: Vec<&str> =
+                std::iter::once(*first).chain(cluster_names.iter().copied().filter(|c| c != first)).collect();
+            let mut r = routed_route(&order, cfg);
+            r["match"]["headers"] = json!([{"name": "x-switchyard-routed", "string_match": {"exact": first}}]);
+            r
+        })
+        .collect();
+    routes.push(routed_route(cluster_names, cfg));
+    routes
+}
+
+/// One routed route with the static group order `cluster_names`, matching any routed request.
 pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     let groups: Vec<Value> =
         cluster_names.iter().map(|c| json!({"name": c, "clusters": [{"cluster_name": c, "weight": 1}]})).collect();
@@ -538,7 +563,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.
     let routes = |policy: Option<&str>| -> Value {
-        let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
+        let mut routes: Vec<Value> = routed_routes(&names, cfg);
         // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
         // value, so a forged header can only ever reach that cluster).
         if let Some(pt) = &cfg.passthrough {
@@ -601,7 +626,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                             }},
                             // 1. Parse the body, plan the endpoints, set the order header.
                             {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &plugin_json(cfg), true)},
-                            // 2. Order header -> dynamic metadata read by priority_group.
+                            // 2. Order header -> dynamic metadata read by priority_group on retries
+                            //    (the first attempt's route names its cluster: see routed_routes).
                             {"name": "envoy.filters.http.header_to_metadata", "typed_config": {
                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
                                 "request_rules": [{
@@ -610,8 +636,6 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                                     "remove": true
                                 }]
                             }},
-                            // 3. Re-resolve the route now that the metadata exists.
-                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard_clear", "", false)},
                             // Adds no x-envoy-* headers: a first attempt has no per-attempt filter
                             // to remove them before the provider sees the request.
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",

@@ -8,8 +8,8 @@
 //!   `outbound|443||<host>` with DNS resolution, TLS origination (SNI, certificate checked
 //!   against the system CA bundle and the host name) and the circuit breakers failover needs.
 //! - `EnvoyFilter` `switchyard-failover`: what a WasmPlugin cannot express: the failover route
-//!   (`priority_group` cluster specifier + retry policy), the two filters between the decision
-//!   and the router (`header_to_metadata`, the route-cache clear), and the per-attempt Wasm filter
+//!   (`priority_group` cluster specifier + retry policy, one route per first-attempt cluster), the
+//!   filter between the decision and the router (`header_to_metadata`), and the per-attempt Wasm filter
 //!   in the provider clusters' upstream filter chain. The Wasm pieces it adds are delivered as
 //!   extension configs (ECDS) with the same OCI URL and sha256 as the WasmPlugin, so istio-agent
 //!   fetches and verifies them the same way.
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
-    first_attempt_filters, first_attempt_twins, local_reply_config, provider_protocol_options, routed_route,
+    first_attempt_filters, first_attempt_twins, local_reply_config, provider_protocol_options, routed_routes,
     upstream_filters, with_first_attempt_clusters, StackConfig,
 };
 
@@ -291,8 +291,6 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     let mut patches = vec![
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
-            "value": wasm_extension(c, "switchyard-clear", "switchyard_clear", "", sha256)}}),
-        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
             "value": wasm_extension(c, "switchyard-upstream", "switchyard_upstream", &plugin, sha256)}}),
     ];
     for name in [
@@ -304,10 +302,9 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "patch": {"operation": "REPLACE", "value": ecds_filter("switchyard-decision")}}));
     }
     patches.extend([
-        // Between the decision (WasmPlugin) and the router, in this order: the per-request
-        // cluster order header becomes dynamic metadata, then the route is resolved again.
+        // Between the decision (WasmPlugin) and the router: the per-request cluster order header
+        // becomes dynamic metadata, read by the retries (see `routed_routes`).
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-clear")}}),
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
         // own errors come as JSON in the caller's API shape (the same mappers as every
         // generated Envoy configuration).
@@ -329,11 +326,14 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     let names: Vec<String> =
         provider_cluster_names(c).into_iter().chain(firsts.iter().map(|p| p.first_attempt_cluster())).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    patches.push(json!({
-        "applyTo": "HTTP_ROUTE",
-        "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
-        "patch": {"operation": "INSERT_FIRST", "value": routed_route(&refs, cfg)}
-    }));
+    // INSERT_FIRST puts each route before the others: in reverse, they keep their order.
+    for route in routed_routes(&refs, cfg).into_iter().rev() {
+        patches.push(json!({
+            "applyTo": "HTTP_ROUTE",
+            "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
+            "patch": {"operation": "INSERT_FIRST", "value": route}
+        }));
+    }
     for p in &c.providers {
         // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
         // protocol as well as the per-attempt filters.

@@ -235,7 +235,7 @@ async fn unrouted_requests_reach_no_provider() {
 }
 
 #[test]
-fn filter_chain_order_is_decision_then_metadata_then_clear_then_router() {
+fn filter_chain_order_is_decision_then_metadata_then_router() {
     let (_, dump) =
         switchyard_integration::envoy::http_get(stack().admin, "/config_dump?resource=static_listeners").unwrap();
     let v: Value = serde_json::from_str(&dump).unwrap();
@@ -249,12 +249,11 @@ fn filter_chain_order_is_decision_then_metadata_then_clear_then_router() {
             // The WasmPlugin's filter, re-delivered in place with allow_on_headers_stop_iteration.
             "switchyard-decision",
             "envoy.filters.http.header_to_metadata",
-            "switchyard-clear",
             "envoy.filters.http.router"
         ]
     );
     // The router adds no x-envoy-* headers (a first attempt has no per-attempt filter to drop them).
-    assert_eq!(filters[5]["typed_config"]["suppress_envoy_headers"], true);
+    assert_eq!(filters[4]["typed_config"]["suppress_envoy_headers"], true);
 }
 
 /// The clusters istiod builds from the rendered DestinationRules: a first-attempt twin per

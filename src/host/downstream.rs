@@ -329,7 +329,9 @@ impl Stream {
         }
         let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
         api::set_property(vec![PLAN_PROPERTY], &plan.encode());
-        api::set_req_header(ROUTED_HEADER, Some("1"));
+        // Names the first attempt's cluster: the route for it lists that cluster first (the
+        // route is resolved before the per-request order is in the metadata).
+        api::set_req_header(ROUTED_HEADER, Some(clusters.first().copied().unwrap_or("1")));
         api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.

@@ -4,8 +4,9 @@
 //!
 //! - `switchyard` (downstream HTTP filter): parse the body once, plan the ranked endpoints,
 //!   hand the order to Envoy's retry policy, shape the response.
-//! - `switchyard_clear` (downstream HTTP filter placed after `header_to_metadata`): clear the
-//!   route cache so `priority_group` sees the per-request order.
+//! - `switchyard_clear` (downstream HTTP filter after `header_to_metadata`): clears the route
+//!   cache. The generated configurations no longer use it (one route per first cluster does
+//!   its job); kept for configurations written for it.
 //! - `switchyard_upstream` (upstream HTTP filter on each provider cluster): rewrite each attempt
 //!   for its provider and record its outcome.
 //!

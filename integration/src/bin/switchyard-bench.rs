@@ -405,44 +405,34 @@ fn switchyard_config(port: u16) -> StackConfig {
     )
 }
 
-/// Breakdown (measurement only): the full path without the per-attempt (upstream) filter chain.
-fn without_upstream_filters(boot: &Value) -> Result<Value, String> {
-    let mut b = boot.clone();
-    let mut removed = 0;
-    if let Some(clusters) = b.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut) {
-        for c in clusters {
-            let opts = &c["typed_extension_protocol_options"];
-            if opts.to_string().contains("envoy.filters.http.wasm") {
-                if let Some(o) = c.as_object_mut() {
-                    o.remove("typed_extension_protocol_options");
-                    removed += 1;
-                }
-            }
-        }
+/// Breakdown (measurement only): the full path as it was before first-attempt clusters, every
+/// attempt through the per-attempt (upstream) Wasm filter.
+fn every_attempt_filtered(mock_port: u16) -> Result<Value, String> {
+    let mut cfg = switchyard_config(mock_port);
+    cfg.first_attempt_clusters = false;
+    let boot = bootstrap(&cfg);
+    if boot.to_string().contains("-first") {
+        return Err("this build's configuration has no way to turn first-attempt clusters off".into());
     }
-    if removed == 0 {
-        return Err("no per-attempt Wasm filter in this build's configuration".into());
-    }
-    Ok(b)
+    Ok(boot)
 }
 
-/// Breakdown (measurement only): only the downstream routing filter, routed requests sent to one
-/// static cluster (no metadata step, no route-cache clear, no priority groups).
+/// Breakdown (measurement only): the decision filter and the first-attempt hook, routed requests
+/// sent to one static first-attempt cluster (no metadata step, no priority groups).
 fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
-    let mut b = without_upstream_filters(boot).unwrap_or_else(|_| boot.clone());
+    let mut b = boot.clone();
+    let twin = b
+        .pointer("/static_resources/clusters")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find_map(|c| c["name"].as_str().filter(|n| n.ends_with("-first")).map(str::to_string)))
+        .ok_or("no first-attempt cluster in this build's configuration")?;
     let hcm = b
         .pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config")
         .ok_or("no HTTP connection manager")?;
     if let Some(filters) = hcm["http_filters"].as_array_mut() {
-        let mut first_wasm = true;
         filters.retain(|f| {
             let name = f["name"].as_str().unwrap_or("");
-            if name == "envoy.filters.http.wasm" {
-                let keep = first_wasm;
-                first_wasm = false;
-                return keep;
-            }
-            name == "envoy.filters.http.router" || name == "envoy.filters.http.compressor"
+            ["envoy.filters.http.wasm", "envoy.filters.http.router", "envoy.filters.http.compressor"].contains(&name)
         });
     }
     let mut rerouted = 0;
@@ -451,7 +441,7 @@ fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
             if let Some(routes) = vh["routes"].as_array_mut() {
                 for r in routes {
                     if r["route"].get("inline_cluster_specifier_plugin").is_some() {
-                        r["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
+                        r["route"] = json!({"cluster": twin, "timeout": "300s", "auto_host_rewrite": true});
                         rerouted += 1;
                     }
                 }
@@ -827,14 +817,14 @@ fn bench() -> Result<i32, String> {
         add_envoy(
             &mut rows,
             &mut keep,
-            "- without the per-attempt filter",
-            without_upstream_filters(&sy_boot),
-            "bench-no-upstream",
+            "- every attempt through the per-attempt Wasm",
+            every_attempt_filtered(mock_port),
+            "bench-every-attempt",
         );
         add_envoy(
             &mut rows,
             &mut keep,
-            "- downstream Wasm only, static route",
+            "- decision filter + first-attempt hook, static route",
             downstream_wasm_only(&sy_boot),
             "bench-wasm-only",
         );
