@@ -80,6 +80,35 @@ pub fn tcmalloc(e: &Envoy) -> [u64; 2] {
     [allocated, n("heap_size").saturating_sub(n("pageheap_unmapped")).saturating_sub(allocated)]
 }
 
+/// The Wasm instances' linear memories in a process: how many, and KiB resident. V8 reserves
+/// each memory with a guard region of several GB (`---p`), right after the accessible part.
+pub fn wasm_memories(pid: u32) -> (usize, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut count = 0;
+    let mut rss = 0;
+    // The mapping being read: accessible anonymous (rw-p, no path), and its resident KiB.
+    let mut current = (false, 0u64);
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or("");
+        let range = first
+            .split_once('-')
+            .and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?)));
+        if let Some((a, b)) = range {
+            let perms = fields.next().unwrap_or("");
+            let anonymous = fields.nth(3).is_none();
+            if perms == "---p" && anonymous && b.saturating_sub(a) >= 4 << 30 && current.0 {
+                count += 1;
+                rss += current.1;
+            }
+            current = (perms == "rw-p" && anonymous, 0);
+        } else if first == "Rss:" {
+            current.1 = fields.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    (count, rss)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -310,7 +310,7 @@ impl Stream {
 
     /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
     /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
-    fn apply(&mut self, d: Decision) {
+    fn apply(&mut self, mut d: Decision) {
         let HandOff { mut plan, mut clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
         // Neither the caller's key nor any provider key is on the request before an attempt.
         for h in &self.caller_credentials {
@@ -339,6 +339,9 @@ impl Stream {
         api::set_req_header("accept-encoding", Some("identity"));
         api::set_req_header("content-length", Some(&d.body.len().to_string()));
         api::set_request_body(0, usize::MAX, &d.body);
+        // Envoy holds the body now. A copy kept for the request's lifetime would hold one body
+        // per request in flight in the VM's memory, which never shrinks again.
+        d.body = Vec::new();
         self.planned = clusters.len();
         self.decided_ms = api::now_ms();
         if let Some(f) = self.first.as_mut() {

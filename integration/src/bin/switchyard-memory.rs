@@ -23,7 +23,9 @@
 //!   (`memory_allocator_manager`) — what RSS holds that is no longer allocated.
 //!
 //! Env: MEMORY_CONCURRENCY (`2`; e.g. `1,2,4` to separate the cost per worker from the fixed
-//! cost), MEMORY_SECONDS (load per run, 2), MEMORY_SETTLE_MS (wait after start-up, 1500).
+//! cost), MEMORY_SECONDS (each load, 2), MEMORY_CONNECTIONS (16), MEMORY_LOADS (request body
+//! sizes in bytes, `s` = SSE: `1024,1024s,102400`), MEMORY_SETTLE_MS (wait after start-up, 1500),
+//! MEMORY_DUMP (keep smaps and `/memory/tcmalloc` in `.work/`).
 
 use std::time::Duration;
 
@@ -31,7 +33,7 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::load::{chat_body, run, start_mock, LoadSpec};
-use switchyard_integration::memory::{proc_status, tcmalloc, NOOP_WASM};
+use switchyard_integration::memory::{proc_status, tcmalloc, wasm_memories, NOOP_WASM};
 
 const MODEL: &str = "bench/model";
 
@@ -170,12 +172,16 @@ struct Sample {
     file: u64,
     allocated: u64,
     held_free: u64,
+    /// The Wasm instances (VMs) and their linear memories' resident KiB.
+    instances: usize,
+    linear: u64,
 }
 
 fn sample(e: &Envoy) -> Sample {
     let [rss, anon, file] = proc_status(e.pid());
     let [allocated, held_free] = tcmalloc(e);
-    Sample { rss, anon, file, allocated, held_free }
+    let (instances, linear) = wasm_memories(e.pid());
+    Sample { rss, anon, file, allocated, held_free, instances, linear }
 }
 
 fn mib(kib: u64) -> f64 {
@@ -192,6 +198,16 @@ fn main() {
 
 async fn measure() -> Result<(), String> {
     let seconds = env_num("MEMORY_SECONDS", 2);
+    let connections = env_num("MEMORY_CONNECTIONS", 16) as usize;
+    let sizes: Vec<(usize, bool)> = std::env::var("MEMORY_LOADS")
+        .unwrap_or_else(|_| "1024,1024s,102400".into())
+        .split(',')
+        .filter_map(|l| {
+            let l = l.trim();
+            let stream = l.ends_with('s');
+            l.trim_end_matches('s').parse().ok().map(|n| (n, stream))
+        })
+        .collect();
     let settle = Duration::from_millis(env_num("MEMORY_SETTLE_MS", 1500));
     let concurrency: Vec<u32> = std::env::var("MEMORY_CONCURRENCY")
         .unwrap_or_else(|_| "2".into())
@@ -205,8 +221,8 @@ async fn measure() -> Result<(), String> {
     let noop_path = dir.join(format!("noop-{}.wasm", std::process::id()));
     std::fs::write(&noop_path, NOOP_WASM).map_err(|e| format!("write {}: {e}", noop_path.display()))?;
 
-    println!("| variant | conc | RSS MiB start | RSS MiB loaded | over baseline (loaded) | anon / file MiB | tcmalloc allocated MiB | tcmalloc free but held MiB | requests / errors |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| variant | conc | RSS MiB start | RSS MiB loaded | over baseline (loaded) | anon / file MiB | tcmalloc allocated MiB | tcmalloc free but held MiB | Wasm instances: linear memory MiB | requests / errors |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &c in &concurrency {
         let mut baseline: Option<u64> = None;
         for name in names.split(',').map(str::trim) {
@@ -219,14 +235,14 @@ async fn measure() -> Result<(), String> {
             headers.extend(v.headers.iter().cloned());
             let mut requests = 0;
             let mut errors = 0;
-            for (size, stream) in [(1024, false), (1024, true), (102_400, false)] {
+            for &(size, stream) in &sizes {
                 let r = run(&LoadSpec {
                     addr: e.addr(),
                     path: "/v1/chat/completions".into(),
                     headers: headers.clone(),
                     body: chat_body(&v.model, size, stream),
                     stream,
-                    connections: 16,
+                    connections,
                     duration: Duration::from_secs(seconds),
                     request_timeout: Duration::from_secs(10),
                 })
@@ -238,7 +254,7 @@ async fn measure() -> Result<(), String> {
             let loaded = sample(&e);
             let base = *baseline.get_or_insert(loaded.rss);
             println!(
-                "| {name} | {c} | {:.1} | {:.1} | {:+.1} | {:.1} / {:.1} | {:.1} | {:.1} | {requests} / {errors} |",
+                "| {name} | {c} | {:.1} | {:.1} | {:+.1} | {:.1} / {:.1} | {:.1} | {:.1} | {}: {:.1} | {requests} / {errors} |",
                 mib(start.rss),
                 mib(loaded.rss),
                 mib(loaded.rss) - mib(base),
@@ -246,6 +262,8 @@ async fn measure() -> Result<(), String> {
                 mib(loaded.file),
                 mib(loaded.allocated),
                 mib(loaded.held_free),
+                loaded.instances,
+                mib(loaded.linear),
             );
             if std::env::var("MEMORY_DUMP").is_ok() {
                 let name: String = name.chars().map(|ch| if ch.is_ascii_alphanumeric() { ch } else { '_' }).collect();

@@ -191,6 +191,8 @@ pub struct Stack {
     pub admin: SocketAddr,
     pub providers: Vec<MockProvider>,
     pub log_dir: std::path::PathBuf,
+    /// The Envoy process (for what /proc says about it).
+    pub pid: u32,
 }
 
 impl Stack {
@@ -266,7 +268,8 @@ pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) ->
             Ok(e) => e,
             Err(e) => panic!("envoy: {e}"),
         };
-        let stack = Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone() };
+        let stack =
+            Stack { addr: envoy.addr(), admin: envoy.admin, providers, log_dir: envoy.dir.clone(), pid: envoy.pid() };
         (envoy, stack)
     })
 }
