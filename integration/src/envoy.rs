@@ -745,6 +745,26 @@ pub fn to_yaml(v: &Value) -> String {
     fn is_block(v: &Value) -> bool {
         matches!(v, Value::Array(a) if !a.is_empty()) || matches!(v, Value::Object(o) if !o.is_empty())
     }
+    // Small objects and lists on one line in flow style (`{name: c, weight: 1}`): the route
+    // tables list every provider cluster per route, which block style spreads over pages.
+    fn flow(v: &Value) -> Option<String> {
+        let text = match v {
+            Value::Object(o) => {
+                let parts: Option<Vec<String>> = o
+                    .iter()
+                    .map(|(k, x)| Some(format!("{}: {}", scalar(&Value::String(k.clone())), flow(x)?)))
+                    .collect();
+                format!("{{{}}}", parts?.join(", "))
+            }
+            Value::Array(a) => {
+                let parts: Option<Vec<String>> = a.iter().map(flow).collect();
+                format!("[{}]", parts?.join(", "))
+            }
+            Value::String(t) if t.contains('\n') => return None,
+            other => scalar(other),
+        };
+        (text.len() <= 100).then_some(text)
+    }
     // Repeated multi-line strings (the plugin configuration on every cluster) become YAML
     // anchors and aliases.
     fn emit(v: &Value, indent: usize, out: &mut String, seen: &mut Vec<String>) {
@@ -753,7 +773,9 @@ pub fn to_yaml(v: &Value) -> String {
             Value::Object(o) if !o.is_empty() => {
                 for (k, x) in o {
                     let key = scalar(&Value::String(k.clone()));
-                    if is_block(x) {
+                    if let Some(f) = is_block(x).then(|| flow(x)).flatten() {
+                        out.push_str(&format!("{pad}{key}: {f}\n"));
+                    } else if is_block(x) {
                         out.push_str(&format!("{pad}{key}:\n"));
                         emit(x, indent + 2, out, seen);
                     } else if let Some(text) = x.as_str().filter(|t| t.contains('\n')) {
@@ -775,7 +797,9 @@ pub fn to_yaml(v: &Value) -> String {
             }
             Value::Array(a) if !a.is_empty() => {
                 for x in a {
-                    if is_block(x) {
+                    if let Some(f) = is_block(x).then(|| flow(x)).flatten() {
+                        out.push_str(&format!("{pad}- {f}\n"));
+                    } else if is_block(x) {
                         let mut inner = String::new();
                         emit(x, indent + 2, &mut inner, seen);
                         let trimmed = inner.trim_start_matches(' ');

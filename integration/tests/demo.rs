@@ -101,10 +101,16 @@ fn committed_demo_config_runs_as_its_header_says() {
     wait_for("the mock providers", || TcpStream::connect(("127.0.0.1", base + 3)).is_ok());
     // Step 2 with the committed file, only its ports moved to free ones.
     let (listener, admin) = (free_port(), free_port());
-    let mut moved = yaml.replace("port_value: 10000\n", &format!("port_value: {listener}\n"));
-    moved = moved.replace("port_value: 9901\n", &format!("port_value: {admin}\n"));
+    // A port ends its line (block style) or its flow mapping (`{..., port_value: 18101}}`).
+    let port = |yaml: String, from: u16, to: u16| {
+        ["\n", "}", ","]
+            .iter()
+            .fold(yaml, |y, end| y.replace(&format!("port_value: {from}{end}"), &format!("port_value: {to}{end}")))
+    };
+    let mut moved = port(yaml.clone(), 10000, listener);
+    moved = port(moved, 9901, admin);
     for i in 0..4u16 {
-        moved = moved.replace(&format!("port_value: {}\n", 18101 + i), &format!("port_value: {}\n", base + i));
+        moved = port(moved, 18101 + i, base + i);
     }
     moved = moved.replace("enable_reuse_port: true", "enable_reuse_port: false");
     let dir = repo_root().join(".work").join(format!("demo-yaml-{}", std::process::id()));
