@@ -351,6 +351,8 @@ fn attempt_for_a_removed_provider_is_never_sent() {
         json!({"model": "meta-llama/llama-4-maverick", "messages": msg(), "provider": {"order": ["fireworks", "together"]}}),
     ));
     assert_eq!(r.status, 503, "{}", r.text());
+    // The refusal is the answer, as on a first attempt (not a failover Envoy cut short).
+    assert_eq!(r.json()["error"]["code"], "attempt_not_sent", "{}", r.text());
     assert_eq!(providers["fireworks"].received_for("removed-retry").len(), 1);
     assert!(providers["together"].received_for("removed-retry").is_empty(), "nothing may reach a removed provider");
     assert!(log_contains(&envoy.dir, "the planned provider is no longer in the configuration"));

@@ -639,7 +639,12 @@ impl HttpContext for Stream {
                 .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
                 .unwrap_or(0)
         };
-        if let Ending::Failed { error: e, cut_short } = ending(catalog, status, &records, self.planned, flags) {
+        let ended = ending(catalog, status, &records, self.planned, flags);
+        // A per-attempt filter refused the last attempt (an endpoint a reload removed since the
+        // plan was made) and marked its reply as shaped: that reply is the answer.
+        let refused =
+            matches!(ended, Ending::Failed { .. }) && made.is_none() && api::req_header(OWN_REPLY_HEADER).is_some();
+        if let (false, Ending::Failed { error: e, cut_short }) = (refused, ended) {
             let e = e.for_api(self.api);
             if let Some(cut) = cut_short {
                 log::warn!(
