@@ -215,14 +215,14 @@ fn plugin_json(cfg: &StackConfig) -> String {
             r.entry("passthrough_cluster").or_insert_with(|| json!(pt.name));
         }
     }
-    let generated: Vec<&str> = cfg
-        .clusters
-        .iter()
-        .map(|c| c.name.as_str())
-        .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
-        .collect();
+    let generated = generated_cluster_names(cfg);
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &generated, &first_attempt_cluster_name);
     serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
+}
+
+/// The provider clusters this configuration generates (loopback mocks, then remote providers).
+fn generated_cluster_names(cfg: &StackConfig) -> Vec<&str> {
+    cfg.clusters.iter().map(|c| c.name.as_str()).chain(cfg.remote_clusters.iter().map(|r| r.name.as_str())).collect()
 }
 
 /// The name of a provider cluster's first-attempt twin in a generated Envoy configuration.
@@ -540,12 +540,7 @@ pub fn bootstrap(cfg: &StackConfig) -> Value {
 fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let mut clusters: Vec<Value> = cfg.clusters.iter().map(|c| provider_cluster(cfg, c)).collect();
     clusters.extend(cfg.remote_clusters.iter().map(|r| remote_cluster(cfg, r)));
-    let generated: Vec<&str> = cfg
-        .clusters
-        .iter()
-        .map(|c| c.name.as_str())
-        .chain(cfg.remote_clusters.iter().map(|r| r.name.as_str()))
-        .collect();
+    let generated = generated_cluster_names(cfg);
     let twins =
         if cfg.first_attempt_clusters { first_attempt_twins(&cfg.plugin_config, &generated) } else { Vec::new() };
     let mut twin_names: Vec<String> = Vec::new();

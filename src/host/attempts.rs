@@ -11,7 +11,8 @@ use crate::failover::{attempt_property, decode_records, encode_records, AttemptR
 use crate::quality::Verdict;
 use crate::stats::Finished;
 use crate::usage::ReportedUsage;
-use crate::watch::Summary;
+use crate::usage::USAGE_TAIL_BYTES;
+use crate::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
 
 /// Writes attempt `attempt`'s (1-based) record into the request's filter state (see
 /// `attempt_property`). The per-attempt filter writes it when the attempt starts (status 0: no
@@ -35,6 +36,17 @@ pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<Attemp
         .map(|k| read_record(k).or(if k == 1 { first } else { None }))
         .collect();
     collect_records(&slots)
+}
+
+/// Feeds one response body chunk of `body_size` bytes to `watch`, reading only what it needs
+/// from Envoy's buffer: usage sits at the end of JSON bodies and in the last SSE events (a tail),
+/// an Anthropic stream's prompt tokens in its first chunk (a head).
+pub fn watch_chunk(watch: &mut AttemptWatch, body_size: usize) {
+    let head =
+        if watch.wants_head(body_size) { api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES)) } else { None };
+    let n = body_size.min(USAGE_TAIL_BYTES);
+    let tail = if n > 0 { api::response_body(body_size - n, n) } else { None };
+    watch.chunk(api::now_ms(), body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
 }
 
 /// The endpoint an attempt went to, by name (valid whichever configuration planned it).

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::attempts::{finished, read_record, read_records, started, AttemptOf};
+use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured, ROUTED_HEADER};
@@ -23,8 +23,7 @@ use crate::response::{attempt_log, is_json_object, rewrite_answer, wrap_provider
 use crate::router::policy_allows;
 use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
-use crate::usage::USAGE_TAIL_BYTES;
-use crate::watch::{AttemptWatch, ANTHROPIC_HEAD_BYTES};
+use crate::watch::AttemptWatch;
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Response header naming the operator policy a routed request ran under.
@@ -791,17 +790,8 @@ impl HttpContext for Stream {
             if let Some(f) = self.first.as_mut() {
                 match &chunk {
                     Some(c) => f.watch.whole_chunk(now, c),
-                    None => {
-                        // Only the usage needs bytes here: a tail (and an Anthropic stream's head).
-                        let head = if f.watch.wants_head(body_size) {
-                            api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES))
-                        } else {
-                            None
-                        };
-                        let n = body_size.min(USAGE_TAIL_BYTES);
-                        let tail = if n > 0 { api::response_body(body_size - n, n) } else { None };
-                        f.watch.chunk(now, body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
-                    }
+                    // Only the usage needs bytes here: a tail (and an Anthropic stream's head).
+                    None => watch_chunk(&mut f.watch, body_size),
                 }
                 if end_of_stream {
                     f.watch.body_ended();

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::attempts::{finished, read_record, set_record, started, AttemptOf};
+use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::downstream::OWN_REPLY_HEADER;
 use super::{api, Configured};
 use crate::failover::{
@@ -17,8 +17,8 @@ use crate::failover::{
 };
 use crate::sse::interrupted_event_for;
 use crate::surface::Api;
-use crate::usage::{ReportedUsage, USAGE_TAIL_BYTES};
-use crate::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
+use crate::usage::ReportedUsage;
+use crate::watch::{AttemptWatch, Summary};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -263,16 +263,7 @@ impl HttpContext for Attempt {
         if self.names.is_none() || self.recorded {
             return Action::Continue;
         }
-        // Usage sits at the end of JSON bodies and in the last SSE events: read only tails (and
-        // an Anthropic stream's first chunk's head).
-        let head = if self.watch.wants_head(body_size) {
-            api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES))
-        } else {
-            None
-        };
-        let tail_len = body_size.min(USAGE_TAIL_BYTES);
-        let tail = if body_size > 0 { api::response_body(body_size - tail_len, tail_len) } else { None };
-        self.watch.chunk(api::now_ms(), body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
+        watch_chunk(&mut self.watch, body_size);
         if end_of_stream {
             self.watch.body_ended();
             if self.watch.interrupted {
