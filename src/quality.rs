@@ -53,13 +53,82 @@ pub fn offered_tools(api: Api, tools: Option<&RawValue>) -> Vec<String> {
     }
 }
 
+/// An answer's text (a JSON string), judged without being copied: an answer can be megabytes
+/// of text, and a copy would raise the VM's peak memory for good. Accepts exactly what a
+/// `String` field would (anything else fails the parse the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Text {
+    empty: bool,
+    /// Only whitespace (as `str::trim` sees it).
+    blank: bool,
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&'de RawValue>::deserialize(d)?;
+        text_of(raw.get()).ok_or_else(|| serde::de::Error::custom("expected a string"))
+    }
+}
+
+/// Emptiness and blankness of the JSON string literal `raw` (escapes decoded as needed); None
+/// when it is not a string a `String` field would accept (a lone surrogate escape).
+fn text_of(raw: &str) -> Option<Text> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    let mut blank = true;
+    let mut chars = inner.chars();
+    let hex4 = |chars: &mut std::str::Chars| -> Option<u32> {
+        (0..4).try_fold(0u32, |n, _| Some(n * 16 + chars.next()?.to_digit(16)?))
+    };
+    while let Some(c) = chars.next() {
+        let decoded = if c == '\\' {
+            match chars.next()? {
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                'f' => '\u{c}',
+                'u' => {
+                    let unit = hex4(&mut chars)?;
+                    match unit {
+                        0xD800..=0xDBFF => {
+                            // A high surrogate must be followed by an escaped low one.
+                            if chars.next()? != '\\' || chars.next()? != 'u' {
+                                return None;
+                            }
+                            let low = hex4(&mut chars)?;
+                            if !(0xDC00..=0xDFFF).contains(&low) {
+                                return None;
+                            }
+                            // Outside the BMP: no whitespace there.
+                            'x'
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => char::from_u32(unit)?,
+                    }
+                }
+                // `\"`, `\\`, `\/`, `\b`: not whitespace.
+                _ => 'x',
+            }
+        } else {
+            c
+        };
+        if blank && !decoded.is_whitespace() {
+            blank = false;
+            // The rest only needs reading on if it holds `\u` escapes to validate.
+            if !chars.as_str().contains("\\u") {
+                break;
+            }
+        }
+    }
+    Some(Text { empty: inner.is_empty(), blank })
+}
+
 /// One Anthropic content block (whole answers and `content_block_start`) or delta.
 #[derive(Deserialize, Default)]
 struct Block {
     #[serde(default, rename = "type")]
     kind: String,
     #[serde(default)]
-    text: Option<String>,
+    text: Option<Text>,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -88,7 +157,7 @@ struct AnthropicEvent {
 #[derive(Deserialize)]
 struct GooglePart {
     #[serde(default)]
-    text: Option<String>,
+    text: Option<Text>,
     #[serde(default, rename = "functionCall", alias = "function_call")]
     call: Option<GoogleCall>,
 }
@@ -123,8 +192,8 @@ fn object_is_bad(raw: Option<&RawValue>) -> bool {
     raw.is_some_and(|r| !r.get().trim_start().starts_with('{'))
 }
 
-fn has_text(text: Option<&str>) -> bool {
-    text.is_some_and(|t| !t.trim().is_empty())
+fn has_text(text: Option<Text>) -> bool {
+    text.is_some_and(|t| !t.blank)
 }
 
 #[derive(Deserialize, Default)]
@@ -146,7 +215,7 @@ struct CallFunc {
 #[derive(Deserialize, Default)]
 struct Message {
     #[serde(default)]
-    content: Option<String>,
+    content: Option<Text>,
     #[serde(default)]
     tool_calls: Option<Vec<Call>>,
 }
@@ -182,14 +251,14 @@ pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> 
             let m: AnthropicMessage = serde_json::from_slice(body).ok()?;
             let calls = || m.content.iter().filter(|b| b.kind == "tool_use");
             let malformed = calls().any(|b| unknown(b.name.as_deref()) || object_is_bad(b.input.as_deref()));
-            (calls().next().is_some(), malformed, m.content.iter().any(|b| has_text(b.text.as_deref())))
+            (calls().next().is_some(), malformed, m.content.iter().any(|b| has_text(b.text)))
         }
         Api::Google => {
             let r: GoogleResponse = serde_json::from_slice(body).ok()?;
             let parts = r.candidates.into_iter().next()?.content.unwrap_or_default().parts;
             let calls = || parts.iter().filter_map(|p| p.call.as_ref());
             let malformed = calls().any(|c| unknown(c.name.as_deref()) || object_is_bad(c.args.as_deref()));
-            (calls().next().is_some(), malformed, parts.iter().any(|p| has_text(p.text.as_deref())))
+            (calls().next().is_some(), malformed, parts.iter().any(|p| has_text(p.text)))
         }
     };
     Some(Verdict { bad: malformed || (!tool && !text), tool })
@@ -208,7 +277,7 @@ fn judge_openai(body: &[u8], offered: &[String]) -> Option<Verdict> {
             offered,
         )
     });
-    let empty = !tool && m.content.as_deref().is_none_or(|c| c.trim().is_empty());
+    let empty = !tool && m.content.is_none_or(|c| c.blank);
     Some(Verdict { bad: malformed || empty, tool })
 }
 
@@ -288,7 +357,7 @@ impl StreamJudge {
                     if self.push_call(b.name.as_deref().unwrap_or(""), "").is_some() {
                         self.blocks.push(ev.index);
                     }
-                } else if has_text(b.text.as_deref()) {
+                } else if has_text(b.text) {
                     self.content = true;
                 }
             }
@@ -303,7 +372,7 @@ impl StreamJudge {
                             self.overflow = true;
                         }
                     }
-                } else if !d.text.as_deref().unwrap_or("").is_empty() {
+                } else if d.text.is_some_and(|t| !t.empty) {
                     self.content = true;
                 }
             }
@@ -316,7 +385,7 @@ impl StreamJudge {
         self.events += 1;
         let Some(parts) = r.candidates.into_iter().next().and_then(|c| c.content).map(|c| c.parts) else { return };
         for p in parts {
-            if !p.text.as_deref().unwrap_or("").is_empty() {
+            if p.text.is_some_and(|t| !t.empty) {
                 self.content = true;
             }
             if let Some(c) = p.call {
@@ -332,7 +401,7 @@ impl StreamJudge {
         let Ok(chunk) = serde_json::from_slice::<Completion>(data) else { return };
         self.events += 1;
         let Some(delta) = chunk.choices.into_iter().next().and_then(|c| c.delta) else { return };
-        if delta.content.as_deref().is_some_and(|c| !c.is_empty()) {
+        if delta.content.is_some_and(|c| !c.empty) {
             self.content = true;
         }
         for (k, call) in delta.tool_calls.unwrap_or_default().into_iter().enumerate() {
@@ -375,6 +444,35 @@ mod tests {
         )
         .unwrap();
         offered_tools(Api::OpenAi, Some(&raw))
+    }
+
+    #[test]
+    fn text_is_judged_as_a_string_field_would_see_it() {
+        for raw in [
+            r#""""#,
+            r#"" ""#,
+            r#""\n\t \r\f""#,
+            r#""\u0020\u00a0\u3000""#,
+            r#"" \u2028x""#,
+            r#""\b""#,
+            r#""\"""#,
+            r#"" \ud83d\ude00 ""#,
+            r#""hi \n""#,
+            r#""\u0041""#,
+            r#""x \ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""é""#,
+            "\"\u{a0}\"",
+            "1",
+            "null",
+            "[]",
+        ] {
+            let as_string = serde_json::from_str::<String>(raw).ok();
+            let text = serde_json::from_str::<Text>(raw).ok();
+            let expected = as_string.map(|s| Text { empty: s.is_empty(), blank: s.trim().is_empty() });
+            assert_eq!(text, expected, "{raw}");
+        }
     }
 
     #[test]

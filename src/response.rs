@@ -5,8 +5,10 @@
 //!
 //! Pure code: the host adapter feeds it bytes and headers.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::{Catalog, Pricing};
@@ -79,16 +81,150 @@ fn usage_with_cost(raw: &str, p: &Pricing, api: Api) -> Option<Vec<u8>> {
     serde_json::to_vec(&Value::Object(usage)).ok()
 }
 
+/// A rewritten answer as pieces, in order: the few replaced members (owned) and the unchanged
+/// ranges of the answer as received (borrowed). Runs shorter than [`BORROW_FROM`] are copied
+/// into the current owned piece, so a small answer is one piece (one write to the host) and a
+/// large one is a handful: it is never copied whole a second time.
+#[derive(Debug, Default)]
+pub struct Pieces<'a> {
+    done: Vec<Cow<'a, [u8]>>,
+    /// The owned piece new bytes are appended to (follows `done`).
+    current: Vec<u8>,
+}
+
+/// Unchanged runs at least this long are handed on borrowed instead of copied.
+pub const BORROW_FROM: usize = 16 << 10;
+
+impl<'a> Pieces<'a> {
+    /// Pieces for an answer of `size` bytes: the first owned piece is sized for all of it when
+    /// that is small (the common answer: one allocation, as before).
+    fn for_size(size: usize) -> Self {
+        let first = if size <= 4 * BORROW_FROM { size } else { 1024 };
+        Pieces { done: Vec::new(), current: Vec::with_capacity(first) }
+    }
+
+    fn owned(&mut self) -> &mut Vec<u8> {
+        &mut self.current
+    }
+
+    /// An unchanged run of the answer.
+    fn keep(&mut self, run: &'a [u8]) {
+        if run.len() < BORROW_FROM {
+            self.current.extend_from_slice(run);
+        } else {
+            if !self.current.is_empty() {
+                self.done.push(Cow::Owned(std::mem::take(&mut self.current)));
+            }
+            self.done.push(Cow::Borrowed(run));
+        }
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        self.done.iter().map(|p| p.len()).sum::<usize>() + self.current.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pieces in order (empty ones skipped).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.done.iter().map(|p| p.as_ref()).chain(std::iter::once(self.current.as_slice())).filter(|p| !p.is_empty())
+    }
+
+    /// All of it in one buffer (an output of one owned piece is not copied).
+    pub fn concat(self) -> Vec<u8> {
+        if self.done.is_empty() {
+            return self.current;
+        }
+        let mut out = Vec::with_capacity(self.len());
+        for p in self.iter() {
+            out.extend_from_slice(p);
+        }
+        out
+    }
+}
+
+/// A non-streamed answer's body as it arrives, to be rewritten whole at its end. A VM's linear
+/// memory never shrinks, so the peak this reaches stays resident: with the answer's
+/// `content-length` known the chunks go into one buffer of that size (no growth by doubling);
+/// without, the chunks are kept as received and joined once, into a buffer of the exact size.
+#[derive(Debug, Default)]
+pub struct Collected {
+    chunks: Vec<Vec<u8>>,
+    len: usize,
+    /// The answer's announced length (0: unknown).
+    expected: usize,
+}
+
+impl Collected {
+    /// `expected`: the answer's `content-length`, if any (the caller bounds it).
+    pub fn expecting(expected: Option<usize>) -> Collected {
+        Collected { chunks: Vec::new(), len: 0, expected: expected.unwrap_or(0) }
+    }
+
+    /// Bytes collected so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, chunk: Vec<u8>) {
+        self.len = self.len.saturating_add(chunk.len());
+        match self.chunks.as_mut_slice() {
+            // The first chunk is kept as it came (often it is the whole answer).
+            [] => self.chunks.push(chunk),
+            // Length known: one buffer of that size, reserved once the answer proves longer
+            // than one chunk. Bytes beyond the announced length go on as further chunks.
+            [first] if self.expected >= first.len().saturating_add(chunk.len()) => {
+                first.reserve_exact(self.expected - first.len());
+                first.extend_from_slice(&chunk);
+            }
+            _ => self.chunks.push(chunk),
+        }
+    }
+
+    /// Everything collected, as the chunks it is held in (for passing it on unchanged).
+    pub fn take_chunks(&mut self) -> Vec<Vec<u8>> {
+        self.len = 0;
+        std::mem::take(&mut self.chunks)
+    }
+
+    /// Everything collected in one buffer; each chunk is freed as soon as it is copied.
+    pub fn into_whole(mut self) -> Vec<u8> {
+        if self.chunks.len() == 1 {
+            if let Some(only) = self.chunks.pop() {
+                return only;
+            }
+        }
+        let mut whole = Vec::with_capacity(self.len);
+        for chunk in self.chunks.drain(..) {
+            whole.extend_from_slice(&chunk);
+        }
+        whole
+    }
+}
+
 /// One JSON object answer (or one streamed chunk): `provider` first, `model` replaced by the
 /// catalog id, `usage.cost` added; every other member copied byte-for-byte in its order.
 /// None when the body is not a JSON object (passed through untouched).
 pub fn rewrite_object(body: &[u8], served: &Served) -> Option<Vec<u8>> {
+    rewrite_object_pieces(body, served).map(Pieces::concat)
+}
+
+/// [`rewrite_object`] as pieces: the members' values are borrowed from `body` where long.
+fn rewrite_object_pieces<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'a>> {
     let fields = TopLevel::parse(body).ok()?;
-    let mut out = Vec::with_capacity(body.len() + served.slug.len() + 48);
-    out.extend_from_slice(b"{\"provider\":");
-    push_json(&mut out, &served.slug);
+    let mut out = Pieces::for_size(body.len() + served.slug.len() + 48);
+    let o = out.owned();
+    o.extend_from_slice(b"{\"provider\":");
+    push_json(o, &served.slug);
     for (k, v) in &fields.0 {
-        let value = v.get();
+        let value: &'a str = v.get();
         let replaced: Option<Vec<u8>> = match k.as_ref() {
             "provider" => continue,
             "model" => {
@@ -99,27 +235,29 @@ pub fn rewrite_object(body: &[u8], served: &Served) -> Option<Vec<u8>> {
             "usage" => usage_with_cost(value, &served.pricing, served.api),
             _ => None,
         };
-        out.push(b',');
-        push_json(&mut out, k.as_ref());
-        out.push(b':');
+        let o = out.owned();
+        o.push(b',');
+        push_json(o, k.as_ref());
+        o.push(b':');
         match replaced {
-            Some(r) => out.extend_from_slice(&r),
-            None => out.extend_from_slice(value.as_bytes()),
+            Some(r) => o.extend_from_slice(&r),
+            None => out.keep(value.as_bytes()),
         }
     }
-    out.push(b'}');
+    out.owned().push(b'}');
     Some(out)
 }
 
-/// A whole answer of the served API, rewritten as that API's shape allows:
+/// A whole answer of the served API, rewritten as that API's shape allows, as pieces to hand
+/// on in order (see [`Pieces`]):
 /// - OpenAI and Anthropic messages: [`rewrite_object`] (`provider`, catalog `model`,
 ///   `usage.cost`);
 /// - Google: `modelVersion` names the catalog model; nothing is added (Google's schema has no
 ///   place for the provider or a cost: the response headers carry them).
-pub fn rewrite_answer(body: &[u8], served: &Served) -> Option<Vec<u8>> {
+pub fn rewrite_answer<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'a>> {
     match served.api {
-        Api::OpenAi | Api::Anthropic => rewrite_object(body, served),
-        Api::Google => replace_member(body, "modelVersion", &served.model),
+        Api::OpenAi | Api::Anthropic => rewrite_object_pieces(body, served),
+        Api::Google => replace_member_pieces(body, "modelVersion", &served.model),
     }
 }
 
@@ -180,30 +318,40 @@ fn with_member(raw: &str, key: &str, value: &[u8]) -> Option<Vec<u8>> {
 /// `body` with member `key`'s value replaced by the string `value` (only if present); every
 /// other member copied byte-for-byte.
 fn replace_member(body: &[u8], key: &str, value: &str) -> Option<Vec<u8>> {
+    replace_member_pieces(body, key, value).map(Pieces::concat)
+}
+
+fn replace_member_pieces<'a>(body: &'a [u8], key: &str, value: &str) -> Option<Pieces<'a>> {
     let fields = TopLevel::parse(body).ok()?;
     fields.get(key)?;
     let mut v = Vec::new();
     push_json(&mut v, value);
-    Some(splice_member(&fields, key, &v))
+    Some(splice_member_pieces(&fields, key, &v))
 }
 
 fn splice_member(fields: &TopLevel, key: &str, value: &[u8]) -> Vec<u8> {
+    splice_member_pieces(fields, key, value).concat()
+}
+
+fn splice_member_pieces<'a>(fields: &TopLevel<'a>, key: &str, value: &[u8]) -> Pieces<'a> {
     let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
-    let mut out = Vec::with_capacity(size + value.len() + 2);
-    out.push(b'{');
+    let mut out = Pieces::for_size(size + value.len() + 2);
+    out.owned().push(b'{');
     for (i, (k, v)) in fields.0.iter().enumerate() {
+        let o = out.owned();
         if i > 0 {
-            out.push(b',');
+            o.push(b',');
         }
-        push_json(&mut out, k.as_ref());
-        out.push(b':');
+        push_json(o, k.as_ref());
+        o.push(b':');
         if k == key {
-            out.extend_from_slice(value);
+            o.extend_from_slice(value);
         } else {
-            out.extend_from_slice(v.get().as_bytes());
+            let raw: &'a RawValue = v;
+            out.keep(raw.get().as_bytes());
         }
     }
-    out.push(b'}');
+    out.owned().push(b'}');
     out
 }
 
@@ -366,10 +514,69 @@ mod tests {
     }
 
     #[test]
+    fn large_answers_are_handed_on_as_pieces_of_the_received_bytes() {
+        let text = "x".repeat(3 * BORROW_FROM);
+        let body = format!(
+            r#"{{ "id" : "x", "model":"up","choices":[{{"message":{{"content":"{text}"}}}}], "provider":"Other", "usage":{{"prompt_tokens":1}}, "extra":"{text}"}}"#
+        );
+        let out = rewrite_answer(body.as_bytes(), &served()).unwrap();
+        let whole = out.iter().flat_map(|p| p.iter().copied()).collect::<Vec<u8>>();
+        assert_eq!(whole.len(), out.len());
+        let expected = format!(
+            r#"{{"provider":"deepinfra/turbo","id":"x","model":"meta-llama/llama-4","choices":[{{"message":{{"content":"{text}"}}}}],"usage":{{"cost":0.001002,"prompt_tokens":1}},"extra":"{text}"}}"#
+        );
+        let short = |s: String| s.replace(&text, "T");
+        assert_eq!(short(String::from_utf8(whole).unwrap()), short(expected));
+        // The two long values are borrowed from the received bytes, not copied.
+        let borrowed: Vec<&[u8]> =
+            out.iter().filter(|p| body.as_bytes().as_ptr_range().contains(&p.as_ptr())).collect();
+        assert_eq!(borrowed.len(), 2);
+        assert!(out.iter().count() <= 5);
+        // Google: the same, `modelVersion` replaced.
+        let g = format!(r#"{{"candidates":[{{"text":"{text}"}}],"modelVersion":"g"}}"#);
+        let out = rewrite_answer(g.as_bytes(), &served_for(Api::Google)).unwrap();
+        assert_eq!(out.iter().count(), 3);
+        assert_eq!(
+            short(String::from_utf8(out.concat()).unwrap()),
+            short(g.replace(r#""g""#, r#""meta-llama/llama-4""#))
+        );
+        // Small answers stay one piece.
+        let out = rewrite_answer(br#"{"model":"up"}"#, &served()).unwrap();
+        assert_eq!(out.iter().count(), 1);
+    }
+
+    #[test]
+    fn collected_answers_join_to_what_arrived() {
+        let chunks: Vec<Vec<u8>> = (0..5u8).map(|i| vec![b'a' + i; 1000 + usize::from(i)]).collect();
+        let all: Vec<u8> = chunks.concat();
+        // Unknown length, the exact length, a length too short, a length too long.
+        for expected in [None, Some(all.len()), Some(1500), Some(all.len() * 2)] {
+            let mut c = Collected::expecting(expected);
+            for ch in &chunks {
+                c.push(ch.clone());
+            }
+            assert_eq!(c.len(), all.len());
+            assert_eq!(c.into_whole(), all, "{expected:?}");
+        }
+        // With the length known, one buffer of exactly that size.
+        let mut c = Collected::expecting(Some(all.len()));
+        for ch in &chunks {
+            c.push(ch.clone());
+        }
+        assert_eq!(c.chunks.len(), 1);
+        assert_eq!(c.chunks[0].capacity(), all.len());
+        let mut c = Collected::expecting(None);
+        c.push(b"ab".to_vec());
+        c.push(b"cd".to_vec());
+        assert_eq!(c.take_chunks(), vec![b"ab".to_vec(), b"cd".to_vec()]);
+        assert!(c.is_empty() && c.into_whole().is_empty());
+    }
+
+    #[test]
     fn anthropic_message_names_catalog_model_provider_and_cost() {
         let body = br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-internal","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":10}}"#;
         let out = rewrite_answer(body, &served_for(Api::Anthropic)).unwrap();
-        let v: Value = serde_json::from_slice(&out).unwrap();
+        let v: Value = serde_json::from_slice(&out.concat()).unwrap();
         assert_eq!(
             (v["model"].as_str(), v["provider"].as_str()),
             (Some("meta-llama/llama-4"), Some("deepinfra/turbo"))
@@ -430,7 +637,7 @@ mod tests {
         let body = br#"{"candidates":[{"content":{"parts":[{"text":"hi"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":3},"modelVersion":"gemini-2.5-flash-001"}"#;
         let out = rewrite_answer(body, &served_for(Api::Google)).unwrap();
         let expected = String::from_utf8(body.to_vec()).unwrap().replace("gemini-2.5-flash-001", "meta-llama/llama-4");
-        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        assert_eq!(String::from_utf8(out.concat()).unwrap(), expected);
         // No modelVersion: nothing to rewrite.
         assert!(rewrite_answer(br#"{"candidates":[]}"#, &served_for(Api::Google)).is_none());
         let mut r = SseRewriter::new(served_for(Api::Google));

@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     // events: message_start's usage for message_delta's cost).
     for api in [Api::Anthropic, Api::Google] {
         let served = Served { api, ..served.clone() };
-        if let Some(out) = rewrite_answer(data, &served) {
+        if let Some(out) = rewrite_answer(data, &served).map(|p| p.concat()) {
             if let Err(e) = serde_json::from_slice::<serde_json::Value>(&out) {
                 panic!("rewritten {api:?} answer is not JSON: {e}");
             }

@@ -75,6 +75,9 @@ pub struct Behavior {
     /// Non-streaming answers carry this many bytes of content, sent in 16 KiB chunks without
     /// `content-length` (chunked).
     pub big_body: Option<usize>,
+    /// `big<bytes>` answers announce their length (`content-length`), still sent in 16 KiB
+    /// chunks (`sized`).
+    pub big_sized: bool,
     /// `usage.prompt_tokens_details.cached_tokens` reported.
     pub cached_tokens: Option<u64>,
 }
@@ -105,6 +108,7 @@ impl Default for Behavior {
             tool_call: None,
             html_errors: false,
             big_body: None,
+            big_sized: false,
             cached_tokens: None,
         }
     }
@@ -301,7 +305,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `cut<n>` / `abort<n>` / `sserror<n>` (a stream stops after n chunks: clean end without
 /// `[DONE]`, an aborted connection, or the API's in-stream error event), `tool` / `badtool` (answer with a well-formed or malformed tool call),
 /// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`), `html` (error responses
-/// with an HTML page), `big<bytes>` (a large chunked answer), `cached<n>` (cached prompt tokens
+/// with an HTML page), `big<bytes>` (a large chunked answer; with `sized` it carries a
+/// `content-length`), `cached<n>` (cached prompt tokens
 /// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
@@ -320,6 +325,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.empty_errors = true;
             } else if tok == "html" {
                 b.html_errors = true;
+            } else if tok == "sized" {
+                b.big_sized = true;
             } else if let Some(n) = tok.strip_prefix("big") {
                 b.big_body = n.parse().ok();
             } else if let Some(n) = tok.strip_prefix("cached") {
@@ -544,12 +551,12 @@ fn stream_head(provider: &str, content_type: &'static str, gzip: bool) -> hyper:
 }
 
 /// A whole (non-streamed) 200 answer: gzipped when asked; sent with `content-length`, or
-/// chunked in 16 KiB pieces when `chunked` (large answers).
+/// in 16 KiB pieces when `chunked` is set (large answers; `Some(true)`: with a `content-length`).
 fn whole_answer(
     provider: &str,
     json: String,
     gzip: bool,
-    chunked: bool,
+    chunked: Option<bool>,
 ) -> (hyper::http::response::Builder, ChannelBody) {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let mut out = Bytes::from(json);
@@ -567,7 +574,11 @@ fn whole_answer(
     if gzip {
         resp = resp.header("content-encoding", "gzip");
     }
-    if chunked {
+    if let Some(sized) = chunked {
+        // In 16 KiB pieces; with `sized`, the length announced all the same.
+        if sized {
+            resp = resp.header("content-length", out.len());
+        }
         tokio::spawn(async move {
             for piece in out.chunks(16 * 1024) {
                 if tx.send(Ok(Bytes::copy_from_slice(piece))).await.is_err() {
@@ -730,7 +741,8 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
             Some(valid) => tool_completion_json(provider, &model, id, valid),
             None => completion_json(provider, &model, id, prompt_tokens, &behavior),
         };
-        let (resp, body) = whole_answer(provider, json.to_string(), gzip, behavior.big_body.is_some());
+        let (resp, body) =
+            whole_answer(provider, json.to_string(), gzip, behavior.big_body.map(|_| behavior.big_sized));
         Ok(resp.body(body)?)
     }
 }

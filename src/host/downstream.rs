@@ -19,7 +19,9 @@ use crate::failover::{
 use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::request::ROUTING_HEADER;
-use crate::response::{attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Served, SseRewriter};
+use crate::response::{
+    attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Collected, Served, SseRewriter,
+};
 use crate::router::policy_allows;
 use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
@@ -51,11 +53,11 @@ const MAX_ERROR_BYTES: usize = 64 << 10;
 enum BodyAction {
     None,
     /// Non-streaming JSON answer: collected in the filter (not in Envoy's buffer, so answers
-    /// larger than the buffer limit work), then rewritten in one piece (catalog model id,
-    /// `provider`, `usage.cost`).
+    /// larger than the buffer limit work), then rewritten whole (catalog model id, `provider`,
+    /// `usage.cost`) and handed back as pieces of the collected bytes (no second copy).
     Rewrite {
         served: Served,
-        collected: Vec<u8>,
+        collected: Collected,
         headers_sent: bool,
     },
     /// SSE answer: every event rewritten as it passes, nothing buffered but a split event.
@@ -766,7 +768,11 @@ impl HttpContext for Stream {
         if json && !stream {
             // Hold the headers until the body is complete so the rewritten body goes out with
             // its own content-length.
-            self.body_action = BodyAction::Rewrite { served, collected: Vec::new(), headers_sent: false };
+            // Sized from the announced length: no growth by doubling in a VM that never shrinks
+            // (an answer too large to rewrite is passed on, nothing reserved for it).
+            let length = api::find(&headers, "content-length").and_then(|l| l.trim().parse::<usize>().ok());
+            let collected = Collected::expecting(length.filter(|&l| l <= MAX_REWRITE_BYTES));
+            self.body_action = BodyAction::Rewrite { served, collected, headers_sent: false };
             return Action::Pause;
         }
         if status < 300 {
@@ -847,29 +853,40 @@ impl Stream {
             BodyAction::Rewrite { served, collected, headers_sent } => {
                 // Move each chunk into the filter and leave Envoy's buffer empty: the answer is
                 // never counted against Envoy's buffer limit.
-                if let Some(chunk) = &chunk {
-                    collected.extend_from_slice(chunk);
+                if let Some(chunk) = chunk {
+                    collected.push(chunk);
                     api::set_response_body(0, body_size, &[]);
                 }
                 if collected.len() > MAX_REWRITE_BYTES && *headers_sent {
                     // Too large to rewrite: pass on as received.
-                    let raw = std::mem::take(collected);
-                    api::set_response_body(0, 0, &raw);
+                    let chunks = collected.take_chunks();
+                    append_response_body(chunks.iter().map(Vec::as_slice));
                     self.body_action = BodyAction::None;
                     return Action::Continue;
                 }
                 if end_of_stream {
-                    let collected = std::mem::take(collected);
+                    let collected = std::mem::take(collected).into_whole();
                     let served = served.clone();
                     let headers_sent = *headers_sent;
                     self.body_action = BodyAction::None;
                     let verdict = judge_body(served.api, &collected, self.offered_tools());
                     self.record_quality(verdict);
-                    let out = rewrite_answer(&collected, &served).unwrap_or(collected);
-                    if !headers_sent {
-                        api::set_resp_header("content-length", Some(&out.len().to_string()));
+                    // Handed to Envoy as pieces (the replaced members and the unchanged runs
+                    // of the collected answer): no second copy of the answer in the VM.
+                    match rewrite_answer(&collected, &served) {
+                        Some(out) => {
+                            if !headers_sent {
+                                api::set_resp_header("content-length", Some(&out.len().to_string()));
+                            }
+                            append_response_body(out.iter());
+                        }
+                        None => {
+                            if !headers_sent {
+                                api::set_resp_header("content-length", Some(&collected.len().to_string()));
+                            }
+                            api::set_response_body(0, 0, &collected);
+                        }
                     }
-                    api::set_response_body(0, 0, &out);
                     return Action::Continue;
                 }
                 if !*headers_sent && collected.len() > HOLD_HEADERS_BYTES {
@@ -942,5 +959,16 @@ impl Stream {
             None => return,
         };
         count(&format!("switchyard.requests.result.{name}"));
+    }
+}
+
+/// Writes `pieces` in order into this callback's response body, which the caller emptied:
+/// the first at the start, each further one appended (proxy-wasm `set_buffer_bytes` with a
+/// start at or past the end appends, one at 0 with length 0 prepends).
+fn append_response_body<'p>(pieces: impl Iterator<Item = &'p [u8]>) {
+    let mut at = 0usize;
+    for piece in pieces {
+        api::set_response_body(at, 0, piece);
+        at = at.saturating_add(piece.len());
     }
 }

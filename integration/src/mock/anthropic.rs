@@ -90,7 +90,7 @@ pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Respo
         let message = json!({"id": msg_id, "type": "message", "role": "assistant", "model": ask.model,
             "content": content, "stop_reason": stop_reason, "stop_sequence": null,
             "usage": usage(ask.prompt_tokens, 4, &b)});
-        let (resp, body) = whole_answer(ask.provider, message.to_string(), ask.gzip, b.big_body.is_some());
+        let (resp, body) = whole_answer(ask.provider, message.to_string(), ask.gzip, b.big_body.map(|_| b.big_sized));
         return Ok(resp.header("request-id", format!("req_{msg_id}")).body(body)?);
     }
 

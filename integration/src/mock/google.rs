@@ -113,7 +113,7 @@ pub(super) fn answer(ask: Ask<'_>, sse: bool, b: Behavior, guard: InFlight) -> R
             None => json!([{"text": answer_text(ask.provider, &b)}]),
         };
         let body = response(&ask, parts, true, usage(p, 4, &b)).to_string();
-        let (resp, body) = whole_answer(ask.provider, body, ask.gzip, b.big_body.is_some());
+        let (resp, body) = whole_answer(ask.provider, body, ask.gzip, b.big_body.map(|_| b.big_sized));
         return Ok(resp.body(body)?);
     }
     // Content chunks (a tool call arrives whole, in one), then a last chunk with the finish reason.
