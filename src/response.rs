@@ -188,6 +188,11 @@ impl Collected {
         }
     }
 
+    /// Whether the answer is held in more than one buffer (joining it would copy it).
+    pub fn is_split(&self) -> bool {
+        self.chunks.len() > 1
+    }
+
     /// Everything collected, as the chunks it is held in (for passing it on unchanged).
     pub fn take_chunks(&mut self) -> Vec<Vec<u8>> {
         self.len = 0;

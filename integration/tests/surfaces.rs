@@ -772,3 +772,42 @@ async fn anthropic_and_google_tool_calls_are_judged_whole_and_streamed() {
         r.header("x-switchyard-candidates")
     );
 }
+
+// Large non-streamed answers (over 256 KiB: the headers go out before the body is complete) are
+// rewritten whole on both surfaces, with or without the length announced; without it the
+// answer is joined in Envoy's buffer before it is rewritten.
+#[tokio::test]
+async fn large_answers_are_rewritten_on_both_surfaces() {
+    let s = stack();
+    for (i, extra) in ["", "+sized"].iter().enumerate() {
+        let behavior = format!("beta=big600000{extra}");
+        let id = format!("an-big-{i}");
+        let r = anthropic(
+            s,
+            &id,
+            &[("x-mock-behavior", &behavior)],
+            json!({"model": "an/route", "max_tokens": 64, "messages": messages("hi"), "provider": {"sort": "price"}}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{id}");
+        let v = r.json();
+        assert_eq!((v["model"].as_str(), v["provider"].as_str()), (Some("an/route"), Some("beta")), "{id}");
+        assert!(v["usage"]["cost"].is_number(), "{id}");
+        assert_eq!(v["content"][0]["text"].as_str().map(str::len), Some(600_000), "{id}");
+
+        let behavior = format!("gamma=big600000{extra}");
+        let id = format!("go-big-{i}");
+        let r = google(
+            s,
+            &id,
+            "/v1beta/models/go/route:generateContent",
+            &[("x-mock-behavior", &behavior)],
+            json!({"contents": contents("hi")}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{id}");
+        let v = r.json();
+        assert_eq!(v["modelVersion"], "go/route", "{id}");
+        assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"].as_str().map(str::len), Some(600_000), "{id}");
+    }
+}

@@ -865,10 +865,30 @@ impl Stream {
                     return Action::Continue;
                 }
                 if end_of_stream {
-                    let collected = std::mem::take(collected).into_whole();
+                    let mut collected = std::mem::take(collected);
                     let served = served.clone();
                     let headers_sent = *headers_sent;
                     self.body_action = BodyAction::None;
+                    let collected = if headers_sent && collected.is_split() {
+                        // A large answer of unknown length, held as the chunks it came in:
+                        // joined in Envoy's buffer (the chunks freed first) and read back in
+                        // one piece, so the VM never holds the chunks and the joined copy at
+                        // once. The headers are gone, so the buffer limit does not apply.
+                        let size = collected.len();
+                        let chunks = collected.take_chunks();
+                        append_response_body(chunks.iter().map(Vec::as_slice));
+                        drop(chunks);
+                        match api::response_body(0, size).filter(|whole| whole.len() == size) {
+                            Some(whole) => {
+                                api::set_response_body(0, size, &[]);
+                                whole
+                            }
+                            // Not readable: it goes on as received.
+                            None => return Action::Continue,
+                        }
+                    } else {
+                        collected.into_whole()
+                    };
                     let verdict = judge_body(served.api, &collected, self.offered_tools());
                     self.record_quality(verdict);
                     // Handed to Envoy as pieces (the replaced members and the unchanged runs
