@@ -67,7 +67,8 @@ pub fn started(of: &AttemptOf) {
 
 /// Records a finished attempt on its endpoint's statistics and in the metrics. `timed`: the
 /// summary's latency is known (a first attempt reported by the hook has none). `verdict`: the
-/// served answer's quality, written in the same update.
+/// served answer's quality, written in the same update. `now_ms`: the caller's clock reading in
+/// this callback (each reading is a host call).
 pub fn finished(
     config: &Configured,
     of: &AttemptOf,
@@ -75,6 +76,7 @@ pub fn finished(
     usage: &ReportedUsage,
     timed: bool,
     verdict: Option<Verdict>,
+    now_ms: u64,
 ) {
     let catalog = &config.catalog;
     let pricing = catalog
@@ -90,7 +92,7 @@ pub fn finished(
         retry_after_s: s.retry_after_s,
         usage,
     };
-    let now = api::now_ms();
+    let now = now_ms;
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     if of.in_catalog {
         update_stats(&stats_key(of.model, of.slug), |st| {

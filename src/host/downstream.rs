@@ -312,12 +312,15 @@ impl Stream {
     /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
     /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
     fn apply(&mut self, mut d: Decision) {
+        // One clock reading for the hand-off: when it was decided, and the prepared first
+        // attempt's start (each reading is a host call).
+        let now = api::now_ms();
         let HandOff { mut plan, mut clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
         // Neither the caller's key nor any provider key is on the request before an attempt.
         for h in &self.caller_credentials {
             api::set_req_header(h, None);
         }
-        if plan.first_prepared && !self.prepare_first(&plan, d.stream) {
+        if plan.first_prepared && !self.prepare_first(&plan, d.stream, now) {
             // Not preparable (cannot happen with a plan of this configuration): the regular
             // cluster's per-attempt filter takes the first attempt as it takes the others.
             plan.first_prepared = false;
@@ -344,10 +347,7 @@ impl Stream {
         // per request in flight in the VM's memory, which never shrinks again.
         d.body = Vec::new();
         self.planned = clusters.len();
-        self.decided_ms = api::now_ms();
-        if let Some(f) = self.first.as_mut() {
-            f.watch.started_ms = self.decided_ms;
-        }
+        self.decided_ms = now;
         self.decision = Some(d);
     }
 
@@ -356,7 +356,7 @@ impl Stream {
     /// key and path, and counts the attempt as started. `:authority` is left to the route
     /// (`auto_host_rewrite` from the first-attempt cluster's host name): changing it here would
     /// change the virtual host the route is resolved in.
-    fn prepare_first(&mut self, plan: &AttemptPlan, stream: bool) -> bool {
+    fn prepare_first(&mut self, plan: &AttemptPlan, stream: bool, now_ms: u64) -> bool {
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
         let Some(ep) = plan.endpoints.first().and_then(|&i| catalog.endpoint(usize::from(i))) else { return false };
@@ -378,7 +378,7 @@ impl Stream {
             model: rw.model,
             slug: rw.slug,
             planned: rw.planned,
-            watch: AttemptWatch::new(self.api, stream, api::now_ms()),
+            watch: AttemptWatch::new(self.api, stream, now_ms),
             answered: false,
             recorded: false,
             verdict: None,
@@ -387,15 +387,16 @@ impl Stream {
     }
 
     /// Records the prepared first attempt once: on its endpoint's statistics and the metrics.
-    fn finish_first(&mut self) {
+    /// `now_ms`: this callback's clock reading.
+    fn finish_first(&mut self, now_ms: u64) {
         let Some(f) = self.first.as_mut() else { return };
         if f.recorded {
             return;
         }
         f.recorded = true;
-        let s = f.watch.summary(api::now_ms());
+        let s = f.watch.summary(now_ms);
         let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
-        finished(&self.config, &of, &s, &f.watch.usage, true, f.verdict);
+        finished(&self.config, &of, &s, &f.watch.usage, true, f.verdict, now_ms);
     }
 
     /// The prepared first attempt is still being answered to the caller.
@@ -573,6 +574,8 @@ impl HttpContext for Stream {
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
         let headers = api::resp_headers();
+        // One clock reading for this callback (each reading is a host call).
+        let now = api::now_ms();
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
@@ -595,7 +598,7 @@ impl HttpContext for Stream {
             }
             if status >= 400 || end_of_stream {
                 // A refusal, or an answer without a body: complete here.
-                self.finish_first();
+                self.finish_first(now);
             }
             let record =
                 |f: &PreparedFirst| AttemptRecord { endpoint: f.planned, status, retry_after_s: f.watch.retry_after_s };
@@ -605,7 +608,7 @@ impl HttpContext for Stream {
             // first attempt, it got no answer and nothing came after it.
             let retried = read_record(1);
             if retried.is_none() {
-                self.finish_first();
+                self.finish_first(now);
             }
             let unanswered = AttemptRecord { endpoint: planned, status: 0, retry_after_s: None };
             read_records(read_up_to, Some(retried.unwrap_or(unanswered)))
@@ -614,7 +617,7 @@ impl HttpContext for Stream {
         };
         let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
-        let ttft_ms = Some(api::now_ms().saturating_sub(self.decided_ms));
+        let ttft_ms = Some(now.saturating_sub(self.decided_ms));
         // Headers every routed answer carries, final errors included.
         let mut own: Vec<(&str, &str)> = vec![("x-switchyard-strategy", &strategy), ("x-switchyard-attempt-log", &log)];
         if let Some(name) = &policy {
@@ -734,7 +737,7 @@ impl HttpContext for Stream {
         self.result = Some(RequestResult::Served);
         if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
             let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
-            stick(conv, &served_model, &slug, api::now_ms().saturating_add(ttl_ms));
+            stick(conv, &served_model, &slug, now.saturating_add(ttl_ms));
         }
         self.served = Some((served_model.clone(), slug.clone()));
         if records.len() > 1 {
@@ -791,8 +794,10 @@ impl HttpContext for Stream {
             BodyAction::Stream(_) | BodyAction::Rewrite { .. } | BodyAction::ProviderError { .. }
         );
         let chunk = if rewriting || self.judge.is_some() { api::response_body(0, body_size) } else { None };
+        // Read once when the prepared first attempt is watched (its chunk and, at the end, its
+        // record); `watching_first` cannot turn true in this callback.
+        let now = if self.watching_first() { api::now_ms() } else { 0 };
         if self.watching_first() {
-            let now = api::now_ms();
             if let Some(f) = self.first.as_mut() {
                 match &chunk {
                     Some(c) => f.watch.whole_chunk(now, c),
@@ -806,7 +811,7 @@ impl HttpContext for Stream {
         }
         let action = self.shape_response_body(body_size, end_of_stream, chunk);
         if end_of_stream && self.watching_first() {
-            self.finish_first();
+            self.finish_first(now);
         }
         action
     }
@@ -818,7 +823,7 @@ impl HttpContext for Stream {
             // recorded it.
             if !f.recorded && (f.answered || read_record(1).is_none()) {
                 f.watch.unanswered();
-                self.finish_first();
+                self.finish_first(api::now_ms());
             }
         }
         self.count_result();

@@ -104,13 +104,14 @@ impl Attempt {
         }
         self.recorded = true;
         let Some((model, slug)) = &self.names else { return };
-        let s = self.watch.summary(api::now_ms());
+        let now = api::now_ms();
+        let s = self.watch.summary(now);
         set_record(
             self.attempt,
             AttemptRecord { endpoint: self.planned, status: s.status, retry_after_s: s.retry_after_s },
         );
         let of = AttemptOf { model, slug, in_catalog: self.in_catalog };
-        finished(&self.config, &of, &s, &self.watch.usage, true, None);
+        finished(&self.config, &of, &s, &self.watch.usage, true, None, now);
     }
 
     /// The second attempt of a plan whose first attempt the decision filter prepared: that
@@ -145,6 +146,7 @@ impl Attempt {
             &ReportedUsage::default(),
             false,
             None,
+            api::now_ms(),
         );
     }
 }

@@ -11,6 +11,7 @@
 //! or given as PROBE_FLOOR_WASM), `noup` (no per-attempt filter),
 //! `wasmonly` (downstream Wasm only, static route), `noclear` / `noh2m` (without the route-cache
 //! clear, and without `header_to_metadata` too: attempt 1 then goes to the static order),
+//! `noopwasm` (`wasmonly` with a no-op proxy-wasm module: a Wasm filter's own cost),
 //! `luaclear` (a Lua `clearRouteCache` filter instead of the clear Wasm), `luaup` (a Lua upstream
 //! hook instead of the per-attempt Wasm), `natfirst` (a native header_mutation instead of the
 //! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `alt` / `alt2` (the full path
@@ -288,6 +289,22 @@ async fn probe() {
                         ]);
                     }
                 }
+                b
+            }
+            "noopwasm" => {
+                // The decision-filter-only row with a no-op proxy-wasm module in Switchyard's
+                // place: what a Wasm filter costs before any of Switchyard's code runs (its
+                // callbacks, no pause, no host calls).
+                let path = std::env::temp_dir().join(format!("switchyard-probe-noop-{}.wasm", std::process::id()));
+                std::fs::write(&path, switchyard_integration::memory::NOOP_WASM).expect("write the no-op module");
+                let mut c = cfg.clone();
+                c.wasm = path;
+                let mut b = bootstrap(&c);
+                strip_upstream_filters(&mut b);
+                wasm_only_static_route(&mut b);
+                // Nothing names the first cluster: the static route matches every request.
+                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+                hcm["route_config"]["virtual_hosts"][0]["routes"][0]["match"] = json!({"prefix": "/"});
                 b
             }
             "nocomp" => {
