@@ -40,13 +40,14 @@ pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<Attemp
 
 /// Feeds one response body chunk of `body_size` bytes to `watch`, reading only what it needs
 /// from Envoy's buffer: usage sits at the end of JSON bodies and in the last SSE events (a tail),
-/// an Anthropic stream's prompt tokens in its first chunk (a head).
-pub fn watch_chunk(watch: &mut AttemptWatch, body_size: usize) {
+/// an Anthropic stream's prompt tokens in its first chunk (a head). `now_ms`: the caller's clock
+/// reading in this callback.
+pub fn watch_chunk(watch: &mut AttemptWatch, body_size: usize, now_ms: u64) {
     let head =
         if watch.wants_head(body_size) { api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES)) } else { None };
     let n = body_size.min(USAGE_TAIL_BYTES);
     let tail = if n > 0 { api::response_body(body_size - n, n) } else { None };
-    watch.chunk(api::now_ms(), body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
+    watch.chunk(now_ms, body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
 }
 
 /// The endpoint an attempt went to, by name (valid whichever configuration planned it).

@@ -802,7 +802,7 @@ impl HttpContext for Stream {
                 match &chunk {
                     Some(c) => f.watch.whole_chunk(now, c),
                     // Only the usage needs bytes here: a tail (and an Anthropic stream's head).
-                    None => watch_chunk(&mut f.watch, body_size),
+                    None => watch_chunk(&mut f.watch, body_size, now),
                 }
                 if end_of_stream {
                     f.watch.body_ended();

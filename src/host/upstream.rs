@@ -265,7 +265,7 @@ impl HttpContext for Attempt {
         if self.names.is_none() || self.recorded {
             return Action::Continue;
         }
-        watch_chunk(&mut self.watch, body_size);
+        watch_chunk(&mut self.watch, body_size, api::now_ms());
         if end_of_stream {
             self.watch.body_ended();
             if self.watch.interrupted {
