@@ -979,6 +979,13 @@ fn proxy_bound(s: &Summary) -> bool {
     s.proxy_core.is_some_and(|p| p >= SATURATED) && s.client_core < SATURATED
 }
 
+/// A target row "at most +`limit` us over plain" for a latency measured on both rows.
+fn latency_target(what: &str, switchyard: f64, plain: f64, limit: f64) -> String {
+    let d = switchyard - plain;
+    let verdict = if d <= limit { "met".to_string() } else { format!("missed by {:.0} us", d - limit) };
+    format!("| {what}: at most +{limit:.0} us | {switchyard:.0} vs {plain:.0} us: {} us | {verdict} |", signed(d, 0))
+}
+
 /// The throughput target's line: by req/s when both rows were bound by Envoy's core, else by the
 /// CPU per request (req/s then measure the machine, not Envoy).
 fn throughput_target(b: Summary, s: Summary, label: &str, min: f64, aim: Option<f64>) -> String {
@@ -1163,29 +1170,17 @@ fn render(
             );
         }
         let _ = writeln!(o, "{}", throughput_target(b, s, "1 KB", 0.6, Some(0.75)));
-        let d = s.idle_p50 - b.idle_p50;
-        let _ = writeln!(
-            o,
-            "| p50 at one connection, 1 KB: at most +50 us | {:.0} vs {:.0} us: {} us | {} |",
-            s.idle_p50,
-            b.idle_p50,
-            signed(d, 0),
-            verdict(d <= 50.0, format!("{:.0} us", d - 50.0))
-        );
+        let _ = writeln!(o, "{}", latency_target("p50 at one connection, 1 KB", s.idle_p50, b.idle_p50, 50.0));
     }
     if let Some(li) = find(102_400, false) {
         let _ = writeln!(o, "{}", throughput_target(sums[li][1], sums[li][2], "100 KB", 0.5, None));
     }
     if let Some(li) = find(1024, true) {
         let (b, s) = (sums[li][1], sums[li][2]);
-        let d = s.idle_ttfb - b.idle_ttfb;
         let _ = writeln!(
             o,
-            "| SSE time to first byte, 1 KB, one connection: at most +100 us | {:.0} vs {:.0} us: {} us | {} |",
-            s.idle_ttfb,
-            b.idle_ttfb,
-            signed(d, 0),
-            verdict(d <= 100.0, format!("{:.0} us", d - 100.0))
+            "{}",
+            latency_target("SSE time to first byte, 1 KB, one connection", s.idle_ttfb, b.idle_ttfb, 100.0)
         );
     }
     if let Some(r) = rss_c2 {
