@@ -121,9 +121,9 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
     // The first attempt skips the per-attempt Wasm when its provider has a first-attempt cluster
     // and every planned endpoint serves the same model: a refusal then never needs turning into
     // a retry for a fallback model (that conversion runs in the per-attempt filter).
-    let one_model = planned().all(|e| Some(e.model) == planned().next().map(|f| f.model));
-    let first_cluster =
-        planned().next().and_then(|e| catalog.provider_of(e)).and_then(|p| p.first_attempt_cluster.clone());
+    let first = planned().next();
+    let one_model = planned().all(|e| Some(e.model) == first.map(|f| f.model));
+    let first_cluster = first.and_then(|e| catalog.provider_of(e)).and_then(|p| p.first_attempt_cluster.clone());
     let first_prepared = match (first_cluster, clusters.first_mut()) {
         (Some(first), Some(slot)) if one_model => {
             *slot = first;
@@ -131,7 +131,7 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
         }
         _ => false,
     };
-    let first_model = planned().next().map(|e| e.upstream_model.as_str()).unwrap_or("");
+    let first_model = first.map(|e| e.upstream_model.as_str()).unwrap_or("");
     // Google bodies carry no model (it is in the path): nothing to splice per attempt.
     let prefix_len = if d.api == Api::Google { 0 } else { model_prefix(first_model).len() };
     let refs: Vec<EndpointRef> = planned()

@@ -10,8 +10,7 @@ use crate::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
 use crate::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
 use crate::quality::Verdict;
 use crate::stats::Finished;
-use crate::usage::ReportedUsage;
-use crate::usage::USAGE_TAIL_BYTES;
+use crate::usage::{ReportedUsage, USAGE_TAIL_BYTES};
 use crate::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
 
 /// Writes attempt `attempt`'s (1-based) record into the request's filter state (see
@@ -29,11 +28,14 @@ pub fn read_record(attempt: usize) -> Option<AttemptRecord> {
     api::property(vec![&attempt_property(attempt)]).and_then(|b| decode_records(&b).first().copied())
 }
 
-/// The records of attempts 1..=`attempts`; `first`, when given, stands in for a missing record
-/// of attempt 1 (a first attempt the decision filter prepared has no per-attempt filter).
+/// The records of attempts 1..=`attempts`; `first`, when given, is attempt 1's record and its
+/// slot is not read (the decision filter knows it for a first attempt it prepared).
 pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<AttemptRecord> {
     let slots: Vec<Option<AttemptRecord>> = (1..=attempts.min(MAX_RECORDED_ATTEMPTS))
-        .map(|k| read_record(k).or(if k == 1 { first } else { None }))
+        .map(|k| match (k, first) {
+            (1, Some(r)) => Some(r),
+            _ => read_record(k),
+        })
         .collect();
     collect_records(&slots)
 }
@@ -93,13 +95,12 @@ pub fn finished(
         retry_after_s: s.retry_after_s,
         usage,
     };
-    let now = now_ms;
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     if of.in_catalog {
         update_stats(&stats_key(of.model, of.slug), |st| {
-            st.finish(now, f, window);
+            st.finish(now_ms, f, window);
             if let Some(v) = verdict {
-                st.judge(now, v.bad, v.tool);
+                st.judge(now_ms, v.bad, v.tool);
             }
         });
     }
