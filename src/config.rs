@@ -874,6 +874,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             api_prefixes,
         });
     }
+    check_first_attempt_clusters(&providers)?;
     // The caller's own key never reaches a provider, whatever the catalog uses: every API's
     // key header is removed from every attempt.
     for h in ["authorization", ANTHROPIC_KEY_HEADER, GOOGLE_KEY_HEADER] {
@@ -1048,6 +1049,35 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
 
 /// A provider's `apis`: the set it serves and each API's path prefix. Absent = OpenAI only,
 /// at the provider's `path_prefix`.
+/// A first-attempt cluster adds its provider's key itself (its own upstream filter, Envoy's
+/// `credential_injector`: the decision filter never writes a key into the downstream request),
+/// so it must be able to: one API (one key header) per such cluster, and every provider sent
+/// to it has the same key.
+fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(), ConfigError> {
+    for (i, p) in providers.iter().enumerate() {
+        let Some(first) = &p.first_attempt_cluster else { continue };
+        let field = format!("providers[\"{}\"].first_attempt_cluster", p.slug);
+        let mut apis = p.apis.iter();
+        let (Some(api), None) = (apis.next(), apis.next()) else {
+            return Err(err(
+                field,
+                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis)",
+            ));
+        };
+        let key = |q: &Provider| q.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string()));
+        let clash = providers.iter().take(i).find(|q| {
+            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.iter().ne(p.apis.iter()) || key(q) != key(p))
+        });
+        if let Some(q) = clash {
+            return Err(err(
+                field,
+                format!("\"{first}\" is also provider {}'s first-attempt cluster with another API or key; the cluster injects one key", q.slug),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), ConfigError> {
     let openai_prefix = p.path_prefix.trim_end_matches('/').to_string();
     let mut prefixes: [String; 3] = Default::default();
@@ -1406,6 +1436,40 @@ mod tests {
         assert_eq!(apis[0], ApiSet::OPENAI);
         assert_eq!(apis[1], q.apis);
         assert_eq!(apis[2].iter().collect::<Vec<_>>(), vec![Api::Google]);
+    }
+
+    #[test]
+    fn a_first_attempt_cluster_serves_one_api_with_one_key() {
+        let with = |providers: &str| {
+            format!(
+                r#"{{"providers": {{{providers}}},
+                    "models": {{"m": {{"endpoints": [{{"provider": "p", "pricing": {{"prompt": 1, "completion": 1}}}}]}}}}}}"#
+            )
+        };
+        let one = r#""p": {"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a", "credential": {"value": "k"}}"#;
+        assert!(Catalog::from_json(with(one).as_bytes(), &no_env).is_ok());
+        // Two providers on one first-attempt cluster: fine with the same key, refused otherwise.
+        let same = format!(
+            r#"{one}, "p/fast": {{"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a", "credential": {{"value": "k"}}}}"#
+        );
+        assert!(Catalog::from_json(with(&same).as_bytes(), &no_env).is_ok());
+        let field = r#"providers["q"].first_attempt_cluster"#;
+        for other in [
+            r#""q": {"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a", "credential": {"value": "k2"}}"#,
+            r#""q": {"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a"}"#,
+            r#""q": {"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a", "credential": {"value": "k"},
+                     "apis": {"anthropic": {}}}"#,
+        ] {
+            let e = expect_err(&with(&format!("{one}, {other}")));
+            assert_eq!(e.field, field, "{other}");
+            assert!(e.reason.contains("provider p's first-attempt cluster"), "{}", e.reason);
+        }
+        // One key header per cluster: a provider serving two APIs cannot have one.
+        let two = r#""p": {"cluster": "c", "first_attempt_cluster": "c-first", "authority": "a", "credential": {"value": "k"},
+                        "apis": {"openai": {}, "anthropic": {}}}"#;
+        let e = expect_err(&with(two));
+        assert_eq!(e.field, r#"providers["p"].first_attempt_cluster"#);
+        assert!(e.reason.contains("exactly one API"), "{}", e.reason);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - `failover`: the per-attempt plan, rewrite, outcome records and final error
 //! - `forwarding`: which caller headers may reach a provider
 //! - `surface`: what happens to a request by method and path (route, pass through, answer)
+//! - `scope`: which requests are Switchyard's (the route mark); all others pass untouched
 //! - `routing_cost`: default policy B, the expected cost of a good answer and traffic shares
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `usage`: token usage read from the tail of a provider's response
@@ -48,6 +49,7 @@ pub mod response;
 pub mod rewrite;
 pub mod router;
 pub mod routing_cost;
+pub mod scope;
 pub mod sorting;
 pub mod sse;
 pub mod stats;

@@ -19,7 +19,8 @@ K8S = ROOT / "k8s"
 
 # Kinds without a vendored schema (Gateway's CRD was not among the schemas provided; the
 # Deployment patch is a strategic-merge patch, not a resource).
-UNVALIDATED = {"Gateway"}
+# ConfigMap is a core kind (no CRD schema among these).
+UNVALIDATED = {"Gateway", "ConfigMap"}
 
 
 def strict(schema):
@@ -86,14 +87,28 @@ def test_manifest_validates_against_its_crd_schema(name, doc):
 
 def test_cel_rules_that_apply():
     for name, d in DOCS:
+        if d["kind"] != "WasmPlugin":
+            continue
         spec = d["spec"]
-        if d["kind"] == "WasmPlugin":
-            # "only one of targetRefs or selector can be set"
-            assert sum(k in spec for k in ("selector", "targetRef", "targetRefs")) <= 1, name
-            assert spec["url"].startswith("oci://"), name
-            # "value may only be set when valueFrom is INLINE"
-            for e in spec["vmConfig"]["env"]:
-                assert not (e.get("valueFrom") == "HOST" and "value" in e), name
+        # "only one of targetRefs or selector can be set"
+        assert sum(k in spec for k in ("selector", "targetRef", "targetRefs")) <= 1, name
+        assert spec["url"].startswith("oci://"), name
+        # "value may only be set when valueFrom is INLINE"
+        for e in spec["vmConfig"]["env"]:
+            assert not (e.get("valueFrom") == "HOST" and "value" in e), name
+
+
+def test_sds_config_map_is_mounted_and_holds_no_key():
+    """The first-attempt clusters' SDS files: in the ConfigMap, naming environment variables only."""
+    for variant in ("egress-gateway", "sidecar"):
+        maps = [d for n, d in DOCS if n.startswith(variant + "/") and d["kind"] == "ConfigMap"]
+        assert len(maps) == 1, variant
+        for file, text in maps[0]["data"].items():
+            secret = json.loads(text)["resources"][0]
+            assert set(secret["generic_secret"]["secret"]) == {"environment_variable"}, file
+        patch = yaml.safe_load((K8S / variant / "keys-patch.yaml").read_text())["spec"]["template"]["spec"]
+        assert patch["volumes"][0]["configMap"]["name"] == maps[0]["metadata"]["name"]
+        assert patch["containers"][0]["volumeMounts"][0]["mountPath"] == "/etc/switchyard/sds"
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use switchyard::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
 
 /// Repository root (the integration crate lives one level below it).
 pub fn repo_root() -> PathBuf {
@@ -105,6 +106,17 @@ pub struct StackConfig {
     /// Give every provider cluster a first-attempt twin without the per-attempt Wasm (see
     /// `first_attempt_cluster`); off, every attempt runs the per-attempt filter.
     pub first_attempt_clusters: bool,
+    /// Other services' virtual hosts on Switchyard's listener (their routes are not marked as
+    /// Switchyard's, so the filter leaves their requests alone).
+    pub other_hosts: Vec<OtherHost>,
+}
+
+/// Another service on Switchyard's listener (an in-mesh model server, say): every request for
+/// `domain` goes to `cluster`, untouched by Switchyard.
+#[derive(Clone, Debug)]
+pub struct OtherHost {
+    pub domain: String,
+    pub cluster: ClusterSpec,
 }
 
 /// One `jwt_authn` provider: the tokens' issuer and the JWKS (JSON) that verifies them. A
@@ -162,6 +174,7 @@ impl StackConfig {
             max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             first_attempt_clusters: true,
+            other_hosts: Vec::new(),
         }
     }
 }
@@ -230,24 +243,125 @@ pub fn first_attempt_cluster_name(cluster: &str) -> String {
     format!("{cluster}-first")
 }
 
-/// The provider clusters among `clusters` that get a first-attempt twin, each with the host name
-/// its attempts carry: those whose providers in the plugin configuration agree on one
-/// `authority` (the route's `auto_host_rewrite` sets a twin's attempts' `:authority` from it).
-pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<(String, String)> {
-    let mut twins: Vec<(String, Option<String>)> = Vec::new();
-    let providers = plugin_config["providers"].as_object().cloned().unwrap_or_default();
-    for p in providers.values() {
-        let (Some(cluster), Some(authority)) = (p["cluster"].as_str(), p["authority"].as_str()) else { continue };
-        if !clusters.contains(&cluster) {
+/// The key a first-attempt twin adds to its attempts: its own upstream filter
+/// (`credential_injector`) injects it on the way to that provider, so no key is ever written
+/// into the downstream request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TwinKey {
+    /// The header (the filter's own rule per API: `credential.header` for OpenAI, `x-api-key`,
+    /// `x-goog-api-key`).
+    pub header: String,
+    pub source: KeySource,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// The whole header value (`credential.value` with its prefix).
+    Inline(String),
+    /// `credential.env`: the proxy's environment variable, and the prefix put before it
+    /// (`header_value_prefix`, Envoy 1.38+).
+    Env { name: String, prefix: String },
+}
+
+/// A first-attempt twin: the provider cluster it copies, the host its attempts carry, the key
+/// it injects (None: its providers have no credential).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Twin {
+    pub cluster: String,
+    pub authority: String,
+    pub key: Option<TwinKey>,
+}
+
+/// Stands in for `credential.env` values when the generator reads the plugin configuration with
+/// the filter's parser: what precedes it in a header value is the configured prefix.
+const ENV_MARKER: &str = "SWITCHYARD-GENERATOR-ENV-SECRET";
+
+/// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
+/// own parser: those whose providers agree on one `authority` (the route's `auto_host_rewrite`
+/// sets a twin's attempts' `:authority` from it), serve exactly one API and have the same key
+/// (the twin injects one key header). A configuration the filter would refuse gets none.
+pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin> {
+    let Ok(catalog) =
+        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into()))
+    else {
+        return Vec::new();
+    };
+    let raw = &plugin_config["providers"];
+    let mut twins: Vec<Option<Twin>> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for p in &catalog.providers {
+        if !clusters.contains(&p.cluster.as_str()) {
             continue;
         }
-        match twins.iter_mut().find(|(c, _)| c == cluster) {
-            Some((_, a)) if a.as_deref() != Some(authority) => *a = None,
-            Some(_) => {}
-            None => twins.push((cluster.to_string(), Some(authority.to_string()))),
+        let mut apis = p.apis.iter();
+        let twin = match (apis.next(), apis.next()) {
+            (Some(api), None) => Some(Twin {
+                cluster: p.cluster.clone(),
+                authority: p.authority.clone(),
+                key: p.credential_for(api).map(|(header, value)| TwinKey {
+                    header: header.to_string(),
+                    source: match raw[&p.slug]["credential"]["env"].as_str() {
+                        Some(name) => KeySource::Env {
+                            name: name.to_string(),
+                            prefix: value.strip_suffix(ENV_MARKER).unwrap_or_default().to_string(),
+                        },
+                        None => KeySource::Inline(value.to_string()),
+                    },
+                }),
+            }),
+            _ => None,
+        };
+        match seen.iter().position(|c| *c == p.cluster) {
+            Some(i) => {
+                if let Some(slot) = twins.get_mut(i) {
+                    if slot.as_ref() != twin.as_ref() {
+                        *slot = None;
+                    }
+                }
+            }
+            None => {
+                seen.push(&p.cluster);
+                twins.push(twin);
+            }
         }
     }
-    twins.into_iter().filter_map(|(c, a)| Some((c, a?))).collect()
+    twins.into_iter().flatten().collect()
+}
+
+/// The name of a twin's key in the bootstrap's secrets.
+pub fn twin_secret_name(cluster: &str) -> String {
+    format!("switchyard-key-{cluster}")
+}
+
+/// The bootstrap secret a twin's `credential_injector` reads.
+pub fn twin_secret(twin: &Twin) -> Option<Value> {
+    let key = twin.key.as_ref()?;
+    let data = match &key.source {
+        KeySource::Inline(v) => json!({"inline_string": v}),
+        KeySource::Env { name, .. } => json!({"environment_variable": name}),
+    };
+    Some(json!({"name": twin_secret_name(&twin.cluster), "generic_secret": {"secret": data}}))
+}
+
+/// `credential_injector` for a twin's key: it replaces any header of that name (the decision
+/// filter removed the caller's already) and refuses to send an attempt without the key.
+pub fn credential_injector(key: &TwinKey, secret: Value) -> Value {
+    let mut generic = json!({
+        "@type": "type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic",
+        "credential": secret,
+        "header": key.header
+    });
+    if let KeySource::Env { prefix, .. } = &key.source {
+        if !prefix.is_empty() {
+            generic["header_value_prefix"] = json!(prefix);
+        }
+    }
+    json!({"name": "envoy.filters.http.credential_injector", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector",
+        "overwrite": true,
+        "allow_request_without_credential": false,
+        "credential": {"name": "envoy.http.injected_credentials.generic", "typed_config": generic}
+    }})
 }
 
 /// Names each provider's first-attempt twin (`first_attempt_cluster`) in the plugin
@@ -260,7 +374,7 @@ pub fn with_first_attempt_clusters(config: &mut Value, on: bool, clusters: &[&st
     if let Some(providers) = config["providers"].as_object_mut() {
         for p in providers.values_mut() {
             let Some(cluster) = p["cluster"].as_str().map(str::to_string) else { continue };
-            if twins.iter().any(|(c, _)| *c == cluster) {
+            if twins.iter().any(|t| t.cluster == cluster) {
                 if let Some(obj) = p.as_object_mut() {
                     obj.entry("first_attempt_cluster").or_insert_with(|| json!(name(&cluster)));
                 }
@@ -283,21 +397,22 @@ pub const FIRST_ATTEMPT_HOOK: &str = r#"function envoy_on_response(handle)
 end
 "#;
 
-/// The upstream filters of a first-attempt cluster: the hook, then the codec.
-pub fn first_attempt_filters() -> Value {
-    json!([
-        {"name": "envoy.filters.http.lua", "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-            "default_source_code": {"inline_string": FIRST_ATTEMPT_HOOK}
-        }},
-        {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
-    ])
+/// The upstream filters of a first-attempt cluster: the hook, the provider's key (`key`: its
+/// `credential_injector`), then the codec.
+pub fn first_attempt_filters(key: Option<Value>) -> Value {
+    let hook = json!({"name": "envoy.filters.http.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+        "default_source_code": {"inline_string": FIRST_ATTEMPT_HOOK}
+    }});
+    let codec = json!({"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}});
+    Value::Array([Some(hook), key, Some(codec)].into_iter().flatten().collect())
 }
 
 /// A provider cluster's first-attempt twin: the same cluster (address, TLS, limits) under
 /// another name, its endpoints named by the provider's host (for `auto_host_rewrite`), with
-/// the hook instead of the per-attempt Wasm.
-fn first_attempt_twin(regular: &Value, authority: &str, http2: bool) -> Value {
+/// the hook and the provider's key injector instead of the per-attempt Wasm.
+fn first_attempt_twin(regular: &Value, twin: &Twin, http2: bool) -> Value {
+    let authority = twin.authority.as_str();
     let mut v = regular.clone();
     let name = first_attempt_cluster_name(regular["name"].as_str().unwrap_or_default());
     v["name"] = json!(name);
@@ -311,7 +426,8 @@ fn first_attempt_twin(regular: &Value, authority: &str, http2: bool) -> Value {
             }
         }
     }
-    v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters());
+    let injector = twin.key.as_ref().map(|k| credential_injector(k, json!({"name": twin_secret_name(&twin.cluster)})));
+    v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters(injector));
     v
 }
 
@@ -415,6 +531,31 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
         v["dns_lookup_family"] = json!("V4_PREFERRED");
     }
     v
+}
+
+/// The last route of Switchyard's virtual host: an OpenAI-style 404. The filter answers unrouted
+/// requests itself, so this only serves a request the filter never saw; marked like the others,
+/// it is also the route a request on Switchyard's host matches before the filter routes it.
+pub fn unrouted_route() -> Value {
+    let mut r = json!({
+        "match": {"prefix": "/"},
+        "direct_response": {"status": 404, "body": {"inline_string":
+            "{\"error\":{\"message\":\"no such endpoint\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}},
+        "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    });
+    mark_route(&mut r, None);
+    r
+}
+
+/// Marks a route as Switchyard's (route metadata `switchyard.route`, see the filter's `scope`
+/// module): the decision filter acts only on requests whose route carries it. `policy` also
+/// labels it for route-selected operator policies (`switchyard.policy`).
+pub fn mark_route(route: &mut Value, policy: Option<&str>) {
+    let mut ours = json!({ROUTE_MARK_KEY: ROUTE_MARK_VALUE});
+    if let Some(p) = policy {
+        ours["policy"] = json!(p);
+    }
+    route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
 }
 
 /// The routes for requests the filter routed: attempt k goes to the k-th cluster of the
@@ -544,11 +685,13 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let twins =
         if cfg.first_attempt_clusters { first_attempt_twins(&cfg.plugin_config, &generated) } else { Vec::new() };
     let mut twin_names: Vec<String> = Vec::new();
-    for (cluster, authority) in &twins {
-        let http2 = cfg.remote_clusters.iter().any(|r| r.name == *cluster && r.http2);
-        if let Some(regular) = clusters.iter().find(|c| c["name"] == json!(cluster)).cloned() {
-            clusters.push(first_attempt_twin(&regular, authority, http2));
-            twin_names.push(first_attempt_cluster_name(cluster));
+    let mut secrets: Vec<Value> = Vec::new();
+    for twin in &twins {
+        let http2 = cfg.remote_clusters.iter().any(|r| r.name == twin.cluster && r.http2);
+        if let Some(regular) = clusters.iter().find(|c| c["name"] == json!(twin.cluster)).cloned() {
+            clusters.push(first_attempt_twin(&regular, twin, http2));
+            twin_names.push(first_attempt_cluster_name(&twin.cluster));
+            secrets.extend(twin_secret(twin));
         }
     }
     if let Some(pt) = &cfg.passthrough {
@@ -571,16 +714,9 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         // Nothing else reaches any cluster: the filter answers unrouted requests itself, so this
         // only serves a request the filter never saw. (It is also the route a request matches
         // when the filter reads the route's policy label, before it routes.)
-        routes.push(json!({
-            "match": {"prefix": "/"},
-            "direct_response": {"status": 404, "body": {"inline_string":
-                "{\"error\":{\"message\":\"no such endpoint\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}"}},
-            "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
-        }));
-        if let Some(p) = policy {
-            for r in routes.iter_mut() {
-                r["metadata"] = json!({"filter_metadata": {"switchyard": {"policy": p}}});
-            }
+        routes.push(unrouted_route());
+        for r in routes.iter_mut() {
+            mark_route(r, policy);
         }
         Value::Array(routes)
     };
@@ -589,6 +725,11 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         .iter()
         .map(|r| json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy))}))
         .collect();
+    for o in &cfg.other_hosts {
+        virtual_hosts.push(json!({"name": format!("other-{}", o.domain), "domains": [o.domain],
+            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]}));
+        clusters.push(cluster(&o.cluster));
+    }
     virtual_hosts.push(json!({"name": "llm", "domains": ["*"], "routes": routes(None)}));
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     let mut boot = json!({
@@ -639,7 +780,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                     }
                 }]}]
             }],
-            "clusters": clusters
+            "clusters": clusters,
+            "secrets": secrets
         }
     });
     let chain = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0];
@@ -864,7 +1006,8 @@ pub struct Envoy {
 /// `.work/` but leaves `run/` alone, so a running `make run` keeps its log), `.work/` otherwise.
 /// Directories of demos whose process is gone are removed when the next one starts, so `.work/`
 /// does not grow without bound.
-fn work_dir(tag: &str) -> PathBuf {
+/// A fresh directory under `.work/` for one run (`make test` clears them).
+pub fn work_dir(tag: &str) -> PathBuf {
     let n = INSTANCE.fetch_add(1, Ordering::SeqCst);
     let mut base = repo_root().join(".work");
     if tag == "demo" {

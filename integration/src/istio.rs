@@ -24,8 +24,9 @@ use serde_json::{json, Value};
 
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
-    first_attempt_filters, first_attempt_twins, local_reply_config, provider_protocol_options, routed_routes,
-    upstream_filters, with_first_attempt_clusters, StackConfig,
+    credential_injector, first_attempt_filters, first_attempt_twins, local_reply_config, mark_route,
+    provider_protocol_options, routed_routes, twin_secret, twin_secret_name, unrouted_route, upstream_filters,
+    with_first_attempt_clusters, StackConfig, Twin,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -101,19 +102,55 @@ fn provider_cluster_names(c: &Catalog) -> Vec<String> {
     c.providers.iter().map(ProviderHost::cluster).collect()
 }
 
-/// The providers whose cluster gets a first-attempt twin (the subset `first`), one per cluster:
-/// with `cfg.first_attempt_clusters` on, those the plain-Envoy generator's rule picks
-/// (`first_attempt_twins`; on Istio a cluster's authority is always its host, so all of them).
-pub fn first_attempt_providers<'a>(c: &'a Catalog, cfg: &StackConfig) -> Vec<&'a ProviderHost> {
+/// The providers whose cluster gets a first-attempt twin (the subset `first`), one per cluster,
+/// with the twin's key: with `cfg.first_attempt_clusters` on, those the plain-Envoy generator's
+/// rule picks (`first_attempt_twins`; on Istio a cluster's authority is always its host).
+pub fn first_attempt_providers<'a>(c: &'a Catalog, cfg: &StackConfig) -> Vec<(&'a ProviderHost, Twin)> {
     if !cfg.first_attempt_clusters {
         return Vec::new();
     }
     let names = provider_cluster_names(c);
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     first_attempt_twins(&c.plugin_config(), &refs)
-        .iter()
-        .filter_map(|(cluster, _)| c.providers.iter().find(|p| p.cluster() == *cluster))
+        .into_iter()
+        .filter_map(|t| Some((c.providers.iter().find(|p| p.cluster() == t.cluster)?, t)))
         .collect()
+}
+
+/// Where the proxy finds the twins' key files (SDS resources): the ConfigMap `SDS_CONFIG_MAP`
+/// mounted into the `istio-proxy` container (`keys_patch`). Istio has no bootstrap secrets and
+/// its own SDS serves certificates only, so a twin's `credential_injector` reads its key by SDS
+/// from a file there; the file names the proxy's environment variable the key Secret feeds,
+/// so it holds no key itself.
+pub const SDS_MOUNT: &str = "/etc/switchyard/sds";
+pub const SDS_CONFIG_MAP: &str = "switchyard-sds";
+
+/// The SDS file of a twin's key (a cluster name has `|` in it).
+fn sds_file(cluster: &str) -> String {
+    let safe: String =
+        cluster.chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' { ch } else { '_' }).collect();
+    format!("{safe}.json")
+}
+
+/// The `credential_injector` secret reference of a twin on Istio: by SDS from its file, watched
+/// (a ConfigMap update swaps the mounted directory).
+fn sds_secret_ref(twin: &Twin) -> Value {
+    json!({"name": twin_secret_name(&twin.cluster), "sds_config": {
+        "path_config_source": {"path": format!("{SDS_MOUNT}/{}", sds_file(&twin.cluster)), "watched_directory": {"path": SDS_MOUNT}},
+        "resource_api_version": "V3"
+    }})
+}
+
+/// The ConfigMap with every twin's SDS file: a discovery response holding the twin's secret.
+pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
+    let mut data = serde_json::Map::new();
+    for (_, twin) in first_attempt_providers(c, cfg) {
+        if let Some(mut secret) = twin_secret(&twin) {
+            secret["@type"] = json!("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret");
+            data.insert(sds_file(&twin.cluster), json!(json!({"resources": [secret]}).to_string()));
+        }
+    }
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(SDS_CONFIG_MAP, c), "data": data})
 }
 
 /// The plugin configuration on Istio: the catalog's, each provider naming its first-attempt
@@ -133,7 +170,7 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
 pub fn providers_resources(c: &Catalog, v: Variant, cfg: &StackConfig) -> Vec<Value> {
     let limits = PoolLimits::of(cfg);
     let firsts = first_attempt_providers(c, cfg);
-    c.providers.iter().flat_map(|p| provider_resources(p, c, v, &limits, firsts.contains(&p))).collect()
+    c.providers.iter().flat_map(|p| provider_resources(p, c, v, &limits, firsts.iter().any(|(f, _)| *f == p))).collect()
 }
 
 /// ServiceEntry + DestinationRule for one provider; `first_attempt`: with the subset `first`.
@@ -324,10 +361,18 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         }}}));
     }
     let names: Vec<String> =
-        provider_cluster_names(c).into_iter().chain(firsts.iter().map(|p| p.first_attempt_cluster())).collect();
+        provider_cluster_names(c).into_iter().chain(firsts.iter().map(|(p, _)| p.first_attempt_cluster())).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // Every route on Switchyard's host is marked as Switchyard's (the filter acts on nothing
+    // else of the listener): the routed ones, and a marked 404 before the VirtualService's own
+    // catch-all, which is where a request on this host lands before the filter routes it.
+    let mut routes = routed_routes(&refs, cfg);
+    for r in routes.iter_mut() {
+        mark_route(r, None);
+    }
+    routes.push(unrouted_route());
     // INSERT_FIRST puts each route before the others: in reverse, they keep their order.
-    for route in routed_routes(&refs, cfg).into_iter().rev() {
+    for route in routes.into_iter().rev() {
         patches.push(json!({
             "applyTo": "HTTP_ROUTE",
             "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
@@ -344,13 +389,15 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                 provider_protocol_options(p.http2, upstream_filters_ecds())}}
         }));
     }
-    for p in &firsts {
-        // The first-attempt twin (the subset's cluster): the hook instead of the Wasm.
+    for (p, twin) in &firsts {
+        // The first-attempt twin (the subset's cluster): the hook and the provider's key
+        // injector instead of the Wasm.
+        let injector = twin.key.as_ref().map(|k| credential_injector(k, sds_secret_ref(twin)));
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, first_attempt_filters())}}
+                provider_protocol_options(p.http2, first_attempt_filters(injector))}}
         }));
     }
     json!({
@@ -412,7 +459,11 @@ pub fn keys_patch(c: &Catalog) -> Value {
         .iter()
         .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
         .collect();
-    json!({"spec": {"template": {"spec": {"containers": [{"name": "istio-proxy", "env": env}]}}}})
+    json!({"spec": {"template": {"spec": {
+        "containers": [{"name": "istio-proxy", "env": env,
+                        "volumeMounts": [{"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true}]}],
+        "volumes": [{"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}}]
+    }}}})
 }
 
 /// Every file under `k8s/` as (relative path, content).
@@ -430,11 +481,11 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![wasm_plugin(c, v, cfg, sha256), envoy_filter(c, v, cfg, sha256)];
+        let mut main = vec![wasm_plugin(c, v, cfg, sha256), envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg)];
         main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filter (WasmPlugin), its failover wiring (EnvoyFilter) and the entry point.")
+            header("The Switchyard filter (WasmPlugin), its failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
@@ -477,7 +528,13 @@ mod tests {
             .filter(|p| p["applyTo"] == "CLUSTER")
             .map(|p| p["match"]["cluster"]["name"].as_str().unwrap().to_string())
             .collect();
-        let route = patches.iter().find(|p| p["applyTo"] == "HTTP_ROUTE").unwrap();
+        let route = patches
+            .iter()
+            .find(|p| {
+                p["applyTo"] == "HTTP_ROUTE"
+                    && p["patch"]["value"]["route"]["inline_cluster_specifier_plugin"].is_object()
+            })
+            .unwrap();
         let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
             ["priority_groups"]
             .as_array()
@@ -507,7 +564,26 @@ mod tests {
             let patches = ef["spec"]["configPatches"].as_array().unwrap();
             let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
                 ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
-            assert_eq!(*hook, first_attempt_filters());
+            // The hook, then the provider's key injector reading its SDS file, then the codec.
+            let (_, t) = &first_attempt_providers(&c, &cfg)[0];
+            let key = t.key.clone().unwrap();
+            assert_eq!(key.source, crate::envoy::KeySource::Env { name: "P_KEY".into(), prefix: "Bearer ".into() });
+            assert_eq!(*hook, first_attempt_filters(Some(credential_injector(&key, sds_secret_ref(t)))));
+            let path = hook[1]["typed_config"]["credential"]["typed_config"]["credential"]["sds_config"]
+                ["path_config_source"]["path"]
+                .as_str()
+                .unwrap();
+            // The ConfigMap holds that file, naming the key's variable (no key in it), and the
+            // keys patch mounts it where the path points.
+            let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
+            let cm = sds_config_map(&c, &cfg);
+            let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
+            assert_eq!(sds["resources"][0]["name"], twin_secret_name(&t.cluster));
+            assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
+            let patch = keys_patch(&c);
+            let proxy = &patch["spec"]["template"]["spec"]["containers"][0];
+            assert_eq!(proxy["volumeMounts"][0]["mountPath"], SDS_MOUNT);
+            assert_eq!(patch["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
             assert!(patches.iter().any(|p| p["patch"]["operation"] == "MERGE"
                 && p["patch"]["value"]["typed_config"]["suppress_envoy_headers"] == true));
         }

@@ -80,6 +80,7 @@ pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Res
 /// (stand-ins for DNS) named by the provider's host, as the hosts of Istio's DNS clusters are
 /// (Envoy names a host a STRICT_DNS/LOGICAL_DNS cluster resolved by its DNS name, the
 /// ServiceEntry host: what the route's `auto_host_rewrite` sends as `:authority`).
+#[allow(clippy::too_many_arguments)]
 pub fn proxy_bootstrap(
     c: &Catalog,
     v: Variant,
@@ -88,6 +89,7 @@ pub fn proxy_bootstrap(
     max_retries: u32,
     host: &str,
     destination_rules: &[Value],
+    services: &[MeshService],
 ) -> Value {
     let (node, listener, route) = match v {
         Variant::EgressGateway => (
@@ -150,7 +152,27 @@ pub fn proxy_bootstrap(
         }
     }
     clusters.extend(subsets);
+    // Other services on the same listener (a sidecar's port-80 outbound listener serves every
+    // port-80 service; a gateway every host of its servers): one virtual host and cluster each.
+    let mut virtual_hosts: Vec<Value> = services
+        .iter()
+        .map(|s| {
+            let cluster = format!("outbound|80||{}", s.host);
+            clusters.push(json!({"name": cluster, "type": "STATIC", "connect_timeout": "10s",
+                "load_assignment": {"cluster_name": cluster, "endpoints": [{"lb_endpoints": [{"endpoint": {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": s.port}}}}]}]}}));
+            json!({"name": format!("{}:80", s.host), "domains": [s.host, format!("{}:80", s.host)],
+                   "routes": [{"name": "default", "match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "0s"}}]})
+        })
+        .collect();
     let not_found = "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}";
+    virtual_hosts.push(json!({
+        "name": format!("{host}:80"),
+        "domains": [host, format!("{host}:80")],
+        // The VirtualService's route: everything not routed gets a 404.
+        "routes": [{"name": "switchyard-unrouted", "match": {"prefix": "/"},
+                    "direct_response": {"status": 404, "body": {"inline_string": not_found}}}]
+    }));
     json!({
         // Istio's node identity (ECDS needs one).
         "node": node,
@@ -165,13 +187,7 @@ pub fn proxy_bootstrap(
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                         "stat_prefix": format!("outbound_{listener}"),
-                        "route_config": {"name": route, "virtual_hosts": [{
-                            "name": format!("{host}:80"),
-                            "domains": [host, format!("{host}:80")],
-                            // The VirtualService's route: everything not routed gets a 404.
-                            "routes": [{"name": "switchyard-unrouted", "match": {"prefix": "/"},
-                                        "direct_response": {"status": 404, "body": {"inline_string": not_found}}}]
-                        }]},
+                        "route_config": {"name": route, "virtual_hosts": virtual_hosts},
                         // Istio's order for both (Istio-only filters such as istio.stats,
                         // istio.alpn and metadata exchange do not exist in upstream Envoy and
                         // are left out): CORS, fault, the WasmPlugin at its phase, the router.
@@ -400,6 +416,14 @@ pub fn gateway_config(c: &Catalog, ca_file: &str, module: &Path, digest: &str) -
     proxy_config(c, Variant::EgressGateway, ca_file, module, digest)
 }
 
+/// Another mesh service (plain HTTP on port 80) on the proxy's listener.
+#[derive(Clone, Debug)]
+pub struct MeshService {
+    pub host: String,
+    /// Where its workload listens (127.0.0.1).
+    pub port: u16,
+}
+
 /// As `gateway_config`, for either variant.
 pub fn proxy_config(
     c: &Catalog,
@@ -408,7 +432,19 @@ pub fn proxy_config(
     module: &Path,
     digest: &str,
 ) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, providers_resources, wasm_plugin};
+    proxy_config_with_services(c, v, ca_file, module, digest, &[])
+}
+
+/// As `proxy_config`, with other services' virtual hosts on the same listener.
+pub fn proxy_config_with_services(
+    c: &Catalog,
+    v: Variant,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+    services: &[MeshService],
+) -> Result<(Value, Extensions), String> {
+    use crate::istio::{envoy_filter, providers_resources, sds_config_map, wasm_plugin, SDS_MOUNT};
     let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
     let wp = wasm_plugin(c, v, &cfg, digest);
     let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
@@ -420,6 +456,7 @@ pub fn proxy_config(
         cfg.max_concurrent_failovers,
         &c.istio.service_host,
         &providers_resources(c, v, &cfg),
+        services,
     );
     let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
     let ef = envoy_filter(c, v, &cfg, digest);
@@ -427,7 +464,37 @@ pub fn proxy_config(
     for ext in extensions.values_mut() {
         agent_localize(ext, digest, module)?;
     }
+    mount_config_map(&mut boot, &sds_config_map(c, &cfg), SDS_MOUNT, &crate::envoy::work_dir("istio-sds"))?;
     Ok((boot, extensions))
+}
+
+/// A ConfigMap mounted at `mount` (as `keys_patch` mounts it into istio-proxy): its data files
+/// written to `dir`, and every file path under `mount` in the configuration pointed there. A
+/// path under `mount` that the ConfigMap does not hold is an error, as the proxy would find no
+/// such file.
+pub fn mount_config_map(boot: &mut Value, config_map: &Value, mount: &str, dir: &Path) -> Result<(), String> {
+    let data = config_map["data"].as_object().cloned().unwrap_or_default();
+    for (file, content) in &data {
+        std::fs::write(dir.join(file), content.as_str().unwrap_or_default()).map_err(|e| e.to_string())?;
+    }
+    fn walk(v: &mut Value, mount: &str, dir: &Path, data: &serde_json::Map<String, Value>) -> Result<(), String> {
+        match v {
+            Value::String(path) if path.as_str() == mount => *path = dir.to_string_lossy().into_owned(),
+            Value::String(path) => {
+                if let Some(file) = path.strip_prefix(mount).and_then(|f| f.strip_prefix('/')) {
+                    if !data.contains_key(file) {
+                        return Err(format!("{path}: not in the mounted ConfigMap"));
+                    }
+                    *path = dir.join(file).to_string_lossy().into_owned();
+                }
+            }
+            Value::Object(o) => o.values_mut().try_for_each(|x| walk(x, mount, dir, data))?,
+            Value::Array(a) => a.iter_mut().try_for_each(|x| walk(x, mount, dir, data))?,
+            _ => {}
+        }
+        Ok(())
+    }
+    walk(boot, mount, dir, &data)
 }
 
 #[cfg(test)]

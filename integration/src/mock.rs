@@ -178,6 +178,44 @@ impl Received {
     }
 }
 
+impl Received {
+    /// How this request differs from what a caller sent through a proxy that must leave it
+    /// alone (None: not at all): the method, path and body byte for byte, every header the caller
+    /// sent with its value, nothing added but a matching `content-length` and `proxy_adds` (the
+    /// proxy's own, such as `x-request-id`), and no header carrying any of `secrets`.
+    pub fn differs_from_sent(
+        &self,
+        method: &str,
+        path: &str,
+        sent: &[(&str, &str)],
+        body: &[u8],
+        proxy_adds: &[&str],
+        secrets: &[&str],
+    ) -> Option<String> {
+        if self.method != method || self.path != path {
+            return Some(format!("{} {} instead of {method} {path}", self.method, self.path));
+        }
+        if self.body[..] != *body {
+            return Some(format!("body changed: {:?}", String::from_utf8_lossy(&self.body)));
+        }
+        for (k, v) in sent {
+            if self.header(k) != Some(*v) {
+                return Some(format!("{k} changed or removed: {:?}", self.headers));
+            }
+        }
+        for (k, v) in &self.headers {
+            let length = k == "content-length" && v.parse::<usize>().ok() == Some(body.len());
+            if !(sent.iter().any(|(s, _)| s == k) || length || proxy_adds.contains(&k.as_str())) {
+                return Some(format!("added header {k}: {v}"));
+            }
+            if secrets.iter().any(|secret| v.contains(secret)) {
+                return Some(format!("a secret reached it: {k}: {v}"));
+            }
+        }
+        None
+    }
+}
+
 /// The raw value of `name` in a query string (`a=1&key=v`), not percent-decoded.
 pub fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').find_map(|pair| {

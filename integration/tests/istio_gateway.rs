@@ -16,7 +16,9 @@ use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
 use switchyard_integration::istio::Variant;
-use switchyard_integration::istio_sim::{gateway_config, proxy_config, serve_extensions_from_files};
+use switchyard_integration::istio_sim::{
+    gateway_config, proxy_config, proxy_config_with_services, serve_extensions_from_files, MeshService,
+};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
 use switchyard_integration::tls::TestCa;
@@ -257,7 +259,9 @@ fn filter_chain_order_is_decision_then_metadata_then_router() {
 }
 
 /// The clusters istiod builds from the rendered DestinationRules: a first-attempt twin per
-/// provider with the hook instead of the per-attempt Wasm, the same TLS and limits otherwise.
+/// provider that serves one API, with the hook and its key injector instead of the per-attempt
+/// Wasm, the same TLS and limits otherwise. A provider serving several APIs has none (a twin
+/// injects one key header): every attempt to it runs the per-attempt filter.
 #[test]
 fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
     let (_, dump) =
@@ -265,8 +269,16 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
     let v: Value = serde_json::from_str(&dump).unwrap();
     let clusters: Vec<&Value> = v["configs"].as_array().unwrap().iter().map(|c| &c["cluster"]).collect();
     let by_name = |n: &str| clusters.iter().find(|c| c["name"] == n).copied();
+    let raw: Value = serde_json::from_str(&std::fs::read_to_string(default_catalog_path()).unwrap()).unwrap();
+    let mut twins = 0;
     for p in &stack().local.providers {
         let regular = by_name(&p.cluster()).unwrap_or_else(|| panic!("no cluster {}", p.cluster()));
+        let apis = raw["providers"][&p.slug]["apis"].as_object().map_or(1, |a| a.len());
+        if apis > 1 {
+            assert!(by_name(&p.first_attempt_cluster()).is_none(), "{} serves {apis} APIs", p.slug);
+            continue;
+        }
+        twins += 1;
         let twin =
             by_name(&p.first_attempt_cluster()).unwrap_or_else(|| panic!("no cluster {}", p.first_attempt_cluster()));
         let filters = |c: &Value| -> Vec<String> {
@@ -279,10 +291,16 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
                 .collect()
         };
         assert_eq!(filters(regular), ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
-        assert_eq!(filters(twin), ["envoy.filters.http.lua", "envoy.filters.http.upstream_codec"], "{}", p.slug);
+        assert_eq!(
+            filters(twin),
+            ["envoy.filters.http.lua", "envoy.filters.http.credential_injector", "envoy.filters.http.upstream_codec"],
+            "{}",
+            p.slug
+        );
         assert_eq!(twin["transport_socket"], regular["transport_socket"], "{}", p.slug);
         assert_eq!(twin["circuit_breakers"], regular["circuit_breakers"], "{}", p.slug);
     }
+    assert!(twins >= 4, "the catalog's single-API providers have twins");
 }
 
 /// The sidecar variant's manifests (SIDECAR_OUTBOUND patches, the outbound HTTP listener and
@@ -317,4 +335,70 @@ fn sidecar_variant_routes_and_fails_over() {
     assert_eq!(cluster_requests(envoy.admin, "groq", true), 1);
     assert_eq!(cluster_requests(envoy.admin, "groq", false), 0);
     assert_eq!(cluster_requests(envoy.admin, "together", false), 1);
+}
+
+/// Another service on the same sidecar or gateway listener (an in-mesh model server): its
+/// requests, on Switchyard's paths or any other, reach it exactly as sent, with no provider key
+/// and no Switchyard header; Switchyard's host on the same proxy is routed as before.
+#[test]
+fn another_service_on_the_same_listener_is_untouched() {
+    let s = stack();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let vllm = rt.block_on(MockProvider::start("vllm", 0, Behavior::default())).unwrap();
+    let keys: Vec<(String, String)> =
+        s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
+    let secrets: Vec<&str> = keys.iter().map(|(_, v)| v.as_str()).collect();
+    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let service = MeshService { host: "vllm.apps.svc.cluster.local".into(), port: vllm.addr.port() };
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let (mut boot, extensions) = proxy_config_with_services(
+            &s.local,
+            v,
+            &s.ca_file,
+            &wasm_path(),
+            &s.digest,
+            std::slice::from_ref(&service),
+        )
+        .unwrap();
+        serve_extensions_from_files(&mut boot, &extensions, &s.dir.join(format!("ecds-shared-{}", v.dir()))).unwrap();
+        let envoy = Envoy::start_bootstrap(&boot, "istio-shared", &env, 1).unwrap();
+        let chat =
+            json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq"]}})
+                .to_string();
+        for (path_id, method, path, extra, body) in [
+            ("chat-key", "POST", "/v1/chat/completions", vec![("authorization", "Bearer caller-own")], chat.as_bytes()),
+            ("chat", "POST", "/v1/chat/completions", vec![], chat.as_bytes()),
+            ("models", "GET", "/v1/models", vec![("authorization", "Bearer caller-own")], &b""[..]),
+            ("generate", "POST", "/generate", vec![("x-api-key", "caller-x")], &b"{}"[..]),
+        ] {
+            let id = format!("istio-other-{}-{path_id}", v.dir());
+            let mut sent: Vec<(&str, &str)> = vec![("host", service.host.as_str()), ("x-test-id", id.as_str())];
+            sent.extend(extra);
+            let r = rt.block_on(send(envoy.addr(), method, path, &sent, body)).unwrap();
+            assert!(r.headers.iter().all(|(k, _)| !k.starts_with("x-switchyard")), "{id}: {:?}", r.headers);
+            let got = vllm.received_for(&id);
+            assert_eq!(got.len(), 1, "{id}");
+            let adds =
+                ["x-forwarded-proto", "x-request-id", "x-envoy-expected-rq-timeout-ms", "x-envoy-decorator-operation"];
+            assert_eq!(got[0].differs_from_sent(method, path, &sent, body, &adds, &secrets), None, "{id}");
+            for p in s.providers.values() {
+                assert!(p.received_for(&id).is_empty(), "{id} reached {}", p.name);
+            }
+        }
+        // Switchyard's host on the same proxy: routed, its first attempt carrying groq's key.
+        let id = format!("istio-own-{}", v.dir());
+        let r = rt
+            .block_on(post_json(
+                envoy.addr(),
+                "/v1/chat/completions",
+                &[("x-test-id", id.as_str())],
+                &serde_json::from_str(&chat).unwrap(),
+            ))
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let got = s.providers["groq"].received_for(&id);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GROQ_API_KEY"));
+        assert_eq!(cluster_requests(envoy.admin, "groq", true), 1, "the first attempt went to groq's twin");
+    }
 }

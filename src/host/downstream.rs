@@ -23,6 +23,7 @@ use crate::response::{
     attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Collected, Served, SseRewriter,
 };
 use crate::router::policy_allows;
+use crate::scope;
 use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
 use crate::watch::AttemptWatch;
@@ -352,10 +353,12 @@ impl Stream {
     }
 
     /// Prepares the first attempt as the per-attempt filter would (its provider's first-attempt
-    /// cluster has none): removes the caller headers providers must not see, sets the provider's
-    /// key and path, and counts the attempt as started. `:authority` is left to the route
-    /// (`auto_host_rewrite` from the first-attempt cluster's host name): changing it here would
-    /// change the virtual host the route is resolved in.
+    /// cluster has none): removes the caller headers providers must not see, sets the path, and
+    /// counts the attempt as started. The provider's key is never written here: this is the
+    /// downstream request, which any route could send anywhere; the first-attempt cluster's own
+    /// upstream filter (`credential_injector`) adds it on the way to that provider only.
+    /// `:authority` is left to the route (`auto_host_rewrite` from the first-attempt cluster's
+    /// host name): changing it here would change the virtual host the route is resolved in.
     fn prepare_first(&mut self, plan: &AttemptPlan, stream: bool, now_ms: u64) -> bool {
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
@@ -364,9 +367,6 @@ impl Stream {
         let Ok(rw) = attempt_rewrite(catalog, config.id, plan, 1, &provider.cluster) else { return false };
         for h in &self.swept {
             api::set_req_header(h, None);
-        }
-        if let Some((h, v)) = &rw.credential {
-            api::set_req_header(h, Some(v));
         }
         if rw.path != self.path {
             api::set_req_header(":path", Some(&rw.path));
@@ -460,6 +460,12 @@ impl Context for Stream {}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        // Only Switchyard's own routes (the route mark): a request for another virtual host or
+        // route of a shared listener goes on untouched. Every later callback then finds
+        // nothing to do (no decision, no body action, nothing prepared).
+        if !scope::is_marked(api::property(scope::route_mark_path().to_vec()).as_deref()) {
+            return Action::Continue;
+        }
         self.request_complete = end_of_stream;
         let headers = api::req_headers();
         #[cfg(feature = "fault-injection")]

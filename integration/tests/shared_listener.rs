@@ -1,0 +1,226 @@
+//! Switchyard on a listener it shares with other services (real Envoy): the decision filter acts
+//! only on its own routes (the route mark), and a provider key enters a request only on its
+//! provider's cluster. A request for another virtual host reaches its own upstream exactly as
+//! the caller sent it, with no provider key and no Switchyard header, whatever its path.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
+use switchyard_integration::client::{send, Reply};
+use switchyard_integration::envoy::{http_get, keep_running, ClusterSpec, Envoy, OtherHost, StackConfig};
+use switchyard_integration::mock::{MockProvider, Received};
+
+const KEYS: [&str; 3] = ["key-alpha", "key-beta-env", "key-delta"];
+
+struct Stack {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    providers: Vec<MockProvider>,
+}
+
+impl Stack {
+    fn mock(&self, name: &str) -> &MockProvider {
+        self.providers.iter().find(|p| p.name == name).unwrap_or_else(|| panic!("no mock {name}"))
+    }
+
+    fn received(&self, test_id: &str) -> Vec<(String, Received)> {
+        self.providers
+            .iter()
+            .flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r)))
+            .collect()
+    }
+}
+
+fn catalog() -> Value {
+    let ep = |p: &str, price: f64| json!({"provider": p, "upstream_model": format!("{p}-up"), "pricing": {"prompt": price, "completion": price}});
+    json!({
+        "providers": {
+            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"}},
+            // An environment key with the default `Bearer ` prefix: the first-attempt cluster's
+            // injector reads the variable and puts the prefix before it.
+            "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"env": "SY_SHARED_BETA_KEY"}},
+            "delta": {"cluster": "c_delta", "authority": "delta.example",
+                      "credential": {"header": "x-api-key", "prefix": "", "value": "key-delta"}}
+        },
+        "models": {
+            "m/one": {"endpoints": [ep("alpha", 1.0), ep("beta", 2.0), ep("delta", 3.0)]},
+            "m/env": {"endpoints": [ep("beta", 1.0), ep("alpha", 2.0)]},
+            "m/xkey": {"endpoints": [ep("delta", 1.0)]}
+        },
+        "routing": {"default_policy": "price_weighted"}
+    })
+}
+
+static STACK: OnceLock<Stack> = OnceLock::new();
+
+fn stack() -> &'static Stack {
+    STACK.get_or_init(|| {
+        let names = ["alpha", "beta", "delta", "vllm"].map(String::from).to_vec();
+        keep_running("shared-listener", names, |providers| {
+            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+            let clusters = ["alpha", "beta", "delta"]
+                .iter()
+                .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+                .collect();
+            let mut cfg = StackConfig::new(catalog(), clusters, None);
+            cfg.env_keys = vec!["SY_SHARED_BETA_KEY".into()];
+            cfg.per_try_idle_timeout_ms = 1_000;
+            cfg.other_hosts = vec![OtherHost {
+                domain: "vllm.internal".into(),
+                cluster: ClusterSpec { name: "vllm".into(), port: port("vllm") },
+            }];
+            let envoy = Envoy::start_with_env(&cfg, "shared-listener", &[("SY_SHARED_BETA_KEY", "key-beta-env")])
+                .unwrap_or_else(|e| panic!("envoy: {e}"));
+            let stack = Stack { addr: envoy.addr(), admin: envoy.admin, providers };
+            (envoy, stack)
+        })
+    })
+}
+
+fn stat(s: &Stack, name: &str) -> u64 {
+    let (_, body) = http_get(s.admin, &format!("/stats?filter=^{}$", name.replace('.', "\\."))).unwrap();
+    body.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+/// Headers Envoy itself adds to any proxied request (none of them Switchyard's).
+const ENVOY_ADDS: [&str; 2] = ["x-forwarded-proto", "x-request-id"];
+
+fn assert_no_switchyard_headers(r: &Reply) {
+    for (k, _) in &r.headers {
+        assert!(!k.starts_with("x-switchyard"), "answer carries {k}");
+    }
+}
+
+#[tokio::test]
+async fn another_hosts_requests_reach_it_untouched_on_every_path() {
+    let s = stack();
+    let chat =
+        json!({"model": "m/one", "messages": [{"role": "user", "content": "hi"}], "provider": {"order": ["alpha"]}})
+            .to_string();
+    let cases: Vec<(&str, &str, &str, Vec<(&str, &str)>, Vec<u8>)> = vec![
+        // Switchyard's own path, with the caller's key and without one.
+        (
+            "other-chat-key",
+            "POST",
+            "/v1/chat/completions",
+            vec![("authorization", "Bearer caller-own"), ("content-type", "application/json")],
+            chat.clone().into_bytes(),
+        ),
+        (
+            "other-chat-nokey",
+            "POST",
+            "/v1/chat/completions",
+            vec![("content-type", "application/json")],
+            chat.clone().into_bytes(),
+        ),
+        // What Switchyard would answer itself on its own host (listing, 404, 405).
+        ("other-models", "GET", "/v1/models", vec![("authorization", "Bearer caller-own")], Vec::new()),
+        ("other-generate", "POST", "/generate", vec![("x-api-key", "caller-x")], b"{\"prompt\":\"x\"}".to_vec()),
+        ("other-get-chat", "GET", "/v1/chat/completions", vec![], Vec::new()),
+        // Internal headers a caller made up are the other service's business, passed as sent.
+        (
+            "other-forged",
+            "POST",
+            "/v1/chat/completions",
+            vec![("x-switchyard-routed", "c_alpha"), ("x-switchyard-debug", "1")],
+            chat.into_bytes(),
+        ),
+    ];
+    for (id, method, path, headers, body) in cases {
+        let mut sent: Vec<(&str, &str)> = vec![("host", "vllm.internal"), ("x-test-id", id)];
+        sent.extend(headers.iter().copied());
+        let r = send(s.addr, method, path, &sent, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_no_switchyard_headers(&r);
+        let got = s.received(id);
+        assert_eq!(got.len(), 1, "{id}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
+        let (who, req) = &got[0];
+        assert_eq!(who, "vllm", "{id} reached {who}");
+        // Exactly as sent: nothing added (no x-switchyard-* header above all) but Envoy's own,
+        // nothing removed, no provider key.
+        assert_eq!(req.differs_from_sent(method, path, &sent, &body, &ENVOY_ADDS, &KEYS), None, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn switchyard_host_requests_are_routed_each_provider_seeing_only_its_key() {
+    let s = stack();
+    let chat = |model: &str, extra: Value| {
+        let mut b = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                b[k] = v.clone();
+            }
+        }
+        b.to_string().into_bytes()
+    };
+    let post = |id: &'static str, body: Vec<u8>, extra: Vec<(&'static str, &'static str)>| async move {
+        let mut h: Vec<(&str, &str)> =
+            vec![("x-test-id", id), ("authorization", "Bearer caller-own"), ("content-type", "application/json")];
+        h.extend(extra);
+        send(stack().addr, "POST", "/v1/chat/completions", &h, &body).await.unwrap()
+    };
+    // First attempts through each provider's first-attempt cluster: its own injector adds its
+    // key (inline, from the environment with the prefix, in another header).
+    for (id, model, provider, header, key) in [
+        ("own-alpha", "m/one", "alpha", "authorization", "Bearer key-alpha"),
+        ("own-beta", "m/env", "beta", "authorization", "Bearer key-beta-env"),
+        ("own-delta", "m/xkey", "delta", "x-api-key", "key-delta"),
+    ] {
+        let r = post(id, chat(model, json!({"provider": {"order": [provider]}})), vec![]).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some(provider));
+        let got = s.received(id);
+        assert_eq!(got.len(), 1, "{id}");
+        let (who, req) = &got[0];
+        assert_eq!(who, provider);
+        assert_eq!(req.header(header), Some(key), "{id}: {:?}", req.headers);
+        assert_one_key(req, key);
+        assert_eq!(req.header("host"), Some(format!("{provider}.example").as_str()));
+    }
+    assert!(stat(s, "cluster.c_alpha-first.upstream_rq_total") >= 1);
+    assert!(stat(s, "cluster.c_beta-first.upstream_rq_total") >= 1);
+    assert!(stat(s, "cluster.c_delta-first.upstream_rq_total") >= 1);
+    // A failover: the first attempt (alpha's twin) fails, the retries go through the regular
+    // clusters' per-attempt filter; every attempt carries exactly its own provider's key.
+    let r = post(
+        "own-failover",
+        chat("m/one", json!({"provider": {"order": ["alpha", "beta", "delta"]}})),
+        vec![("x-mock-behavior", "alpha=503,beta=500")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("delta"));
+    let mut got = s.received("own-failover");
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let who: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+    assert_eq!(who, ["alpha", "beta", "delta"]);
+    assert_one_key(&got[0].1, "Bearer key-alpha");
+    assert_one_key(&got[1].1, "Bearer key-beta-env");
+    assert_one_key(&got[2].1, "key-delta");
+    assert_eq!(got[2].1.header("x-api-key"), Some("key-delta"));
+    assert_eq!(got[2].1.header("authorization"), None, "delta got another provider's header");
+    // Unrouted paths on Switchyard's host keep today's answers.
+    let r = send(s.addr, "GET", "/v1/chat/completions", &[("x-test-id", "own-405")], b"").await.unwrap();
+    assert_eq!(r.status, 405, "{}", r.text());
+    let r = send(s.addr, "POST", "/generate", &[("x-test-id", "own-404")], b"{}").await.unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "not_found", "{}", r.text());
+    assert!(s.received("own-405").is_empty() && s.received("own-404").is_empty());
+    assert!(s.mock("vllm").received_for("own-failover").is_empty());
+}
+
+/// The request carries `key` and no other provider's key or the caller's, in any header.
+fn assert_one_key(req: &Received, key: &str) {
+    let mut carried = 0;
+    for (k, v) in &req.headers {
+        assert!(!v.contains("caller-own"), "the caller's key reached a provider in {k}");
+        for other in KEYS {
+            if v.contains(other) {
+                assert!(key.contains(other), "{k}: {v} is another provider's key");
+                carried += 1;
+            }
+        }
+    }
+    assert_eq!(carried, 1, "exactly one key header: {:?}", req.headers);
+}
