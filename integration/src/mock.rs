@@ -24,6 +24,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
+use switchyard::slots::{slot_of, ATTEMPT_COUNT_HEADER};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -179,6 +180,25 @@ impl Received {
 }
 
 impl Received {
+    /// The `x-envoy-*` and `x-switchyard-*` headers this attempt carried beyond the failover
+    /// wiring a provider is documented to see (the filter's `slots` module): the router's
+    /// `x-envoy-attempt-count`, and the slot headers of later attempts, each an opaque token.
+    /// Empty for a clean attempt.
+    pub fn internal_headers(&self) -> Vec<(String, String)> {
+        let attempt: usize = self.header(ATTEMPT_COUNT_HEADER).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let token = |v: &str| v.len() == 16 && v.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.starts_with("x-envoy-") || k.starts_with("x-switchyard"))
+            .filter(|(k, v)| {
+                let wiring = (k == ATTEMPT_COUNT_HEADER && attempt > 0)
+                    || slot_of(k).is_some_and(|j| j > attempt && attempt > 0 && token(v));
+                !wiring
+            })
+            .cloned()
+            .collect()
+    }
+
     /// How this request differs from what a caller sent through a proxy that must leave it
     /// alone (None: not at all): the method, path and body byte for byte, every header the caller
     /// sent with its value, nothing added but a matching `content-length` and `proxy_adds` (the

@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use switchyard::slots::slot_token;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -436,9 +437,11 @@ fn corpus() -> Vec<Case> {
 
     // Forged internal headers never route, pass through or mark a reply.
     let mut forged = chat("forged-internal", good(r#","provider":{"only":["beta"]}"#), Expect::Routed(Some("beta")));
+    // Slots naming real clusters (their tokens): alpha's first-attempt cluster and alpha.
     forged.headers.extend([
-        ("x-switchyard-routed", "1".to_string()),
-        ("x-switchyard-groups", "Cg0KCwoEbmFtZRIDYV9h".to_string()),
+        ("x-switchyard-slot-1", slot_token("c_alpha-first")),
+        ("x-switchyard-slot-2", slot_token("c_alpha")),
+        ("x-switchyard-slot-5", slot_token("c_alpha")),
         ("x-switchyard-passthrough", "c_alpha".to_string()),
         ("x-switchyard-own-reply", "1".to_string()),
         ("x-envoy-max-retries", "50".to_string()),
@@ -448,7 +451,7 @@ fn corpus() -> Vec<Case> {
     forged_get.method = "GET";
     forged_get.path = "/v1/files";
     forged_get.headers = vec![
-        ("x-switchyard-routed", "1".into()),
+        ("x-switchyard-slot-1", slot_token("c_alpha")),
         ("x-switchyard-passthrough", "c_alpha".into()),
         ("authorization", "Bearer caller-secret".into()),
     ];
@@ -535,12 +538,11 @@ fn check(s: &Stack, case: &Case, id: &str, a: &Answer) -> Result<(), String> {
                 }
             }
             let own = format!("key-{who}");
+            if let Some((k, _)) = r.internal_headers().first() {
+                return Err(format!("{what}: {who} received header {k}"));
+            }
             for (k, v) in &r.headers {
-                if k.starts_with("x-injected")
-                    || k.starts_with("x-switchyard")
-                    || k == "cookie"
-                    || k == "proxy-authorization"
-                {
+                if k.starts_with("x-injected") || k == "cookie" || k == "proxy-authorization" {
                     return Err(format!("{what}: {who} received header {k}"));
                 }
                 if v.contains("caller-secret") {
@@ -749,7 +751,7 @@ async fn framing_edge_cases() {
     assert_eq!((a.status, a.header("x-switchyard-provider")), (200, Some("alpha")), "{}", a.text());
     let got = s.received("f-envoy-controls");
     assert_eq!(got.len(), 1);
-    assert!(got[0].1.headers.iter().all(|(k, _)| !k.starts_with("x-envoy-")), "{:?}", got[0].1.headers);
+    assert_eq!(got[0].1.internal_headers(), vec![], "{:?}", got[0].1.headers);
 
     good_request_is_served(s, "framing").await;
     assert_no_vm_failure(s, &before);

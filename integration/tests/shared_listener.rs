@@ -123,7 +123,11 @@ async fn another_hosts_requests_reach_it_untouched_on_every_path() {
             "other-forged",
             "POST",
             "/v1/chat/completions",
-            vec![("x-switchyard-routed", "c_alpha"), ("x-switchyard-debug", "1")],
+            vec![
+                ("x-switchyard-slot-1", "ad5b8c3e9c0a6d7f"),
+                ("x-switchyard-groups", "e30="),
+                ("x-switchyard-debug", "1"),
+            ],
             chat.into_bytes(),
         ),
     ];

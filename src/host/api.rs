@@ -79,14 +79,6 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
-    fn proxy_call_foreign_function(
-        name: *const u8,
-        name_size: usize,
-        args: *const u8,
-        args_size: usize,
-        data: *mut *mut u8,
-        size: *mut usize,
-    ) -> u32;
     fn proxy_define_metric(metric_type: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
@@ -248,18 +240,6 @@ pub fn now_ns() -> u64 {
     // SAFETY: `ns` outlives the call.
     unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
     ns
-}
-
-/// Calls an Envoy foreign function (e.g. `clear_route_cache`).
-pub fn foreign(name: &str) {
-    let mut data: *mut u8 = null_mut();
-    let mut size: usize = 0;
-    // SAFETY: as above.
-    let st = timed!("foreign", unsafe {
-        proxy_call_foreign_function(name.as_ptr(), name.len(), null_mut(), 0, &mut data, &mut size)
-    });
-    let _ = take(data, size);
-    check(name, st);
 }
 
 pub fn shared_data(key: &str) -> (Option<Vec<u8>>, u32) {

@@ -8,14 +8,11 @@ use proxy_wasm::types::Action;
 use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
-use super::{api, random_unit, Configured, ROUTED_HEADER};
+use super::{api, random_unit, Configured};
 use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::ending::{ending, Ending};
 use crate::errors::ApiError;
-use crate::failover::{
-    attempt_rewrite, base64, groups_value, AttemptPlan, AttemptRecord, GROUPS_HEADER, INTERRUPTED_PROPERTY,
-    PLAN_PROPERTY,
-};
+use crate::failover::{attempt_rewrite, AttemptPlan, AttemptRecord, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::listing;
 use crate::quality::{judge_body, StreamJudge, Verdict};
 use crate::request::ROUTING_HEADER;
@@ -24,11 +21,14 @@ use crate::response::{
 };
 use crate::router::policy_allows;
 use crate::scope;
+use crate::slots::{slot_header, slot_token};
 use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
 use crate::watch::AttemptWatch;
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
+/// Every request header of Switchyard's starts so; a caller's are removed on its routes.
+const INTERNAL_PREFIX: &str = "x-switchyard-";
 /// Response header naming the operator policy a routed request ran under.
 const POLICY_HEADER: &str = "x-switchyard-policy";
 /// Request header marking a local reply Switchyard already shaped (see the bootstrap's
@@ -310,8 +310,9 @@ impl Stream {
         }
     }
 
-    /// Hands the ranked list to Envoy: the per-attempt cluster order (priority_group override
-    /// via header_to_metadata), the retry count, and the plan the upstream filter reads.
+    /// Hands the ranked list to Envoy: one slot header per attempt naming its cluster (the
+    /// route's matcher picks attempt k's cluster from slot k, see `slots`), the retry count, and
+    /// the plan the upstream filter reads.
     fn apply(&mut self, mut d: Decision) {
         // One clock reading for the hand-off: when it was decided, and the prepared first
         // attempt's start (each reading is a host call).
@@ -334,10 +335,9 @@ impl Stream {
         }
         let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
         api::set_property(vec![PLAN_PROPERTY], &plan.encode());
-        // Names the first attempt's cluster: the route for it lists that cluster first (the
-        // route is resolved before the per-request order is in the metadata).
-        api::set_req_header(ROUTED_HEADER, Some(clusters.first().copied().unwrap_or("1")));
-        api::set_req_header(GROUPS_HEADER, Some(&base64(&groups_value(&clusters))));
+        for (k, cluster) in clusters.iter().enumerate() {
+            api::set_req_header(&slot_header(k + 1), Some(&slot_token(cluster)));
+        }
         api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.
         // A compressor filter before this one still compresses for callers that accept it.
@@ -472,11 +472,11 @@ impl HttpContext for Stream {
         if api::find(&headers, "x-switchyard-test-trap").is_some() {
             core::arch::wasm32::unreachable();
         }
-        // Internal headers are never taken from a caller.
-        for h in [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER] {
-            if api::find(&headers, h).is_some() {
-                api::set_req_header(h, None);
-            }
+        // Switchyard's headers are never taken from a caller as they are: the internal ones
+        // (slots, markers) would steer, the caller-facing ones (`x-switchyard-routing`,
+        // `x-switchyard-debug`) are read below from this snapshot and reach no provider.
+        for (h, _) in headers.iter().filter(|(k, _)| k.starts_with(INTERNAL_PREFIX)) {
+            api::set_req_header(h, None);
         }
         let method = api::find(&headers, ":method").unwrap_or_default();
         let path = api::find(&headers, ":path").unwrap_or_default();
@@ -506,8 +506,7 @@ impl HttpContext for Stream {
         // this filter prepares), less what is removed anyway.
         let removed_anyway = |k: &str| {
             is_caller_router_control(k)
-                || [ROUTED_HEADER, GROUPS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, ROUTING_HEADER, DEBUG_HEADER]
-                    .contains(&k)
+                || k.starts_with(INTERNAL_PREFIX)
                 || self.caller_credentials.iter().any(|c| c == k)
                 || self.config.policies.trusted_headers.iter().any(|t| t == k)
         };
@@ -526,11 +525,9 @@ impl HttpContext for Stream {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
         if let Some(v) = api::find(&headers, ROUTING_HEADER) {
             self.routing_header = Some(v.to_string());
-            api::set_req_header(ROUTING_HEADER, None);
         }
         if let Some(v) = api::find(&headers, DEBUG_HEADER) {
             self.debug = debug_allowed(v, &catalog.routing);
-            api::set_req_header(DEBUG_HEADER, None);
         }
         let limit = catalog.routing.max_body_bytes;
         if let Some(len) = api::find(&headers, "content-length").and_then(|v| v.parse::<u64>().ok()) {

@@ -1,12 +1,9 @@
-//! The proxy-wasm adapter: the only code that talks to the host. One Wasm module serves three
-//! roles, chosen by the plugin's `root_id` (all three share one `vm_id`, so they share the VM's
+//! The proxy-wasm adapter: the only code that talks to the host. One Wasm module serves two
+//! roles, chosen by the plugin's `root_id` (both share one `vm_id`, so they share the VM's
 //! shared data):
 //!
 //! - `switchyard` (downstream HTTP filter): parse the body once, plan the ranked endpoints,
 //!   hand the order to Envoy's retry policy, shape the response.
-//! - `switchyard_clear` (downstream HTTP filter after `header_to_metadata`): clears the route
-//!   cache. The generated configurations no longer use it (one route per first cluster does
-//!   its job); kept for configurations written for it.
 //! - `switchyard_upstream` (upstream HTTP filter on each provider cluster): rewrite each attempt
 //!   for its provider and record its outcome.
 //!
@@ -36,9 +33,6 @@ proxy_wasm::main! {{
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: Role::Downstream, config: None }) });
 }}
 
-/// Marker the downstream filter sets on routed requests; the route matches on it and removes it.
-pub const ROUTED_HEADER: &str = "x-switchyard-routed";
-
 thread_local! {
     static RNG: Cell<u64> = const { Cell::new(0) };
 }
@@ -62,15 +56,9 @@ pub fn random_unit() -> f64 {
     })
 }
 
-/// Clears Envoy's cached route so the next route lookup sees changed headers/metadata.
-pub fn clear_route_cache() {
-    api::foreign("clear_route_cache");
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Role {
     Downstream,
-    ClearRouteCache,
     Upstream,
 }
 
@@ -94,13 +82,17 @@ impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
         let root_id = api::property(vec!["plugin_root_id"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
         self.role = match root_id.as_str() {
-            "switchyard_clear" => Role::ClearRouteCache,
             "switchyard_upstream" => Role::Upstream,
+            // The route-cache-clearing role of the priority_group wiring: a configuration that
+            // still names it would otherwise get a second decision filter.
+            "switchyard_clear" => {
+                log::error!(
+                    "switchyard: root_id switchyard_clear: removed with the priority_group wiring; remove this filter"
+                );
+                return false;
+            }
             _ => Role::Downstream,
         };
-        if self.role == Role::ClearRouteCache {
-            return true;
-        }
         let Some(bytes) = api::plugin_configuration() else {
             log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
             return false;
@@ -133,7 +125,6 @@ impl RootContext for Root {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         let config = self.config.as_ref().map(Rc::clone);
         Some(match (self.role, config) {
-            (Role::ClearRouteCache, _) => Box::new(ClearRoute),
             #[cfg(feature = "profile")]
             (Role::Downstream, Some(c)) => Box::new(profile::Timed { inner: downstream::Stream::new(c), role: 0 }),
             #[cfg(feature = "profile")]
@@ -170,19 +161,5 @@ impl HttpContext for Unconfigured {
         .body();
         api::reply(503, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause
-    }
-}
-
-/// Runs after `header_to_metadata` turned the order header into dynamic metadata.
-struct ClearRoute;
-
-impl Context for ClearRoute {}
-
-impl HttpContext for ClearRoute {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if api::req_header(ROUTED_HEADER).is_some() {
-            clear_route_cache();
-        }
-        Action::Continue
     }
 }

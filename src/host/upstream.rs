@@ -15,6 +15,7 @@ use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
     FIRST_ATTEMPT_METADATA, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
+use crate::slots::needed_by_later_attempts;
 use crate::sse::interrupted_event_for;
 use crate::surface::Api;
 use crate::usage::ReportedUsage;
@@ -194,7 +195,12 @@ impl HttpContext for Attempt {
         // Caller headers a third party must not see (the default deny set and the operator's
         // upstream_headers policy), then every credential header, then this provider's own.
         let headers = api::req_headers();
-        let swept = catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str()));
+        // What later retries read (the attempt count, later slots) stays: header changes here
+        // persist into them (see `slots`).
+        let attempt = self.attempt;
+        let swept = catalog
+            .upstream_headers
+            .to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !needed_by_later_attempts(k, attempt)));
         for h in &swept {
             api::set_req_header(h, None);
         }

@@ -153,13 +153,13 @@ fn variant(name: &str, port: u16, noop_path: &std::path::Path) -> Result<Variant
             // Any other proxy-wasm module in the same three roles, loaded like `noop`.
             let mut cfg = bench_stack(port, 2);
             cfg.wasm = n.trim_start_matches("mod@").into();
-            Variant { boot: bootstrap(&cfg), headers: vec![("x-switchyard-routed".into(), "1".into())], ..plain }
+            Variant { boot: bootstrap(&cfg), headers: first_slot(&cfg), ..plain }
         }
         n if n.starts_with("sy") => Variant { boot: bootstrap(&bench_stack(port, clusters("sy")?)), ..plain },
         n if n.starts_with("noop") => {
             let mut cfg = bench_stack(port, clusters("noop")?);
             cfg.wasm = noop_path.to_path_buf();
-            Variant { boot: bootstrap(&cfg), headers: vec![("x-switchyard-routed".into(), "1".into())], ..plain }
+            Variant { boot: bootstrap(&cfg), headers: first_slot(&cfg), ..plain }
         }
         other => return Err(format!("unknown variant {other}")),
     })
@@ -278,4 +278,11 @@ async fn measure() -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&noop_path);
     Ok(())
+}
+
+/// The slot header a module that does not route (a no-op) needs for the routed route to send its
+/// requests to the first provider cluster, as the decision filter would.
+fn first_slot(cfg: &switchyard_integration::envoy::StackConfig) -> Vec<(String, String)> {
+    let first = cfg.clusters.first().map(|c| c.name.as_str()).unwrap_or_default();
+    vec![(switchyard::slots::slot_header(1), switchyard::slots::slot_token(first))]
 }
