@@ -67,6 +67,9 @@ pub struct IstioSettings {
     /// `oci://registry/repository:tag` of the filter image.
     pub image: String,
     pub image_pull_policy: String,
+    /// A `kubernetes.io/dockerconfigjson` Secret for a private registry: mounted into the proxy,
+    /// where istio-agent's default keychain (`DOCKER_CONFIG`) uses it for every Wasm pull.
+    pub image_pull_secret: Option<String>,
     /// Kubernetes Secret holding the provider keys, one entry per credential `env` name.
     pub keys_secret: String,
     /// Labels of the egress gateway pods (egress-gateway variant).
@@ -165,6 +168,7 @@ impl Catalog {
                 "namespace",
                 "image",
                 "image_pull_policy",
+                "image_pull_secret",
                 "keys_secret",
                 "gateway_labels",
                 "sidecar_labels",
@@ -182,10 +186,17 @@ impl Catalog {
         if !["IfNotPresent", "Always"].contains(&image_pull_policy.as_str()) {
             return Err(format!("{p}.image_pull_policy: expected IfNotPresent or Always"));
         }
+        let image_pull_secret = match i.get("image_pull_secret") {
+            None => None,
+            Some(v) => Some(v.as_str().filter(|s| is_dns_name(s)).map(str::to_string).ok_or_else(|| {
+                format!("{p}.image_pull_secret: the name of a kubernetes.io/dockerconfigjson Secret")
+            })?),
+        };
         let istio = IstioSettings {
             namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
             image,
             image_pull_policy,
+            image_pull_secret,
             keys_secret: field_str(&i, p, "keys_secret", Some("switchyard-provider-keys"))?,
             gateway_labels: labels(&i, p, "gateway_labels", &[("istio", "egressgateway")])?,
             sidecar_labels: labels(&i, p, "sidecar_labels", &[("switchyard.io/llm-client", "true")])?,

@@ -2,21 +2,20 @@
 //! them into Envoy configuration, so tests can run real Envoy on what Istio would generate.
 //!
 //! What goes where, and why:
-//! - `WasmPlugin` `switchyard`: the downstream filter (routing decision), fetched by istio-agent
-//!   from the OCI image, configuration = the catalog's plugin configuration.
 //! - `ServiceEntry` + `DestinationRule` per provider: Istio creates the cluster
 //!   `outbound|443||<host>` with DNS resolution, TLS origination (SNI, certificate checked
 //!   against the system CA bundle and the host name) and the circuit breakers failover needs.
-//! - `EnvoyFilter` `switchyard-failover`: what a WasmPlugin cannot express: the failover route
-//!   (the matcher cluster specifier reading the slot headers + retry policy), the attempt count
-//!   on the virtual host, and the per-attempt Wasm filter in the provider clusters' upstream
-//!   filter chain. The Wasm pieces it adds are delivered as
-//!   extension configs (ECDS) with the same OCI URL and sha256 as the WasmPlugin, so istio-agent
-//!   fetches and verifies them the same way.
+//! - `EnvoyFilter` `switchyard-failover`: everything Switchyard adds to the proxy: the decision
+//!   filter before the router and the per-attempt filter in each provider cluster's upstream
+//!   chain (both Wasm, delivered as extension configs by ECDS with the module's OCI URL and
+//!   sha256, which istio-agent pulls and verifies), the failover route (the matcher cluster
+//!   specifier on the slot headers + retry policy, marked as Switchyard's), and the attempt
+//!   count on the virtual host. No WasmPlugin (see `envoy_filter`).
 //! - First attempts without the per-attempt Wasm (as in the plain-Envoy configuration): each
 //!   `DestinationRule` has a subset `first` without labels, so Istio builds a second cluster to
 //!   the same endpoints with the same TLS, `outbound|<port>|first|<host>`; the EnvoyFilter gives
-//!   it the first-attempt hook instead of the Wasm, lists it in the failover route, and makes the
+//!   it the first-attempt hook and the provider's key injector (its key by SDS from a file of the
+//!   ConfigMap `switchyard-sds`) instead of the Wasm, maps it in the failover route, and makes the
 //!   router add no `x-envoy-*` headers; the plugin configuration names it per provider
 //!   (`first_attempt_cluster`).
 
@@ -30,9 +29,16 @@ use crate::envoy::{
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
-/// The istio/api commit the vendored CRD schemas (`k8s/schemas/`) come from, and the Istio
-/// release line it belongs to.
-pub const ISTIO_VERSION: &str = "1.28";
+/// The Istio releases the manifests are for, each with the Envoy release inside its istio-proxy
+/// (the version-matrix test runs the Istio-shaped configuration on that Envoy). 1.28-1.29 build
+/// no matcher cluster specifier, and 1.30's Envoy 1.38 has no `refresh_cluster_on_retry`.
+pub const ISTIO_RELEASES: [(&str, &str); 1] = [("1.31", "1.39.3")];
+/// The releases the manifests do not support, and what they lack (checked by a test).
+pub const ISTIO_UNSUPPORTED: [(&str, &str); 3] = [
+    ("1.28", "envoy.router.cluster_specifier_plugin.matcher is not built"),
+    ("1.29", "envoy.router.cluster_specifier_plugin.matcher is not built"),
+    ("1.30", "its Envoy 1.38 has no refresh_cluster_on_retry"),
+];
 
 /// Where Switchyard runs in the mesh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,39 +238,13 @@ pub fn provider_resources(
     vec![service_entry, destination_rule]
 }
 
-/// The WasmPlugin for the downstream (decision) filter.
-pub fn wasm_plugin(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
-    let env: Vec<Value> = c.env_keys().iter().map(|k| json!({"name": k, "valueFrom": "HOST"})).collect();
-    let mut spec = json!({
-        "selector": {"matchLabels": v.labels(c)},
-        "url": c.istio.image,
-        "sha256": sha256,
-        "imagePullPolicy": c.istio.image_pull_policy,
-        "pluginName": "switchyard",
-        "type": "HTTP",
-        // After Istio's authentication and authorization (a caller is admitted before its body
-        // is buffered and parsed and before provider keys are attached), before Istio's stats.
-        "phase": "STATS",
-        "priority": 100,
-        // A router that enforces compliance routes and holds provider keys must not be skipped:
-        // if the module cannot load or its VM fails, requests fail (JSON 503) instead of
-        // bypassing it, and a failed VM is reloaded (FAIL_CLOSE would leave the worker failing
-        // until a restart; FAIL_OPEN would let forged internal headers through).
-        "failStrategy": "FAIL_RELOAD",
-        "pluginConfig": plugin_config(c, cfg),
-        "vmConfig": {"env": env}
-    });
-    if v == Variant::Sidecar {
-        // Outbound traffic to port 80 only (where applications call Switchyard); inbound
-        // requests and other outbound traffic are none of its business.
-        spec["match"] = json!([{"mode": "CLIENT", "ports": [{"number": 80}]}]);
-    }
-    json!({"apiVersion": "extensions.istio.io/v1alpha1", "kind": "WasmPlugin", "metadata": metadata("switchyard", c), "spec": spec})
-}
-
-/// The Wasm filter config Istio/istio-agent would deliver for one of the module's roles: empty
-/// `vm_id` (as for WasmPlugins, so every role shares one VM and its shared data), code from the
-/// OCI image verified by sha256, keys from the proxy's environment.
+/// The Wasm filter config of one of the module's roles, as the EnvoyFilter adds it (ECDS):
+/// empty `vm_id` (every role shares one VM and its shared data), code from the OCI image that
+/// istio-agent pulls and checks against `sha256` (the pull policy and a version that changes with
+/// the module, in the keys the agent reads), keys from the proxy's environment, and
+/// `FAIL_RELOAD`: a router that enforces compliance routes and injects provider keys must not be
+/// skipped; a failed VM answers a JSON 503 and is reloaded (`FAIL_OPEN` would send requests on
+/// without policy, `FAIL_CLOSED` would leave the worker failing until a restart).
 pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &str, sha256: &str) -> Value {
     json!({
         "name": name,
@@ -274,10 +254,14 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
                 "name": name,
                 "root_id": root_id,
                 "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration},
+                "failure_policy": "FAIL_RELOAD",
                 "vm_config": {
                     "runtime": "envoy.wasm.runtime.v8",
                     "code": {"remote": {"http_uri": {"uri": c.istio.image, "cluster": "_", "timeout": "30s"}, "sha256": sha256}},
-                    "environment_variables": {"host_env_keys": c.env_keys()}
+                    "environment_variables": {
+                        "host_env_keys": c.env_keys(),
+                        "key_values": {"ISTIO_META_WASM_IMAGE_PULL_POLICY": c.istio.image_pull_policy}
+                    }
                 }
             }
         }
@@ -289,44 +273,43 @@ pub fn ecds_filter(name: &str) -> Value {
     json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
 }
 
-/// The EnvoyFilter with everything a WasmPlugin cannot express.
+/// The listener port a variant's Switchyard traffic arrives on: a sidecar's outbound listener
+/// for port 80, the egress gateway's listener for its port-80 server (the gateway pod's port
+/// 8080, `0.0.0.0_8080`).
+pub fn listener_port(v: Variant) -> u16 {
+    match v {
+        Variant::EgressGateway => 8080,
+        Variant::Sidecar => 80,
+    }
+}
+
+/// The EnvoyFilter: Switchyard on Istio. No WasmPlugin: istiod delivers a WasmPlugin's filter
+/// without `allow_on_headers_stop_iteration` (no field sets it; without it every routed request
+/// hangs) and, from Istio 1.30, under a TrafficExtension name an EnvoyFilter cannot replace in
+/// place. So this EnvoyFilter inserts the decision filter itself, with its own extension config:
+/// the flag and the failure policy are on the filter that runs, the same on every release.
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
     let plugin = serde_json::to_string(&plugin_config(c, cfg)).unwrap_or_default();
-    // Sidecars: only the outbound HTTP listener applications reach Switchyard on (port 80), so
-    // the filters never touch a workload's other outbound traffic.
-    let listener = |filter: Value| {
-        let mut l = json!({"filterChain": {"filter": filter}});
-        if v == Variant::Sidecar {
-            l["portNumber"] = json!(80);
-        }
-        l
-    };
+    // Only the listener applications reach Switchyard on: the filters never touch a workload's
+    // other traffic (the route mark scopes it further to Switchyard's own host).
+    let listener = |filter: Value| json!({"portNumber": listener_port(v), "filterChain": {"filter": filter}});
     let before_router = json!({"context": ctx, "listener": listener(json!({
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
     }))});
-    // The decision filter must hold the request headers until the body is complete, which
-    // Envoy only honours with `allow_on_headers_stop_iteration` (without it the request hangs:
-    // measured). The WasmPlugin API cannot set that flag, so the EnvoyFilter re-delivers the
-    // WasmPlugin's filter, in its place, with the same module, configuration and environment
-    // plus the flag. Istio names the WasmPlugin's filter `<ns>.<name>` (older releases) or
-    // `extensions.istio.io/wasmplugin/<ns>.<name>`; one REPLACE per form, the absent one is a no-op.
+    // The decision filter holds the request headers until the body is complete, which Envoy
+    // honours only with `allow_on_headers_stop_iteration`.
     let mut decision = wasm_extension(c, "switchyard-decision", "switchyard", &plugin, sha256);
     decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
     let mut patches = vec![
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
             "value": wasm_extension(c, "switchyard-upstream", "switchyard_upstream", &plugin, sha256)}}),
+        // Right before the router: after Istio's authentication and authorization (a caller is
+        // admitted before its body is buffered and before keys are attached) and its stats.
+        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-decision")}}),
     ];
-    for name in [
-        format!("{}.switchyard", c.istio.namespace),
-        format!("extensions.istio.io/wasmplugin/{}.switchyard", c.istio.namespace),
-    ] {
-        patches.push(json!({"applyTo": "HTTP_FILTER",
-            "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": name}}))},
-            "patch": {"operation": "REPLACE", "value": ecds_filter("switchyard-decision")}}));
-    }
     patches.extend([
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
         // own errors come as JSON in the caller's API shape (the same mappers as every
@@ -444,16 +427,29 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
 
 /// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
 /// merge patch for the gateway Deployment or the application's pod template.
+/// Where a private registry's pull secret is mounted in the proxy (`DOCKER_CONFIG`): istio-agent
+/// pulls a Wasm config without a pull secret of its own (as the EnvoyFilter's are) with its default
+/// keychain, which reads `$DOCKER_CONFIG/config.json`.
+pub const DOCKER_CONFIG_MOUNT: &str = "/etc/switchyard/docker";
+
 pub fn keys_patch(c: &Catalog) -> Value {
     let env: Vec<Value> = c
         .env_keys()
         .iter()
         .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
         .collect();
+    let mut env = env;
+    let mut mounts = vec![json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true})];
+    let mut volumes = vec![json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}})];
+    if let Some(secret) = &c.istio.image_pull_secret {
+        env.push(json!({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_MOUNT}));
+        mounts.push(json!({"name": "switchyard-pull-secret", "mountPath": DOCKER_CONFIG_MOUNT, "readOnly": true}));
+        volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}}));
+    }
     json!({"spec": {"template": {"spec": {
-        "containers": [{"name": "istio-proxy", "env": env,
-                        "volumeMounts": [{"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true}]}],
-        "volumes": [{"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}}]
+        "containers": [{"name": "istio-proxy", "env": env, "volumeMounts": mounts}],
+        "volumes": volumes
     }}}})
 }
 
@@ -461,7 +457,8 @@ pub fn keys_patch(c: &Catalog) -> Value {
 pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, String)> {
     let header = |what: &str| {
         format!(
-            "# {what}\n# Generated from catalog/switchyard.json by `make render` (Istio {ISTIO_VERSION}); do not edit.\n"
+            "# {what}\n# Generated from catalog/switchyard.json by `make render` (Istio {}); do not edit.\n",
+            ISTIO_RELEASES.map(|r| r.0).join(", ")
         )
     };
     let mut files = Vec::new();
@@ -472,11 +469,11 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![wasm_plugin(c, v, cfg, sha256), envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg)];
+        let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg)];
         main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filter (WasmPlugin), its failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml) and the entry point.")
+            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
@@ -546,10 +543,7 @@ mod tests {
         for v in [Variant::EgressGateway, Variant::Sidecar] {
             let dr = &providers_resources(&c, v, &cfg)[1];
             assert_eq!(dr["spec"]["subsets"], json!([{"name": "first"}]));
-            assert_eq!(
-                wasm_plugin(&c, v, &cfg, "d")["spec"]["pluginConfig"]["providers"]["p"]["first_attempt_cluster"],
-                twin
-            );
+            assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["first_attempt_cluster"], twin);
             let ef = envoy_filter(&c, v, &cfg, "d");
             let (patched, routed) = patched_and_routed(&ef);
             assert_eq!(patched, ["outbound|443||api.p.example", twin]);
@@ -584,9 +578,7 @@ mod tests {
         cfg.first_attempt_clusters = false;
         let v = Variant::EgressGateway;
         assert!(providers_resources(&c, v, &cfg)[1]["spec"].get("subsets").is_none());
-        assert!(wasm_plugin(&c, v, &cfg, "d")["spec"]["pluginConfig"]["providers"]["p"]
-            .get("first_attempt_cluster")
-            .is_none());
+        assert!(plugin_config(&c, &cfg)["providers"]["p"].get("first_attempt_cluster").is_none());
         let ef = envoy_filter(&c, v, &cfg, "d");
         assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("suppress_envoy_headers"));
         assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);

@@ -1,9 +1,9 @@
 //! A model of what Istio generates from the rendered manifests, to run real Envoy on it (no
 //! Kubernetes API server or istiod can run here): an Envoy bootstrap shaped like an Istio egress
 //! gateway's (cluster names `outbound|<port>||<host>`, TLS origination as a DestinationRule
-//! produces it, Istio's HTTP filter order, the virtual host `<host>:80`), the WasmPlugin turned
-//! into an extension config as istiod does, and the EnvoyFilter's patches applied with Istio's
-//! semantics. Extension configs arrive by ECDS from files (Istio sends them over ADS; istio-agent
+//! produces it, Istio's HTTP filter order, the virtual host `<host>:80`), the EnvoyFilter's
+//! patches applied with Istio's semantics (a patch that matches nothing is an error here), and
+//! the ConfigMap mounted as the keys patch mounts it. Extension configs arrive by ECDS from files (Istio sends them over ADS; istio-agent
 //! has replaced the OCI URL by the pulled module's path after checking its digest).
 
 use std::collections::BTreeMap;
@@ -13,49 +13,10 @@ use serde_json::{json, Value};
 
 use crate::catalog::{istio_subset_cluster, Catalog};
 use crate::envoy::upstream_tls;
-use crate::istio::{Variant, WASM_TYPE_URL};
+use crate::istio::Variant;
 
 /// The extension configs (ECDS) a proxy receives, by name.
 pub type Extensions = BTreeMap<String, Value>;
-
-/// The WasmPlugin as istiod converts it (`pilot/pkg/model/extensions.go`): filter name
-/// `<namespace>.<name>`, `root_id` = `pluginName`, configuration = the JSON of `pluginConfig`,
-/// `vm_id` empty, `HOST` env entries as `host_env_keys`.
-pub fn wasm_plugin_extension(wp: &Value) -> (String, Value) {
-    let spec = &wp["spec"];
-    let name = format!(
-        "{}.{}",
-        wp["metadata"]["namespace"].as_str().unwrap_or(""),
-        wp["metadata"]["name"].as_str().unwrap_or("")
-    );
-    let host_env: Vec<Value> = spec["vmConfig"]["env"]
-        .as_array()
-        .map(|a| a.iter().filter(|e| e["valueFrom"] == "HOST").map(|e| e["name"].clone()).collect())
-        .unwrap_or_default();
-    let mut key_values = json!({"ISTIO_META_WASM_PLUGIN_RESOURCE_VERSION": "1"});
-    if let Some(p) = spec["imagePullPolicy"].as_str() {
-        key_values["ISTIO_META_WASM_IMAGE_PULL_POLICY"] = json!(p);
-    }
-    let config = json!({
-        "name": name,
-        "typed_config": {"@type": WASM_TYPE_URL, "config": {
-            "name": name,
-            "root_id": spec["pluginName"],
-            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": spec["pluginConfig"].to_string()},
-            "failure_policy": match spec["failStrategy"].as_str() {
-                Some("FAIL_OPEN") => "FAIL_OPEN",
-                Some("FAIL_RELOAD") => "FAIL_RELOAD",
-                _ => "FAIL_CLOSED",
-            },
-            "vm_config": {
-                "runtime": "envoy.wasm.runtime.v8",
-                "code": {"remote": {"http_uri": {"uri": spec["url"], "cluster": "_", "timeout": "30s"}, "sha256": spec["sha256"]}},
-                "environment_variables": {"key_values": key_values, "host_env_keys": host_env}
-            }
-        }}
-    });
-    (name, config)
-}
 
 /// What istio-agent does before Envoy sees an extension config: fetch the OCI image, check
 /// its digest against `sha256`, point the config at the local module file.
@@ -74,7 +35,7 @@ pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Res
 
 /// A proxy's configuration before EnvoyFilter patches, as istiod would generate it for the
 /// rendered ServiceEntries, DestinationRules (`destination_rules`: a cluster per subset too,
-/// `outbound|<port>|<subset>|<host>`), Gateway/VirtualService and WasmPlugin: the egress
+/// `outbound|<port>|<subset>|<host>`) and Gateway/VirtualService: the egress
 /// gateway's HTTP listener (`0.0.0.0_8080`, route `http.80`) or a sidecar's outbound HTTP
 /// listener (`0.0.0.0_80`, route `80`). Provider endpoints are 127.0.0.1 at each catalog port
 /// (stand-ins for DNS) named by the provider's host, as the hosts of Istio's DNS clusters are
@@ -85,7 +46,6 @@ pub fn proxy_bootstrap(
     c: &Catalog,
     v: Variant,
     ca_file: &str,
-    wasm_plugin_filter: &str,
     max_retries: u32,
     host: &str,
     destination_rules: &[Value],
@@ -188,13 +148,12 @@ pub fn proxy_bootstrap(
                         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                         "stat_prefix": format!("outbound_{listener}"),
                         "route_config": {"name": route, "virtual_hosts": virtual_hosts},
-                        // Istio's order for both (Istio-only filters such as istio.stats,
-                        // istio.alpn and metadata exchange do not exist in upstream Envoy and
-                        // are left out): CORS, fault, the WasmPlugin at its phase, the router.
+                        // Istio's order (Istio-only filters such as istio.stats, istio.alpn and
+                        // metadata exchange do not exist in upstream Envoy and are left out):
+                        // CORS, fault, the router. The EnvoyFilter inserts Switchyard's.
                         "http_filters": [
                             {"name": "envoy.filters.http.cors", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}},
                             {"name": "envoy.filters.http.fault", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"}},
-                            {"name": wasm_plugin_filter, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}},
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
                         ]
                     }
@@ -317,10 +276,8 @@ pub fn apply_envoy_filter(
                         }
                     }
                 }
-                // Istio skips a REPLACE whose filter is absent (e.g. another Istio version's name).
-                if op == "REPLACE" {
-                    applied = applied.max(1);
-                }
+                // Istio skips a patch whose filter is absent silently; here it is an error (a
+                // patch written for another release's names would do nothing there).
             }
             ("NETWORK_FILTER", "MERGE") => {
                 let target = p.pointer("/match/listener/filterChain/filter/name").and_then(Value::as_str).unwrap_or("");
@@ -420,7 +377,7 @@ pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String
 }
 
 /// The whole egress-gateway configuration for a catalog, as a proxy would run it: istiod's
-/// bootstrap shape, the WasmPlugin's extension config, the EnvoyFilter applied, and the
+/// bootstrap shape, the EnvoyFilter applied (its extension configs), the ConfigMap mounted, and the
 /// extension configs localized by istio-agent (module checked against `digest`). The entry
 /// host is the catalog's `service_host`.
 pub fn gateway_config(c: &Catalog, ca_file: &str, module: &Path, digest: &str) -> Result<(Value, Extensions), String> {
@@ -455,21 +412,18 @@ pub fn proxy_config_with_services(
     digest: &str,
     services: &[MeshService],
 ) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, providers_resources, sds_config_map, wasm_plugin, SDS_MOUNT};
+    use crate::istio::{envoy_filter, providers_resources, sds_config_map, SDS_MOUNT};
     let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
-    let wp = wasm_plugin(c, v, &cfg, digest);
-    let (wp_name, wp_ext) = wasm_plugin_extension(&wp);
     let mut boot = proxy_bootstrap(
         c,
         v,
         ca_file,
-        &wp_name,
         cfg.max_concurrent_failovers,
         &c.istio.service_host,
         &providers_resources(c, v, &cfg),
         services,
     );
-    let mut extensions = BTreeMap::from([(wp_name, wp_ext)]);
+    let mut extensions = BTreeMap::new();
     let ef = envoy_filter(c, v, &cfg, digest);
     apply_envoy_filter(&mut boot, &ef, v.context(), &mut extensions)?;
     for ext in extensions.values_mut() {
@@ -535,11 +489,11 @@ mod tests {
         let patches = json!([
             {"applyTo": "HTTP_FILTER", "match": sub("envoy.filters.http.router"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "b"}}},
             {"applyTo": "HTTP_FILTER", "match": sub("a"), "patch": {"operation": "REPLACE", "value": {"name": "a2"}}},
-            {"applyTo": "HTTP_FILTER", "match": sub("absent"), "patch": {"operation": "REPLACE", "value": {"name": "zz"}}},
             {"applyTo": "HTTP_FILTER", "match": sub("envoy.filters.http.router"), "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.http.router", "typed_config": {"suppress_envoy_headers": true}}}},
             // Another context: skipped.
             {"applyTo": "HTTP_FILTER", "match": {"context": "SIDECAR_OUTBOUND", "listener": {"filterChain": {"filter": {"name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": "a2"}}}}}, "patch": {"operation": "INSERT_BEFORE", "value": {"name": "nope"}}},
             {"applyTo": "HTTP_ROUTE", "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"name": "h:80"}}}, "patch": {"operation": "INSERT_FIRST", "value": {"name": "routed"}}},
+            {"applyTo": "VIRTUAL_HOST", "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"name": "h:80"}}}, "patch": {"operation": "MERGE", "value": {"include_request_attempt_count": true}}},
             {"applyTo": "CLUSTER", "match": {"context": "GATEWAY", "cluster": {"name": "outbound|443||p"}}, "patch": {"operation": "MERGE", "value": {
                 "circuit_breakers": {"thresholds": [{"max_retries": 9}]},
                 "typed_extension_protocol_options": {"k": {"mine": true}}}}},
@@ -552,6 +506,7 @@ mod tests {
         assert_eq!(names, ["a2", "b", "envoy.filters.http.router"]);
         assert_eq!(hcm["http_filters"][2]["typed_config"], json!({"suppress_envoy_headers": true}));
         assert_eq!(hcm["route_config"]["virtual_hosts"][0]["routes"], json!([{"name": "routed"}, {"name": "vs"}]));
+        assert_eq!(hcm["route_config"]["virtual_hosts"][0]["include_request_attempt_count"], true);
         let c = &b["static_resources"]["clusters"][0];
         // Lists append (as proto merge does); map values are replaced whole, not merged.
         assert_eq!(c["circuit_breakers"]["thresholds"].as_array().unwrap().len(), 2);
@@ -566,10 +521,28 @@ mod tests {
         assert!(apply_envoy_filter(&mut boot(), &ef(unknown), "GATEWAY", &mut ext)
             .unwrap_err()
             .contains("not modelled"));
-        let unmatched = json!([{"applyTo": "CLUSTER", "match": {"context": "GATEWAY", "cluster": {"name": "outbound|443||other"}}, "patch": {"operation": "MERGE", "value": {}}}]);
-        assert!(apply_envoy_filter(&mut boot(), &ef(unmatched), "GATEWAY", &mut ext)
-            .unwrap_err()
-            .contains("matched nothing"));
+        let filter = |port: u16, name: &str| {
+            json!({"context": "GATEWAY", "listener": {"portNumber": port, "filterChain": {"filter": {
+            "name": "envoy.filters.network.http_connection_manager", "subFilter": {"name": name}}}}})
+        };
+        for unmatched in [
+            json!({"applyTo": "CLUSTER", "match": {"context": "GATEWAY", "cluster": {"name": "outbound|443||other"}}, "patch": {"operation": "MERGE", "value": {}}}),
+            // A filter another release names differently: istiod would skip it silently.
+            json!({"applyTo": "HTTP_FILTER", "match": filter(8080, "absent"), "patch": {"operation": "REPLACE", "value": {"name": "zz"}}}),
+            // The right filter on another listener port.
+            json!({"applyTo": "HTTP_FILTER", "match": filter(80, "a"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "zz"}}}),
+            json!({"applyTo": "VIRTUAL_HOST", "match": {"context": "GATEWAY", "routeConfiguration": {"vhost": {"name": "other:80"}}}, "patch": {"operation": "MERGE", "value": {}}}),
+        ] {
+            let err = apply_envoy_filter(&mut boot(), &ef(json!([unmatched])), "GATEWAY", &mut ext).unwrap_err();
+            assert!(err.contains("matched nothing"), "{err}");
+        }
+        assert!(apply_envoy_filter(
+            &mut boot(),
+            &ef(json!([{"applyTo": "HTTP_FILTER", "match": filter(8080, "a"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "ok"}}}])),
+            "GATEWAY",
+            &mut ext
+        )
+        .is_ok());
     }
 
     #[test]

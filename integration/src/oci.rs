@@ -2,7 +2,7 @@
 //! buildah): Istio's "compat" Wasm image format, one `application/vnd.oci.image.layer.v1.tar+gzip`
 //! layer holding `plugin.wasm`. The image is reproducible (fixed tar metadata, gzip without a
 //! timestamp), so its manifest digest is a function of the module: the renderer puts that
-//! digest in the WasmPlugin's `sha256` (for `oci://` URLs istio-agent compares `sha256` with the
+//! digest in the Wasm configs' `sha256` (for `oci://` URLs istio-agent compares `sha256` with the
 //! image's manifest digest, not with the module's).
 
 use std::io::Write;
@@ -76,7 +76,7 @@ impl Image {
         Image { layer, config, manifest }
     }
 
-    /// The manifest digest (hex): what a WasmPlugin's `sha256` holds for this image.
+    /// The manifest digest (hex): what the rendered Wasm configs' `sha256` holds for this image.
     pub fn digest(&self) -> String {
         sha256_hex(&self.manifest)
     }

@@ -12,7 +12,7 @@ use crate::istio::render_k8s;
 pub const WASM_RELATIVE: &str = "target/wasm32-wasip1/release/switchyard.wasm";
 
 /// (path relative to the repository root, content) of every rendered file. `image_digest` is the
-/// OCI image's manifest digest (the WasmPlugin's `sha256`).
+/// OCI image's manifest digest (the `sha256` of the Wasm configs).
 pub fn render_all(c: &Catalog, image_digest: &str) -> Vec<(String, String)> {
     let cfg = c.envoy_stack(PathBuf::from(WASM_RELATIVE), &BTreeMap::new());
     let keys: Vec<String> = c.env_keys().iter().map(|k| format!("{k}=...")).collect();

@@ -135,7 +135,7 @@ fn catalog_swap_under_load_fails_no_request() {
     let keys: Vec<(String, String)> =
         local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
     let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_bootstrap(&boot, "hot-reload", &env, 2).unwrap();
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload", &env, 2).unwrap();
     let (addr, admin) = (envoy.addr(), envoy.admin);
     let maverick = "meta-llama/llama-4-maverick";
 
@@ -315,7 +315,7 @@ fn attempt_for_a_removed_provider_is_never_sent() {
     let keys: Vec<(String, String)> =
         base.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
     let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_bootstrap(&boot, "hot-reload-removed", &env, 1).unwrap();
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload-removed", &env, 1).unwrap();
 
     // Catalog C: together is gone (provider and endpoints). Only the per-attempt filter has it
     // yet: the decision filter still plans with A.
@@ -356,4 +356,12 @@ fn attempt_for_a_removed_provider_is_never_sent() {
     assert_eq!(providers["fireworks"].received_for("removed-retry").len(), 1);
     assert!(providers["together"].received_for("removed-retry").is_empty(), "nothing may reach a removed provider");
     assert!(log_contains(&envoy.dir, "the planned provider is no longer in the configuration"));
+}
+
+/// The Envoy inside the claimed Istio release's istio-proxy (`make envoy-matrix` installs it).
+fn istio_envoy() -> std::path::PathBuf {
+    let (release, envoy) = switchyard_integration::istio::ISTIO_RELEASES[0];
+    let path = switchyard_integration::envoy::envoy_release(envoy);
+    assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
+    path
 }

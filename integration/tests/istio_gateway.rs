@@ -76,7 +76,7 @@ fn stack() -> &'static Stack {
             let keys: Vec<(String, String)> =
                 local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
             let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let envoy = Envoy::start_bootstrap(&boot, "istio-gateway", &env, 2).unwrap();
+            let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-gateway", &env, 2).unwrap();
             tx.send(Stack {
                 addr: envoy.addr(),
                 admin: envoy.admin,
@@ -248,13 +248,26 @@ fn filter_chain_order_is_decision_then_router() {
         [
             "envoy.filters.http.cors",
             "envoy.filters.http.fault",
-            // The WasmPlugin's filter, re-delivered in place with allow_on_headers_stop_iteration.
+            // Inserted by the EnvoyFilter before the router, with its own extension config.
             "switchyard-decision",
             "envoy.filters.http.router"
         ]
     );
     // The router adds no x-envoy-* headers (a first attempt has no per-attempt filter to drop them).
     assert_eq!(filters[3]["typed_config"]["suppress_envoy_headers"], true);
+    // The flag and the failure policy are on the decision filter that runs (delivered by ECDS).
+    let (_, ecds) =
+        switchyard_integration::envoy::http_get(stack().admin, "/config_dump?resource=ecds_filters").unwrap();
+    let ecds: Value = serde_json::from_str(&ecds).unwrap();
+    let decision = ecds["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["ecds_filter"]["name"] == "switchyard-decision")
+        .unwrap_or_else(|| panic!("no switchyard-decision in {ecds}"));
+    let config = &decision["ecds_filter"]["typed_config"]["config"];
+    assert_eq!(config["allow_on_headers_stop_iteration"], true, "{config}");
+    assert_eq!(config["failure_policy"], "FAIL_RELOAD", "{config}");
 }
 
 /// The clusters istiod builds from the rendered DestinationRules: a first-attempt twin per
@@ -312,7 +325,7 @@ fn sidecar_variant_routes_and_fails_over() {
     let keys: Vec<(String, String)> =
         s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
     let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_bootstrap(&boot, "istio-sidecar", &env, 1).unwrap();
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-sidecar", &env, 1).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let r = rt
         .block_on(post_json(
@@ -360,7 +373,7 @@ fn another_service_on_the_same_listener_is_untouched() {
         )
         .unwrap();
         serve_extensions_from_files(&mut boot, &extensions, &s.dir.join(format!("ecds-shared-{}", v.dir()))).unwrap();
-        let envoy = Envoy::start_bootstrap(&boot, "istio-shared", &env, 1).unwrap();
+        let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-shared", &env, 1).unwrap();
         let chat =
             json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq"]}})
                 .to_string();
@@ -400,4 +413,12 @@ fn another_service_on_the_same_listener_is_untouched() {
         assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GROQ_API_KEY"));
         assert_eq!(cluster_requests(envoy.admin, "groq", true), 1, "the first attempt went to groq's twin");
     }
+}
+
+/// The Envoy inside the claimed Istio release's istio-proxy (`make envoy-matrix` installs it).
+fn istio_envoy() -> std::path::PathBuf {
+    let (release, envoy) = switchyard_integration::istio::ISTIO_RELEASES[0];
+    let path = switchyard_integration::envoy::envoy_release(envoy);
+    assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
+    path
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::post_json;
 use switchyard_integration::envoy::{repo_root, wasm_path, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::istio::{wasm_plugin, Variant};
+use switchyard_integration::istio::{envoy_filter, Variant};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::{extract_module, sha256_hex, Image, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 
@@ -88,17 +88,18 @@ fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
     std::fs::create_dir_all(&dir).unwrap();
     let module = std::fs::read(wasm_path()).unwrap();
 
-    // What `make image` writes, and the WasmPlugin `make render` writes for it.
+    // What `make image` writes, and the module digest `make render` writes for it (the
+    // EnvoyFilter's Wasm extension configs).
     let layout = dir.join("layout");
     let image = Image::from_module(&module);
     image.write_layout(&layout, "0.1.0").unwrap();
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
-    let rendered_sha = wasm_plugin(
+    let rendered_sha = envoy_filter(
         &catalog,
         Variant::EgressGateway,
         &catalog.envoy_stack(wasm_path(), &Default::default()),
         &image.digest(),
-    )["spec"]["sha256"]
+    )["spec"]["configPatches"][0]["patch"]["value"]["typed_config"]["config"]["vm_config"]["code"]["remote"]["sha256"]
         .as_str()
         .unwrap()
         .to_string();
@@ -117,7 +118,7 @@ fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
     assert_eq!(status, 200, "{head}");
     let served_digest = sha256_hex(&manifest);
     assert!(head.contains(&format!("docker-content-digest: sha256:{served_digest}")), "{head}");
-    assert_eq!(served_digest, rendered_sha, "the WasmPlugin's sha256 must be the manifest digest istio-agent sees");
+    assert_eq!(served_digest, rendered_sha, "the rendered sha256 must be the manifest digest istio-agent sees");
     let m: Value = serde_json::from_slice(&manifest).unwrap();
     let layers = m["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1);
