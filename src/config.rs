@@ -136,6 +136,11 @@ struct RawCredential {
     value: Option<String>,
     #[serde(default)]
     env: Option<String>,
+    /// The provider's cluster adds the key itself (`credential_injector` fed by SDS, e.g. from a
+    /// mounted Kubernetes Secret): the filter never holds it, and keeps the header the cluster
+    /// wrote for the attempt's API while removing every other credential header.
+    #[serde(default)]
+    injected: bool,
 }
 
 fn default_credential_header() -> String {
@@ -370,6 +375,9 @@ pub struct Credential {
     pub value: String,
     /// The secret alone (Anthropic's `x-api-key` and Google's `x-goog-api-key` carry it bare).
     pub secret: String,
+    /// The provider's cluster injects the key (`credential.injected`): `value` and `secret` are
+    /// empty, and the filter sets nothing.
+    pub injected: bool,
 }
 
 /// Hand-written so that `{:?}` of a provider (or the whole catalog) never prints a key.
@@ -409,13 +417,29 @@ impl Provider {
 
     /// The credential header and value an attempt in `api` carries: the configured header for
     /// OpenAI, `x-api-key` for Anthropic, `x-goog-api-key` for Google (both with the bare secret).
+    /// None when the provider's cluster injects the key itself (`credential.injected`).
     pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
+        let c = self.credential.as_ref().filter(|c| !c.injected)?;
+        let header = self.key_header(api)?;
+        Some((header, if api == Api::OpenAi { c.value.as_str() } else { c.secret.as_str() }))
+    }
+
+    /// The header an attempt in `api` carries the key in (set by the filter, or by the cluster
+    /// for an injected credential).
+    pub fn key_header(&self, api: Api) -> Option<&str> {
         let c = self.credential.as_ref()?;
         Some(match api {
-            Api::OpenAi => (c.header.as_str(), c.value.as_str()),
-            Api::Anthropic => (ANTHROPIC_KEY_HEADER, c.secret.as_str()),
-            Api::Google => (GOOGLE_KEY_HEADER, c.secret.as_str()),
+            Api::OpenAi => c.header.as_str(),
+            Api::Anthropic => ANTHROPIC_KEY_HEADER,
+            Api::Google => GOOGLE_KEY_HEADER,
         })
+    }
+
+    /// The header the provider's cluster injected the key in for `api`, which the filter must
+    /// keep (None: the filter sets the key, or there is none).
+    pub fn injected_header(&self, api: Api) -> Option<&str> {
+        self.credential.as_ref().filter(|c| c.injected)?;
+        self.key_header(api)
     }
 }
 
@@ -819,16 +843,20 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 if !valid_header_name(&header) || header.starts_with(':') {
                     return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
                 }
-                let secret = match (&c.value, &c.env) {
-                    (Some(v), None) => v.clone(),
-                    (None, Some(name)) => env(name).ok_or_else(|| {
+                let secret = match (&c.value, &c.env, c.injected) {
+                    (Some(v), None, false) => v.clone(),
+                    (None, Some(name), false) => env(name).ok_or_else(|| {
                         err(
                             format!("{field}.credential.env"),
                             format!("environment variable {name} is not set in the Wasm VM (add it to vm_config.environment_variables)"),
                         )
                     })?,
+                    (None, None, true) => String::new(),
                     _ => {
-                        return Err(err(format!("{field}.credential"), "set exactly one of `value` or `env`"));
+                        return Err(err(
+                            format!("{field}.credential"),
+                            "set exactly one of `value`, `env` or `injected: true`",
+                        ));
                     }
                 };
                 // A control character (CR/LF above all) in a header value would let the
@@ -839,7 +867,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                         "contains a control character (CR, LF, ...)",
                     ));
                 }
-                if secret.is_empty() || secret.bytes().any(is_control) {
+                if (secret.is_empty() && !c.injected) || secret.bytes().any(is_control) {
                     return Err(err(
                         format!("{field}.credential"),
                         "the secret is empty or contains a control character (CR, LF, ...)",
@@ -848,7 +876,8 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                 if !credential_headers.contains(&header) {
                     credential_headers.push(header.clone());
                 }
-                Some(Credential { header, value: format!("{}{}", c.prefix, secret), secret })
+                let value = if c.injected { String::new() } else { format!("{}{}", c.prefix, secret) };
+                Some(Credential { header, value, secret, injected: c.injected })
             }
         };
         for (i, t) in p.tags.iter().enumerate() {
@@ -1064,7 +1093,9 @@ fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(), ConfigErro
                 "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis)",
             ));
         };
-        let key = |q: &Provider| q.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string()));
+        let key = |q: &Provider| {
+            q.credential.as_ref().map(|c| (q.key_header(api).map(str::to_string), c.value.clone(), c.injected))
+        };
         let clash = providers.iter().take(i).find(|q| {
             q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.iter().ne(p.apis.iter()) || key(q) != key(p))
         });

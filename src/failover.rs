@@ -191,6 +191,8 @@ pub struct AttemptRewrite {
     pub authority: String,
     pub path: String,
     pub credential: Option<(String, String)>,
+    /// The header the provider's cluster injected the key in (`credential.injected`): kept.
+    pub injected_header: Option<String>,
     pub content_length: usize,
     /// Replacement for the body's first `prefix_len` bytes; None when already right.
     pub new_prefix: Option<Vec<u8>>,
@@ -289,6 +291,7 @@ pub fn attempt_rewrite(
         authority: provider.authority.clone(),
         path,
         credential: provider.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string())),
+        injected_header: provider.injected_header(api).map(str::to_string),
         content_length,
         new_prefix,
     })

@@ -60,10 +60,23 @@ pub fn istio_subset_cluster(host: &str, port: u16, subset: &str) -> String {
     format!("outbound|{port}|{subset}|{host}")
 }
 
+/// How provider keys reach the proxy on Istio (`deployment.istio.keys`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyDelivery {
+    /// `files` (default): the key Secret mounted into istio-proxy; each provider cluster's
+    /// `credential_injector` reads its key by SDS from there, and a Secret update rotates it
+    /// without a restart. No key enters the Wasm configuration or the proxy's environment.
+    Files,
+    /// `env` (fallback): the keys as environment variables of istio-proxy, read by the Wasm
+    /// filter; rotating one needs a restart.
+    Env,
+}
+
 /// Istio settings of the catalog (`deployment.istio`).
 #[derive(Clone, Debug)]
 pub struct IstioSettings {
     pub namespace: String,
+    pub keys: KeyDelivery,
     /// `oci://registry/repository:tag` of the filter image.
     pub image: String,
     pub image_pull_policy: String,
@@ -169,6 +182,7 @@ impl Catalog {
                 "image",
                 "image_pull_policy",
                 "image_pull_secret",
+                "keys",
                 "keys_secret",
                 "gateway_labels",
                 "sidecar_labels",
@@ -192,8 +206,14 @@ impl Catalog {
                 format!("{p}.image_pull_secret: the name of a kubernetes.io/dockerconfigjson Secret")
             })?),
         };
+        let keys = match field_str(&i, p, "keys", Some("files"))?.as_str() {
+            "files" => KeyDelivery::Files,
+            "env" => KeyDelivery::Env,
+            other => return Err(format!("{p}.keys: expected files or env, got {other:?}")),
+        };
         let istio = IstioSettings {
             namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
+            keys,
             image,
             image_pull_policy,
             image_pull_secret,

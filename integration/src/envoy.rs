@@ -121,6 +121,180 @@ pub struct StackConfig {
     /// Other services' virtual hosts on Switchyard's listener (their routes are not marked as
     /// Switchyard's, so the filter leaves their requests alone).
     pub other_hosts: Vec<OtherHost>,
+    /// Provider keys from files by SDS instead of the Wasm configuration (see `KeyFiles`).
+    pub key_files: Option<KeyFiles>,
+}
+
+/// Provider keys delivered the way Envoy does natively: each provider cluster's own
+/// `credential_injector` reads its key by SDS, from a file per key in `keys_dir` (named like the
+/// provider's `credential.env`, as a mounted Kubernetes Secret lays them out), watched so that a
+/// replaced file (an atomic directory swap, as the kubelet does) rotates the key without a
+/// restart. The plugin configuration then says `credential.injected` for those providers: the
+/// keys never enter the Wasm configuration or its environment. Providers with `credential.value`,
+/// or sharing a cluster with another key, keep the filter setting the key.
+#[derive(Clone, Debug)]
+pub struct KeyFiles {
+    /// The key files (the mounted Secret).
+    pub keys_dir: PathBuf,
+    /// Where the SDS resource files naming them go (written with the bootstrap).
+    pub sds_dir: PathBuf,
+}
+
+/// A provider cluster whose key its own injectors add, by SDS from the key file `key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SdsKeyed {
+    pub cluster: String,
+    /// The key file's name (the providers' `credential.env`).
+    pub key: String,
+    /// One per key header the cluster's providers use (by API), with its prefix.
+    pub headers: Vec<(String, String)>,
+}
+
+/// The clusters `sds_keyed` applies to in `plugin_config` (see `KeyFiles`), read with the
+/// filter's parser.
+pub fn sds_keyed(plugin_config: &Value) -> Vec<SdsKeyed> {
+    let Ok(catalog) =
+        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into()))
+    else {
+        return Vec::new();
+    };
+    let raw = &plugin_config["providers"];
+    let mut out: Vec<Option<SdsKeyed>> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for p in &catalog.providers {
+        let this = raw[&p.slug]["credential"]["env"].as_str().map(|env| {
+            let mut headers: Vec<(String, String)> = Vec::new();
+            for api in p.apis.iter() {
+                if let Some((h, v)) = p.credential_for(api) {
+                    let prefix = v.strip_suffix(ENV_MARKER).unwrap_or_default().to_string();
+                    if !headers.iter().any(|(x, _)| x == h) {
+                        headers.push((h.to_string(), prefix));
+                    }
+                }
+            }
+            SdsKeyed { cluster: p.cluster.clone(), key: env.to_string(), headers }
+        });
+        match seen.iter().position(|c| *c == p.cluster) {
+            Some(i) => {
+                if let Some(slot) = out.get_mut(i) {
+                    match (slot.as_mut(), this) {
+                        (Some(k), Some(t)) if k.key == t.key => {
+                            for h in t.headers {
+                                if !k.headers.contains(&h) {
+                                    k.headers.push(h);
+                                }
+                            }
+                        }
+                        _ => *slot = None,
+                    }
+                }
+            }
+            None => {
+                seen.push(p.cluster.clone());
+                out.push(this);
+            }
+        }
+    }
+    out.into_iter().flatten().collect()
+}
+
+/// The plugin configuration with the `sds_keyed` providers' keys left to their clusters.
+pub fn with_injected_keys(config: &mut Value, keyed: &[SdsKeyed]) {
+    if let Some(providers) = config["providers"].as_object_mut() {
+        for p in providers.values_mut() {
+            let on_keyed = p["cluster"].as_str().is_some_and(|c| keyed.iter().any(|k| k.cluster == c));
+            if let (true, Some(cred)) = (on_keyed, p["credential"].as_object_mut()) {
+                cred.remove("env");
+                cred.insert("injected".into(), json!(true));
+            }
+        }
+    }
+}
+
+/// The SDS secret reference of a key file, by the file `sds_file` (a discovery response naming
+/// the key file), watched through the key directory.
+pub fn sds_file_secret(cluster: &str, sds_file: &str, keys_dir: &str) -> Value {
+    json!({"name": twin_secret_name(cluster), "sds_config": {
+        "path_config_source": {"path": sds_file, "watched_directory": {"path": keys_dir}},
+        "resource_api_version": "V3"
+    }})
+}
+
+/// The SDS discovery response for a key file.
+pub fn sds_file_content(cluster: &str, key_file: &str) -> String {
+    json!({"resources": [{
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "name": twin_secret_name(cluster),
+        "generic_secret": {"secret": {"filename": key_file}}
+    }]})
+    .to_string()
+}
+
+/// A file name for a cluster (cluster names may hold `|`).
+pub fn file_safe(cluster: &str) -> String {
+    cluster.chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' || ch == '-' { ch } else { '_' }).collect()
+}
+
+/// The injectors of an SDS-keyed cluster, one per key header (they run before the per-attempt
+/// filter, which keeps the one of its attempt's API and removes every other credential header).
+pub fn key_injectors(k: &SdsKeyed, secret: &Value) -> Vec<Value> {
+    k.headers
+        .iter()
+        .map(|(h, prefix)| {
+            let key =
+                TwinKey { header: h.clone(), source: KeySource::Env { name: k.key.clone(), prefix: prefix.clone() } };
+            credential_injector(&key, secret.clone())
+        })
+        .collect()
+}
+
+impl StackConfig {
+    /// The SDS-keyed clusters of this configuration (none without `key_files`).
+    pub fn sds_keyed(&self) -> Vec<SdsKeyed> {
+        if self.key_files.is_none() {
+            return Vec::new();
+        }
+        let names = generated_cluster_names(self);
+        sds_keyed(&self.plugin_config).into_iter().filter(|k| names.contains(&k.cluster.as_str())).collect()
+    }
+
+    /// The SDS secret reference of an SDS-keyed cluster's key.
+    fn key_secret(&self, cluster: &str) -> Option<Value> {
+        let kf = self.key_files.as_ref()?;
+        let sds = kf.sds_dir.join(format!("{}.json", file_safe(cluster)));
+        Some(sds_file_secret(cluster, &sds.to_string_lossy(), &kf.keys_dir.to_string_lossy()))
+    }
+
+    /// The SDS resource files the bootstrap names (written before Envoy starts).
+    pub fn sds_files(&self) -> Vec<(PathBuf, String)> {
+        let Some(kf) = &self.key_files else { return Vec::new() };
+        self.sds_keyed()
+            .iter()
+            .map(|k| {
+                let key_file = kf.keys_dir.join(&k.key);
+                (
+                    kf.sds_dir.join(format!("{}.json", file_safe(&k.cluster))),
+                    sds_file_content(&k.cluster, &key_file.to_string_lossy()),
+                )
+            })
+            .collect()
+    }
+
+    /// The upstream filters of a provider cluster: its key injectors (SDS-keyed), the per-attempt
+    /// Wasm, the codec.
+    fn provider_filters(&self, cluster: &str) -> Value {
+        let upstream = wasm_filter(self, "switchyard_upstream", &plugin_json(self), false);
+        let mut filters = upstream_filters(upstream);
+        let keyed = self.sds_keyed();
+        if let (Some(k), Some(secret), Some(list)) =
+            (keyed.iter().find(|k| k.cluster == cluster), self.key_secret(cluster), filters.as_array_mut())
+        {
+            for (i, inj) in key_injectors(k, &secret).into_iter().enumerate() {
+                list.insert(i, inj);
+            }
+        }
+        filters
+    }
 }
 
 /// Another service on Switchyard's listener (an in-mesh model server, say): every request for
@@ -187,6 +361,7 @@ impl StackConfig {
             max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             first_attempt_clusters: true,
             other_hosts: Vec::new(),
+            key_files: None,
         }
     }
 }
@@ -204,6 +379,12 @@ fn cluster(c: &ClusterSpec) -> Value {
     })
 }
 
+/// The environment variables the Wasm VM reads: the keys that are not delivered by SDS.
+fn vm_env_keys(cfg: &StackConfig) -> Vec<String> {
+    let keyed = cfg.sds_keyed();
+    cfg.env_keys.iter().filter(|e| !keyed.iter().any(|k| k.key == **e)).cloned().collect()
+}
+
 /// The Wasm filter config for one of the module's roles; every role shares one VM (`vm_id`),
 /// hence one set of shared data.
 fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_headers: bool) -> Value {
@@ -215,7 +396,7 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
             "vm_id": "switchyard",
             "runtime": "envoy.wasm.runtime.v8",
             "code": {"local": {"filename": cfg.wasm.to_string_lossy()}},
-            "environment_variables": {"host_env_keys": cfg.env_keys}
+            "environment_variables": {"host_env_keys": vm_env_keys(cfg)}
         }
     });
     // If the VM fails (a trap), requests on that worker get a JSON 503 and the VM is reloaded
@@ -242,6 +423,7 @@ fn plugin_json(cfg: &StackConfig) -> String {
     }
     let generated = generated_cluster_names(cfg);
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &generated, &first_attempt_cluster_name);
+    with_injected_keys(&mut config, &cfg.sds_keyed());
     serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
 }
 
@@ -423,7 +605,7 @@ pub fn first_attempt_filters(key: Option<Value>) -> Value {
 /// A provider cluster's first-attempt twin: the same cluster (address, TLS, limits) under
 /// another name, its endpoints named by the provider's host (for `auto_host_rewrite`), with
 /// the hook and the provider's key injector instead of the per-attempt Wasm.
-fn first_attempt_twin(regular: &Value, twin: &Twin, http2: bool) -> Value {
+fn first_attempt_twin(regular: &Value, twin: &Twin, http2: bool, secret: Value) -> Value {
     let authority = twin.authority.as_str();
     let mut v = regular.clone();
     let name = first_attempt_cluster_name(regular["name"].as_str().unwrap_or_default());
@@ -438,7 +620,7 @@ fn first_attempt_twin(regular: &Value, twin: &Twin, http2: bool) -> Value {
             }
         }
     }
-    let injector = twin.key.as_ref().map(|k| credential_injector(k, json!({"name": twin_secret_name(&twin.cluster)})));
+    let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
     v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters(injector));
     v
 }
@@ -513,8 +695,7 @@ pub fn provider_circuit_breakers(max_requests: u32, max_failovers: u32) -> Value
 fn provider_cluster(cfg: &StackConfig, c: &ClusterSpec) -> Value {
     let mut v = cluster(c);
     v["circuit_breakers"] = provider_circuit_breakers(cfg.max_requests_per_cluster, cfg.max_concurrent_failovers);
-    let upstream = wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false);
-    v["typed_extension_protocol_options"] = provider_protocol_options(false, upstream_filters(upstream));
+    v["typed_extension_protocol_options"] = provider_protocol_options(false, cfg.provider_filters(&c.name));
     v
 }
 
@@ -525,7 +706,6 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
         Some(ip) => ("STATIC", ip.as_str()),
         None => ("LOGICAL_DNS", r.host.as_str()),
     };
-    let upstream = wasm_filter(cfg, "switchyard_upstream", &plugin_json(cfg), false);
     let mut v = json!({
         "name": r.name,
         "type": kind,
@@ -536,7 +716,7 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": address, "port_value": r.port}}}}]}]
         },
         "transport_socket": upstream_tls(&r.host, &r.ca_file, r.http2),
-        "typed_extension_protocol_options": provider_protocol_options(r.http2, upstream_filters(upstream)),
+        "typed_extension_protocol_options": provider_protocol_options(r.http2, cfg.provider_filters(&r.name)),
         "circuit_breakers": provider_circuit_breakers(cfg.max_requests_per_cluster, cfg.max_concurrent_failovers)
     });
     if r.connect_to.is_none() {
@@ -707,12 +887,22 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         if cfg.first_attempt_clusters { first_attempt_twins(&cfg.plugin_config, &generated) } else { Vec::new() };
     let mut twin_names: Vec<String> = Vec::new();
     let mut secrets: Vec<Value> = Vec::new();
+    let keyed = cfg.sds_keyed();
     for twin in &twins {
         let http2 = cfg.remote_clusters.iter().any(|r| r.name == twin.cluster && r.http2);
         if let Some(regular) = clusters.iter().find(|c| c["name"] == json!(twin.cluster)).cloned() {
-            clusters.push(first_attempt_twin(&regular, twin, http2));
+            // The twin reads the key its cluster's injectors read (SDS-keyed), or a bootstrap
+            // secret of its own.
+            let secret = match cfg.key_secret(&twin.cluster).filter(|_| keyed.iter().any(|k| k.cluster == twin.cluster))
+            {
+                Some(sds) => sds,
+                None => {
+                    secrets.extend(twin_secret(twin));
+                    json!({"name": twin_secret_name(&twin.cluster)})
+                }
+            };
+            clusters.push(first_attempt_twin(&regular, twin, http2, secret));
             twin_names.push(first_attempt_cluster_name(&twin.cluster));
-            secrets.extend(twin_secret(twin));
         }
     }
     if let Some(pt) = &cfg.passthrough {
@@ -760,6 +950,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         .push(json!({"name": "llm", "domains": ["*"], "routes": routes(None), "include_request_attempt_count": true}));
     let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     let mut boot = json!({
+        // SDS (the key files) needs a node identity.
+        "node": {"id": "switchyard", "cluster": "switchyard"},
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
         "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason"), tag("policy")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
@@ -1057,6 +1249,12 @@ impl Envoy {
 
     /// Starts Envoy with extra environment variables (for credential `env` references).
     pub fn start_with_env(cfg: &StackConfig, tag: &str, env: &[(&str, &str)]) -> Result<Envoy, String> {
+        for (path, text) in cfg.sds_files() {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         Envoy::start_bootstrap(&bootstrap(cfg), tag, env, 2)
     }
 

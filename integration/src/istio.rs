@@ -21,11 +21,12 @@
 
 use serde_json::{json, Value};
 
+use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
-    credential_injector, first_attempt_filters, first_attempt_twins, local_reply_config, mark_route,
-    provider_protocol_options, routed_route, twin_secret, twin_secret_name, unrouted_route, upstream_filters,
-    with_first_attempt_clusters, StackConfig, Twin,
+    credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
+    mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed, twin_secret,
+    unrouted_route, upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -123,40 +124,73 @@ pub fn first_attempt_providers<'a>(c: &'a Catalog, cfg: &StackConfig) -> Vec<(&'
         .collect()
 }
 
-/// Where the proxy finds the twins' key files (SDS resources): the ConfigMap `SDS_CONFIG_MAP`
-/// mounted into the `istio-proxy` container (`keys_patch`). Istio has no bootstrap secrets and
-/// its own SDS serves certificates only, so a twin's `credential_injector` reads its key by SDS
-/// from a file there; the file names the proxy's environment variable the key Secret feeds,
-/// so it holds no key itself.
+/// Where the proxy finds the key files' SDS resources: the ConfigMap `SDS_CONFIG_MAP` mounted
+/// into the `istio-proxy` container (`keys_patch`). Istio has no bootstrap secrets and its own SDS
+/// serves certificates only, so a cluster's `credential_injector` reads its key by SDS from a
+/// file there. Each file names where the key is: a file of the key Secret mounted at
+/// `KEYS_MOUNT` (`deployment.istio.keys: files`), or the proxy's environment variable (`env`);
+/// it holds no key itself.
 pub const SDS_MOUNT: &str = "/etc/switchyard/sds";
 pub const SDS_CONFIG_MAP: &str = "switchyard-sds";
+/// Where the key Secret is mounted (`keys: files`), one file per `credential.env` name.
+pub const KEYS_MOUNT: &str = "/etc/switchyard/keys";
 
-/// The SDS file of a twin's key (a cluster name has `|` in it).
+/// The clusters whose own injectors add their providers' keys from the mounted Secret
+/// (`keys: files`; the plain-Envoy generator's rule, `sds_keyed`).
+pub fn keyed_clusters(c: &Catalog) -> Vec<SdsKeyed> {
+    match c.istio.keys {
+        KeyDelivery::Files => sds_keyed(&c.plugin_config()),
+        KeyDelivery::Env => Vec::new(),
+    }
+}
+
+/// The SDS file of a cluster's key.
 fn sds_file(cluster: &str) -> String {
-    let safe: String =
-        cluster.chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '.' { ch } else { '_' }).collect();
-    format!("{safe}.json")
+    format!("{}.json", file_safe(cluster))
 }
 
-/// The `credential_injector` secret reference of a twin on Istio: by SDS from its file, watched
-/// (a ConfigMap update swaps the mounted directory).
-fn sds_secret_ref(twin: &Twin) -> Value {
-    json!({"name": twin_secret_name(&twin.cluster), "sds_config": {
-        "path_config_source": {"path": format!("{SDS_MOUNT}/{}", sds_file(&twin.cluster)), "watched_directory": {"path": SDS_MOUNT}},
-        "resource_api_version": "V3"
-    }})
+/// The `credential_injector` secret reference of a cluster's key on Istio (a twin reads the one
+/// of the cluster it copies): by SDS from its file, watched through the mounted directories (a
+/// Secret or ConfigMap update swaps them).
+fn sds_secret_ref(cluster: &str, watched: &str) -> Value {
+    sds_file_secret(cluster, &format!("{SDS_MOUNT}/{}", sds_file(cluster)), watched)
 }
 
-/// The ConfigMap with every twin's SDS file: a discovery response holding the twin's secret.
+/// The ConfigMap of SDS files: one per keyed cluster (naming its key file), and one per other
+/// first-attempt twin (naming the environment variable).
 pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
     let mut data = serde_json::Map::new();
+    let keyed = keyed_clusters(c);
+    for k in &keyed {
+        data.insert(sds_file(&k.cluster), json!(sds_file_content(&k.cluster, &format!("{KEYS_MOUNT}/{}", k.key))));
+    }
     for (_, twin) in first_attempt_providers(c, cfg) {
+        if keyed.iter().any(|k| k.cluster == twin.cluster) {
+            continue;
+        }
         if let Some(mut secret) = twin_secret(&twin) {
             secret["@type"] = json!("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret");
             data.insert(sds_file(&twin.cluster), json!(json!({"resources": [secret]}).to_string()));
         }
     }
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(SDS_CONFIG_MAP, c), "data": data})
+}
+
+/// What an SDS file's watch follows: the key Secret's mount for keyed clusters (a rotated key
+/// swaps it), else the ConfigMap's.
+fn watched_for(c: &Catalog, cluster: &str) -> &'static str {
+    if keyed_clusters(c).iter().any(|k| k.cluster == cluster) {
+        KEYS_MOUNT
+    } else {
+        SDS_MOUNT
+    }
+}
+
+/// The key variables the Wasm VM still reads (none with `keys: files` but a provider on a
+/// cluster shared with another key).
+fn vm_env_keys(c: &Catalog) -> Vec<String> {
+    let keyed = keyed_clusters(c);
+    c.env_keys().into_iter().filter(|e| !keyed.iter().any(|k| k.key == *e)).collect()
 }
 
 /// The plugin configuration on Istio: the catalog's, each provider naming its first-attempt
@@ -169,6 +203,7 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
         c.providers.iter().find(|p| p.cluster() == cluster).map(ProviderHost::first_attempt_cluster).unwrap_or_default()
     };
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &refs, &twin);
+    with_injected_keys(&mut config, &keyed_clusters(c));
     config
 }
 
@@ -259,7 +294,7 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
                     "runtime": "envoy.wasm.runtime.v8",
                     "code": {"remote": {"http_uri": {"uri": c.istio.image, "cluster": "_", "timeout": "30s"}, "sha256": sha256}},
                     "environment_variables": {
-                        "host_env_keys": c.env_keys(),
+                        "host_env_keys": vm_env_keys(c),
                         "key_values": {"ISTIO_META_WASM_IMAGE_PULL_POLICY": c.istio.image_pull_policy}
                     }
                 }
@@ -353,20 +388,35 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "patch": {"operation": "INSERT_FIRST", "value": route}
         }));
     }
+    let keyed = keyed_clusters(c);
+    let mut patched: Vec<String> = Vec::new();
     for p in &c.providers {
+        if patched.contains(&p.cluster()) {
+            continue;
+        }
+        patched.push(p.cluster());
+        // The cluster's key injectors (keys from the mounted Secret), then the per-attempt Wasm
+        // (it keeps the key of its attempt's API, removes every other credential header).
+        let mut filters = upstream_filters_ecds();
+        if let (Some(k), Some(list)) = (keyed.iter().find(|k| k.cluster == p.cluster()), filters.as_array_mut()) {
+            for (i, inj) in key_injectors(k, &sds_secret_ref(&k.cluster, KEYS_MOUNT)).into_iter().enumerate() {
+                list.insert(i, inj);
+            }
+        }
         // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
         // protocol as well as the per-attempt filters.
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, upstream_filters_ecds())}}
+                provider_protocol_options(p.http2, filters)}}
         }));
     }
     for (p, twin) in &firsts {
         // The first-attempt twin (the subset's cluster): the hook and the provider's key
         // injector instead of the Wasm.
-        let injector = twin.key.as_ref().map(|k| credential_injector(k, sds_secret_ref(twin)));
+        let secret = sds_secret_ref(&twin.cluster, watched_for(c, &twin.cluster));
+        let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
@@ -433,24 +483,29 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
 pub const DOCKER_CONFIG_MOUNT: &str = "/etc/switchyard/docker";
 
 pub fn keys_patch(c: &Catalog) -> Value {
-    let env: Vec<Value> = c
-        .env_keys()
+    // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
+    // is mounted instead (a Secret update then reaches the proxy without a restart).
+    let mut env: Vec<Value> = vm_env_keys(c)
         .iter()
         .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
         .collect();
-    let mut env = env;
     let mut mounts = vec![json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true})];
     let mut volumes = vec![json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}})];
+    if !keyed_clusters(c).is_empty() {
+        mounts.push(json!({"name": "switchyard-keys", "mountPath": KEYS_MOUNT, "readOnly": true}));
+        volumes.push(json!({"name": "switchyard-keys", "secret": {"secretName": c.istio.keys_secret}}));
+    }
     if let Some(secret) = &c.istio.image_pull_secret {
         env.push(json!({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_MOUNT}));
         mounts.push(json!({"name": "switchyard-pull-secret", "mountPath": DOCKER_CONFIG_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}}));
     }
-    json!({"spec": {"template": {"spec": {
-        "containers": [{"name": "istio-proxy", "env": env, "volumeMounts": mounts}],
-        "volumes": volumes
-    }}}})
+    let mut proxy = json!({"name": "istio-proxy", "volumeMounts": mounts});
+    if !env.is_empty() {
+        proxy["env"] = json!(env);
+    }
+    json!({"spec": {"template": {"spec": {"containers": [proxy], "volumes": volumes}}}})
 }
 
 /// Every file under `k8s/` as (relative path, content).
@@ -479,8 +534,8 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
         files.push((
             format!("{}/keys-patch.yaml", v.dir()),
             header(match v {
-                Variant::EgressGateway => "Provider keys from the Secret into the egress gateway's proxy: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
-                Variant::Sidecar => "Provider keys from the Secret into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
+                Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
+                Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
             }) + &crate::envoy::to_yaml(&keys_patch(c)),
         ));
     }
@@ -555,25 +610,69 @@ mod tests {
             let (_, t) = &first_attempt_providers(&c, &cfg)[0];
             let key = t.key.clone().unwrap();
             assert_eq!(key.source, crate::envoy::KeySource::Env { name: "P_KEY".into(), prefix: "Bearer ".into() });
-            assert_eq!(*hook, first_attempt_filters(Some(credential_injector(&key, sds_secret_ref(t)))));
+            assert_eq!(
+                *hook,
+                first_attempt_filters(Some(credential_injector(&key, sds_secret_ref(&t.cluster, KEYS_MOUNT))))
+            );
             let path = hook[1]["typed_config"]["credential"]["typed_config"]["credential"]["sds_config"]
                 ["path_config_source"]["path"]
                 .as_str()
                 .unwrap();
-            // The ConfigMap holds that file, naming the key's variable (no key in it), and the
-            // keys patch mounts it where the path points.
+            // The ConfigMap holds that file, naming the key's file in the mounted Secret (no key
+            // in it), and the keys patch mounts both where the paths point; the filter holds no
+            // key and reads no key variable.
             let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
             let cm = sds_config_map(&c, &cfg);
             let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
-            assert_eq!(sds["resources"][0]["name"], twin_secret_name(&t.cluster));
-            assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
+            assert_eq!(sds["resources"][0]["name"], crate::envoy::twin_secret_name(&t.cluster));
+            assert_eq!(
+                sds["resources"][0]["generic_secret"]["secret"],
+                json!({"filename": "/etc/switchyard/keys/P_KEY"})
+            );
+            assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
             let patch = keys_patch(&c);
-            let proxy = &patch["spec"]["template"]["spec"]["containers"][0];
-            assert_eq!(proxy["volumeMounts"][0]["mountPath"], SDS_MOUNT);
-            assert_eq!(patch["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
+            let spec = &patch["spec"]["template"]["spec"];
+            assert!(spec["containers"][0].get("env").is_none(), "no key in the proxy's environment");
+            let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["mountPath"].as_str().unwrap())
+                .collect();
+            assert_eq!(mounts, [SDS_MOUNT, KEYS_MOUNT]);
+            assert_eq!(spec["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
+            assert_eq!(spec["volumes"][1]["secret"]["secretName"], c.istio.keys_secret);
+            // The regular cluster: its key injector, then the per-attempt filter.
+            let regular = patches
+                .iter()
+                .find(|p| p["applyTo"] == "CLUSTER" && p["match"]["cluster"]["name"] == "outbound|443||api.p.example")
+                .unwrap();
+            let names: Vec<&str> = regular["patch"]["value"]["typed_extension_protocol_options"]
+                ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                names,
+                ["envoy.filters.http.credential_injector", "switchyard-upstream", "envoy.filters.http.upstream_codec"]
+            );
             assert!(patches.iter().any(|p| p["patch"]["operation"] == "MERGE"
                 && p["patch"]["value"]["typed_config"]["suppress_envoy_headers"] == true));
         }
+        // The fallback, keys as environment variables: the filter reads them, the twin's SDS
+        // file names the variable, nothing is mounted but the ConfigMap.
+        let mut env = c.clone();
+        env.istio.keys = KeyDelivery::Env;
+        assert_eq!(plugin_config(&env, &cfg)["providers"]["p"]["credential"], json!({"env": "P_KEY"}));
+        let cm = sds_config_map(&env, &cfg);
+        let (_, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
+        let sds: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+        assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
+        let patch = keys_patch(&env);
+        assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
+        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 1);
         // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
         cfg.first_attempt_clusters = false;
         let v = Variant::EgressGateway;

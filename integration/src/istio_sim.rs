@@ -376,12 +376,19 @@ pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String
     std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
 }
 
-/// The whole egress-gateway configuration for a catalog, as a proxy would run it: istiod's
+/// The whole egress-gateway configuration for a catalog, as a proxy would run it (`secret`: the
+/// key Secret's data, mounted as the keys patch mounts it): istiod's
 /// bootstrap shape, the EnvoyFilter applied (its extension configs), the ConfigMap mounted, and the
 /// extension configs localized by istio-agent (module checked against `digest`). The entry
 /// host is the catalog's `service_host`.
-pub fn gateway_config(c: &Catalog, ca_file: &str, module: &Path, digest: &str) -> Result<(Value, Extensions), String> {
-    proxy_config(c, Variant::EgressGateway, ca_file, module, digest)
+pub fn gateway_config(
+    c: &Catalog,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+    secret: &[(String, String)],
+) -> Result<(Value, Extensions), String> {
+    proxy_config(c, Variant::EgressGateway, ca_file, module, digest, secret)
 }
 
 /// Another mesh service (plain HTTP on port 80) on the proxy's listener.
@@ -392,15 +399,17 @@ pub struct MeshService {
     pub port: u16,
 }
 
-/// As `gateway_config`, for either variant.
+/// As `gateway_config`, for either variant. `secret`: the key Secret's data (mounted for
+/// `keys: files`).
 pub fn proxy_config(
     c: &Catalog,
     v: Variant,
     ca_file: &str,
     module: &Path,
     digest: &str,
+    secret: &[(String, String)],
 ) -> Result<(Value, Extensions), String> {
-    proxy_config_with_services(c, v, ca_file, module, digest, &[])
+    proxy_config_with_services(c, v, ca_file, module, digest, secret, &[])
 }
 
 /// As `proxy_config`, with other services' virtual hosts on the same listener.
@@ -410,9 +419,10 @@ pub fn proxy_config_with_services(
     ca_file: &str,
     module: &Path,
     digest: &str,
+    secret: &[(String, String)],
     services: &[MeshService],
 ) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, providers_resources, sds_config_map, SDS_MOUNT};
+    use crate::istio::{envoy_filter, providers_resources, sds_config_map, KEYS_MOUNT, SDS_MOUNT};
     let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
     let mut boot = proxy_bootstrap(
         c,
@@ -429,37 +439,77 @@ pub fn proxy_config_with_services(
     for ext in extensions.values_mut() {
         agent_localize(ext, digest, module)?;
     }
-    mount_config_map(&mut boot, &sds_config_map(c, &cfg), SDS_MOUNT, &crate::envoy::work_dir("istio-sds"))?;
+    let config_map = sds_config_map(c, &cfg);
+    let volumes = [
+        Volume {
+            mount: SDS_MOUNT.into(),
+            files: config_map["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect(),
+        },
+        Volume { mount: KEYS_MOUNT.into(), files: secret.to_vec() },
+    ];
+    mount_volumes(&mut boot, &volumes, &crate::envoy::work_dir("istio-volumes"))?;
     Ok((boot, extensions))
 }
 
-/// A ConfigMap mounted at `mount` (as `keys_patch` mounts it into istio-proxy): its data files
-/// written to `dir`, and every file path under `mount` in the configuration pointed there. A
-/// path under `mount` that the ConfigMap does not hold is an error, as the proxy would find no
-/// such file.
-pub fn mount_config_map(boot: &mut Value, config_map: &Value, mount: &str, dir: &Path) -> Result<(), String> {
-    let data = config_map["data"].as_object().cloned().unwrap_or_default();
-    for (file, content) in &data {
-        std::fs::write(dir.join(file), content.as_str().unwrap_or_default()).map_err(|e| e.to_string())?;
-    }
-    fn walk(v: &mut Value, mount: &str, dir: &Path, data: &serde_json::Map<String, Value>) -> Result<(), String> {
+/// A volume mounted into istio-proxy (as `keys_patch` mounts the ConfigMap and the key Secret):
+/// its files by name.
+pub struct Volume {
+    pub mount: String,
+    pub files: Vec<(String, String)>,
+}
+
+/// Mounts `volumes` the way the kubelet would: each one's files written to its own directory
+/// under `dir`, and every path under a mount, in the configuration and in the volumes' own
+/// (JSON) files, pointed there. A path under a mount that its volume does not hold is an error,
+/// as the proxy would find no such file.
+pub fn mount_volumes(boot: &mut Value, volumes: &[Volume], dir: &Path) -> Result<(), String> {
+    let dirs: Vec<PathBuf> = (0..volumes.len()).map(|i| dir.join(format!("volume-{i}"))).collect();
+    let local = |path: &str| -> Result<Option<String>, String> {
+        for (v, d) in volumes.iter().zip(&dirs) {
+            if path == v.mount {
+                return Ok(Some(d.to_string_lossy().into_owned()));
+            }
+            if let Some(file) = path.strip_prefix(v.mount.as_str()).and_then(|f| f.strip_prefix('/')) {
+                if !v.files.iter().any(|(n, _)| n == file) {
+                    return Err(format!("{path}: not in the volume mounted at {}", v.mount));
+                }
+                return Ok(Some(d.join(file).to_string_lossy().into_owned()));
+            }
+        }
+        Ok(None)
+    };
+    fn walk(v: &mut Value, local: &dyn Fn(&str) -> Result<Option<String>, String>) -> Result<(), String> {
         match v {
-            Value::String(path) if path.as_str() == mount => *path = dir.to_string_lossy().into_owned(),
             Value::String(path) => {
-                if let Some(file) = path.strip_prefix(mount).and_then(|f| f.strip_prefix('/')) {
-                    if !data.contains_key(file) {
-                        return Err(format!("{path}: not in the mounted ConfigMap"));
-                    }
-                    *path = dir.join(file).to_string_lossy().into_owned();
+                if let Some(p) = local(path)? {
+                    *path = p;
                 }
             }
-            Value::Object(o) => o.values_mut().try_for_each(|x| walk(x, mount, dir, data))?,
-            Value::Array(a) => a.iter_mut().try_for_each(|x| walk(x, mount, dir, data))?,
+            Value::Object(o) => o.values_mut().try_for_each(|x| walk(x, local))?,
+            Value::Array(a) => a.iter_mut().try_for_each(|x| walk(x, local))?,
             _ => {}
         }
         Ok(())
     }
-    walk(boot, mount, dir, &data)
+    for (v, d) in volumes.iter().zip(&dirs) {
+        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+        for (name, content) in &v.files {
+            let text = match serde_json::from_str::<Value>(content) {
+                Ok(mut doc) if doc.is_object() => {
+                    walk(&mut doc, &local)?;
+                    doc.to_string()
+                }
+                _ => content.clone(),
+            };
+            std::fs::write(d.join(name), text).map_err(|e| e.to_string())?;
+        }
+    }
+    walk(boot, &local)
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ impl Setup {
     /// The extension configs for a catalog (JSON of `catalog/switchyard.json`'s shape).
     fn extensions(&self, raw: &Value) -> Extensions {
         let c = Catalog::parse(&raw.to_string()).unwrap().with_hosts(&self.ports);
-        gateway_config(&c, &self.ca_file, &wasm_path(), &self.digest).unwrap().1
+        gateway_config(&c, &self.ca_file, &wasm_path(), &self.digest, &test_keys(&c)).unwrap().1
     }
 
     fn write(&self, ext: &Extensions, name: &str) {
@@ -130,12 +130,11 @@ fn catalog_swap_under_load_fails_no_request() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (base, providers, setup) = start_providers(&rt, "hot-reload");
     let local = base.with_hosts(&setup.ports);
-    let (mut boot, ext_a) = gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest).unwrap();
+    let (mut boot, ext_a) =
+        gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest, &test_keys(&local)).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
-    let keys: Vec<(String, String)> =
-        local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
-    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload", &env, 2).unwrap();
+    // No key in the environment: the keys come from the mounted Secret.
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload", &[], 2).unwrap();
     let (addr, admin) = (envoy.addr(), envoy.admin);
     let maverick = "meta-llama/llama-4-maverick";
 
@@ -310,12 +309,11 @@ fn attempt_for_a_removed_provider_is_never_sent() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (base, providers, setup) = start_providers(&rt, "hot-reload-removed");
     let (mut boot, ext_a) =
-        gateway_config(&base.with_hosts(&setup.ports), &setup.ca_file, &wasm_path(), &setup.digest).unwrap();
+        gateway_config(&base.with_hosts(&setup.ports), &setup.ca_file, &wasm_path(), &setup.digest, &test_keys(&base))
+            .unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
-    let keys: Vec<(String, String)> =
-        base.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
-    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload-removed", &env, 1).unwrap();
+    // No key in the environment: the keys come from the mounted Secret.
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload-removed", &[], 1).unwrap();
 
     // Catalog C: together is gone (provider and endpoints). Only the per-attempt filter has it
     // yet: the decision filter still plans with A.
@@ -364,4 +362,9 @@ fn istio_envoy() -> std::path::PathBuf {
     let path = switchyard_integration::envoy::envoy_release(envoy);
     assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
     path
+}
+
+/// The key Secret's data the tests mount: `key-for-<name>` per `credential.env`.
+fn test_keys(c: &Catalog) -> Vec<(String, String)> {
+    c.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect()
 }

@@ -70,13 +70,11 @@ fn stack() -> &'static Stack {
             // istiod (WasmPlugin -> extension config, Istio-shaped gateway, EnvoyFilter patches)
             // and istio-agent (digest check, local module).
             let (mut boot, extensions) =
-                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest).unwrap();
+                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest, &test_keys(&local)).unwrap();
             serve_extensions_from_files(&mut boot, &extensions, &dir.join("ecds")).unwrap();
 
-            let keys: Vec<(String, String)> =
-                local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
-            let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-gateway", &env, 2).unwrap();
+            // No key in the environment: the keys come from the mounted Secret.
+            let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-gateway", &[], 2).unwrap();
             tx.send(Stack {
                 addr: envoy.addr(),
                 admin: envoy.admin,
@@ -283,9 +281,24 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
     let by_name = |n: &str| clusters.iter().find(|c| c["name"] == n).copied();
     let raw: Value = serde_json::from_str(&std::fs::read_to_string(default_catalog_path()).unwrap()).unwrap();
     let mut twins = 0;
+    let filters = |c: &Value| -> Vec<String> {
+        c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap().to_string())
+            .collect()
+    };
     for p in &stack().local.providers {
         let regular = by_name(&p.cluster()).unwrap_or_else(|| panic!("no cluster {}", p.cluster()));
         let apis = raw["providers"][&p.slug]["apis"].as_object().map_or(1, |a| a.len());
+        // The regular cluster: the provider's key injectors (one per key header its APIs use,
+        // the key read by SDS from the mounted Secret), then the per-attempt filter.
+        let regular_filters = filters(regular);
+        let (injectors, rest) = regular_filters.split_at(regular_filters.len().saturating_sub(2));
+        assert_eq!(rest, ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
+        assert!(injectors.iter().all(|f| f == "envoy.filters.http.credential_injector"), "{}", p.slug);
+        assert!((1..=apis).contains(&injectors.len()), "{}: {injectors:?}", p.slug);
         if apis > 1 {
             assert!(by_name(&p.first_attempt_cluster()).is_none(), "{} serves {apis} APIs", p.slug);
             continue;
@@ -293,16 +306,6 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
         twins += 1;
         let twin =
             by_name(&p.first_attempt_cluster()).unwrap_or_else(|| panic!("no cluster {}", p.first_attempt_cluster()));
-        let filters = |c: &Value| -> Vec<String> {
-            c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
-                ["http_filters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| f["name"].as_str().unwrap().to_string())
-                .collect()
-        };
-        assert_eq!(filters(regular), ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
         assert_eq!(
             filters(twin),
             ["envoy.filters.http.lua", "envoy.filters.http.credential_injector", "envoy.filters.http.upstream_codec"],
@@ -320,12 +323,11 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
 #[test]
 fn sidecar_variant_routes_and_fails_over() {
     let s = stack();
-    let (mut boot, extensions) = proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest).unwrap();
+    let (mut boot, extensions) =
+        proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest, &test_keys(&s.local)).unwrap();
     serve_extensions_from_files(&mut boot, &extensions, &s.dir.join("ecds-sidecar")).unwrap();
-    let keys: Vec<(String, String)> =
-        s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
-    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-sidecar", &env, 1).unwrap();
+    // No key in the environment: the keys come from the mounted Secret.
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-sidecar", &[], 1).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let r = rt
         .block_on(post_json(
@@ -360,7 +362,6 @@ fn another_service_on_the_same_listener_is_untouched() {
     let keys: Vec<(String, String)> =
         s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
     let secrets: Vec<&str> = keys.iter().map(|(_, v)| v.as_str()).collect();
-    let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let service = MeshService { host: "vllm.apps.svc.cluster.local".into(), port: vllm.addr.port() };
     for v in [Variant::EgressGateway, Variant::Sidecar] {
         let (mut boot, extensions) = proxy_config_with_services(
@@ -369,11 +370,12 @@ fn another_service_on_the_same_listener_is_untouched() {
             &s.ca_file,
             &wasm_path(),
             &s.digest,
+            &keys,
             std::slice::from_ref(&service),
         )
         .unwrap();
         serve_extensions_from_files(&mut boot, &extensions, &s.dir.join(format!("ecds-shared-{}", v.dir()))).unwrap();
-        let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-shared", &env, 1).unwrap();
+        let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-shared", &[], 1).unwrap();
         let chat =
             json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq"]}})
                 .to_string();
@@ -421,4 +423,10 @@ fn istio_envoy() -> std::path::PathBuf {
     let path = switchyard_integration::envoy::envoy_release(envoy);
     assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
     path
+}
+
+/// The key Secret's data the tests mount (`keys: files`; the same values serve as environment
+/// variables for keys the filter reads): `key-for-<name>` per `credential.env`.
+fn test_keys(c: &Catalog) -> Vec<(String, String)> {
+    c.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect()
 }

@@ -197,16 +197,18 @@ impl HttpContext for Attempt {
         let headers = api::req_headers();
         // What later retries read (the attempt count, later slots) stays: header changes here
         // persist into them (see `slots`).
+        // The key the provider's cluster injected for this attempt's API (it ran before this
+        // filter) stays too.
         let attempt = self.attempt;
-        let swept = catalog
-            .upstream_headers
-            .to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !needed_by_later_attempts(k, attempt)));
+        let injected = rw.injected_header.as_deref();
+        let kept = |k: &str| needed_by_later_attempts(k, attempt) || Some(k) == injected;
+        let swept = catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !kept(k)));
         for h in &swept {
             api::set_req_header(h, None);
         }
         // Credential headers are lower-case, like Envoy's header names: only those present and
         // not swept already need a host call.
-        for h in catalog.credential_headers.iter().filter(|h| !swept.contains(&h.as_str())) {
+        for h in catalog.credential_headers.iter().filter(|h| !swept.contains(&h.as_str()) && !kept(h)) {
             if api::find(&headers, h).is_some() {
                 api::set_req_header(h, None);
             }
