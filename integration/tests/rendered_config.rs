@@ -1,10 +1,11 @@
 //! The files rendered from the catalog (`envoy/switchyard.yaml`, `k8s/`) are current, and Envoy
-//! 1.40 accepts the real-provider configuration (with the filter loaded and configured).
+//! every Envoy of the support matrix accepts the real-provider and demo configurations (with the
+//! filter loaded and configured).
 
 use std::process::Command;
 
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
-use switchyard_integration::envoy::{envoy_binary, repo_root};
+use switchyard_integration::envoy::{envoy_release, repo_root, ENVOY_MATRIX};
 use switchyard_integration::render::{mask_digests, render_all};
 
 #[test]
@@ -23,23 +24,29 @@ fn committed_rendered_files_are_current() {
     assert!(stale.is_empty(), "stale rendered files (run `make render` and commit): {stale:?}");
 }
 
+/// The committed configurations (real providers, and the demo) are accepted by every Envoy of
+/// the support matrix, with the filter loaded and configured.
 #[test]
 fn real_provider_config_validates_in_envoy() {
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
-    let mut cmd = Command::new(envoy_binary());
-    cmd.current_dir(repo_root()).args([
-        "--mode",
-        "validate",
-        "-c",
-        "envoy/switchyard.yaml",
-        "--base-id",
-        "31978",
-        "--disable-hot-restart",
-    ]);
-    for k in catalog.env_keys() {
-        cmd.env(k, "validation-placeholder");
+    for version in ENVOY_MATRIX {
+        for file in ["envoy/switchyard.yaml", "envoy/switchyard-demo.yaml"] {
+            let mut cmd = Command::new(envoy_release(version));
+            cmd.current_dir(repo_root()).args([
+                "--mode",
+                "validate",
+                "-c",
+                file,
+                "--base-id",
+                "31978",
+                "--disable-hot-restart",
+            ]);
+            for k in catalog.env_keys() {
+                cmd.env(k, "validation-placeholder");
+            }
+            let out = cmd.output().unwrap_or_else(|e| panic!("Envoy {version}: {e} (run `make envoy-matrix`)"));
+            let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && log.contains("OK"), "Envoy {version}, {file}: {log}");
+        }
     }
-    let out = cmd.output().unwrap();
-    let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && log.contains("OK"), "{log}");
 }
