@@ -153,11 +153,7 @@ pub struct SdsKeyed {
 /// The clusters `sds_keyed` applies to in `plugin_config` (see `KeyFiles`), read with the
 /// filter's parser.
 pub fn sds_keyed(plugin_config: &Value) -> Vec<SdsKeyed> {
-    let Ok(catalog) =
-        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into()))
-    else {
-        return Vec::new();
-    };
+    let Some(catalog) = parsed_for_generator(plugin_config) else { return Vec::new() };
     let raw = &plugin_config["providers"];
     let mut out: Vec<Option<SdsKeyed>> = Vec::new();
     let mut seen: Vec<String> = Vec::new();
@@ -470,16 +466,18 @@ pub struct Twin {
 /// the filter's parser: what precedes it in a header value is the configured prefix.
 const ENV_MARKER: &str = "SWITCHYARD-GENERATOR-ENV-SECRET";
 
+/// The plugin configuration read with the filter's own parser, every `credential.env` standing for
+/// `ENV_MARKER` (None: a configuration the filter would refuse).
+fn parsed_for_generator(plugin_config: &Value) -> Option<switchyard::config::Catalog> {
+    switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into())).ok()
+}
+
 /// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
 /// own parser: those whose providers agree on one `authority` (the route's `auto_host_rewrite`
 /// sets a twin's attempts' `:authority` from it), serve exactly one API and have the same key
 /// (the twin injects one key header). A configuration the filter would refuse gets none.
 pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin> {
-    let Ok(catalog) =
-        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into()))
-    else {
-        return Vec::new();
-    };
+    let Some(catalog) = parsed_for_generator(plugin_config) else { return Vec::new() };
     let raw = &plugin_config["providers"];
     let mut twins: Vec<Option<Twin>> = Vec::new();
     let mut seen: Vec<&str> = Vec::new();

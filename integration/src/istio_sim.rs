@@ -512,6 +512,19 @@ pub fn mount_volumes(boot: &mut Value, volumes: &[Volume], dir: &Path) -> Result
     walk(boot, &local)
 }
 
+/// The Envoy inside the claimed Istio release's istio-proxy (`make envoy-matrix` installs it).
+pub fn istio_envoy() -> PathBuf {
+    let (release, envoy) = crate::istio::ISTIO_RELEASES[0];
+    let path = crate::envoy::envoy_release(envoy);
+    assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
+    path
+}
+
+/// The key Secret's data tests mount: `key-for-<name>` per `credential.env`.
+pub fn test_secret(c: &Catalog) -> Vec<(String, String)> {
+    c.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
-use switchyard_integration::istio_sim::{gateway_config, serve_extensions_from_files, write_extension, Extensions};
+use switchyard_integration::istio_sim::{
+    gateway_config, istio_envoy, serve_extensions_from_files, test_secret, write_extension, Extensions,
+};
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
 use switchyard_integration::tls::TestCa;
@@ -32,7 +34,7 @@ impl Setup {
     /// The extension configs for a catalog (JSON of `catalog/switchyard.json`'s shape).
     fn extensions(&self, raw: &Value) -> Extensions {
         let c = Catalog::parse(&raw.to_string()).unwrap().with_hosts(&self.ports);
-        gateway_config(&c, &self.ca_file, &wasm_path(), &self.digest, &test_keys(&c)).unwrap().1
+        gateway_config(&c, &self.ca_file, &wasm_path(), &self.digest, &test_secret(&c)).unwrap().1
     }
 
     fn write(&self, ext: &Extensions, name: &str) {
@@ -131,7 +133,7 @@ fn catalog_swap_under_load_fails_no_request() {
     let (base, providers, setup) = start_providers(&rt, "hot-reload");
     let local = base.with_hosts(&setup.ports);
     let (mut boot, ext_a) =
-        gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest, &test_keys(&local)).unwrap();
+        gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest, &test_secret(&local)).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
     // No key in the environment: the keys come from the mounted Secret.
     let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload", &[], 2).unwrap();
@@ -308,9 +310,14 @@ fn ext_a_for(setup: &Setup) -> Extensions {
 fn attempt_for_a_removed_provider_is_never_sent() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (base, providers, setup) = start_providers(&rt, "hot-reload-removed");
-    let (mut boot, ext_a) =
-        gateway_config(&base.with_hosts(&setup.ports), &setup.ca_file, &wasm_path(), &setup.digest, &test_keys(&base))
-            .unwrap();
+    let (mut boot, ext_a) = gateway_config(
+        &base.with_hosts(&setup.ports),
+        &setup.ca_file,
+        &wasm_path(),
+        &setup.digest,
+        &test_secret(&base),
+    )
+    .unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
     // No key in the environment: the keys come from the mounted Secret.
     let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload-removed", &[], 1).unwrap();
@@ -354,17 +361,4 @@ fn attempt_for_a_removed_provider_is_never_sent() {
     assert_eq!(providers["fireworks"].received_for("removed-retry").len(), 1);
     assert!(providers["together"].received_for("removed-retry").is_empty(), "nothing may reach a removed provider");
     assert!(log_contains(&envoy.dir, "the planned provider is no longer in the configuration"));
-}
-
-/// The Envoy inside the claimed Istio release's istio-proxy (`make envoy-matrix` installs it).
-fn istio_envoy() -> std::path::PathBuf {
-    let (release, envoy) = switchyard_integration::istio::ISTIO_RELEASES[0];
-    let path = switchyard_integration::envoy::envoy_release(envoy);
-    assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
-    path
-}
-
-/// The key Secret's data the tests mount: `key-for-<name>` per `credential.env`.
-fn test_keys(c: &Catalog) -> Vec<(String, String)> {
-    c.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect()
 }

@@ -17,7 +17,8 @@ use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
 use switchyard_integration::istio::Variant;
 use switchyard_integration::istio_sim::{
-    gateway_config, proxy_config, proxy_config_with_services, serve_extensions_from_files, MeshService,
+    gateway_config, istio_envoy, proxy_config, proxy_config_with_services, serve_extensions_from_files, test_secret,
+    MeshService,
 };
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
@@ -70,7 +71,8 @@ fn stack() -> &'static Stack {
             // istiod (WasmPlugin -> extension config, Istio-shaped gateway, EnvoyFilter patches)
             // and istio-agent (digest check, local module).
             let (mut boot, extensions) =
-                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest, &test_keys(&local)).unwrap();
+                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest, &test_secret(&local))
+                    .unwrap();
             serve_extensions_from_files(&mut boot, &extensions, &dir.join("ecds")).unwrap();
 
             // No key in the environment: the keys come from the mounted Secret.
@@ -324,7 +326,7 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
 fn sidecar_variant_routes_and_fails_over() {
     let s = stack();
     let (mut boot, extensions) =
-        proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest, &test_keys(&s.local)).unwrap();
+        proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest, &test_secret(&s.local)).unwrap();
     serve_extensions_from_files(&mut boot, &extensions, &s.dir.join("ecds-sidecar")).unwrap();
     // No key in the environment: the keys come from the mounted Secret.
     let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-sidecar", &[], 1).unwrap();
@@ -359,8 +361,7 @@ fn another_service_on_the_same_listener_is_untouched() {
     let s = stack();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let vllm = rt.block_on(MockProvider::start("vllm", 0, Behavior::default())).unwrap();
-    let keys: Vec<(String, String)> =
-        s.local.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect();
+    let keys = test_secret(&s.local);
     let secrets: Vec<&str> = keys.iter().map(|(_, v)| v.as_str()).collect();
     let service = MeshService { host: "vllm.apps.svc.cluster.local".into(), port: vllm.addr.port() };
     for v in [Variant::EgressGateway, Variant::Sidecar] {
@@ -415,18 +416,4 @@ fn another_service_on_the_same_listener_is_untouched() {
         assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GROQ_API_KEY"));
         assert_eq!(cluster_requests(envoy.admin, "groq", true), 1, "the first attempt went to groq's twin");
     }
-}
-
-/// The Envoy inside the claimed Istio release's istio-proxy (`make envoy-matrix` installs it).
-fn istio_envoy() -> std::path::PathBuf {
-    let (release, envoy) = switchyard_integration::istio::ISTIO_RELEASES[0];
-    let path = switchyard_integration::envoy::envoy_release(envoy);
-    assert!(path.exists(), "Envoy {envoy} (Istio {release}'s) is not installed: run `make envoy-matrix`");
-    path
-}
-
-/// The key Secret's data the tests mount (`keys: files`; the same values serve as environment
-/// variables for keys the filter reads): `key-for-<name>` per `credential.env`.
-fn test_keys(c: &Catalog) -> Vec<(String, String)> {
-    c.env_keys().into_iter().map(|k| (k.clone(), format!("key-for-{k}"))).collect()
 }
