@@ -236,6 +236,11 @@ impl Received {
     }
 }
 
+/// Every (provider name, request) the `providers` received for this test id.
+pub fn received_by(providers: &[MockProvider], test_id: &str) -> Vec<(String, Received)> {
+    providers.iter().flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r))).collect()
+}
+
 /// The raw value of `name` in a query string (`a=1&key=v`), not percent-decoded.
 pub fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').find_map(|pair| {

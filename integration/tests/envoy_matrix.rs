@@ -17,7 +17,7 @@ use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{
     bootstrap, envoy_release, http_get, keep_running, ClusterSpec, Envoy, StackConfig, ENVOY_MATRIX, ENVOY_REFUSED,
 };
-use switchyard_integration::mock::{MockProvider, Received};
+use switchyard_integration::mock::{received_by, MockProvider, Received};
 
 const KEYS: [(&str, &str, &str); 3] = [
     ("alpha", "authorization", "Bearer key-alpha"),
@@ -33,7 +33,7 @@ struct Stack {
 
 impl Stack {
     fn received(&self, id: &str) -> Vec<(String, Received)> {
-        self.providers.iter().flat_map(|p| p.received_for(id).into_iter().map(move |r| (p.name.clone(), r))).collect()
+        received_by(&self.providers, id)
     }
 }
 

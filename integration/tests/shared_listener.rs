@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 use switchyard_integration::client::{send, Reply};
 use switchyard_integration::envoy::{http_get, keep_running, ClusterSpec, Envoy, OtherHost, StackConfig};
-use switchyard_integration::mock::{MockProvider, Received};
+use switchyard_integration::mock::{received_by, MockProvider, Received};
 
 const KEYS: [&str; 3] = ["key-alpha", "key-beta-env", "key-delta"];
 
@@ -25,10 +25,7 @@ impl Stack {
     }
 
     fn received(&self, test_id: &str) -> Vec<(String, Received)> {
-        self.providers
-            .iter()
-            .flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r)))
-            .collect()
+        received_by(&self.providers, test_id)
     }
 }
 

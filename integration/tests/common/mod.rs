@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::mock::{MockProvider, Received};
+use switchyard_integration::mock::{received_by, MockProvider, Received};
 
 pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
 
@@ -205,10 +205,7 @@ impl Stack {
 
     /// Every (provider name, request) received for this test id.
     pub fn received(&self, test_id: &str) -> Vec<(String, Received)> {
-        self.providers
-            .iter()
-            .flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r)))
-            .collect()
+        received_by(&self.providers, test_id)
     }
 
     /// The single provider that received this test id's single request.
