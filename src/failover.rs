@@ -27,7 +27,7 @@ pub fn attempt_property(attempt: usize) -> String {
 pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";
 /// Dynamic metadata key (namespace `switchyard`) where the hook on a first-attempt cluster notes
 /// a failed first attempt as `<status>,<retry-after>` for the next attempt's filter.
-pub const FIRST_ATTEMPT_METADATA: &str = "first_attempt";
+pub use crate::wiring::FIRST_ATTEMPT_METADATA;
 
 /// What every attempt's upstream filter needs to know about the request.
 #[derive(Debug, Clone, PartialEq)]

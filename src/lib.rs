@@ -29,6 +29,7 @@
 //! - `usage`: token usage reported at the end of answers, priced at the endpoint's prices
 //! - `watch`: what one attempt's answer showed (status, first byte, usage, a cut stream)
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
+//! - `wiring`: header and metadata names shared with the generated Envoy configuration
 //! - `host` (Wasm only): the thin proxy-wasm adapter
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
@@ -62,6 +63,7 @@ pub mod usage;
 pub mod watch;
 pub mod wildcard;
 pub mod wire;
+pub mod wiring;
 
 #[cfg(target_arch = "wasm32")]
 mod host;

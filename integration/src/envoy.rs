@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use switchyard::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
 use switchyard::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
+use switchyard::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
 
 /// Repository root (the integration crate lives one level below it).
 pub fn repo_root() -> PathBuf {
@@ -579,22 +580,26 @@ pub fn with_first_attempt_clusters(config: &mut Value, on: bool, clusters: &[&st
 /// on the answer for the decision filter and, when the answer is a failure Envoy may retry,
 /// notes its status and `Retry-After` in the request's dynamic metadata, where the next
 /// attempt's filter reads them to record the failure (statistics, cool-down).
-pub const FIRST_ATTEMPT_HOOK: &str = r#"function envoy_on_response(handle)
+pub fn first_attempt_hook() -> String {
+    format!(
+        r#"function envoy_on_response(handle)
   local headers = handle:headers()
-  headers:replace("x-switchyard-attempts", "1")
+  headers:replace("{ATTEMPTS_HEADER}", "1")
   local status = headers:get(":status") or "0"
   if status:sub(1, 1) ~= "2" then
-    handle:streamInfo():dynamicMetadata():set("switchyard", "first_attempt", status .. "," .. (headers:get("retry-after") or ""))
+    handle:streamInfo():dynamicMetadata():set("{METADATA_NAMESPACE}", "{FIRST_ATTEMPT_METADATA}", status .. "," .. (headers:get("retry-after") or ""))
   end
 end
-"#;
+"#
+    )
+}
 
 /// The upstream filters of a first-attempt cluster: the hook, the provider's key (`key`: its
 /// `credential_injector`), then the codec.
 pub fn first_attempt_filters(key: Option<Value>) -> Value {
     let hook = json!({"name": "envoy.filters.http.lua", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-        "default_source_code": {"inline_string": FIRST_ATTEMPT_HOOK}
+        "default_source_code": {"inline_string": first_attempt_hook()}
     }});
     let codec = json!({"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}});
     Value::Array([Some(hook), key, Some(codec)].into_iter().flatten().collect())
@@ -832,7 +837,8 @@ const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)
 /// Google generateContent), told apart by the request path. Replies Switchyard shaped itself
 /// (`x-switchyard-own-reply`) are left alone. Mappers apply in order: the first match wins.
 pub fn local_reply_config() -> Value {
-    let not_own = json!({"header_filter": {"header": {"name": "x-switchyard-own-reply", "present_match": true, "invert_match": true}}});
+    let not_own =
+        json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}});
     let flags = |list: &[&str]| json!({"response_flag_filter": {"flags": list}});
     let status_503 = json!({"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}});
     let on_path = |regex: &str| json!({"header_filter": {"header": {"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}}});
@@ -915,9 +921,9 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         // value, so a forged header can only ever reach that cluster).
         if let Some(pt) = &cfg.passthrough {
             routes.push(json!({
-                "match": {"prefix": "/", "headers": [{"name": "x-switchyard-passthrough", "string_match": {"exact": pt.name}}]},
+                "match": {"prefix": "/", "headers": [{"name": PASSTHROUGH_HEADER, "string_match": {"exact": pt.name}}]},
                 "route": {"cluster": pt.name, "timeout": "60s"},
-                "request_headers_to_remove": ["x-switchyard-passthrough"]
+                "request_headers_to_remove": [PASSTHROUGH_HEADER]
             }));
         }
         // Nothing else reaches any cluster: the filter answers unrouted requests itself, so this

@@ -25,18 +25,13 @@ use crate::slots::{slot_header, slot_token};
 use crate::sse::interrupted_event_for;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
 use crate::watch::AttemptWatch;
+use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";
 /// Every request header of Switchyard's starts so; a caller's are removed on its routes.
 const INTERNAL_PREFIX: &str = "x-switchyard-";
 /// Response header naming the operator policy a routed request ran under.
 const POLICY_HEADER: &str = "x-switchyard-policy";
-/// Request header marking a local reply Switchyard already shaped (see the bootstrap's
-/// local_reply_config, which skips requests carrying it).
-pub const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
-/// Set to `routing.passthrough_cluster` on unrouted requests; the generated route sends a request
-/// carrying exactly that value to that cluster (and removes the header).
-const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";
 /// Envoy drains an HTTP/1 connection after any local reply with status 400 (it assumes a
 /// malformed request). A 400 the filter answers after reading the whole request is sent as
 /// this status and set back to 400 on the way out, so the caller's connection stays open.
@@ -582,7 +577,7 @@ impl HttpContext for Stream {
         let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
-        let made = api::find(&headers, "x-switchyard-attempts").and_then(|n| n.parse::<usize>().ok());
+        let made = api::find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
         let strategy = d.plan.strategy.clone();
         let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
@@ -675,7 +670,7 @@ impl HttpContext for Stream {
             });
             let attempts = records.len().to_string();
             own.push(("content-type", "application/json"));
-            own.push(("x-switchyard-attempts", &attempts));
+            own.push((ATTEMPTS_HEADER, &attempts));
             for (k, v) in &e.headers {
                 own.push((k.as_str(), v.as_str()));
             }

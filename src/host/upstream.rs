@@ -9,7 +9,6 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
 use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
-use super::downstream::OWN_REPLY_HEADER;
 use super::{api, Configured};
 use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
@@ -20,6 +19,7 @@ use crate::sse::interrupted_event_for;
 use crate::surface::Api;
 use crate::usage::ReportedUsage;
 use crate::watch::{AttemptWatch, Summary};
+use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -255,13 +255,13 @@ impl HttpContext for Attempt {
             api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
             // Only a serving attempt names the attempt count (the downstream filter reads the
             // attempt records up to it): never the provider's own header.
-            api::set_resp_header("x-switchyard-attempts", None);
+            api::set_resp_header(ATTEMPTS_HEADER, None);
             self.record();
             return Action::Continue;
         }
         api::set_resp_header("x-switchyard-provider", Some(&slug));
         api::set_resp_header("x-switchyard-model", Some(&model));
-        api::set_resp_header("x-switchyard-attempts", Some(&self.attempt.to_string()));
+        api::set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if status >= 400 || end_of_stream {
             // A body-less answer is complete here (never "interrupted").
             self.record();
