@@ -36,7 +36,8 @@ wasm: setup
 	@scripts/optimize-wasm.sh $(WASM) "$(WASM_OPT)" $(WASM_OPT_FLAGS)
 	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
 
-# envoy/switchyard.yaml and k8s/ from catalog/switchyard.json (the Wasm configs' sha256 is the
+# envoy/switchyard.yaml and k8s/ from catalog/switchyard.json (templates: a placeholder for the
+# image digest), and the deployable copy in target/deploy/ (the Wasm configs' sha256 is the
 # digest of the image `make image` builds from this module).
 render: wasm
 	cargo run -q -p switchyard-integration --bin switchyard-render

@@ -31,18 +31,10 @@ pub fn render_all(c: &Catalog, image_digest: &str) -> Vec<(String, String)> {
     files
 }
 
-/// The text with every `sha256: <64 hex>` replaced by a placeholder: the image digest follows
-/// the module build, so committed files are compared without it (the image test checks it).
-pub fn mask_digests(text: &str) -> String {
-    text.lines()
-        .map(|l| match l.split_once("sha256: ") {
-            Some((head, tail))
-                if tail.trim_matches('"').len() == 64
-                    && tail.trim_matches('"').chars().all(|c| c.is_ascii_hexdigit()) =>
-            {
-                format!("{head}sha256: <digest>\n")
-            }
-            _ => format!("{l}\n"),
-        })
-        .collect()
-}
+/// What the committed files (`k8s/`) carry where the image digest goes: the digest follows every
+/// module build, so the committed files are templates and `make render` writes the deployable
+/// copy, with the digest of the image `make image` builds from the module, to `DEPLOY_DIR`.
+pub const DIGEST_PLACEHOLDER: &str = "image-digest-written-by-make-render-into-target-deploy";
+
+/// Where `make render` writes the deployable files (the digest filled in).
+pub const DEPLOY_DIR: &str = "target/deploy";

@@ -1,14 +1,17 @@
-//! `make render`: renders `envoy/switchyard.yaml` and `k8s/` from `catalog/switchyard.json`.
+//! `make render`: renders `envoy/switchyard.yaml` and `k8s/` from `catalog/switchyard.json`, and
+//! the deployable copy of them into `target/deploy/`.
 //!
 //! Usage: switchyard-render [--catalog PATH] [--wasm PATH]
-//! The WasmPlugin's sha256 is the digest of the OCI image `make image` builds from the module.
+//! The committed files carry a placeholder where the image digest goes (it follows every module
+//! build); the copy in `target/deploy/` carries the digest of the OCI image `make image` builds
+//! from the module.
 
 use std::path::PathBuf;
 
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::envoy::{repo_root, wasm_path};
 use switchyard_integration::oci::Image;
-use switchyard_integration::render::render_all;
+use switchyard_integration::render::{render_all, DEPLOY_DIR, DIGEST_PLACEHOLDER};
 
 fn main() {
     let mut catalog = default_catalog_path();
@@ -27,7 +30,9 @@ fn main() {
     let result = Catalog::load(&catalog).and_then(|c| {
         let module = std::fs::read(&wasm).map_err(|e| format!("{}: {e} (run `make wasm` first)", wasm.display()))?;
         let digest = Image::from_module(&module).digest();
-        for (path, text) in render_all(&c, &digest) {
+        let committed = render_all(&c, DIGEST_PLACEHOLDER).into_iter().map(|(p, t)| (p.clone(), p, t));
+        let deployable = render_all(&c, &digest).into_iter().map(|(p, t)| (format!("{DEPLOY_DIR}/{p}"), p, t));
+        for (path, _, text) in committed.chain(deployable) {
             let full = repo_root().join(&path);
             if let Some(dir) = full.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
