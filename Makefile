@@ -92,6 +92,8 @@ unit: setup
 integration: wasm registry-tools envoy-matrix
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	cargo test -p switchyard-integration
+	# The measurement tools' smoke run (tools/tests/bench_smoke.rs) and load generator tests.
+	cargo test -p switchyard-tools
 
 sdk: wasm
 	cargo build -p switchyard-integration --bin switchyard-demo
@@ -106,19 +108,19 @@ clean:
 # Side by side in one run (about 8 minutes; the first run also installs LiteLLM proxy into
 # .work/litellm-venv): the mock reached directly, plain Envoy, the Switchyard full path, the
 # breakdown rows and LiteLLM proxy, at 1, 10 and 100 KB, JSON and SSE. Env knobs: see
-# integration/src/bin/switchyard-bench.rs (BENCH_SECONDS, BENCH_ROUNDS, BENCH_LITELLM=0, ...).
+# tools/src/bin/switchyard-bench.rs (BENCH_SECONDS, BENCH_ROUNDS, BENCH_LITELLM=0, ...).
 # Writes target/bench/results.md. BENCH_NICE=-10 by default: on a machine busy with other work
 # Envoy otherwise gets half its core and the rows measure the machine (0 to opt out).
 BENCH_NICE ?= -10
 bench: wasm
-	cargo build --release -p switchyard-integration --bin switchyard-bench
+	cargo build --release -p switchyard-tools --bin switchyard-bench
 	BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
 
 # routing_cost vs price_weighted on a simulated provider market (switchback, about 5 minutes):
 # BENCH_MARKET=<file> runs another market. Writes target/bench-routing/{results.md,shares.csv,shares.png}.
 BENCH_MARKET ?= integration/market/default.json
 bench-routing: wasm
-	cargo build --release -p switchyard-integration --bin switchyard-market
+	cargo build --release -p switchyard-tools --bin switchyard-market
 	target/release/switchyard-market --market $(BENCH_MARKET)
 	$(VENV)/bin/python -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(VENV)/bin/python integration/market/plot_shares.py target/bench-routing/shares.csv target/bench-routing/shares.png
@@ -127,7 +129,7 @@ bench-routing: wasm
 # --concurrency N --seed N --ok-share F"); fails on any violation, < 99.9 % success with a
 # healthy endpoint, a refused failover, or Envoy RSS growing by 64 MiB or more.
 soak: wasm
-	cargo build --release -p switchyard-integration --bin switchyard-soak
+	cargo build --release -p switchyard-tools --bin switchyard-soak
 	target/release/switchyard-soak $(SOAK_ARGS)
 
 # Coverage-guided fuzzing (nightly + cargo-fuzz, installed on first use; not part of `make test`).

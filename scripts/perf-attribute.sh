@@ -13,7 +13,7 @@ VARS=${2:-plain,noopwasm,wasmonly,full}
 SECS=${SECONDS_PER_VARIANT:-10}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-cargo build -q --release -p switchyard-integration --bin switchyard-probe
+cargo build -q --release -p switchyard-tools --bin switchyard-probe
 N=$(echo "$VARS" | tr ',' '\n' | wc -l)
 PROBE_VARIANTS=$VARS PROBE_ROUNDS=1 PROBE_SECONDS=$SECS ./target/release/switchyard-probe > "$OUT/probe.txt" 2>&1 &
 PROBE=$!

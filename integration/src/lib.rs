@@ -9,7 +9,6 @@ pub mod client;
 pub mod demo;
 pub mod envoy;
 pub mod istio_sim;
-pub mod load;
 pub mod market;
 pub mod memory;
 pub mod mock;

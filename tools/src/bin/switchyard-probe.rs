@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard_integration::envoy::{bootstrap, plain_bootstrap, repo_root, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::load::{run as run_spec, LoadResult, LoadSpec};
+use switchyard_tools::load::{run as run_spec, LoadResult, LoadSpec};
 
 async fn run(
     addr: std::net::SocketAddr,
@@ -166,7 +166,7 @@ async fn probe() {
     let rounds = env_num("PROBE_ROUNDS", 5) as usize;
     let connections = env_num("PROBE_CONNECTIONS", 16) as usize;
     let port = if std::env::var("PROBE_BENCH_MOCK").is_ok() {
-        switchyard_integration::load::start_mock(0).await.expect("mock").port()
+        switchyard_tools::load::start_mock(0).await.expect("mock").port()
     } else {
         mock().await
     };
@@ -324,7 +324,7 @@ async fn probe() {
         let e = Envoy::start_bootstrap(&boot, &format!("probe-{v}"), &[], 1).expect("envoy");
         envoys.push((v.to_string(), e));
     }
-    let body = switchyard_integration::load::chat_body(
+    let body = switchyard_tools::load::chat_body(
         "bench/model",
         env_num("PROBE_SIZE", 1024) as usize,
         std::env::var("PROBE_STREAM").is_ok(),

@@ -32,8 +32,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::load::{chat_body, run, start_mock, LoadSpec};
 use switchyard_integration::memory::{proc_status, tcmalloc, wasm_memories, NOOP_WASM};
+use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
 
 const MODEL: &str = "bench/model";
 

@@ -33,8 +33,8 @@ use serde_json::{json, Value};
 use switchyard_integration::envoy::{
     bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
 };
-use switchyard_integration::load::{chat_body, run, start_mock, LoadSpec};
 use switchyard_integration::memory::NOOP_WASM;
+use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
 
 /// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
 const LITELLM_VERSION: &str = "1.106.12";
