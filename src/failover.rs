@@ -1,8 +1,8 @@
 //! Failover across provider clusters, executed by Envoy's own retry policy.
 //!
-//! The downstream filter computes the ranked plan once; Envoy's `priority_group` cluster
-//! specifier sends attempt k to the k-th cluster of a per-request override (dynamic metadata,
-//! bridged from a request header by `header_to_metadata`); the upstream (per-attempt) filter
+//! The downstream filter computes the ranked plan once and names each attempt's cluster in a
+//! slot header (`slots`), which the route's cluster specifier reads before every attempt; the
+//! upstream (per-attempt) filter
 //! rewrites each attempt for its provider and records its outcome. This module is the pure part:
 //! encodings shared by both filters, the per-attempt rewrite, outcome classes and the final error.
 
@@ -25,9 +25,6 @@ pub fn attempt_property(attempt: usize) -> String {
 /// Set by the serving attempt when its answer broke off after the first byte: the downstream
 /// filter ends the caller's stream with an error event (value: the SSE event to append).
 pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";
-/// Dynamic metadata key (namespace `switchyard`) where the hook on a first-attempt cluster notes
-/// a failed first attempt as `<status>,<retry-after>` for the next attempt's filter.
-pub use crate::wiring::FIRST_ATTEMPT_METADATA;
 
 /// What every attempt's upstream filter needs to know about the request.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,14 +12,15 @@ use super::attempts::{finished, read_record, set_record, started, watch_chunk, A
 use super::{api, Configured};
 use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
-    FIRST_ATTEMPT_METADATA, INTERRUPTED_PROPERTY, PLAN_PROPERTY,
+    INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
+use crate::scope::METADATA_NAMESPACE;
 use crate::slots::needed_by_later_attempts;
 use crate::sse::interrupted_event_for;
 use crate::surface::Api;
 use crate::usage::ReportedUsage;
 use crate::watch::{AttemptWatch, Summary};
-use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
+use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
 /// a retry because a fallback model remains.
@@ -123,7 +124,7 @@ impl Attempt {
             return;
         }
         let (Some(&planned), Some(r)) = (plan.endpoints.first(), plan.refs.first()) else { return };
-        let noted = api::property(vec!["metadata", "filter_metadata", "switchyard", FIRST_ATTEMPT_METADATA])
+        let noted = api::property(vec!["metadata", "filter_metadata", METADATA_NAMESPACE, FIRST_ATTEMPT_METADATA])
             .and_then(|b| String::from_utf8(b).ok())
             .unwrap_or_default();
         let (status, retry_after) = noted.split_once(',').unwrap_or((noted.as_str(), ""));

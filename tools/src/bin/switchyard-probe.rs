@@ -9,10 +9,9 @@
 //! Wasm body router does, integration/floor-module, built with `cargo build --release --target
 //! wasm32-wasip1 --manifest-path integration/floor-module/Cargo.toml --target-dir target/floor`
 //! or given as PROBE_FLOOR_WASM), `noup` (no per-attempt filter),
-//! `wasmonly` (downstream Wasm only, static route), `noclear` / `noh2m` (without the route-cache
-//! clear, and without `header_to_metadata` too: attempt 1 then goes to the static order),
+//! `wasmonly` (downstream Wasm only, static route),
 //! `noopwasm` (`wasmonly` with a no-op proxy-wasm module: a Wasm filter's own cost),
-//! `luaclear` (a Lua `clearRouteCache` filter instead of the clear Wasm), `luaup` (a Lua upstream
+//! `luaup` (a Lua upstream
 //! hook instead of the per-attempt Wasm), `natfirst` (a native header_mutation instead of the
 //! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `alt` / `alt2` (the full path
 //! with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
@@ -146,12 +145,6 @@ fn drop_filters(boot: &mut Value, drop: impl Fn(&Value) -> bool) {
 
 fn wasm_only_static_route(boot: &mut Value) {
     let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-    if let Some(filters) = hcm["http_filters"].as_array_mut() {
-        filters.retain(|f| {
-            f["name"] != "envoy.filters.http.header_to_metadata"
-                && f["typed_config"]["config"]["root_id"] != "switchyard_clear"
-        });
-    }
     let route = &mut hcm["route_config"]["virtual_hosts"][0]["routes"][0];
     route["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
 }
@@ -224,34 +217,6 @@ async fn probe() {
                 let mut b = full.clone();
                 strip_upstream_filters(&mut b);
                 wasm_only_static_route(&mut b);
-                b
-            }
-            "noclear" => {
-                let mut b = full.clone();
-                drop_filters(&mut b, |f| f["typed_config"]["config"]["root_id"] == "switchyard_clear");
-                b
-            }
-            "noh2m" => {
-                let mut b = full.clone();
-                drop_filters(&mut b, |f| {
-                    f["typed_config"]["config"]["root_id"] == "switchyard_clear"
-                        || f["name"] == "envoy.filters.http.header_to_metadata"
-                });
-                b
-            }
-            "luaclear" => {
-                let mut b = full.clone();
-                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-                if let Some(filters) = hcm["http_filters"].as_array_mut() {
-                    for f in filters.iter_mut() {
-                        if f["typed_config"]["config"]["root_id"] == "switchyard_clear" {
-                            *f = json!({"name": "envoy.filters.http.lua", "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-                                "default_source_code": {"inline_string": "function envoy_on_request(h)\n  if h:headers():get('x-switchyard-routed') then h:clearRouteCache() end\nend\n"}
-                            }});
-                        }
-                    }
-                }
                 b
             }
             "luaup" => {
