@@ -3,11 +3,11 @@
 //! `cargo run --release --example decide_cost`.
 
 use std::time::Instant;
+use switchyard::api::Api;
 use switchyard::config::Catalog;
 use switchyard::decision::{decide, decide_under};
 use switchyard::health::NoHealthData;
 use switchyard::response::{rewrite_object, Served, SseRewriter};
-use switchyard::surface::Api;
 fn main() {
     let cfg = r#"{"providers": {"fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
       "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}},

@@ -859,7 +859,7 @@ pub fn choose(
     // endpoints, as provider routing does) or cooling down goes after the healthy ones.
     for c in candidates.iter_mut().filter(|c| c.excluded.is_none()) {
         if let Some(m) = catalog.models.get(c.model) {
-            let outage = crate::router::outage_flags(catalog, health, &m.endpoints);
+            let outage = crate::outage::outage_flags(catalog, health, &m.endpoints);
             c.unhealthy = !m.endpoints.is_empty()
                 && m.endpoints.iter().zip(&outage).all(|(&i, &down)| {
                     down || catalog.endpoint(i).is_some_and(|e| health.endpoint(&m.id, &e.slug).cooling_down)

@@ -8,8 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
+use crate::api::{Api, ApiSet};
 use crate::forwarding::{valid_pattern, HeaderPolicy};
-use crate::surface::{Api, ApiSet};
+
+/// The most models a request's `models` list (and `auto.max_models`) may name.
+pub const MAX_MODELS: usize = 8;
 
 /// A configuration error: `field` is a JSON path such as `models["x"].endpoints[0].pricing`.
 #[derive(Debug, Clone, PartialEq)]
@@ -1150,8 +1153,8 @@ fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -
             format!("unknown cost tier \"{}\" (low, medium, high, xhigh, max)", a.default_cost_tier),
         )
     })?;
-    if !(1..=crate::request::MAX_MODELS).contains(&a.max_models) {
-        return Err(err("auto.max_models", format!("must be between 1 and {}", crate::request::MAX_MODELS)));
+    if !(1..=MAX_MODELS).contains(&a.max_models) {
+        return Err(err("auto.max_models", format!("must be between 1 and {}", MAX_MODELS)));
     }
     if a.long_context_tokens == 0 {
         return Err(err("auto.long_context_tokens", "must be > 0"));

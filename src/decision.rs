@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use crate::api::{Api, Surface};
 use crate::config::Catalog;
 use crate::errors::ApiError;
 use crate::failover::{model_prefix, AttemptPlan, EndpointRef};
@@ -11,7 +12,7 @@ use crate::policy::Policy;
 use crate::request::ChatRequest;
 use crate::rewrite::upstream_body_for;
 use crate::router::{cut_to_budget, plan_under, Plan};
-use crate::surface::{without_caller_key, Api, Surface};
+use crate::surface::without_caller_key;
 
 /// The routing decision for one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +160,7 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
 pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) -> String {
     let num = |v: Option<f64>| v.filter(|x| x.is_finite()).map_or(Value::Null, |x| json!(x));
     let indices: Vec<usize> = plan.attempts.iter().map(|a| a.endpoint).collect();
-    let outages = crate::router::outage_flags(catalog, health, &indices);
+    let outages = crate::outage::outage_flags(catalog, health, &indices);
     let terms = |i: usize| {
         plan.cost_terms.iter().find(|(e, _)| *e == i).map(|(_, t)| {
             json!({

@@ -10,7 +10,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::surface::Api;
+use crate::api::Api;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {

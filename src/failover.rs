@@ -8,9 +8,9 @@
 
 use serde_json::{json, Value};
 
+use crate::api::Api;
 use crate::config::Catalog;
 use crate::errors::ApiError;
-use crate::surface::Api;
 
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).

@@ -35,6 +35,7 @@
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
+pub mod api;
 pub mod auto;
 pub mod config;
 pub mod decision;
@@ -44,6 +45,7 @@ pub mod failover;
 pub mod forwarding;
 pub mod health;
 pub mod listing;
+pub mod outage;
 pub mod policy;
 pub mod quality;
 pub mod request;

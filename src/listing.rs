@@ -28,7 +28,7 @@ pub fn parse_path(catalog: &Catalog, path: &str) -> Option<Listing> {
     if bare == "/v1/models" {
         return Some(Listing::Models);
     }
-    let rest = crate::surface::percent_decode(bare.strip_prefix("/v1/models/")?)?;
+    let rest = crate::api::percent_decode(bare.strip_prefix("/v1/models/")?)?;
     if rest.is_empty() {
         return None;
     }

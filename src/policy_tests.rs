@@ -669,8 +669,8 @@ fn listings_show_only_what_the_policy_allows() {
 // runs first, then the policy's ceilings, and refusals come in the caller's shape.
 #[test]
 fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
+    use crate::api::{Api, GoogleMethod, Surface};
     use crate::decision::decide_for;
-    use crate::surface::{Api, GoogleMethod, Surface};
     let json = r#"{
       "providers": {
         "alpha": {"cluster": "c_alpha", "authority": "a", "apis": {"anthropic": {}, "google": {}, "openai": {}},

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::surface::Api;
+use crate::api::Api;
 
 /// Bytes of one tool call's arguments (or one pending SSE line) kept for judging; beyond this
 /// the answer is not judged (memory stays bounded).

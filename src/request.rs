@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::config::Quantization;
+use crate::api::{Api, GoogleMethod, Surface};
+use crate::config::{Quantization, MAX_MODELS};
 use crate::errors::ApiError;
-use crate::surface::{Api, GoogleMethod, Surface};
 
 /// Request header carrying routing fields (`models`, `provider`) as a JSON object, for callers
 /// whose SDK cannot add body fields (Google's above all). Accepted on every surface.
@@ -39,8 +39,6 @@ const NON_PARAMETERS: [&str; 14] = [
     "metadata",
     "instructions",
 ];
-
-pub const MAX_MODELS: usize = 8;
 
 /// The object's top-level members, in order, values as raw JSON text.
 pub struct TopLevel<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);

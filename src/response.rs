@@ -11,11 +11,11 @@ use std::cell::Cell;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::api::Api;
 use crate::config::{Catalog, Pricing};
 use crate::errors::ApiError;
 use crate::failover::{AttemptRecord, Outcome};
 use crate::request::TopLevel;
-use crate::surface::Api;
 use crate::usage::ReportedUsage;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the

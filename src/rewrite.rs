@@ -1,8 +1,8 @@
 //! Request rewrites, done by splicing raw JSON rather than re-serializing the whole document
 //! (the answer's rewrite is in `response`).
 
+use crate::api::Api;
 use crate::request::{TopLevel, ROUTING_FIELDS};
-use crate::surface::Api;
 
 fn push_json_string(out: &mut Vec<u8>, s: &str) {
     // serde_json's string escaping cannot fail for a &str.
@@ -60,8 +60,8 @@ pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str) -> V
 /// caller's API version (`v1beta`, `v1`) and query kept. None when `request_path` is not a
 /// Google model method.
 pub fn google_upstream_path(request_path: &str, path_prefix: &str, upstream_model: &str) -> Option<String> {
-    let (_, method) = crate::surface::google_path(request_path)?;
-    let version = if request_path.starts_with(crate::surface::GOOGLE_MODELS_PREFIX) { "v1beta" } else { "v1" };
+    let (_, method) = crate::api::google_path(request_path)?;
+    let version = if request_path.starts_with(crate::api::GOOGLE_MODELS_PREFIX) { "v1beta" } else { "v1" };
     let mut path = format!("{path_prefix}/{version}/models/{upstream_model}:{}", method.name());
     if let Some((_, q)) = request_path.split_once('?') {
         path.push('?');

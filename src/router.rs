@@ -6,16 +6,17 @@
 
 use std::cmp::Ordering;
 
+use crate::api::Api;
 use crate::auto::{self, AutoChoice};
 use crate::config::DefaultPolicy;
 use crate::config::{Catalog, Endpoint};
 use crate::errors::ApiError;
-use crate::health::{significant_outage, EndpointHealth, HealthView, Percentiles, PERCENTILES};
+use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
+use crate::outage::outage_flags;
 use crate::policy::Policy;
 use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
 use crate::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
 use crate::sorting::{sort_by, sort_by_key};
-use crate::surface::Api;
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
 #[derive(Debug, Clone, PartialEq)]
@@ -462,40 +463,6 @@ fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
     for a in set.iter_mut() {
         a.score = ctx.health(a.endpoint).tool_error_rate.unwrap_or(f64::NAN);
     }
-}
-
-/// Significant-outage flags for `endpoints`, each judged against its model's other endpoints
-/// (pooled recent counts of every catalog endpoint of the model). One health read per endpoint.
-pub fn outage_flags(catalog: &Catalog, health: &dyn HealthView, endpoints: &[usize]) -> Vec<bool> {
-    let view = |i: usize| -> Option<EndpointHealth> {
-        let ep = catalog.endpoint(i)?;
-        Some(health.endpoint(&catalog.models.get(ep.model)?.id, &ep.slug))
-    };
-    // Pooled (failures, attempts) per model seen in `endpoints`.
-    let mut totals: Vec<(usize, u32, u32)> = Vec::new();
-    endpoints
-        .iter()
-        .map(|&i| {
-            let Some(ep) = catalog.endpoint(i) else { return false };
-            let Some(own) = view(i) else { return false };
-            let (failures, attempts) = match totals.iter().find(|t| t.0 == ep.model) {
-                Some(t) => (t.1, t.2),
-                None => {
-                    let members = catalog.models.get(ep.model).map(|m| m.endpoints.as_slice()).unwrap_or(&[]);
-                    let (f, a) = members.iter().filter_map(|&j| view(j)).fold((0u32, 0u32), |acc, h| {
-                        (acc.0.saturating_add(h.recent_failures), acc.1.saturating_add(h.recent_attempts))
-                    });
-                    totals.push((ep.model, f, a));
-                    (f, a)
-                }
-            };
-            significant_outage(
-                &own,
-                failures.saturating_sub(own.recent_failures),
-                attempts.saturating_sub(own.recent_attempts),
-            )
-        })
-        .collect()
 }
 
 /// Default policy B: routing cost per endpoint, then a weighted draw by traffic share (see

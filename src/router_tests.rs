@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::*;
+use crate::api::{Api, GoogleMethod, Surface};
 use crate::decision::{candidates_json, decide, hand_off};
 use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
 use crate::health::NoHealthData;
-use crate::surface::{Api, GoogleMethod, Surface};
 use crate::test_support::{mutate, Lcg};
 
 // ---------------------------------------------------------------------------------------------

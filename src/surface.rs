@@ -7,170 +7,12 @@
 //! `/v1/completions`, `/v1/responses`), Anthropic Messages (`/v1/messages`) and Google
 //! generateContent (`/{v1beta|v1}/models/{model}:generateContent` / `:streamGenerateContent`).
 
+use crate::api::{
+    google_path, Api, Surface, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH, ROUTED_PATHS,
+};
 use crate::config::{Catalog, Routing};
 use crate::errors::ApiError;
 use crate::listing::{self, Listing};
-
-/// OpenAI paths whose POST bodies are routed.
-pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
-/// The Anthropic Messages path.
-pub const MESSAGES_PATH: &str = "/v1/messages";
-/// Prefixes of Google's model methods (`/{version}/models/{model}:{method}`): the version the
-/// caller chose is kept (google-genai calls `v1beta` or `v1`). Every `/v1beta` path is Google's;
-/// under `/v1/models/` only the generateContent methods are (GETs there are OpenAI listings).
-pub const GOOGLE_MODELS_PREFIX: &str = "/v1beta/models/";
-pub const GOOGLE_V1_MODELS_PREFIX: &str = "/v1/models/";
-
-/// The API a request speaks (and an endpoint must speak to serve it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    OpenAi,
-    Anthropic,
-    Google,
-}
-
-impl Api {
-    pub const ALL: [Api; 3] = [Api::OpenAi, Api::Anthropic, Api::Google];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::OpenAi => "openai",
-            Api::Anthropic => "anthropic",
-            Api::Google => "google",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Api> {
-        Api::ALL.into_iter().find(|a| a.name() == s)
-    }
-
-    pub fn index(self) -> usize {
-        match self {
-            Api::OpenAi => 0,
-            Api::Anthropic => 1,
-            Api::Google => 2,
-        }
-    }
-
-    fn bit(self) -> u8 {
-        1 << self.index()
-    }
-
-    /// The API of a routed request path (query ignored); OpenAI for anything else.
-    pub fn of_path(path: &str) -> Api {
-        let bare = path.split('?').next().unwrap_or("");
-        if bare == MESSAGES_PATH {
-            Api::Anthropic
-        } else if bare.starts_with("/v1beta/")
-            || (bare.starts_with(GOOGLE_V1_MODELS_PREFIX)
-                && (bare.ends_with(":generateContent") || bare.ends_with(":streamGenerateContent")))
-        {
-            Api::Google
-        } else {
-            Api::OpenAi
-        }
-    }
-}
-
-/// A set of APIs (what a provider or endpoint speaks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ApiSet(u8);
-
-impl ApiSet {
-    pub const OPENAI: ApiSet = ApiSet(1);
-
-    pub fn with(self, api: Api) -> ApiSet {
-        ApiSet(self.0 | api.bit())
-    }
-
-    pub fn has(self, api: Api) -> bool {
-        self.0 & api.bit() != 0
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// The APIs in the set, in `Api::ALL` order.
-    pub fn iter(self) -> impl Iterator<Item = Api> {
-        Api::ALL.into_iter().filter(move |a| self.has(*a))
-    }
-}
-
-/// Google's generateContent methods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GoogleMethod {
-    Generate,
-    StreamGenerate,
-}
-
-impl GoogleMethod {
-    pub fn name(self) -> &'static str {
-        match self {
-            GoogleMethod::Generate => "generateContent",
-            GoogleMethod::StreamGenerate => "streamGenerateContent",
-        }
-    }
-}
-
-/// A routed request's surface: its API and, for Google, the model and method from the path.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Surface {
-    pub api: Api,
-    /// Google: the model named in the path (percent-decoded).
-    pub path_model: Option<String>,
-    /// Google: which method the path calls (streaming is the method, not a body field).
-    pub method: Option<GoogleMethod>,
-}
-
-impl Surface {
-    pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None };
-
-    pub fn of(api: Api) -> Surface {
-        Surface { api, path_model: None, method: None }
-    }
-}
-
-/// Splits `/{v1beta|v1}/models/{model}:{method}` (query ignored) into the percent-decoded model
-/// and the method. None for anything else (other methods, `tunedModels`, an empty model).
-pub fn google_path(path: &str) -> Option<(String, GoogleMethod)> {
-    let bare = path.split('?').next().unwrap_or("");
-    let rest = bare.strip_prefix(GOOGLE_MODELS_PREFIX).or_else(|| bare.strip_prefix(GOOGLE_V1_MODELS_PREFIX))?;
-    let (model, method) = rest.rsplit_once(':')?;
-    let method = match method {
-        "generateContent" => GoogleMethod::Generate,
-        "streamGenerateContent" => GoogleMethod::StreamGenerate,
-        _ => return None,
-    };
-    let model = percent_decode(model)?;
-    if model.is_empty() {
-        return None;
-    }
-    Some((model, method))
-}
-
-/// `%XX` decoding of a path segment (Google model paths, `/v1/models/{id}` listings); None for a
-/// bad escape or non-UTF-8 result.
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    if !s.contains('%') {
-        return Some(s.to_string());
-    }
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while let Some(&c) = b.get(i) {
-        if c == b'%' {
-            let hex = b.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
 
 /// The path as the plan keeps it: a Google caller's `key` query parameter (its API key) removed,
 /// so no attempt ever carries it to a provider. Other paths are returned unchanged.
@@ -295,6 +137,7 @@ fn printable(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::GoogleMethod;
     use crate::config::Catalog;
 
     fn routing(extra: &str) -> Routing {

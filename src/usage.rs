@@ -3,7 +3,7 @@
 //! the last `USAGE_TAIL_BYTES` of each body chunk (512: room for `prompt_tokens_details`).
 //! Linear in the tail, never allocates.
 
-use crate::surface::Api;
+use crate::api::Api;
 
 /// How much of each response chunk's end is scanned.
 pub const USAGE_TAIL_BYTES: usize = 512;

@@ -3,9 +3,9 @@
 //! the per-attempt filter for the attempts it runs on, the decision filter for a first attempt
 //! it prepared itself (that attempt has no per-attempt filter). Pure: the caller reads the bytes.
 
+use crate::api::Api;
 use crate::failover::{parse_retry_after, Outcome};
 use crate::sse::StreamEnd;
-use crate::surface::Api;
 use crate::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 
 /// How much of an Anthropic stream's first chunk is read for `message_start`'s usage.

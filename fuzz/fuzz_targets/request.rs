@@ -7,12 +7,13 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::api::{Api, GoogleMethod, Surface};
 use switchyard::config::Catalog;
 use switchyard::decision::{candidates_json, decide, decide_for, hand_off};
 use switchyard::failover::{attempt_rewrite, AttemptPlan};
 use switchyard::health::NoHealthData;
 use switchyard::request::{TopLevel, ROUTING_FIELDS};
-use switchyard::surface::{disposition, Api, Disposition, GoogleMethod, Surface};
+use switchyard::surface::{disposition, Disposition};
 
 fn catalog() -> &'static Catalog {
     static C: OnceLock<Catalog> = OnceLock::new();

@@ -5,12 +5,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::api::Api;
 use switchyard::config::Pricing;
 use switchyard::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
 use switchyard::response::{rewrite_answer, rewrite_object, Served, SseRewriter};
 use switchyard::sse::StreamEnd;
 use switchyard::stats::EndpointStats;
-use switchyard::surface::Api;
 use switchyard::usage::{completion_tokens, ReportedUsage, USAGE_TAIL_BYTES};
 use switchyard::wire::deserialize_map;
 

@@ -9,6 +9,7 @@ use super::attempts::{finished, read_record, read_records, started, watch_chunk,
 use super::caller::HostFacts;
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{api, random_unit, Configured};
+use crate::api::{Api, Surface};
 use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::ending::{ending, Ending};
 use crate::errors::ApiError;
@@ -23,7 +24,7 @@ use crate::router::policy_allows;
 use crate::scope;
 use crate::slots::{slot_header, slot_token};
 use crate::sse::interrupted_event_for;
-use crate::surface::{debug_allowed, disposition, is_caller_router_control, Api, Disposition, Surface};
+use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
 use crate::watch::AttemptWatch;
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
 

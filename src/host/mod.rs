@@ -157,7 +157,7 @@ impl HttpContext for Unconfigured {
             "not_configured",
             "Switchyard has no valid configuration on this worker",
         )
-        .for_api(crate::surface::Api::of_path(&path))
+        .for_api(crate::api::Api::of_path(&path))
         .body();
         api::reply(503, vec![("content-type", "application/json")], body.as_bytes());
         Action::Pause

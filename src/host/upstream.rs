@@ -10,6 +10,7 @@ use proxy_wasm::types::Action;
 
 use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::{api, Configured};
+use crate::api::Api;
 use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
     INTERRUPTED_PROPERTY, PLAN_PROPERTY,
@@ -17,7 +18,6 @@ use crate::failover::{
 use crate::scope::METADATA_NAMESPACE;
 use crate::slots::needed_by_later_attempts;
 use crate::sse::interrupted_event_for;
-use crate::surface::Api;
 use crate::usage::ReportedUsage;
 use crate::watch::{AttemptWatch, Summary};
 use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};
