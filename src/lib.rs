@@ -1,6 +1,8 @@
 //! Switchyard: OpenRouter-style LLM provider routing as an Envoy proxy-wasm filter.
 //!
 //! Everything except `host` is pure Rust with no host calls and is tested natively:
+//! - `api`: the three APIs (OpenAI, Anthropic, Google), their paths and API sets
+//! - `outage`: which endpoints are in a significant outage, judged against their peers
 //! - `auto`: the auto router (`model: "auto"`): classification and model ranking
 //! - `config`: the operator's catalog (providers, models, endpoints) and routing defaults
 //! - `quality`: bad responses (malformed tool calls, empty answers) judged from real answers
@@ -30,7 +32,8 @@
 //! - `watch`: what one attempt's answer showed (status, first byte, usage, a cut stream)
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 //! - `wiring`: header and metadata names shared with the generated Envoy configuration
-//! - `host` (Wasm only): the thin proxy-wasm adapter
+//! - `filters`: the two filters (decision, per-attempt) over the `Host` seam, tested natively
+//! - `host` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, the SDK callbacks)
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
@@ -42,6 +45,7 @@ pub mod decision;
 pub mod ending;
 pub mod errors;
 pub mod failover;
+pub mod filters;
 pub mod forwarding;
 pub mod health;
 pub mod listing;

@@ -1,22 +1,13 @@
-//! The proxy-wasm adapter: the only code that talks to the host. One Wasm module serves two
-//! roles, chosen by the plugin's `root_id` (both share one `vm_id`, so they share the VM's
-//! shared data):
-//!
-//! - `switchyard` (downstream HTTP filter): parse the body once, plan the ranked endpoints,
-//!   hand the order to Envoy's retry policy, shape the response.
-//! - `switchyard_upstream` (upstream HTTP filter on each provider cluster): rewrite each attempt
-//!   for its provider and record its outcome.
+//! The proxy-wasm adapter (Wasm only): the only code that talks to Envoy. It creates the root
+//! context, hands the plugin configuration to `filters::configure`, and delivers each HTTP
+//! callback to the filter of the plugin's role, with `abi::ProxyWasm` as its `Host`. The
+//! filters' logic lives in `crate::filters` and is tested natively against a mock host.
 //!
 //! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
 
-mod api;
-mod attempts;
-mod caller;
-mod downstream;
+mod abi;
 #[cfg(feature = "profile")]
 mod profile;
-mod shared;
-mod upstream;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -24,9 +15,9 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
-use crate::config::Catalog;
-use crate::failover::fingerprint;
-use crate::policy::Policies;
+use crate::filters::shared::prune_stale_keys;
+use crate::filters::{configure, downstream, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
+use abi::ProxyWasm;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
@@ -56,21 +47,6 @@ pub fn random_unit() -> f64 {
     })
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Downstream,
-    Upstream,
-}
-
-/// The configured catalog plus its fingerprint (plans carry it so an upstream filter never
-/// applies a plan made against another configuration).
-pub struct Configured {
-    pub catalog: Catalog,
-    /// Operator policies (compliance routes) and how callers are matched to them.
-    pub policies: Policies,
-    pub id: u64,
-}
-
 struct Root {
     role: Role,
     config: Option<Rc<Configured>>,
@@ -80,38 +56,31 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let root_id = api::property(vec!["plugin_root_id"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
-        self.role = match root_id.as_str() {
-            "switchyard_upstream" => Role::Upstream,
-            // The route-cache-clearing role of the priority_group wiring: a configuration that
-            // still names it would otherwise get a second decision filter.
-            "switchyard_clear" => {
-                log::error!(
-                    "switchyard: root_id switchyard_clear: removed with the priority_group wiring; remove this filter"
-                );
+        let root_id = abi::property(&["plugin_root_id"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+        self.role = match role_of(&root_id) {
+            Ok(role) => role,
+            Err(e) => {
+                log::error!("switchyard: {e}");
                 return false;
             }
-            _ => Role::Downstream,
         };
-        let Some(bytes) = api::plugin_configuration() else {
+        let Some(bytes) = abi::plugin_configuration() else {
             log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
             return false;
         };
-        let loaded = Catalog::from_json(&bytes, &|name| std::env::var(name).ok())
-            .and_then(|catalog| Policies::from_json(&bytes, &catalog).map(|policies| (catalog, policies)));
-        match loaded {
-            Ok((catalog, policies)) => {
+        match configure(&bytes, &|name| std::env::var(name).ok()) {
+            Ok(configured) => {
                 log::info!(
                     "switchyard ({root_id}): configured {} providers, {} models, {} endpoints, {} policies",
-                    catalog.providers.len(),
-                    catalog.models.len(),
-                    catalog.endpoints.len(),
-                    policies.list.len()
+                    configured.catalog.providers.len(),
+                    configured.catalog.models.len(),
+                    configured.catalog.endpoints.len(),
+                    configured.policies.list.len()
                 );
                 if self.role == Role::Downstream {
-                    shared::prune_stale_keys(&catalog);
+                    prune_stale_keys(&ProxyWasm, &configured.catalog);
                 }
-                self.config = Some(Rc::new(Configured { catalog, policies, id: fingerprint(&bytes) }));
+                self.config = Some(Rc::new(configured));
                 true
             }
             Err(e) => {
@@ -125,15 +94,9 @@ impl RootContext for Root {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         let config = self.config.as_ref().map(Rc::clone);
         Some(match (self.role, config) {
-            #[cfg(feature = "profile")]
-            (Role::Downstream, Some(c)) => Box::new(profile::Timed { inner: downstream::Stream::new(c), role: 0 }),
-            #[cfg(feature = "profile")]
-            (Role::Upstream, Some(c)) => Box::new(profile::Timed { inner: upstream::Attempt::new(c), role: 1 }),
-            #[cfg(not(feature = "profile"))]
-            (Role::Downstream, Some(c)) => Box::new(downstream::Stream::new(c)),
-            #[cfg(not(feature = "profile"))]
-            (Role::Upstream, Some(c)) => Box::new(upstream::Attempt::new(c)),
-            (_, None) => Box::new(Unconfigured),
+            (Role::Downstream, Some(c)) => boxed(Adapter(downstream::Stream::new(ProxyWasm, c)), 0),
+            (Role::Upstream, Some(c)) => boxed(Adapter(upstream::Attempt::new(ProxyWasm, c)), 1),
+            (_, None) => boxed(Adapter(Unconfigured { host: ProxyWasm }), 0),
         })
     }
 
@@ -142,24 +105,50 @@ impl RootContext for Root {
     }
 }
 
-/// A context created without a valid configuration (Envoy normally refuses such a filter):
-/// answers every request with a JSON 503 instead of letting it through unrouted.
-struct Unconfigured;
+#[cfg(not(feature = "profile"))]
+fn boxed<F: Filter + 'static>(filter: Adapter<F>, _role: usize) -> Box<dyn HttpContext> {
+    Box::new(filter)
+}
 
-impl Context for Unconfigured {}
+#[cfg(feature = "profile")]
+fn boxed<F: Filter + 'static>(filter: Adapter<F>, role: usize) -> Box<dyn HttpContext> {
+    Box::new(profile::Timed { inner: filter, role })
+}
 
-impl HttpContext for Unconfigured {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let path = api::req_header(":path").unwrap_or_default();
-        let body = crate::errors::ApiError::new(
-            503,
-            "server_error",
-            "not_configured",
-            "Switchyard has no valid configuration on this worker",
-        )
-        .for_api(crate::api::Api::of_path(&path))
-        .body();
-        api::reply(503, vec![("content-type", "application/json")], body.as_bytes());
-        Action::Pause
+/// Delivers the SDK's callbacks to a filter.
+struct Adapter<F>(F);
+
+fn action(a: host::Action) -> Action {
+    match a {
+        host::Action::Continue => Action::Continue,
+        host::Action::Pause => Action::Pause,
+    }
+}
+
+impl<F: Filter> Context for Adapter<F> {
+    fn on_done(&mut self) -> bool {
+        self.0.on_done();
+        true
+    }
+}
+
+impl<F: Filter> HttpContext for Adapter<F> {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_headers(end_of_stream))
+    }
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_request_body(body_size, end_of_stream))
+    }
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        action(self.0.on_request_trailers())
+    }
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_headers(end_of_stream))
+    }
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_body(body_size, end_of_stream))
+    }
+    fn on_log(&mut self) {
+        self.0.on_log()
     }
 }

@@ -8,8 +8,6 @@ use std::cell::RefCell;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
-use super::api;
-
 const SLOTS: usize = 8;
 const NAMES: [&str; SLOTS] =
     ["req_headers", "req_body", "req_trailers", "resp_headers", "resp_body", "log", "done", "calls"];
@@ -48,8 +46,17 @@ pub struct Timed<T> {
     pub role: usize,
 }
 
-fn now_ns() -> u64 {
-    api::now_ns()
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
+}
+
+/// The host's clock in nanoseconds (0 if it cannot tell).
+pub fn now_ns() -> u64 {
+    let mut ns: u64 = 0;
+    // SAFETY: `ns` outlives the call.
+    unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
+    ns
 }
 
 impl<T> Timed<T> {

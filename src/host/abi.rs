@@ -1,35 +1,35 @@
 //! The host calls Switchyard uses, declared against the proxy-wasm ABI directly. The SDK's own
 //! wrappers panic on any status they do not expect (and on non-UTF-8 header values), which
 //! would abort the VM and fail every request on the worker; these return errors instead, and
-//! callers log and carry on.
+//! callers log and carry on. `ProxyWasm` is the filters' `Host` over these calls.
 
 use std::ptr::null_mut;
 
+use crate::filters::host::{Host, MetricKind};
 use crate::wire::{deserialize_map, property_path, serialize_map};
 
 /// Under `--features profile`, accumulates the time of each kind of host call.
 macro_rules! timed {
     ($name:expr, $e:expr) => {{
         #[cfg(feature = "profile")]
-        let t0 = now_ns();
+        let t0 = super::profile::now_ns();
         let r = $e;
         #[cfg(feature = "profile")]
-        super::profile::host_call($name, now_ns().saturating_sub(t0));
+        super::profile::host_call($name, super::profile::now_ns().saturating_sub(t0));
         r
     }};
 }
 
 const OK: u32 = 0;
 const NOT_FOUND: u32 = 1;
-pub const CAS_MISMATCH: u32 = 8;
 
 const REQUEST_BODY: u32 = 0;
 const RESPONSE_BODY: u32 = 1;
 const PLUGIN_CONFIGURATION: u32 = 7;
 const REQUEST_HEADERS: u32 = 0;
 const RESPONSE_HEADERS: u32 = 2;
-pub const COUNTER: u32 = 0;
-pub const HISTOGRAM: u32 = 2;
+const COUNTER: u32 = 0;
+const HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -151,11 +151,6 @@ pub fn resp_headers() -> Vec<(String, String)> {
     headers(RESPONSE_HEADERS)
 }
 
-/// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).
-pub fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
 pub fn req_header(name: &str) -> Option<String> {
     header(REQUEST_HEADERS, name)
 }
@@ -168,14 +163,14 @@ pub fn set_resp_header(name: &str, value: Option<&str>) {
     set_header(RESPONSE_HEADERS, name, value)
 }
 
-pub fn property(path: Vec<&str>) -> Option<Vec<u8>> {
-    let p = property_path(&path);
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
+    let p = property_path(path);
     // SAFETY: as above.
     timed!("get_property", get_bytes(|d, s| unsafe { proxy_get_property(p.as_ptr(), p.len(), d, s) }).ok().flatten())
 }
 
-pub fn set_property(path: Vec<&str>, value: &[u8]) {
-    let p = property_path(&path);
+pub fn set_property(path: &[&str], value: &[u8]) {
+    let p = property_path(path);
     // SAFETY: as above.
     check(
         "set_property",
@@ -217,8 +212,8 @@ pub fn plugin_configuration() -> Option<Vec<u8>> {
 }
 
 /// A local reply (the request goes no further).
-pub fn reply(status: u32, headers: Vec<(&str, &str)>, body: &[u8]) {
-    let h = serialize_map(&headers);
+pub fn reply(status: u32, headers: &[(&str, &str)], body: &[u8]) {
+    let h = serialize_map(headers);
     // SAFETY: as above.
     let st =
         unsafe { proxy_send_local_response(status, null_mut(), 0, body.as_ptr(), body.len(), h.as_ptr(), h.len(), -1) };
@@ -232,14 +227,6 @@ pub fn now_ms() -> u64 {
         return 0;
     }
     ns / 1_000_000
-}
-
-#[cfg(feature = "profile")]
-pub fn now_ns() -> u64 {
-    let mut ns: u64 = 0;
-    // SAFETY: `ns` outlives the call.
-    unsafe { proxy_get_current_time_nanoseconds(&mut ns) };
-    ns
 }
 
 pub fn shared_data(key: &str) -> (Option<Vec<u8>>, u32) {
@@ -262,7 +249,7 @@ pub fn set_shared_data(key: &str, value: &[u8], cas: u32) -> u32 {
     timed!("set_shared", unsafe { proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas) })
 }
 
-pub fn define_metric(kind: u32, name: &str) -> Option<u32> {
+fn define_metric(kind: u32, name: &str) -> Option<u32> {
     let mut id: u32 = 0;
     // SAFETY: as above.
     (unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) } == OK).then_some(id)
@@ -276,4 +263,73 @@ pub fn increment_metric(id: u32, by: i64) {
 pub fn record_metric(id: u32, value: u64) {
     // SAFETY: no pointers.
     timed!("metric", unsafe { proxy_record_metric(id, value) });
+}
+
+/// The filters' host: Envoy, through the calls above.
+pub struct ProxyWasm;
+
+impl Host for ProxyWasm {
+    fn req_headers(&self) -> Vec<(String, String)> {
+        req_headers()
+    }
+    fn req_header(&self, name: &str) -> Option<String> {
+        req_header(name)
+    }
+    fn set_req_header(&self, name: &str, value: Option<&str>) {
+        set_req_header(name, value)
+    }
+    fn resp_headers(&self) -> Vec<(String, String)> {
+        resp_headers()
+    }
+    fn set_resp_header(&self, name: &str, value: Option<&str>) {
+        set_resp_header(name, value)
+    }
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        property(path)
+    }
+    fn set_property(&self, path: &[&str], value: &[u8]) {
+        set_property(path, value)
+    }
+    fn request_body(&self, start: usize, size: usize) -> Option<Vec<u8>> {
+        request_body(start, size)
+    }
+    fn set_request_body(&self, start: usize, size: usize, value: &[u8]) {
+        set_request_body(start, size, value)
+    }
+    fn response_body(&self, start: usize, size: usize) -> Option<Vec<u8>> {
+        response_body(start, size)
+    }
+    fn set_response_body(&self, start: usize, size: usize, value: &[u8]) {
+        set_response_body(start, size, value)
+    }
+    fn reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
+        reply(status, headers, body)
+    }
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32) {
+        shared_data(key)
+    }
+    fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32 {
+        set_shared_data(key, value, cas)
+    }
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32> {
+        define_metric(
+            match kind {
+                MetricKind::Counter => COUNTER,
+                MetricKind::Histogram => HISTOGRAM,
+            },
+            name,
+        )
+    }
+    fn increment_metric(&self, id: u32, by: i64) {
+        increment_metric(id, by)
+    }
+    fn record_metric(&self, id: u32, value: u64) {
+        record_metric(id, value)
+    }
+    fn random_unit(&self) -> f64 {
+        super::random_unit()
+    }
 }

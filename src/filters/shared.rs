@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::api::{self, CAS_MISMATCH, COUNTER, HISTOGRAM};
+use super::host::{Host, MetricKind, CAS_MISMATCH};
 
 use crate::config::Catalog;
 use crate::health::{EndpointHealth, HealthView};
@@ -19,24 +19,24 @@ pub fn stats_key(model: &str, slug: &str) -> String {
     format!("{KEY_PREFIX}{model}|{slug}")
 }
 
-pub fn read_stats(key: &str) -> EndpointStats {
-    match api::shared_data(key) {
+pub fn read_stats(host: &dyn Host, key: &str) -> EndpointStats {
+    match host.shared_data(key) {
         (Some(bytes), _) => EndpointStats::decode(&bytes),
         _ => EndpointStats::default(),
     }
 }
 
 /// Read-modify-write with CAS; retried when another worker wrote in between.
-pub fn update_stats(key: &str, mut f: impl FnMut(&mut EndpointStats)) {
+pub fn update_stats(host: &dyn Host, key: &str, mut f: impl FnMut(&mut EndpointStats)) {
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = api::shared_data(key);
+        let (bytes, cas) = host.shared_data(key);
         let fresh = bytes.is_none();
         let mut stats = bytes.map(|b| EndpointStats::decode(&b)).unwrap_or_default();
         f(&mut stats);
-        match api::set_shared_data(key, &stats.encode(), cas) {
+        match host.set_shared_data(key, &stats.encode(), cas) {
             0 => {
                 if fresh {
-                    register_key(key);
+                    register_key(host, key);
                 }
                 return;
             }
@@ -50,30 +50,30 @@ pub fn update_stats(key: &str, mut f: impl FnMut(&mut EndpointStats)) {
     log::warn!("switchyard: shared data contention on {key}; update dropped");
 }
 
-fn register_key(key: &str) {
+fn register_key(host: &dyn Host, key: &str) {
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = api::shared_data(REGISTRY_KEY);
+        let (bytes, cas) = host.shared_data(REGISTRY_KEY);
         let mut list = bytes.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
         if list.lines().any(|l| l == key) {
             return;
         }
         list.push_str(key);
         list.push('\n');
-        if api::set_shared_data(REGISTRY_KEY, list.as_bytes(), cas) != CAS_MISMATCH {
+        if host.set_shared_data(REGISTRY_KEY, list.as_bytes(), cas) != CAS_MISMATCH {
             return;
         }
     }
 }
 
 /// Drops statistics of endpoints no longer in the catalog (called on configuration).
-pub fn prune_stale_keys(catalog: &Catalog) {
+pub fn prune_stale_keys(host: &dyn Host, catalog: &Catalog) {
     let wanted: Vec<String> = catalog
         .endpoints
         .iter()
         .filter_map(|e| catalog.models.get(e.model).map(|m| stats_key(&m.id, &e.slug)))
         .collect();
     for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = api::shared_data(REGISTRY_KEY);
+        let (bytes, cas) = host.shared_data(REGISTRY_KEY);
         let Some(bytes) = bytes else { return };
         let list = String::from_utf8_lossy(&bytes).into_owned();
         let (keep, drop): (Vec<&str>, Vec<&str>) =
@@ -82,18 +82,19 @@ pub fn prune_stale_keys(catalog: &Catalog) {
             return;
         }
         let kept: String = keep.iter().map(|k| format!("{k}\n")).collect();
-        if api::set_shared_data(REGISTRY_KEY, kept.as_bytes(), cas) == CAS_MISMATCH {
+        if host.set_shared_data(REGISTRY_KEY, kept.as_bytes(), cas) == CAS_MISMATCH {
             continue;
         }
         for k in drop {
-            api::set_shared_data(k, &[], 0);
+            host.set_shared_data(k, &[], 0);
         }
         return;
     }
 }
 
 /// The health view for one request, read from shared data once per endpoint.
-pub struct SharedHealth {
+pub struct SharedHealth<'h> {
+    host: &'h dyn Host,
     now_ms: u64,
     outage_window_ms: u64,
     memo: RefCell<HashMap<String, EndpointHealth>>,
@@ -103,9 +104,16 @@ pub struct SharedHealth {
     pub caller_scope: u64,
 }
 
-impl SharedHealth {
-    pub fn new(now_ms: u64, outage_window_ms: u64) -> SharedHealth {
-        SharedHealth { now_ms, outage_window_ms, memo: RefCell::new(HashMap::new()), session: None, caller_scope: 0 }
+impl<'h> SharedHealth<'h> {
+    pub fn new(host: &'h dyn Host, now_ms: u64, outage_window_ms: u64) -> SharedHealth<'h> {
+        SharedHealth {
+            host,
+            now_ms,
+            outage_window_ms,
+            memo: RefCell::new(HashMap::new()),
+            session: None,
+            caller_scope: 0,
+        }
     }
 }
 
@@ -123,18 +131,18 @@ fn sticky_key(conversation: u64) -> String {
 }
 
 /// Remembers the endpoint that served a conversation until `expires_ms`.
-pub fn stick(conversation: u64, model: &str, slug: &str, expires_ms: u64) {
+pub fn stick(host: &dyn Host, conversation: u64, model: &str, slug: &str, expires_ms: u64) {
     let mut v = Vec::with_capacity(16 + model.len() + slug.len() + 1);
     v.extend_from_slice(&conversation.to_le_bytes());
     v.extend_from_slice(&expires_ms.to_le_bytes());
     v.extend_from_slice(model.as_bytes());
     v.push(b'|');
     v.extend_from_slice(slug.as_bytes());
-    api::set_shared_data(&sticky_key(conversation), &v, 0);
+    host.set_shared_data(&sticky_key(conversation), &v, 0);
 }
 
-fn stuck(conversation: u64, now_ms: u64) -> Option<(String, String)> {
-    let (bytes, _) = api::shared_data(&sticky_key(conversation));
+fn stuck(host: &dyn Host, conversation: u64, now_ms: u64) -> Option<(String, String)> {
+    let (bytes, _) = host.shared_data(&sticky_key(conversation));
     let b = bytes?;
     let word = |r: std::ops::Range<usize>| b.get(r).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
     if word(0..8)? != conversation || word(8..16)? <= now_ms {
@@ -146,9 +154,9 @@ fn stuck(conversation: u64, now_ms: u64) -> Option<(String, String)> {
     Some((model.to_string(), slug.to_string()))
 }
 
-impl HealthView for SharedHealth {
+impl HealthView for SharedHealth<'_> {
     fn sticky(&self, conversation: u64) -> Option<(String, String)> {
-        stuck(conversation, self.now_ms)
+        stuck(self.host, conversation, self.now_ms)
     }
 
     fn session_header(&self) -> Option<&str> {
@@ -164,7 +172,7 @@ impl HealthView for SharedHealth {
         if let Some(h) = self.memo.borrow().get(&key) {
             return *h;
         }
-        let h = read_stats(&key).view(self.now_ms, self.outage_window_ms);
+        let h = read_stats(self.host, &key).view(self.now_ms, self.outage_window_ms);
         self.memo.borrow_mut().insert(key, h);
         h
     }
@@ -184,12 +192,12 @@ pub fn tag(v: &str) -> String {
     v.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-fn metric(kind: u32, name: &str) -> Option<u32> {
+fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
     METRICS.with(|m| {
         if let Some(id) = m.borrow().get(name) {
             return Some(*id);
         }
-        let id = api::define_metric(kind, name);
+        let id = host.define_metric(kind, name);
         match id {
             Some(id) => {
                 m.borrow_mut().insert(name.to_string(), id);
@@ -200,14 +208,14 @@ fn metric(kind: u32, name: &str) -> Option<u32> {
     })
 }
 
-pub fn count(name: &str) {
-    if let Some(id) = metric(COUNTER, name) {
-        api::increment_metric(id, 1);
+pub fn count(host: &dyn Host, name: &str) {
+    if let Some(id) = metric(host, MetricKind::Counter, name) {
+        host.increment_metric(id, 1);
     }
 }
 
-pub fn observe(name: &str, value: u64) {
-    if let Some(id) = metric(HISTOGRAM, name) {
-        api::record_metric(id, value);
+pub fn observe(host: &dyn Host, name: &str, value: u64) {
+    if let Some(id) = metric(host, MetricKind::Histogram, name) {
+        host.record_metric(id, value);
     }
 }

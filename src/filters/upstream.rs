@@ -5,11 +5,9 @@
 
 use std::rc::Rc;
 
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
-
 use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
-use super::{api, Configured};
+use super::host::{find, status_of, Action, Host};
+use super::{Configured, Filter};
 use crate::api::Api;
 use crate::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
@@ -26,7 +24,8 @@ use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};
 /// a retry because a fallback model remains.
 const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
 
-pub struct Attempt {
+pub struct Attempt<H: Host> {
+    host: H,
     config: Rc<Configured>,
     /// Model id and endpoint slug of this attempt, once the plan was applied.
     names: Option<(String, String)>,
@@ -48,9 +47,10 @@ fn u64_le(b: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))
 }
 
-impl Attempt {
-    pub fn new(config: Rc<Configured>) -> Attempt {
+impl<H: Host> Attempt<H> {
+    pub fn new(host: H, config: Rc<Configured>) -> Attempt<H> {
         Attempt {
+            host,
             config,
             names: None,
             in_catalog: false,
@@ -71,8 +71,8 @@ impl Attempt {
             .body();
         // Shaped already: the listener's local_reply_config must leave it alone. (A later
         // attempt removes the marker with the other x-switchyard-* headers before it is sent.)
-        api::set_req_header(OWN_REPLY_HEADER, Some("1"));
-        api::reply(status, vec![("content-type", "application/json")], body.as_bytes());
+        self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
+        self.host.reply(status, &[("content-type", "application/json")], body.as_bytes());
         Action::Pause
     }
 
@@ -93,10 +93,8 @@ impl Attempt {
     fn interrupt(&mut self) {
         self.watch.interrupted = true;
         if let Some((model, slug)) = &self.names {
-            api::set_property(
-                vec![INTERRUPTED_PROPERTY],
-                interrupted_event_for(self.watch.api, slug, model).as_bytes(),
-            );
+            self.host
+                .set_property(&[INTERRUPTED_PROPERTY], interrupted_event_for(self.watch.api, slug, model).as_bytes());
         }
     }
 
@@ -106,32 +104,35 @@ impl Attempt {
         }
         self.recorded = true;
         let Some((model, slug)) = &self.names else { return };
-        let now = api::now_ms();
+        let now = self.host.now_ms();
         let s = self.watch.summary(now);
         set_record(
+            &self.host,
             self.attempt,
             AttemptRecord { endpoint: self.planned, status: s.status, retry_after_s: s.retry_after_s },
         );
         let of = AttemptOf { model, slug, in_catalog: self.in_catalog };
-        finished(&self.config, &of, &s, &self.watch.usage, true, None, now);
+        finished(&self.host, &self.config, &of, &s, &self.watch.usage, true, None, now);
     }
 
     /// The second attempt of a plan whose first attempt the decision filter prepared: that
     /// attempt ran without this filter, so its failure is recorded here, from what the hook on
     /// its cluster noted (`<status>,<retry-after>`; nothing if it got no answer at all).
     fn record_prepared_first(&self, plan: &AttemptPlan) {
-        if read_record(1).is_some() {
+        if read_record(&self.host, 1).is_some() {
             return;
         }
         let (Some(&planned), Some(r)) = (plan.endpoints.first(), plan.refs.first()) else { return };
-        let noted = api::property(vec!["metadata", "filter_metadata", METADATA_NAMESPACE, FIRST_ATTEMPT_METADATA])
+        let noted = self
+            .host
+            .property(&["metadata", "filter_metadata", METADATA_NAMESPACE, FIRST_ATTEMPT_METADATA])
             .and_then(|b| String::from_utf8(b).ok())
             .unwrap_or_default();
         let (status, retry_after) = noted.split_once(',').unwrap_or((noted.as_str(), ""));
         let status: u16 = status.trim().parse().unwrap_or(0);
         let cap = self.config.catalog.routing.max_retry_after_s;
         let retry_after_s = parse_retry_after(retry_after, cap);
-        set_record(1, AttemptRecord { endpoint: planned, status, retry_after_s });
+        set_record(&self.host, 1, AttemptRecord { endpoint: planned, status, retry_after_s });
         let in_catalog = self.config.catalog.find_endpoint(&r.model, &r.slug).is_some();
         let s = Summary {
             outcome: Outcome::of(status),
@@ -142,43 +143,35 @@ impl Attempt {
             latency_ms: 0,
         };
         finished(
+            &self.host,
             &self.config,
             &AttemptOf { model: &r.model, slug: &r.slug, in_catalog },
             &s,
             &ReportedUsage::default(),
             false,
             None,
-            api::now_ms(),
+            self.host.now_ms(),
         );
     }
 }
 
-impl Context for Attempt {
-    // Envoy does not run access-log callbacks (on_log) for upstream filters; on_done runs when
-    // the attempt's stream ends, also after a connect failure, reset or timeout.
-    fn on_done(&mut self) -> bool {
-        self.record_unanswered();
-        true
-    }
-}
-
-impl HttpContext for Attempt {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let Some(plan) = api::property(vec![PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)) else {
+impl<H: Host> Filter for Attempt<H> {
+    fn on_request_headers(&mut self, _end_of_stream: bool) -> Action {
+        let Some(plan) = self.host.property(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)) else {
             // Only Switchyard-routed requests may use a provider cluster (it injects keys).
             return self.refuse(403, "request reached a provider cluster without a Switchyard plan");
         };
         let api_of_plan = Api::of_path(&plan.path);
         self.attempt =
-            api::property(vec!["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
+            self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
         if plan.first_prepared && self.attempt == 2 {
             self.record_prepared_first(&plan);
         }
         let cluster =
-            api::property(vec!["xds", "cluster_name"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
+            self.host.property(&["xds", "cluster_name"]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
-        self.watch = AttemptWatch::new(api_of_plan, plan.stream, api::now_ms());
+        self.watch = AttemptWatch::new(api_of_plan, plan.stream, self.host.now_ms());
         let rw = match attempt_rewrite(catalog, config.id, &plan, self.attempt, &cluster) {
             Ok(rw) => rw,
             Err(AttemptError::StalePlan) => {
@@ -195,7 +188,7 @@ impl HttpContext for Attempt {
         self.in_catalog = rw.endpoint.is_some();
         // Caller headers a third party must not see (the default deny set and the operator's
         // upstream_headers policy), then every credential header, then this provider's own.
-        let headers = api::req_headers();
+        let headers = self.host.req_headers();
         // What later retries read (the attempt count, later slots) stays: header changes here
         // persist into them (see `slots`).
         // The key the provider's cluster injected for this attempt's API (it ran before this
@@ -205,33 +198,33 @@ impl HttpContext for Attempt {
         let kept = |k: &str| needed_by_later_attempts(k, attempt) || Some(k) == injected;
         let swept = catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !kept(k)));
         for h in &swept {
-            api::set_req_header(h, None);
+            self.host.set_req_header(h, None);
         }
         // Credential headers are lower-case, like Envoy's header names: only those present and
         // not swept already need a host call.
         for h in catalog.credential_headers.iter().filter(|h| !swept.contains(&h.as_str()) && !kept(h)) {
-            if api::find(&headers, h).is_some() {
-                api::set_req_header(h, None);
+            if find(&headers, h).is_some() {
+                self.host.set_req_header(h, None);
             }
         }
         if let Some((h, v)) = &rw.credential {
-            api::set_req_header(h, Some(v));
+            self.host.set_req_header(h, Some(v));
         }
-        api::set_req_header(":authority", Some(&rw.authority));
-        api::set_req_header(":path", Some(&rw.path));
+        self.host.set_req_header(":authority", Some(&rw.authority));
+        self.host.set_req_header(":path", Some(&rw.path));
         // The first attempt's body is the one the downstream filter sized; later attempts may
         // carry another model id (and follow an attempt that changed the header).
         if self.attempt > 1 || rw.new_prefix.is_some() {
-            api::set_req_header("content-length", Some(&rw.content_length.to_string()));
+            self.host.set_req_header("content-length", Some(&rw.content_length.to_string()));
         }
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
-        set_record(self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
-        started(&AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: self.in_catalog });
+        set_record(&self.host, self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
+        started(&self.host, &AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: self.in_catalog });
         self.names = Some((rw.model, rw.slug));
         Action::Continue
     }
 
-    fn on_http_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
         if self.new_prefix.is_none() {
             return Action::Continue;
         }
@@ -239,30 +232,30 @@ impl HttpContext for Attempt {
             return Action::Pause;
         }
         if let Some((old_len, prefix)) = self.new_prefix.take() {
-            api::set_request_body(0, old_len, &prefix);
+            self.host.set_request_body(0, old_len, &prefix);
         }
         Action::Continue
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+    fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
         let Some((model, slug)) = self.names.clone() else { return Action::Continue };
-        let headers = api::resp_headers();
-        let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let headers = self.host.resp_headers();
+        let status = status_of(&headers);
         let cap = self.config.catalog.routing.max_retry_after_s;
-        self.watch.headers(status, api::find(&headers, "retry-after"), api::find(&headers, "content-type"), cap);
+        self.watch.headers(status, find(&headers, "retry-after"), find(&headers, "content-type"), cap);
         // A non-retryable failure with another model still planned: let Envoy retry.
         if status >= 400 && !is_retryable_status(status) && self.later_model {
-            api::set_resp_header(":status", Some("503"));
-            api::set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
+            self.host.set_resp_header(":status", Some("503"));
+            self.host.set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
             // Only a serving attempt names the attempt count (the downstream filter reads the
             // attempt records up to it): never the provider's own header.
-            api::set_resp_header(ATTEMPTS_HEADER, None);
+            self.host.set_resp_header(ATTEMPTS_HEADER, None);
             self.record();
             return Action::Continue;
         }
-        api::set_resp_header("x-switchyard-provider", Some(&slug));
-        api::set_resp_header("x-switchyard-model", Some(&model));
-        api::set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
+        self.host.set_resp_header("x-switchyard-provider", Some(&slug));
+        self.host.set_resp_header("x-switchyard-model", Some(&model));
+        self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if status >= 400 || end_of_stream {
             // A body-less answer is complete here (never "interrupted").
             self.record();
@@ -270,11 +263,11 @@ impl HttpContext for Attempt {
         Action::Continue
     }
 
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if self.names.is_none() || self.recorded {
             return Action::Continue;
         }
-        watch_chunk(&mut self.watch, body_size, api::now_ms());
+        watch_chunk(&self.host, &mut self.watch, body_size, self.host.now_ms());
         if end_of_stream {
             self.watch.body_ended();
             if self.watch.interrupted {
@@ -286,6 +279,12 @@ impl HttpContext for Attempt {
     }
 
     fn on_log(&mut self) {
+        self.record_unanswered();
+    }
+
+    // Envoy does not run access-log callbacks (on_log) for upstream filters; on_done runs when
+    // the attempt's stream ends, also after a connect failure, reset or timeout.
+    fn on_done(&mut self) {
         self.record_unanswered();
     }
 }

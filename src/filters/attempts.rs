@@ -3,7 +3,7 @@
 //! finished attempt also updates its endpoint's shared statistics and the metrics. Used by the
 //! per-attempt filter and, for a first attempt it prepared itself, by the decision filter.
 
-use super::api;
+use super::host::Host;
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::Configured;
 use crate::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
@@ -16,25 +16,25 @@ use crate::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
 /// Writes attempt `attempt`'s (1-based) record into the request's filter state (see
 /// `attempt_property`). The per-attempt filter writes it when the attempt starts (status 0: no
 /// response yet) and again when the answer arrives, so attempts that never got one are listed.
-pub fn set_record(attempt: usize, record: AttemptRecord) {
+pub fn set_record(host: &dyn Host, attempt: usize, record: AttemptRecord) {
     if attempt == 0 || attempt > MAX_RECORDED_ATTEMPTS {
         return;
     }
-    api::set_property(vec![&attempt_property(attempt)], &encode_records(&[record]));
+    host.set_property(&[&attempt_property(attempt)], &encode_records(&[record]));
 }
 
 /// The record of attempt `attempt`, if one was written.
-pub fn read_record(attempt: usize) -> Option<AttemptRecord> {
-    api::property(vec![&attempt_property(attempt)]).and_then(|b| decode_records(&b).first().copied())
+pub fn read_record(host: &dyn Host, attempt: usize) -> Option<AttemptRecord> {
+    host.property(&[&attempt_property(attempt)]).and_then(|b| decode_records(&b).first().copied())
 }
 
 /// The records of attempts 1..=`attempts`; `first`, when given, is attempt 1's record and its
 /// slot is not read (the decision filter knows it for a first attempt it prepared).
-pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<AttemptRecord> {
+pub fn read_records(host: &dyn Host, attempts: usize, first: Option<AttemptRecord>) -> Vec<AttemptRecord> {
     let slots: Vec<Option<AttemptRecord>> = (1..=attempts.min(MAX_RECORDED_ATTEMPTS))
         .map(|k| match (k, first) {
             (1, Some(r)) => Some(r),
-            _ => read_record(k),
+            _ => read_record(host, k),
         })
         .collect();
     collect_records(&slots)
@@ -44,11 +44,11 @@ pub fn read_records(attempts: usize, first: Option<AttemptRecord>) -> Vec<Attemp
 /// from Envoy's buffer: usage sits at the end of JSON bodies and in the last SSE events (a tail),
 /// an Anthropic stream's prompt tokens in its first chunk (a head). `now_ms`: the caller's clock
 /// reading in this callback.
-pub fn watch_chunk(watch: &mut AttemptWatch, body_size: usize, now_ms: u64) {
+pub fn watch_chunk(host: &dyn Host, watch: &mut AttemptWatch, body_size: usize, now_ms: u64) {
     let head =
-        if watch.wants_head(body_size) { api::response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES)) } else { None };
+        if watch.wants_head(body_size) { host.response_body(0, body_size.min(ANTHROPIC_HEAD_BYTES)) } else { None };
     let n = body_size.min(USAGE_TAIL_BYTES);
-    let tail = if n > 0 { api::response_body(body_size - n, n) } else { None };
+    let tail = if n > 0 { host.response_body(body_size - n, n) } else { None };
     watch.chunk(now_ms, body_size, head.as_deref(), tail.as_deref().unwrap_or(&[]));
 }
 
@@ -62,9 +62,9 @@ pub struct AttemptOf<'a> {
 }
 
 /// Counts one attempt as started on its endpoint (its in-flight count, read by capacity learning).
-pub fn started(of: &AttemptOf) {
+pub fn started(host: &dyn Host, of: &AttemptOf) {
     if of.in_catalog {
-        update_stats(&stats_key(of.model, of.slug), |s| s.start());
+        update_stats(host, &stats_key(of.model, of.slug), |s| s.start());
     }
 }
 
@@ -72,7 +72,10 @@ pub fn started(of: &AttemptOf) {
 /// summary's latency is known (a first attempt reported by the hook has none). `verdict`: the
 /// served answer's quality, written in the same update. `now_ms`: the caller's clock reading in
 /// this callback (each reading is a host call).
+// Every helper here takes the host first; the other seven are what one finished attempt is.
+#[allow(clippy::too_many_arguments)]
 pub fn finished(
+    host: &dyn Host,
     config: &Configured,
     of: &AttemptOf,
     s: &Summary,
@@ -97,7 +100,7 @@ pub fn finished(
     };
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     if of.in_catalog {
-        update_stats(&stats_key(of.model, of.slug), |st| {
+        update_stats(host, &stats_key(of.model, of.slug), |st| {
             st.finish(now_ms, f, window);
             if let Some(v) = verdict {
                 st.judge(now_ms, v.bad, v.tool);
@@ -105,11 +108,11 @@ pub fn finished(
         });
     }
     let tags = format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
-    count(&format!("switchyard.attempts.{tags}.outcome.{}", s.outcome.name()));
+    count(host, &format!("switchyard.attempts.{tags}.outcome.{}", s.outcome.name()));
     if let Some(t) = s.ttft_ms {
-        observe(&format!("switchyard.ttft_ms.{tags}"), u64::from(t));
+        observe(host, &format!("switchyard.ttft_ms.{tags}"), u64::from(t));
     }
     if timed {
-        observe(&format!("switchyard.latency_ms.{tags}"), s.latency_ms);
+        observe(host, &format!("switchyard.latency_ms.{tags}"), s.latency_ms);
     }
 }

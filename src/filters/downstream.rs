@@ -2,13 +2,11 @@
 
 use std::rc::Rc;
 
-use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
-
 use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
+use super::host::{find, status_of, Action, Host};
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
-use super::{api, random_unit, Configured};
+use super::{Configured, Filter};
 use crate::api::{Api, Surface};
 use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::ending::{ending, Ending};
@@ -98,7 +96,8 @@ enum RequestResult {
     Failed,
 }
 
-pub struct Stream {
+pub struct Stream<H: Host> {
+    host: H,
     config: Rc<Configured>,
     routed: bool,
     path: String,
@@ -152,9 +151,10 @@ pub struct Stream {
     first: Option<PreparedFirst>,
 }
 
-impl Stream {
-    pub fn new(config: Rc<Configured>) -> Stream {
+impl<H: Host> Stream<H> {
+    pub fn new(host: H, config: Rc<Configured>) -> Stream<H> {
         Stream {
+            host,
             config,
             routed: false,
             path: String::new(),
@@ -197,15 +197,15 @@ impl Stream {
         if policies.is_empty() {
             return;
         }
-        if let Some(sel) = policies.select(&mut HostFacts { headers }) {
+        if let Some(sel) = policies.select(&mut HostFacts { host: &self.host, headers }) {
             self.policy = policies.list.iter().position(|p| std::ptr::eq(p, sel.policy));
             self.selected_by = Some(sel.by);
-            count(&format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
+            count(&self.host, &format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
         }
         // Trusted selection headers are for Switchyard only: no provider sees them.
         for h in &policies.trusted_headers {
             if headers.iter().any(|(k, _)| k == h) {
-                api::set_req_header(h, None);
+                self.host.set_req_header(h, None);
             }
         }
     }
@@ -217,7 +217,7 @@ impl Stream {
         if !path.is_empty() {
             audit.path = Some(path);
         }
-        api::set_property(vec![AUDIT_PROPERTY], audit.to_json().as_bytes());
+        self.host.set_property(&[AUDIT_PROPERTY], audit.to_json().as_bytes());
     }
 
     fn reject(&mut self, e: &ApiError) -> Action {
@@ -232,13 +232,13 @@ impl Stream {
         if carried {
             self.carried_400 = true;
         }
-        count(&format!("switchyard.requests.result.rejected.code.{}", e.code));
+        count(&self.host, &format!("switchyard.requests.result.rejected.code.{}", e.code));
         let constraint = e.metadata.get("constraint").and_then(|v| v.as_str());
         let policy = self.policy_name();
         if let Some(name) = policy {
             // Denials by the policy itself (403, or a 404 whose emptying constraint is the policy's).
             if e.code == "policy_denied" || constraint.is_some_and(|c| c.starts_with("policy:")) {
-                count(&format!("switchyard.policy_denials.policy.{}.code.{}", tag(name), e.code));
+                count(&self.host, &format!("switchyard.policy_denials.policy.{}.code.{}", tag(name), e.code));
             }
         }
         self.audit(Audit {
@@ -258,7 +258,7 @@ impl Stream {
             headers.push((k.as_str(), v.as_str()));
         }
         let status = if carried { LOCAL_400_CARRIER } else { e.status };
-        api::reply(status, headers, body.as_bytes());
+        self.host.reply(status, &headers, body.as_bytes());
         Action::Pause
     }
 
@@ -266,7 +266,11 @@ impl Stream {
     /// caller's operator policy lets it reach.
     fn listing(&mut self, which: &listing::Listing) -> Action {
         let config = Rc::clone(&self.config);
-        let health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
+        let health = SharedHealth::new(
+            &self.host,
+            self.host.now_ms(),
+            config.catalog.routing.outage_window_s.saturating_mul(1000),
+        );
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let allowed = |e: &crate::config::Endpoint| policy.is_none_or(|p| policy_allows(p, &config.catalog, e));
         match listing::answer(&config.catalog, which, &health, &allowed) {
@@ -275,7 +279,7 @@ impl Stream {
                 if let Some(p) = policy {
                     headers.push((POLICY_HEADER, p.name.as_str()));
                 }
-                api::reply(200, headers, body.as_bytes());
+                self.host.reply(200, &headers, body.as_bytes());
                 Action::Pause
             }
             Err(e) => self.reject(&e),
@@ -285,15 +289,21 @@ impl Stream {
     /// Routes the complete buffered body: applies the plan, or answers with the error.
     fn route(&mut self, body_size: usize) -> Action {
         self.request_complete = true;
-        let body = api::request_body(0, body_size).unwrap_or_default();
+        let body = self.host.request_body(0, body_size).unwrap_or_default();
         let config = Rc::clone(&self.config);
-        let mut health = SharedHealth::new(api::now_ms(), config.catalog.routing.outage_window_s.saturating_mul(1000));
+        let mut health = SharedHealth::new(
+            &self.host,
+            self.host.now_ms(),
+            config.catalog.routing.outage_window_s.saturating_mul(1000),
+        );
         health.session = self.session.clone();
         health.caller_scope = self.caller_scope;
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();
-        match decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut random_unit) {
+        match decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut || {
+            self.host.random_unit()
+        }) {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
@@ -312,11 +322,11 @@ impl Stream {
     fn apply(&mut self, mut d: Decision) {
         // One clock reading for the hand-off: when it was decided, and the prepared first
         // attempt's start (each reading is a host call).
-        let now = api::now_ms();
+        let now = self.host.now_ms();
         let HandOff { mut plan, mut clusters } = hand_off(&self.config.catalog, self.config.id, &d, &self.path);
         // Neither the caller's key nor any provider key is on the request before an attempt.
         for h in &self.caller_credentials {
-            api::set_req_header(h, None);
+            self.host.set_req_header(h, None);
         }
         if plan.first_prepared && !self.prepare_first(&plan, d.stream, now) {
             // Not preparable (cannot happen with a plan of this configuration): the regular
@@ -330,16 +340,16 @@ impl Stream {
             }
         }
         let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
-        api::set_property(vec![PLAN_PROPERTY], &plan.encode());
+        self.host.set_property(&[PLAN_PROPERTY], &plan.encode());
         for (k, cluster) in clusters.iter().enumerate() {
-            api::set_req_header(&slot_header(k + 1), Some(&slot_token(cluster)));
+            self.host.set_req_header(&slot_header(k + 1), Some(&slot_token(cluster)));
         }
-        api::set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
+        self.host.set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.
         // A compressor filter before this one still compresses for callers that accept it.
-        api::set_req_header("accept-encoding", Some("identity"));
-        api::set_req_header("content-length", Some(&d.body.len().to_string()));
-        api::set_request_body(0, usize::MAX, &d.body);
+        self.host.set_req_header("accept-encoding", Some("identity"));
+        self.host.set_req_header("content-length", Some(&d.body.len().to_string()));
+        self.host.set_request_body(0, usize::MAX, &d.body);
         // Envoy holds the body now. A copy kept for the request's lifetime would hold one body
         // per request in flight in the VM's memory, which never shrinks again.
         d.body = Vec::new();
@@ -362,13 +372,13 @@ impl Stream {
         let Some(provider) = catalog.provider_of(ep) else { return false };
         let Ok(rw) = attempt_rewrite(catalog, config.id, plan, 1, &provider.cluster) else { return false };
         for h in &self.swept {
-            api::set_req_header(h, None);
+            self.host.set_req_header(h, None);
         }
         if rw.path != self.path {
-            api::set_req_header(":path", Some(&rw.path));
+            self.host.set_req_header(":path", Some(&rw.path));
         }
         let of = AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: rw.endpoint.is_some() };
-        started(&of);
+        started(&self.host, &of);
         self.first = Some(PreparedFirst {
             in_catalog: of.in_catalog,
             model: rw.model,
@@ -392,7 +402,7 @@ impl Stream {
         f.recorded = true;
         let s = f.watch.summary(now_ms);
         let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
-        finished(&self.config, &of, &s, &f.watch.usage, true, f.verdict, now_ms);
+        finished(&self.host, &self.config, &of, &s, &f.watch.usage, true, f.verdict, now_ms);
     }
 
     /// The prepared first attempt is still being answered to the caller.
@@ -403,15 +413,15 @@ impl Stream {
 
 /// Removes every response header but `:status`: a final error the filter built carries only
 /// its own headers, none left over from the last attempt.
-fn clear_response_headers(headers: &[(String, String)]) {
+fn clear_response_headers(host: &dyn Host, headers: &[(String, String)]) {
     for (k, _) in headers {
         if k != ":status" {
-            api::set_resp_header(k, None);
+            host.set_resp_header(k, None);
         }
     }
 }
 
-impl Stream {
+impl<H: Host> Stream<H> {
     fn offered_tools(&self) -> &[String] {
         self.decision.as_ref().map(|d| d.offered_tools.as_slice()).unwrap_or(&[])
     }
@@ -422,11 +432,11 @@ impl Stream {
         let event = match self.first.as_ref().filter(|f| f.answered) {
             // A prepared first attempt has no per-attempt filter to mark it: its watch knows.
             Some(f) => f.watch.interrupted.then(|| interrupted_event_for(self.api, &f.slug, &f.model).into_bytes()),
-            None => api::property(vec![INTERRUPTED_PROPERTY]),
+            None => self.host.property(&[INTERRUPTED_PROPERTY]),
         };
         self.interrupted = Some(event.is_some());
         if let Some(event) = event {
-            api::set_response_body(at, 0, &event);
+            self.host.set_response_body(at, 0, &event);
         } else if let Some(judge) = self.judge.take() {
             let verdict = judge.verdict(self.offered_tools());
             self.record_quality(verdict);
@@ -442,40 +452,38 @@ impl Stream {
                     f.verdict = Some(v);
                 }
             } else {
-                let now = api::now_ms();
-                update_stats(&stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
+                let now = self.host.now_ms();
+                update_stats(&self.host, &stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
             }
             if v.bad {
-                count(&format!("switchyard.bad_responses.model.{}.endpoint.{}", tag(model), tag(slug)));
+                count(&self.host, &format!("switchyard.bad_responses.model.{}.endpoint.{}", tag(model), tag(slug)));
             }
         }
     }
 }
 
-impl Context for Stream {}
-
-impl HttpContext for Stream {
-    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+impl<H: Host> Filter for Stream<H> {
+    fn on_request_headers(&mut self, end_of_stream: bool) -> Action {
         // Only Switchyard's own routes (the route mark): a request for another virtual host or
         // route of a shared listener goes on untouched. Every later callback then finds
         // nothing to do (no decision, no body action, nothing prepared).
-        if !scope::is_marked(api::property(scope::route_mark_path().to_vec()).as_deref()) {
+        if !scope::is_marked(self.host.property(&scope::route_mark_path()).as_deref()) {
             return Action::Continue;
         }
         self.request_complete = end_of_stream;
-        let headers = api::req_headers();
-        #[cfg(feature = "fault-injection")]
-        if api::find(&headers, "x-switchyard-test-trap").is_some() {
+        let headers = self.host.req_headers();
+        #[cfg(all(feature = "fault-injection", target_arch = "wasm32"))]
+        if find(&headers, "x-switchyard-test-trap").is_some() {
             core::arch::wasm32::unreachable();
         }
         // Switchyard's headers are never taken from a caller as they are: the internal ones
         // (slots, markers) would steer, the caller-facing ones (`x-switchyard-routing`,
         // `x-switchyard-debug`) are read below from this snapshot and reach no provider.
         for (h, _) in headers.iter().filter(|(k, _)| k.starts_with(INTERNAL_PREFIX)) {
-            api::set_req_header(h, None);
+            self.host.set_req_header(h, None);
         }
-        let method = api::find(&headers, ":method").unwrap_or_default();
-        let path = api::find(&headers, ":path").unwrap_or_default();
+        let method = find(&headers, ":method").unwrap_or_default();
+        let path = find(&headers, ":path").unwrap_or_default();
         self.path = path.to_string();
         self.api = Api::of_path(path);
         match disposition(method, path, &self.config.catalog) {
@@ -485,19 +493,19 @@ impl HttpContext for Stream {
                 return self.listing(&which);
             }
             Disposition::PassThrough(cluster) => {
-                api::set_req_header(PASSTHROUGH_HEADER, Some(&cluster));
+                self.host.set_req_header(PASSTHROUGH_HEADER, Some(&cluster));
                 return Action::Continue;
             }
             Disposition::Local(e) => return self.reject(&e),
         }
         self.routed = true;
         for (name, _) in headers.iter().filter(|(k, _)| is_caller_router_control(k)) {
-            api::set_req_header(name, None);
+            self.host.set_req_header(name, None);
         }
         self.select_policy(&headers);
         let catalog = &self.config.catalog;
         self.caller_credentials =
-            catalog.credential_headers.iter().filter(|h| api::find(&headers, h).is_some()).cloned().collect();
+            catalog.credential_headers.iter().filter(|h| find(&headers, h).is_some()).cloned().collect();
         // What providers must not see of the caller's headers (removed before a first attempt
         // this filter prepares), less what is removed anyway.
         let removed_anyway = |k: &str| {
@@ -512,21 +520,21 @@ impl HttpContext for Stream {
             .into_iter()
             .map(str::to_string)
             .collect();
-        self.session = api::find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
+        self.session = find(&headers, "x-session-id").filter(|v| v.len() <= 256).map(str::to_string);
         // Conversations are per caller: its credential (hashed, never kept) scopes the key.
         self.caller_scope = ["authorization", "x-api-key", "x-goog-api-key"]
             .iter()
-            .filter_map(|h| api::find(&headers, h))
+            .filter_map(|h| find(&headers, h))
             .flat_map(str::bytes)
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-        if let Some(v) = api::find(&headers, ROUTING_HEADER) {
+        if let Some(v) = find(&headers, ROUTING_HEADER) {
             self.routing_header = Some(v.to_string());
         }
-        if let Some(v) = api::find(&headers, DEBUG_HEADER) {
+        if let Some(v) = find(&headers, DEBUG_HEADER) {
             self.debug = debug_allowed(v, &catalog.routing);
         }
         let limit = catalog.routing.max_body_bytes;
-        if let Some(len) = api::find(&headers, "content-length").and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(len) = find(&headers, "content-length").and_then(|v| v.parse::<u64>().ok()) {
             if len > limit {
                 return self.reject(&ApiError::too_large(limit));
             }
@@ -538,7 +546,7 @@ impl HttpContext for Stream {
         Action::Pause
     }
 
-    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if !self.routed || self.decision.is_some() {
             return Action::Continue;
         }
@@ -555,30 +563,30 @@ impl HttpContext for Stream {
 
     // A body followed by trailers never sees end_of_stream in on_http_request_body: route here,
     // or the request would continue unrouted.
-    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+    fn on_request_trailers(&mut self) -> Action {
         if !self.routed || self.decision.is_some() {
             return Action::Continue;
         }
         self.route(self.body_size)
     }
 
-    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+    fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
         let Some(d) = &self.decision else {
             // Our own 400 sent with the carrier status: restore it.
             if self.carried_400 {
-                api::set_resp_header(":status", Some("400"));
+                self.host.set_resp_header(":status", Some("400"));
             }
             return Action::Continue;
         };
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
-        let headers = api::resp_headers();
+        let headers = self.host.resp_headers();
         // One clock reading for this callback (each reading is a host call).
-        let now = api::now_ms();
-        let status: u16 = api::find(&headers, ":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let now = self.host.now_ms();
+        let status = status_of(&headers);
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
-        let made = api::find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
+        let made = find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
         let strategy = d.plan.strategy.clone();
         let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
@@ -593,7 +601,7 @@ impl HttpContext for Stream {
             if let Some(f) = self.first.as_mut() {
                 f.answered = true;
                 let cap = catalog.routing.max_retry_after_s;
-                f.watch.headers(status, api::find(&headers, "retry-after"), api::find(&headers, "content-type"), cap);
+                f.watch.headers(status, find(&headers, "retry-after"), find(&headers, "content-type"), cap);
             }
             if status >= 400 || end_of_stream {
                 // A refusal, or an answer without a body: complete here.
@@ -605,14 +613,14 @@ impl HttpContext for Stream {
         } else if let Some(planned) = self.first.as_ref().map(|f| f.planned) {
             // Envoy answered itself, or a later attempt did. Without a retry's record of the
             // first attempt, it got no answer and nothing came after it.
-            let retried = read_record(1);
+            let retried = read_record(&self.host, 1);
             if retried.is_none() {
                 self.finish_first(now);
             }
             let unanswered = AttemptRecord { endpoint: planned, status: 0, retry_after_s: None };
-            read_records(read_up_to, Some(retried.unwrap_or(unanswered)))
+            read_records(&self.host, read_up_to, Some(retried.unwrap_or(unanswered)))
         } else {
-            read_records(read_up_to, None)
+            read_records(&self.host, read_up_to, None)
         };
         let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
@@ -638,15 +646,17 @@ impl HttpContext for Stream {
         // attempt failed retryably: the failover is over. If fewer attempts were made than
         // planned, Envoy stopped it early (retry circuit breaker or budget, route timeout).
         let flags = || {
-            api::property(vec!["response", "flags"])
+            self.host
+                .property(&["response", "flags"])
                 .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
                 .unwrap_or(0)
         };
         let ended = ending(catalog, status, &records, self.planned, flags);
         // A per-attempt filter refused the last attempt (an endpoint a reload removed since the
         // plan was made) and marked its reply as shaped: that reply is the answer.
-        let refused =
-            matches!(ended, Ending::Failed { .. }) && made.is_none() && api::req_header(OWN_REPLY_HEADER).is_some();
+        let refused = matches!(ended, Ending::Failed { .. })
+            && made.is_none()
+            && self.host.req_header(OWN_REPLY_HEADER).is_some();
         if let (false, Ending::Failed { error: e, cut_short }) = (refused, ended) {
             let e = e.for_api(self.api);
             if let Some(cut) = cut_short {
@@ -656,7 +666,7 @@ impl HttpContext for Stream {
                     cut.planned,
                     cut.reason.name()
                 );
-                count(&format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
+                count(&self.host, &format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
             }
             self.result = Some(RequestResult::Failed);
             self.audit(Audit {
@@ -678,32 +688,32 @@ impl HttpContext for Stream {
             if end_of_stream {
                 // The failed answer had no body to replace: answer with a local reply, marked so
                 // the listener's local_reply_config leaves our JSON alone.
-                api::set_req_header(OWN_REPLY_HEADER, Some("1"));
-                api::reply(e.status, own, e.body().as_bytes());
+                self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
+                self.host.reply(e.status, &own, e.body().as_bytes());
                 return Action::Pause;
             }
-            clear_response_headers(&headers);
-            api::set_resp_header(":status", Some(&e.status.to_string()));
+            clear_response_headers(&self.host, &headers);
+            self.host.set_resp_header(":status", Some(&e.status.to_string()));
             for (k, v) in own {
-                api::set_resp_header(k, Some(v));
+                self.host.set_resp_header(k, Some(v));
             }
             // Held until the failed answer's body is complete, then replaced with its length.
             self.body_action = BodyAction::Replace(e.body());
             return Action::Pause;
         }
         for (k, v) in own {
-            api::set_resp_header(k, Some(v));
+            self.host.set_resp_header(k, Some(v));
         }
         let (served_model, slug) = match self.first.as_ref().filter(|_| first_answered) {
             Some(f) => {
                 // No per-attempt filter named the endpoint: name it here.
-                api::set_resp_header("x-switchyard-provider", Some(&f.slug));
-                api::set_resp_header("x-switchyard-model", Some(&f.model));
+                self.host.set_resp_header("x-switchyard-provider", Some(&f.slug));
+                self.host.set_resp_header("x-switchyard-model", Some(&f.model));
                 (f.model.clone(), Some(f.slug.clone()))
             }
             None => (
-                api::find(&headers, "x-switchyard-model").unwrap_or_default().to_string(),
-                api::find(&headers, "x-switchyard-provider").map(str::to_string),
+                find(&headers, "x-switchyard-model").unwrap_or_default().to_string(),
+                find(&headers, "x-switchyard-provider").map(str::to_string),
             ),
         };
         self.audit(Audit {
@@ -718,12 +728,12 @@ impl HttpContext for Stream {
             ..Audit::default()
         });
         let Some(slug) = slug else { return Action::Continue };
-        let content_type = api::find(&headers, "content-type").unwrap_or_default();
+        let content_type = find(&headers, "content-type").unwrap_or_default();
         let json = content_type.contains("application/json");
         let sse = content_type.contains("text/event-stream");
         self.sse_response = sse;
         // A provider that ignored `accept-encoding: identity`: its bytes cannot be rewritten.
-        let encoded = api::find(&headers, "content-encoding").is_some_and(|e| e != "identity");
+        let encoded = find(&headers, "content-encoding").is_some_and(|e| e != "identity");
         if status >= 400 {
             self.result = Some(RequestResult::ProviderError);
             if !end_of_stream && !encoded {
@@ -736,12 +746,12 @@ impl HttpContext for Stream {
         self.result = Some(RequestResult::Served);
         if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
             let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
-            stick(conv, &served_model, &slug, now.saturating_add(ttl_ms));
+            stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
         }
         self.served = Some((served_model.clone(), slug.clone()));
         if records.len() > 1 {
             let kind = if served_model != primary_model { "model" } else { "provider" };
-            count(&format!("switchyard.fallbacks.kind.{kind}"));
+            count(&self.host, &format!("switchyard.fallbacks.kind.{kind}"));
         }
         if end_of_stream {
             return Action::Continue;
@@ -763,7 +773,7 @@ impl HttpContext for Stream {
         let served = Served { model: served_model, slug, pricing: ep.pricing, api: self.api };
         if sse {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
-            api::set_resp_header("content-length", None);
+            self.host.set_resp_header("content-length", None);
             self.body_action = BodyAction::Stream(SseRewriter::new(served));
             return Action::Continue;
         }
@@ -772,7 +782,7 @@ impl HttpContext for Stream {
             // its own content-length.
             // Sized from the announced length: no growth by doubling in a VM that never shrinks
             // (an answer too large to rewrite is passed on, nothing reserved for it).
-            let length = api::find(&headers, "content-length").and_then(|l| l.trim().parse::<usize>().ok());
+            let length = find(&headers, "content-length").and_then(|l| l.trim().parse::<usize>().ok());
             let collected = Collected::expecting(length.filter(|&l| l <= MAX_REWRITE_BYTES));
             self.body_action = BodyAction::Rewrite { served, collected, headers_sent: false };
             return Action::Pause;
@@ -783,7 +793,7 @@ impl HttpContext for Stream {
         Action::Continue
     }
 
-    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+    fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if end_of_stream {
             self.response_complete = true;
         }
@@ -792,16 +802,16 @@ impl HttpContext for Stream {
             self.body_action,
             BodyAction::Stream(_) | BodyAction::Rewrite { .. } | BodyAction::ProviderError { .. }
         );
-        let chunk = if rewriting || self.judge.is_some() { api::response_body(0, body_size) } else { None };
+        let chunk = if rewriting || self.judge.is_some() { self.host.response_body(0, body_size) } else { None };
         // Read once when the prepared first attempt is watched (its chunk and, at the end, its
         // record); `watching_first` cannot turn true in this callback.
-        let now = if self.watching_first() { api::now_ms() } else { 0 };
+        let now = if self.watching_first() { self.host.now_ms() } else { 0 };
         if self.watching_first() {
             if let Some(f) = self.first.as_mut() {
                 match &chunk {
                     Some(c) => f.watch.whole_chunk(now, c),
                     // Only the usage needs bytes here: a tail (and an Anthropic stream's head).
-                    None => watch_chunk(&mut f.watch, body_size, now),
+                    None => watch_chunk(&self.host, &mut f.watch, body_size, now),
                 }
                 if end_of_stream {
                     f.watch.body_ended();
@@ -820,16 +830,16 @@ impl HttpContext for Stream {
             // The first attempt this filter prepared never finished here: its answer broke off
             // (or the caller left) while it was being served, or it got no answer and no retry
             // recorded it.
-            if !f.recorded && (f.answered || read_record(1).is_none()) {
+            if !f.recorded && (f.answered || read_record(&self.host, 1).is_none()) {
                 f.watch.unanswered();
-                self.finish_first(api::now_ms());
+                self.finish_first(self.host.now_ms());
             }
         }
         self.count_result();
     }
 }
 
-impl Stream {
+impl<H: Host> Stream<H> {
     /// What the caller gets of the answer's body (see `BodyAction`); `chunk` is this body
     /// chunk's bytes when something needed them.
     fn shape_response_body(&mut self, body_size: usize, end_of_stream: bool, chunk: Option<Vec<u8>>) -> Action {
@@ -847,7 +857,7 @@ impl Stream {
             }
             BodyAction::Stream(rewriter) => {
                 let out = rewriter.feed(chunk.as_deref().unwrap_or(&[]), end_of_stream);
-                api::set_response_body(0, body_size, &out);
+                self.host.set_response_body(0, body_size, &out);
                 if end_of_stream {
                     self.body_action = BodyAction::None;
                     self.end_stream(out.len());
@@ -859,12 +869,12 @@ impl Stream {
                 // never counted against Envoy's buffer limit.
                 if let Some(chunk) = chunk {
                     collected.push(chunk);
-                    api::set_response_body(0, body_size, &[]);
+                    self.host.set_response_body(0, body_size, &[]);
                 }
                 if collected.len() > MAX_REWRITE_BYTES && *headers_sent {
                     // Too large to rewrite: pass on as received.
                     let chunks = collected.take_chunks();
-                    append_response_body(chunks.iter().map(Vec::as_slice));
+                    append_response_body(&self.host, chunks.iter().map(Vec::as_slice));
                     self.body_action = BodyAction::None;
                     return Action::Continue;
                 }
@@ -880,11 +890,11 @@ impl Stream {
                         // once. The headers are gone, so the buffer limit does not apply.
                         let size = collected.len();
                         let chunks = collected.take_chunks();
-                        append_response_body(chunks.iter().map(Vec::as_slice));
+                        append_response_body(&self.host, chunks.iter().map(Vec::as_slice));
                         drop(chunks);
-                        match api::response_body(0, size).filter(|whole| whole.len() == size) {
+                        match self.host.response_body(0, size).filter(|whole| whole.len() == size) {
                             Some(whole) => {
-                                api::set_response_body(0, size, &[]);
+                                self.host.set_response_body(0, size, &[]);
                                 whole
                             }
                             // Not readable: it goes on as received.
@@ -900,22 +910,22 @@ impl Stream {
                     match rewrite_answer(&collected, &served) {
                         Some(out) => {
                             if !headers_sent {
-                                api::set_resp_header("content-length", Some(&out.len().to_string()));
+                                self.host.set_resp_header("content-length", Some(&out.len().to_string()));
                             }
-                            append_response_body(out.iter());
+                            append_response_body(&self.host, out.iter());
                         }
                         None => {
                             if !headers_sent {
-                                api::set_resp_header("content-length", Some(&collected.len().to_string()));
+                                self.host.set_resp_header("content-length", Some(&collected.len().to_string()));
                             }
-                            api::set_response_body(0, 0, &collected);
+                            self.host.set_response_body(0, 0, &collected);
                         }
                     }
                     return Action::Continue;
                 }
                 if !*headers_sent && collected.len() > HOLD_HEADERS_BYTES {
                     // Release the headers (chunked); the body follows when complete.
-                    api::set_resp_header("content-length", None);
+                    self.host.set_resp_header("content-length", None);
                     *headers_sent = true;
                 }
                 if *headers_sent {
@@ -927,7 +937,7 @@ impl Stream {
             BodyAction::ProviderError { status, slug, collected } => {
                 if let Some(chunk) = &chunk {
                     collected.extend_from_slice(chunk);
-                    api::set_response_body(0, body_size, &[]);
+                    self.host.set_response_body(0, body_size, &[]);
                 }
                 let too_large = collected.len() > MAX_ERROR_BYTES;
                 if !end_of_stream && !too_large {
@@ -936,13 +946,13 @@ impl Stream {
                 let out = if too_large || is_json_object(collected) {
                     std::mem::take(collected)
                 } else {
-                    api::set_resp_header("content-type", Some("application/json"));
+                    self.host.set_resp_header("content-type", Some("application/json"));
                     wrap_provider_error(*status, collected, slug).for_api(self.api).body().into_bytes()
                 };
                 if end_of_stream {
-                    api::set_resp_header("content-length", Some(&out.len().to_string()));
+                    self.host.set_resp_header("content-length", Some(&out.len().to_string()));
                 }
-                api::set_response_body(0, 0, &out);
+                self.host.set_response_body(0, 0, &out);
                 self.body_action = BodyAction::None;
                 Action::Continue
             }
@@ -951,8 +961,8 @@ impl Stream {
                     return Action::Pause;
                 }
                 if let BodyAction::Replace(body) = std::mem::replace(&mut self.body_action, BodyAction::None) {
-                    api::set_response_body(0, usize::MAX, body.as_bytes());
-                    api::set_resp_header("content-length", Some(&body.len().to_string()));
+                    self.host.set_response_body(0, usize::MAX, body.as_bytes());
+                    self.host.set_resp_header("content-length", Some(&body.len().to_string()));
                 }
                 Action::Continue
             }
@@ -970,7 +980,7 @@ impl Stream {
                     || first.is_some_and(|f| f.watch.interrupted)
                     || (first.is_none()
                         && self.interrupted.unwrap_or_else(|| {
-                            self.sse_response && api::property(vec![INTERRUPTED_PROPERTY]).is_some()
+                            self.sse_response && self.host.property(&[INTERRUPTED_PROPERTY]).is_some()
                         }));
                 if interrupted {
                     "interrupted"
@@ -982,17 +992,17 @@ impl Stream {
             Some(RequestResult::Failed) => "failed",
             None => return,
         };
-        count(&format!("switchyard.requests.result.{name}"));
+        count(&self.host, &format!("switchyard.requests.result.{name}"));
     }
 }
 
 /// Writes `pieces` in order into this callback's response body, which the caller emptied:
 /// the first at the start, each further one appended (proxy-wasm `set_buffer_bytes` with a
 /// start at or past the end appends, one at 0 with length 0 prepends).
-fn append_response_body<'p>(pieces: impl Iterator<Item = &'p [u8]>) {
+fn append_response_body<'p>(host: &dyn Host, pieces: impl Iterator<Item = &'p [u8]>) {
     let mut at = 0usize;
     for piece in pieces {
-        api::set_response_body(at, 0, piece);
+        host.set_response_body(at, 0, piece);
         at = at.saturating_add(piece.len());
     }
 }

@@ -1,0 +1,67 @@
+//! The seam between the filters and Envoy: everything the two filters ask of the host, as one
+//! small trait. The proxy-wasm implementation (`crate::host`, Wasm only) is a thin layer over
+//! the ABI; `mock::MockHost` implements it natively for unit tests of the filters' logic.
+//!
+//! Every method is infallible for the caller: a host error is logged by the implementation
+//! and reads as "absent", so no filter code has a host failure path to get wrong (or panic on).
+
+/// What a filter callback tells the host to do with the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Continue,
+    /// Stop iteration (wait for more body, or a local reply was sent).
+    Pause,
+}
+
+/// The two kinds of Envoy stats the filters define.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Histogram,
+}
+
+/// `set_shared_data`'s status when another worker wrote the key since it was read.
+pub const CAS_MISMATCH: u32 = 8;
+
+pub trait Host {
+    /// All request headers in one call (cheaper than several single lookups).
+    fn req_headers(&self) -> Vec<(String, String)>;
+    fn req_header(&self, name: &str) -> Option<String>;
+    /// Replaces a request header, or removes it (`None`).
+    fn set_req_header(&self, name: &str, value: Option<&str>);
+    fn resp_headers(&self) -> Vec<(String, String)>;
+    fn set_resp_header(&self, name: &str, value: Option<&str>);
+    /// An Envoy attribute or filter-state value by path (`["xds", "cluster_name"]`).
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
+    fn set_property(&self, path: &[&str], value: &[u8]);
+    fn request_body(&self, start: usize, size: usize) -> Option<Vec<u8>>;
+    /// proxy-wasm `set_buffer_bytes`: replaces `size` bytes at `start` (a start at or past the
+    /// end appends; start 0 and size 0 prepends).
+    fn set_request_body(&self, start: usize, size: usize, value: &[u8]);
+    fn response_body(&self, start: usize, size: usize) -> Option<Vec<u8>>;
+    fn set_response_body(&self, start: usize, size: usize, value: &[u8]);
+    /// A local reply: the request goes no further.
+    fn reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]);
+    /// Wall clock, milliseconds since the epoch (0 if the host cannot tell).
+    fn now_ms(&self) -> u64;
+    /// A shared-data value and its CAS token.
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32);
+    /// Writes a shared-data value (empty clears it); `cas` 0 writes unconditionally. Returns the
+    /// host status (0, or `CAS_MISMATCH` when another worker wrote first).
+    fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32;
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32>;
+    fn increment_metric(&self, id: u32, by: i64);
+    fn record_metric(&self, id: u32, value: u64);
+    /// A uniform draw in [0, 1), for load balancing only.
+    fn random_unit(&self) -> f64;
+}
+
+/// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).
+pub fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// The `:status` of a header list (0 when absent or not a number).
+pub fn status_of(headers: &[(String, String)]) -> u16 {
+    find(headers, ":status").and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}

@@ -1,0 +1,105 @@
+//! The two filters Switchyard runs in Envoy, written against the `Host` seam so their logic is
+//! tested natively (`mock`) and the proxy-wasm adapter (`crate::host`) stays a thin layer. One
+//! module serves both roles, chosen by the plugin's `root_id`; they share one `vm_id`, so they
+//! share the VM's shared data:
+//!
+//! - `downstream` (`switchyard`, an HTTP filter before the router): parse the body once, plan
+//!   the ranked endpoints, hand the order to Envoy's retry policy, shape the response.
+//! - `upstream` (`switchyard_upstream`, an upstream HTTP filter on each provider cluster):
+//!   rewrite each attempt for its provider and record its outcome.
+//!
+//! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
+
+mod attempts;
+mod caller;
+pub mod downstream;
+pub mod host;
+pub mod shared;
+pub mod upstream;
+
+use crate::config::Catalog;
+use crate::errors::ApiError;
+use crate::failover::fingerprint;
+use crate::policy::Policies;
+use host::{Action, Host};
+
+/// The configured catalog plus its fingerprint (plans carry it so an upstream filter never
+/// applies a plan made against another configuration).
+pub struct Configured {
+    pub catalog: Catalog,
+    /// Operator policies (compliance routes) and how callers are matched to them.
+    pub policies: Policies,
+    pub id: u64,
+}
+
+/// Which filter a plugin instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Downstream,
+    Upstream,
+}
+
+/// The role of a plugin `root_id`. An error for a root id that no longer exists: the
+/// route-cache-clearing role of the removed priority_group wiring (a configuration that still
+/// names it would otherwise get a second decision filter).
+pub fn role_of(root_id: &str) -> Result<Role, String> {
+    match root_id {
+        "switchyard_upstream" => Ok(Role::Upstream),
+        "switchyard_clear" => {
+            Err("root_id switchyard_clear: removed with the priority_group wiring; remove this filter".to_string())
+        }
+        _ => Ok(Role::Downstream),
+    }
+}
+
+/// Compiles the plugin configuration (catalog and policies); the error names the field.
+pub fn configure(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Configured, String> {
+    let catalog = Catalog::from_json(bytes, env).map_err(|e| e.to_string())?;
+    let policies = Policies::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
+    Ok(Configured { catalog, policies, id: fingerprint(bytes) })
+}
+
+/// The HTTP callbacks of a filter, as the adapter delivers them. Defaults: nothing to do.
+pub trait Filter {
+    fn on_request_headers(&mut self, _end_of_stream: bool) -> Action {
+        Action::Continue
+    }
+    fn on_request_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        Action::Continue
+    }
+    fn on_request_trailers(&mut self) -> Action {
+        Action::Continue
+    }
+    fn on_response_headers(&mut self, _end_of_stream: bool) -> Action {
+        Action::Continue
+    }
+    fn on_response_body(&mut self, _body_size: usize, _end_of_stream: bool) -> Action {
+        Action::Continue
+    }
+    /// The access-log callback (downstream filters only: Envoy runs none for upstream ones).
+    fn on_log(&mut self) {}
+    /// The stream ended (also after a connect failure, reset or timeout).
+    fn on_done(&mut self) {}
+}
+
+/// A context created without a valid configuration (Envoy normally refuses such a filter):
+/// answers every request with a JSON 503 instead of letting it through unrouted.
+pub struct Unconfigured<H: Host> {
+    pub host: H,
+}
+
+impl<H: Host> Filter for Unconfigured<H> {
+    fn on_request_headers(&mut self, _end_of_stream: bool) -> Action {
+        let path = self.host.req_header(":path").unwrap_or_default();
+        let body = ApiError::new(
+            503,
+            "server_error",
+            "not_configured",
+            "Switchyard has no valid configuration on this worker",
+        )
+        .for_api(crate::api::Api::of_path(&path))
+        .body();
+        self.host.reply(503, &[("content-type", "application/json")], body.as_bytes());
+        Action::Pause
+    }
+}
