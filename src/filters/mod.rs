@@ -14,7 +14,11 @@ mod attempts;
 mod caller;
 pub mod downstream;
 pub mod host;
+#[cfg(test)]
+pub mod mock;
 pub mod shared;
+#[cfg(test)]
+mod tests;
 pub mod upstream;
 
 use crate::config::Catalog;

@@ -1,0 +1,290 @@
+//! The two filters' own logic, driven through their callbacks against the mock host: one
+//! `MockHost` is one request (its headers, filter state and answer), as Envoy shares them
+//! between the decision filter and each attempt's filter.
+
+use std::rc::Rc;
+
+use serde_json::Value;
+
+use super::downstream::Stream;
+use super::host::Action;
+use super::mock::MockHost;
+use super::upstream::Attempt;
+use super::{configure, role_of, Configured, Filter, Role, Unconfigured};
+use crate::failover::{AttemptPlan, PLAN_PROPERTY};
+use crate::scope::route_mark_path;
+use crate::slots::{slot_header, slot_token};
+use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
+
+/// Two endpoints of one model: alpha (cheaper, `authorization`) and beta (`x-api-key`).
+const CONFIG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "authority": "alpha.example",
+              "credential": {"value": "alpha-secret"}},
+    "beta": {"cluster": "c_beta", "authority": "beta.example",
+             "credential": {"header": "x-api-key", "prefix": "", "value": "beta-secret"}}
+  },
+  "models": {"m": {"endpoints": [
+    {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+/// As `CONFIG`, alpha with a first-attempt cluster (its key injected by that cluster).
+const FIRST_ATTEMPT_CONFIG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "first_attempt_cluster": "c_alpha_first",
+              "authority": "alpha.example", "credential": {"injected": true}},
+    "beta": {"cluster": "c_beta", "authority": "beta.example",
+             "credential": {"header": "x-api-key", "prefix": "", "value": "beta-secret"}}
+  },
+  "models": {"m": {"endpoints": [
+    {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+const BODY: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+
+const ANSWER: &str = r#"{"id": "x", "model": "m-upstream", "choices": [{"message": {"role": "assistant", "content": "hello"}}], "usage": {"prompt_tokens": 1000000, "completion_tokens": 0}}"#;
+
+fn configured(json: &str) -> Rc<Configured> {
+    Rc::new(configure(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("test config rejected: {e}")))
+}
+
+/// A request on one of Switchyard's routes, from a caller with its own key.
+fn routed_request(host: &MockHost) {
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gateway"),
+        ("authorization", "Bearer caller-secret"),
+        ("content-type", "application/json"),
+        ("x-switchyard-slot-1", "forged"),
+    ]);
+    host.state().request_body = BODY.as_bytes().to_vec();
+}
+
+/// Runs the decision filter over a routed request, as Envoy would up to the router.
+fn decide(host: &MockHost, config: &Rc<Configured>) -> Stream<MockHost> {
+    routed_request(host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause, "waits for the body");
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue);
+    stream
+}
+
+/// Attempt `k` on `cluster`, as the router starts it: a fresh per-attempt filter.
+fn attempt(host: &MockHost, config: &Rc<Configured>, k: u64, cluster: &str) -> Attempt<MockHost> {
+    host.set_prop(&["upstream", "request_attempt_count"], &k.to_le_bytes());
+    host.set_prop(&["xds", "cluster_name"], cluster.as_bytes());
+    let mut a = Attempt::new(host.clone(), Rc::clone(config));
+    assert_eq!(a.on_request_headers(false), Action::Continue, "attempt {k} is sent");
+    a
+}
+
+fn answer(host: &MockHost, status: &str, body: &str) {
+    host.with_response_headers(&[
+        (":status", status),
+        ("content-type", "application/json"),
+        ("content-length", &body.len().to_string()),
+    ]);
+    host.state().response_body = body.as_bytes().to_vec();
+}
+
+fn json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
+}
+
+#[test]
+fn the_decision_hands_the_ranked_clusters_to_envoy_and_removes_the_callers_key() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    decide(&host, &config);
+    assert_eq!(host.request_header_value(&slot_header(1)), Some(slot_token("c_alpha")));
+    assert_eq!(host.request_header_value(&slot_header(2)), Some(slot_token("c_beta")));
+    assert_eq!(host.request_header_value("x-envoy-max-retries").as_deref(), Some("1"));
+    assert_eq!(host.request_header_value("accept-encoding").as_deref(), Some("identity"));
+    assert_eq!(host.request_header_value("authorization"), None, "the caller's key reaches no provider");
+    let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("a plan in filter state");
+    assert_eq!(plan.endpoints.len(), 2);
+    assert_eq!(plan.catalog_id, config.id);
+    let body = json(&host.state().request_body);
+    assert_eq!(body["model"], "m");
+    assert_eq!(host.request_header_value("content-length"), Some(host.state().request_body.len().to_string()));
+    assert!(host.state().reply.is_none());
+}
+
+#[test]
+fn a_request_on_another_route_gets_no_host_call_but_the_route_mark_read() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    host.with_request_headers(&[(":method", "POST"), (":path", "/v1/chat/completions"), ("authorization", "Bearer x")]);
+    let mut stream = Stream::new(host.clone(), config);
+    assert_eq!(stream.on_request_headers(false), Action::Continue);
+    assert_eq!(stream.on_request_body(10, true), Action::Continue);
+    answer(&host, "200", "{}");
+    assert_eq!(stream.on_response_headers(false), Action::Continue);
+    assert_eq!(stream.on_response_body(2, true), Action::Continue);
+    stream.on_log();
+    assert_eq!(host.take_calls(), vec![format!("property {}", route_mark_path().join("/"))]);
+}
+
+#[test]
+fn a_failover_gives_each_attempt_only_its_own_key_and_the_caller_the_second_answer() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    let mut stream = decide(&host, &config);
+
+    let mut first = attempt(&host, &config, 1, "c_alpha");
+    assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer alpha-secret"));
+    assert_eq!(host.request_header_value(":authority").as_deref(), Some("alpha.example"));
+    answer(&host, "503", r#"{"error": "busy"}"#);
+    assert_eq!(first.on_response_headers(false), Action::Continue);
+    first.on_done();
+
+    let mut second = attempt(&host, &config, 2, "c_beta");
+    assert_eq!(host.request_header_value("authorization"), None, "alpha's key is not sent to beta");
+    assert_eq!(host.request_header_value("x-api-key").as_deref(), Some("beta-secret"));
+    assert_eq!(host.request_header_value(":authority").as_deref(), Some("beta.example"));
+    answer(&host, "200", ANSWER);
+    assert_eq!(second.on_response_headers(false), Action::Continue);
+    assert_eq!(host.response_header_value(ATTEMPTS_HEADER).as_deref(), Some("2"));
+    assert_eq!(second.on_response_body(ANSWER.len(), true), Action::Continue);
+    second.on_done();
+
+    // The decision filter holds the answer to rewrite it whole.
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    let log = host.response_header_value("x-switchyard-attempt-log").expect("attempt log");
+    assert!(log.contains("alpha") && log.contains("503") && log.contains("beta"), "{log}");
+    assert_eq!(host.response_header_value("x-switchyard-provider").as_deref(), Some("beta"));
+    assert_eq!(stream.on_response_body(ANSWER.len(), true), Action::Continue);
+    let body = json(&host.state().response_body);
+    assert_eq!(body["provider"], "beta");
+    assert_eq!(body["model"], "m", "the catalog's model id, not the provider's");
+    // 1M prompt tokens at beta's $2 per million.
+    assert_eq!(body["usage"]["cost"].as_f64(), Some(2.0));
+    assert_eq!(host.response_header_value("content-length"), Some(host.state().response_body.len().to_string()));
+    stream.on_log();
+    assert!(host.state().refused_writes.is_empty(), "{:?}", host.state().refused_writes);
+
+    // Outcomes: one failure on alpha, one success on beta, counted in the metrics.
+    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.alpha.outcome.server_error"), 1);
+    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.beta.outcome.success"), 1);
+    assert_eq!(host.counter("switchyard.fallbacks.kind.provider"), 1);
+    assert_eq!(host.counter("switchyard.requests.result.served"), 1);
+    assert!(host.state().shared.contains_key("sy/h/m|alpha") && host.state().shared.contains_key("sy/h/m|beta"));
+}
+
+#[test]
+fn when_every_attempt_fails_the_caller_gets_one_error_in_its_shape() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    let mut stream = decide(&host, &config);
+    for (k, cluster) in [(1, "c_alpha"), (2, "c_beta")] {
+        let mut a = attempt(&host, &config, k, cluster);
+        answer(&host, "503", "upstream busy");
+        a.on_response_headers(false);
+        a.on_response_body(13, true);
+        a.on_done();
+    }
+    host.with_response_headers(&[(":status", "503"), ("content-type", "text/plain"), ("x-leftover", "1")]);
+    host.state().response_body = b"upstream busy".to_vec();
+    assert_eq!(stream.on_response_headers(false), Action::Pause, "held until the body is replaced");
+    assert_eq!(host.response_header_value("x-leftover"), None, "only the filter's own headers");
+    assert_eq!(host.response_header_value(ATTEMPTS_HEADER).as_deref(), Some("2"));
+    assert_eq!(host.response_header_value("content-type").as_deref(), Some("application/json"));
+    let status: u32 = host.response_header_value(":status").and_then(|s| s.parse().ok()).unwrap_or(0);
+    assert!(status >= 500, "{status}");
+    assert_eq!(stream.on_response_body(13, true), Action::Continue);
+    let body = json(&host.state().response_body);
+    assert!(body["error"]["message"].is_string(), "{body}");
+    stream.on_log();
+    assert_eq!(host.counter("switchyard.requests.result.failed"), 1);
+}
+
+#[test]
+fn a_prepared_first_attempt_carries_no_key_and_is_recorded_by_the_decision_filter() {
+    let config = configured(FIRST_ATTEMPT_CONFIG);
+    let host = MockHost::new();
+    let mut stream = decide(&host, &config);
+    assert_eq!(host.request_header_value(&slot_header(1)), Some(slot_token("c_alpha_first")));
+    assert_eq!(host.request_header_value(&slot_header(2)), Some(slot_token("c_beta")));
+    let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("plan");
+    assert!(plan.first_prepared);
+    // The downstream request never holds a provider key: the first-attempt cluster adds it.
+    let headers = host.state().request_headers.clone();
+    for (k, v) in &headers {
+        assert!(!v.contains("secret"), "{k}: {v}");
+    }
+    // The cluster's hook names attempt 1; no per-attempt filter ran.
+    answer(&host, "200", ANSWER);
+    host.state().response_headers.push((ATTEMPTS_HEADER.to_string(), "1".to_string()));
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    assert_eq!(host.response_header_value("x-switchyard-provider").as_deref(), Some("alpha"));
+    assert_eq!(stream.on_response_body(ANSWER.len(), true), Action::Continue);
+    assert_eq!(json(&host.state().response_body)["provider"], "alpha");
+    stream.on_log();
+    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.alpha.outcome.success"), 1);
+}
+
+#[test]
+fn an_attempt_without_a_plan_is_refused_with_a_shaped_reply() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    host.with_request_headers(&[(":method", "POST"), (":path", "/v1/chat/completions")]);
+    let mut a = Attempt::new(host.clone(), config);
+    assert_eq!(a.on_request_headers(false), Action::Pause);
+    assert_eq!(
+        host.take_calls(),
+        vec![
+            format!("property {PLAN_PROPERTY}"),
+            format!("set_req_header {OWN_REPLY_HEADER}=1"),
+            "reply 403".to_string(),
+        ]
+    );
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(json(&reply.body)["error"]["code"], "attempt_not_sent");
+}
+
+#[test]
+fn a_bad_body_is_refused_with_a_400_that_keeps_the_connection() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    routed_request(&host);
+    host.state().request_body = b"{not json".to_vec();
+    let mut stream = Stream::new(host.clone(), config);
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(9, true), Action::Pause);
+    let reply = host.state().reply.clone().expect("a local reply");
+    // Sent with the carrier status (Envoy drains HTTP/1 connections after a local 400)...
+    assert_ne!(reply.status, 400);
+    assert_eq!(json(&reply.body)["error"]["type"], "invalid_request_error");
+    // ...and set back to 400 on the way out.
+    host.with_response_headers(&[(":status", &reply.status.to_string())]);
+    stream.on_response_headers(false);
+    assert_eq!(host.response_header_value(":status").as_deref(), Some("400"));
+    assert!(host.state().shared.is_empty(), "a refused request touches no statistics");
+}
+
+#[test]
+fn without_a_configuration_every_request_gets_a_503_in_its_api_shape() {
+    let host = MockHost::new();
+    host.with_request_headers(&[(":path", "/v1/messages")]);
+    let mut f = Unconfigured { host: host.clone() };
+    assert_eq!(f.on_request_headers(false), Action::Pause);
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(reply.status, 503);
+    assert_eq!(json(&reply.body)["type"], "error", "Anthropic's error shape");
+}
+
+#[test]
+fn the_removed_clear_role_is_refused_and_other_root_ids_decide() {
+    assert!(role_of("switchyard_clear").is_err());
+    assert_eq!(role_of("switchyard_upstream"), Ok(Role::Upstream));
+    assert_eq!(role_of("switchyard"), Ok(Role::Downstream));
+    assert_eq!(role_of(""), Ok(Role::Downstream));
+}
