@@ -15,3 +15,4 @@ pub mod mock;
 pub mod rng;
 pub mod soak;
 pub mod tls;
+pub mod wasm_host;

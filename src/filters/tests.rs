@@ -46,7 +46,8 @@ const FIRST_ATTEMPT_CONFIG: &str = r#"{
   "routing": {"default_policy": "price_weighted"}
 }"#;
 
-const BODY: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+/// Sorted by price: alpha first whatever the random draw.
+const BODY: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}"#;
 
 const ANSWER: &str = r#"{"id": "x", "model": "m-upstream", "choices": [{"message": {"role": "assistant", "content": "hello"}}], "usage": {"prompt_tokens": 1000000, "completion_tokens": 0}}"#;
 
