@@ -344,7 +344,7 @@ impl Vm {
             });
             linker.define(import.module(), import.name(), func).map_err(|e| e.to_string())?;
         }
-        let mut instance = |root_id: &str, store: &mut Store<HostState>| -> Result<Instance, String> {
+        let instance = |root_id: &str, store: &mut Store<HostState>| -> Result<Instance, String> {
             let inst = linker.instantiate_and_start(&mut *store, &module).map_err(|e| e.to_string())?;
             store.data_mut().properties.insert("plugin_root_id".into(), root_id.as_bytes().to_vec());
             call(store, &inst, "_initialize", &[])?;
