@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use switchyard::config::Catalog;
-use switchyard::decision::decide;
-use switchyard::health::NoHealthData;
+use switchyard::routing::decision::decide;
+use switchyard::routing::health::NoHealthData;
 
 fn main() {
     let cfg = r#"{"providers": {"a": {"cluster": "c_a", "authority": "a.example"}, "b": {"cluster": "c_b", "authority": "b.example"}},

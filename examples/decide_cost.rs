@@ -3,11 +3,11 @@
 //! `cargo run --release --example decide_cost`.
 
 use std::time::Instant;
+use switchyard::answer::response::{rewrite_object, Served, SseRewriter};
 use switchyard::api::Api;
 use switchyard::config::Catalog;
-use switchyard::decision::{decide, decide_under};
-use switchyard::health::NoHealthData;
-use switchyard::response::{rewrite_object, Served, SseRewriter};
+use switchyard::routing::decision::{decide, decide_under};
+use switchyard::routing::health::NoHealthData;
 fn main() {
     let cfg = r#"{"providers": {"fast": {"cluster": "p_fast", "authority": "fast.example", "credential": {"value": "k1"}},
       "cheap": {"cluster": "p_cheap", "authority": "cheap.example", "credential": {"value": "k2"}}},
@@ -33,7 +33,7 @@ fn main() {
         "max_price": {"prompt": 5}, "allowed_models": ["bench/*"], "max_attempts": 2}});
     let with_policy = with_policy.to_string();
     let pc = Catalog::from_json(with_policy.as_bytes(), &|_| None).unwrap();
-    let policies = switchyard::policy::Policies::from_json(with_policy.as_bytes(), &pc).unwrap();
+    let policies = switchyard::routing::policy::Policies::from_json(with_policy.as_bytes(), &pc).unwrap();
     let policy = policies.get("finance");
     let t = Instant::now();
     for _ in 0..n {

@@ -246,7 +246,7 @@ struct RawRoutingCost {
 
 impl Default for RawRoutingCost {
     fn default() -> Self {
-        let p = crate::routing_cost::CostParams::default();
+        let p = crate::routing::routing_cost::CostParams::default();
         RawRoutingCost {
             competitive_margin: p.competitive_margin,
             floor_share: p.floor_share,
@@ -711,7 +711,7 @@ pub struct Routing {
     /// Longest cool-down a provider's `Retry-After` can cause (seconds).
     pub max_retry_after_s: u32,
     /// Tunables of the routing_cost policy.
-    pub cost: crate::routing_cost::CostParams,
+    pub cost: crate::routing::routing_cost::CostParams,
     /// Idle time after which a conversation is no longer sticky (seconds; 0 = no stickiness).
     pub sticky_ttl_s: u64,
     /// A provider slug in `order`/`only`/`ignore` that names no configured provider is a 400
@@ -916,7 +916,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
     }
 
     let mut provider_bases: Vec<String> = providers.iter().map(|p| base_of(&p.slug).to_string()).collect();
-    crate::sorting::sort_by(&mut provider_bases, |a, b| a.cmp(b));
+    crate::routing::sorting::sort_by(&mut provider_bases, |a, b| a.cmp(b));
     provider_bases.dedup();
 
     let mut models = Vec::with_capacity(raw.models.len());
@@ -1178,7 +1178,7 @@ fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -
         let tier = |c: &AutoCandidate| models.get(c.model).and_then(|m| m.cost_tier);
         let id = |c: &AutoCandidate| models.get(c.model).map(|m| m.id.as_str()).unwrap_or("");
         // Best first; equal weights: the cheaper tier (undeclared last), then the id.
-        crate::sorting::sort_by(&mut ranked, |x, y| {
+        crate::routing::sorting::sort_by(&mut ranked, |x, y| {
             y.weight
                 .partial_cmp(&x.weight)
                 .unwrap_or(std::cmp::Ordering::Equal)
@@ -1278,7 +1278,7 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         passthrough_cluster: r.passthrough_cluster.clone(),
         max_attempts: r.max_attempts,
         max_retry_after_s: r.max_retry_after_s,
-        cost: crate::routing_cost::CostParams {
+        cost: crate::routing::routing_cost::CostParams {
             competitive_margin: rc.competitive_margin,
             floor_share: rc.floor_share,
             rate_limit_penalty_s: rc.rate_limit_penalty_s,

@@ -6,7 +6,7 @@
 //! `deny` adds names, and `allow` (when set) turns the policy into an allow-list. Names are
 //! lower-case; a `*` matches any run of characters (`x-b3-*`).
 
-use crate::wildcard;
+use crate::routing::wildcard;
 
 /// Never forwarded to a provider, whatever the configuration says: caller credentials,
 /// cookies, client identity, and the mesh's tracing and Envoy-internal headers.

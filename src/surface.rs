@@ -7,12 +7,12 @@
 //! `/v1/completions`, `/v1/responses`), Anthropic Messages (`/v1/messages`) and Google
 //! generateContent (`/{v1beta|v1}/models/{model}:generateContent` / `:streamGenerateContent`).
 
+use crate::answer::errors::ApiError;
+use crate::answer::listing::{self, Listing};
 use crate::api::{
     google_path, Api, Surface, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH, ROUTED_PATHS,
 };
 use crate::config::{Catalog, Routing};
-use crate::errors::ApiError;
-use crate::listing::{self, Listing};
 
 /// The path as the plan keeps it: a Google caller's `key` query parameter (its API key) removed,
 /// so no attempt ever carries it to a provider. Other paths are returned unchanged.

@@ -59,7 +59,7 @@ fn every_configuration_field_is_in_the_reference() {
     let reference = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
     assert!(reference.len() > 1000, "no configuration reference in docs/configuration.md");
     let mut fields = Vec::new();
-    for file in ["src/config.rs", "src/policy.rs", "src/forwarding.rs"] {
+    for file in ["src/config.rs", "src/routing/policy.rs", "src/forwarding.rs"] {
         fields.extend(config_fields(&std::fs::read_to_string(root.join(file)).unwrap()));
     }
     assert!(fields.len() > 60, "found only {} fields: the parser no longer sees the structs", fields.len());

@@ -269,7 +269,7 @@ impl Catalog {
         let parsed = switchyard::config::Catalog::from_json(config.as_bytes(), &|_| Some("render-check".into()))
             .map_err(|e| e.to_string())?;
         // Operator policies are checked against the catalog they name (slugs, selection rules).
-        switchyard::policy::Policies::from_json(config.as_bytes(), &parsed).map_err(|e| e.to_string())?;
+        switchyard::routing::policy::Policies::from_json(config.as_bytes(), &parsed).map_err(|e| e.to_string())?;
         Ok(catalog)
     }
 

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use switchyard::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
-use switchyard::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
+use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
+use switchyard::protocol::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
 use switchyard::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
 
 /// Repository root (the integration crate lives one level below it).

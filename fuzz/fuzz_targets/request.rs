@@ -9,10 +9,10 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use switchyard::api::{Api, GoogleMethod, Surface};
 use switchyard::config::Catalog;
-use switchyard::decision::{candidates_json, decide, decide_for, hand_off};
-use switchyard::failover::{attempt_rewrite, AttemptPlan};
-use switchyard::health::NoHealthData;
-use switchyard::request::{TopLevel, ROUTING_FIELDS};
+use switchyard::protocol::failover::{attempt_rewrite, AttemptPlan};
+use switchyard::routing::decision::{candidates_json, decide, decide_for, hand_off};
+use switchyard::routing::health::NoHealthData;
+use switchyard::routing::request::{TopLevel, ROUTING_FIELDS};
 use switchyard::surface::{disposition, Disposition};
 
 fn catalog() -> &'static Catalog {

@@ -5,14 +5,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::answer::response::{rewrite_answer, rewrite_object, Served, SseRewriter};
+use switchyard::answer::sse::StreamEnd;
+use switchyard::answer::usage::{completion_tokens, ReportedUsage, USAGE_TAIL_BYTES};
 use switchyard::api::Api;
 use switchyard::config::Pricing;
-use switchyard::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
-use switchyard::response::{rewrite_answer, rewrite_object, Served, SseRewriter};
-use switchyard::sse::StreamEnd;
-use switchyard::stats::EndpointStats;
-use switchyard::usage::{completion_tokens, ReportedUsage, USAGE_TAIL_BYTES};
-use switchyard::wire::deserialize_map;
+use switchyard::protocol::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
+use switchyard::protocol::wire::deserialize_map;
+use switchyard::routing::stats::EndpointStats;
 
 fuzz_target!(|data: &[u8]| {
     let served = Served {

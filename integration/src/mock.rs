@@ -24,7 +24,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
-use switchyard::slots::{slot_of, ATTEMPT_COUNT_HEADER};
+use switchyard::protocol::slots::{slot_of, ATTEMPT_COUNT_HEADER};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};

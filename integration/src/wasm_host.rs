@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use switchyard::wire::{deserialize_map, serialize_map};
+use switchyard::protocol::wire::{deserialize_map, serialize_map};
 use wasmi::{Caller, Engine, Extern, ExternType, Func, Instance, Linker, Memory, Module, Store, Val};
 
 /// What the module sees of Envoy, and what it did to it.

@@ -3,8 +3,8 @@
 //! unit tests cannot show: the exported ABI, the SDK's dispatch, the module's own memory
 //! handling, and that no call traps.
 
-use switchyard::scope::route_mark_path;
-use switchyard::slots::{slot_header, slot_token};
+use switchyard::protocol::scope::route_mark_path;
+use switchyard::protocol::slots::{slot_header, slot_token};
 use switchyard::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 use switchyard_deploy::envoy::wasm_path;
 use switchyard_integration::wasm_host::{Context, Role, Vm};

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use common::closed_port;
 use serde_json::{json, Value};
-use switchyard::slots::slot_token;
+use switchyard::protocol::slots::slot_token;
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{
     bootstrap, envoy_release, http_get, keep_running, ClusterSpec, Envoy, StackConfig, ENVOY_MATRIX, ENVOY_REFUSED,

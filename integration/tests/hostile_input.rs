@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use switchyard::slots::slot_token;
+use switchyard::protocol::slots::slot_token;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;

@@ -6,12 +6,12 @@
 use super::host::Host;
 use super::shared::{count, observe, stats_key, tag, update_stats};
 use super::Configured;
-use crate::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
-use crate::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
-use crate::quality::Verdict;
-use crate::stats::Finished;
-use crate::usage::{ReportedUsage, USAGE_TAIL_BYTES};
-use crate::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
+use crate::answer::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
+use crate::answer::usage::{ReportedUsage, USAGE_TAIL_BYTES};
+use crate::answer::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
+use crate::protocol::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
+use crate::routing::quality::Verdict;
+use crate::routing::stats::Finished;
 
 /// Writes attempt `attempt`'s (1-based) record into the request's filter state (see
 /// `attempt_property`). The per-attempt filter writes it when the attempt starts (status 0: no

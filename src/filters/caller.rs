@@ -3,7 +3,7 @@
 //! by earlier filters (`jwt_authn`), and request headers the configuration trusts.
 
 use super::host::{find, Host};
-use crate::policy::CallerFacts;
+use crate::routing::policy::CallerFacts;
 
 pub struct HostFacts<'a> {
     pub host: &'a dyn Host,

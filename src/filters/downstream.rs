@@ -7,23 +7,23 @@ use super::caller::HostFacts;
 use super::host::{find, status_of, Action, Host};
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{Configured, Filter};
-use crate::api::{Api, Surface};
-use crate::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
-use crate::ending::{ending, Ending};
-use crate::errors::ApiError;
-use crate::failover::{attempt_rewrite, AttemptPlan, AttemptRecord, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
-use crate::listing;
-use crate::quality::{judge_body, StreamJudge, Verdict};
-use crate::request::ROUTING_HEADER;
-use crate::response::{
+use crate::answer::ending::{ending, Ending};
+use crate::answer::errors::ApiError;
+use crate::answer::listing;
+use crate::answer::response::{
     attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Collected, Served, SseRewriter,
 };
-use crate::router::policy_allows;
-use crate::scope;
-use crate::slots::{slot_header, slot_token};
-use crate::sse::interrupted_event_for;
+use crate::answer::sse::interrupted_event_for;
+use crate::answer::watch::AttemptWatch;
+use crate::api::{Api, Surface};
+use crate::protocol::failover::{attempt_rewrite, AttemptPlan, AttemptRecord, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
+use crate::protocol::scope;
+use crate::protocol::slots::{slot_header, slot_token};
+use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
+use crate::routing::quality::{judge_body, StreamJudge, Verdict};
+use crate::routing::request::ROUTING_HEADER;
+use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
-use crate::watch::AttemptWatch;
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
 
 const DEBUG_HEADER: &str = "x-switchyard-debug";

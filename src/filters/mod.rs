@@ -21,10 +21,10 @@ pub mod shared;
 mod tests;
 pub mod upstream;
 
+use crate::answer::errors::ApiError;
 use crate::config::Catalog;
-use crate::errors::ApiError;
-use crate::failover::fingerprint;
-use crate::policy::Policies;
+use crate::protocol::failover::fingerprint;
+use crate::routing::policy::Policies;
 use host::{Action, Host};
 
 /// The configured catalog plus its fingerprint (plans carry it so an upstream filter never

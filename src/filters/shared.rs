@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use super::host::{Host, MetricKind, CAS_MISMATCH};
 
 use crate::config::Catalog;
-use crate::health::{EndpointHealth, HealthView};
-use crate::stats::EndpointStats;
+use crate::routing::health::{EndpointHealth, HealthView};
+use crate::routing::stats::EndpointStats;
 
 const KEY_PREFIX: &str = "sy/h/";
 /// Registry of stats keys ever written, so keys of endpoints removed from the catalog are pruned.

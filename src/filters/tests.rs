@@ -11,9 +11,9 @@ use super::host::Action;
 use super::mock::MockHost;
 use super::upstream::Attempt;
 use super::{configure, role_of, Configured, Filter, Role, Unconfigured};
-use crate::failover::{AttemptPlan, PLAN_PROPERTY};
-use crate::scope::route_mark_path;
-use crate::slots::{slot_header, slot_token};
+use crate::protocol::failover::{AttemptPlan, PLAN_PROPERTY};
+use crate::protocol::scope::route_mark_path;
+use crate::protocol::slots::{slot_header, slot_token};
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 
 /// Two endpoints of one model: alpha (cheaper, `authorization`) and beta (`x-api-key`).

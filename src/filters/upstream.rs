@@ -8,16 +8,16 @@ use std::rc::Rc;
 use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
 use super::{Configured, Filter};
+use crate::answer::sse::interrupted_event_for;
+use crate::answer::usage::ReportedUsage;
+use crate::answer::watch::{AttemptWatch, Summary};
 use crate::api::Api;
-use crate::failover::{
+use crate::protocol::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
     INTERRUPTED_PROPERTY, PLAN_PROPERTY,
 };
-use crate::scope::METADATA_NAMESPACE;
-use crate::slots::needed_by_later_attempts;
-use crate::sse::interrupted_event_for;
-use crate::usage::ReportedUsage;
-use crate::watch::{AttemptWatch, Summary};
+use crate::protocol::scope::METADATA_NAMESPACE;
+use crate::protocol::slots::needed_by_later_attempts;
 use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};
 
 /// Response header telling the downstream filter that a non-retryable failure was turned into
@@ -66,7 +66,7 @@ impl<H: Host> Attempt<H> {
     /// Refuses to send this attempt: a local reply the router treats as this attempt's answer.
     fn refuse(&mut self, status: u32, why: &str) -> Action {
         log::warn!("switchyard: attempt {} not sent: {why}", self.attempt);
-        let body = crate::errors::ApiError::new(status, "server_error", "attempt_not_sent", why)
+        let body = crate::answer::errors::ApiError::new(status, "server_error", "attempt_not_sent", why)
             .for_api(self.watch.api)
             .body();
         // Shaped already: the listener's local_reply_config must leave it alone. (A later

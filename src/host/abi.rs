@@ -6,7 +6,7 @@
 use std::ptr::null_mut;
 
 use crate::filters::host::{Host, MetricKind};
-use crate::wire::{deserialize_map, property_path, serialize_map};
+use crate::protocol::wire::{deserialize_map, property_path, serialize_map};
 
 /// Under `--features profile`, accumulates the time of each kind of host call.
 macro_rules! timed {

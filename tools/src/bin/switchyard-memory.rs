@@ -284,5 +284,5 @@ async fn measure() -> Result<(), String> {
 /// requests to the first provider cluster, as the decision filter would.
 fn first_slot(cfg: &switchyard_integration::envoy::StackConfig) -> Vec<(String, String)> {
     let first = cfg.clusters.first().map(|c| c.name.as_str()).unwrap_or_default();
-    vec![(switchyard::slots::slot_header(1), switchyard::slots::slot_token(first))]
+    vec![(switchyard::protocol::slots::slot_header(1), switchyard::protocol::slots::slot_token(first))]
 }

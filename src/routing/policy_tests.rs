@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::decision::decide_under;
-use crate::errors::ApiError;
-use crate::health::NoHealthData;
-use crate::request::{ChatRequest, Sort, SortBy};
-use crate::router::plan_under;
+use crate::answer::errors::ApiError;
+use crate::routing::decision::decide_under;
+use crate::routing::health::NoHealthData;
+use crate::routing::request::{ChatRequest, Sort, SortBy};
+use crate::routing::router::plan_under;
 
 /// alpha: ZDR, no retention, tags eu+hipaa, fp8, $1. beta: no retention, not ZDR, tag eu,
 /// fp16, $2. gamma: undeclared data policy, tag us, bf16, $3. delta/fast: variant of delta
@@ -377,7 +377,7 @@ fn narrow_request_provider_modes() {
     let (_, honor) = policy(r#"{"only": ["alpha", "beta", "gamma"]}"#);
     let n = honor.narrow(&asked);
     assert_eq!(n.order, vec!["beta"]);
-    assert_eq!(n.sort, Some(Sort { by: SortBy::Latency, partition: crate::request::Partition::Model }));
+    assert_eq!(n.sort, Some(Sort { by: SortBy::Latency, partition: crate::routing::request::Partition::Model }));
     assert_eq!(n.only, Some(vec!["alpha".into(), "beta".into()]));
     let (_, narrow) = policy(r#"{"only": ["alpha", "beta", "gamma"], "request_provider": "narrow_only"}"#);
     let n = narrow.narrow(&asked);
@@ -647,10 +647,10 @@ fn auto_picks_stay_inside_allowed_models() {
 // require_tags and allowed_models, the same predicates routing applies.
 #[test]
 fn listings_show_only_what_the_policy_allows() {
-    use crate::listing::{answer, Listing};
+    use crate::answer::listing::{answer, Listing};
     let (c, p) =
         policy(r#"{"zdr": true, "require_tags": ["eu"], "allowed_models": ["m/*"], "max_price": {"prompt": 2}}"#);
-    let allowed = |e: &crate::config::Endpoint| crate::router::policy_allows(&p, &c, e);
+    let allowed = |e: &crate::config::Endpoint| crate::routing::router::policy_allows(&p, &c, e);
     let visible: Vec<String> = c.endpoints.iter().filter(|e| allowed(e)).map(|e| e.slug.clone()).collect();
     assert_eq!(visible, vec!["alpha".to_string()], "only alpha is ZDR, tagged eu and within the price");
     let models: serde_json::Value =
@@ -670,7 +670,7 @@ fn listings_show_only_what_the_policy_allows() {
 #[test]
 fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     use crate::api::{Api, GoogleMethod, Surface};
-    use crate::decision::decide_for;
+    use crate::routing::decision::decide_for;
     let json = r#"{
       "providers": {
         "alpha": {"cluster": "c_alpha", "authority": "a", "apis": {"anthropic": {}, "google": {}, "openai": {}},
@@ -697,7 +697,7 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     let decide = |s: &Surface, pol: Option<&Policy>, body: &str| {
         decide_for(&c, pol, s, None, body.as_bytes(), &NoHealthData, &mut || 0.0)
     };
-    let slug = |d: &crate::decision::Decision| {
+    let slug = |d: &crate::routing::decision::Decision| {
         d.plan.attempts.iter().filter_map(|a| c.endpoint(a.endpoint)).map(|e| e.slug.clone()).collect::<Vec<_>>()
     };
     // Without a policy: the default policy (routing_cost) orders the Anthropic speakers only.

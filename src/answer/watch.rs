@@ -3,10 +3,10 @@
 //! the per-attempt filter for the attempts it runs on, the decision filter for a first attempt
 //! it prepared itself (that attempt has no per-attempt filter). Pure: the caller reads the bytes.
 
+use crate::answer::sse::StreamEnd;
+use crate::answer::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 use crate::api::Api;
-use crate::failover::{parse_retry_after, Outcome};
-use crate::sse::StreamEnd;
-use crate::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
+use crate::protocol::failover::{parse_retry_after, Outcome};
 
 /// How much of an Anthropic stream's first chunk is read for `message_start`'s usage.
 pub const ANTHROPIC_HEAD_BYTES: usize = 1024;

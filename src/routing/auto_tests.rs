@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::config::{Catalog, CostTier};
-use crate::health::{EndpointHealth, NoHealthData};
-use crate::router::{plan, Plan};
+use crate::routing::health::{EndpointHealth, NoHealthData};
+use crate::routing::router::{plan, Plan};
 use crate::test_support::{mutate, Lcg};
 
 const PROVIDERS: &str = r#"{
@@ -657,10 +657,10 @@ fn an_operator_policy_bounds_the_auto_router() {
         "zdr-only": {"zdr": true}
     });
     let cat = catalog_of(&v);
-    let policies = crate::policy::Policies::from_json(v.to_string().as_bytes(), &cat).unwrap();
+    let policies = crate::routing::policy::Policies::from_json(v.to_string().as_bytes(), &cat).unwrap();
     let under = |name: &str, body: Value| {
         let (_, req) = parse(&body);
-        crate::router::plan_under(&cat, &req, policies.get(name), &NoHealthData, &mut || 0.0)
+        crate::routing::router::plan_under(&cat, &req, policies.get(name), &NoHealthData, &mut || 0.0)
     };
     // The caller asks for Anthropic or Qwen at any price: the policy leaves only Qwen.
     let body = with_plugin(
@@ -712,7 +712,7 @@ fn mutated_auto_bodies_never_panic() {
     for i in 0..20_000 {
         let mut b = seeds[i % seeds.len()].clone().into_bytes();
         mutate(&mut b, &fragments, &mut rng);
-        match crate::decision::decide(&cat, &b, &NoHealthData, &mut || 0.5) {
+        match crate::routing::decision::decide(&cat, &b, &NoHealthData, &mut || 0.5) {
             Ok(d) => {
                 assert!(!d.plan.attempts.is_empty());
                 assert!(cat.model(&d.model).is_some());
@@ -735,10 +735,10 @@ fn every_pick_keeps_an_attempt_of_the_budget() {
     v["routing"] = json!({"max_attempts": 3});
     let cat = catalog_of(&v);
     let body = with_plugin(user(DIFF), json!({"id": "auto-router", "cost_tier": "low"}));
-    let d = crate::decision::decide(&cat, body.to_string().as_bytes(), &NoHealthData, &mut || 0.0)
+    let d = crate::routing::decision::decide(&cat, body.to_string().as_bytes(), &NoHealthData, &mut || 0.0)
         .unwrap_or_else(|e| panic!("{}", e.body()));
     assert_eq!(d.model, "qwen/qwen3-coder");
-    let handed = crate::decision::hand_off(&cat, 1, &d, "/v1/chat/completions");
+    let handed = crate::routing::decision::hand_off(&cat, 1, &d, "/v1/chat/completions");
     let models: Vec<&str> =
         handed.plan.endpoints.iter().map(|&i| cat.models[cat.endpoints[usize::from(i)].model].id.as_str()).collect();
     assert_eq!(models, vec!["qwen/qwen3-coder", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]);

@@ -2,12 +2,12 @@
 //! headers: the attempts Envoy made (filter state), the final status and Envoy's response
 //! flags. Pure, so the all-attempts-failed decision has native tests.
 
+use crate::answer::errors::ApiError;
 use crate::config::Catalog;
-use crate::errors::ApiError;
-use crate::failover::{final_error, is_retryable_status, AttemptRecord, CutShort, StopReason};
+use crate::protocol::failover::{final_error, is_retryable_status, AttemptRecord, CutShort, StopReason};
 
 #[cfg(test)]
-use crate::failover::FLAG_UPSTREAM_OVERFLOW;
+use crate::protocol::failover::FLAG_UPSTREAM_OVERFLOW;
 
 #[derive(Debug, PartialEq)]
 pub enum Ending {

@@ -13,11 +13,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::answer::errors::ApiError;
 use crate::config::{AutoConfig, Catalog, Modality, TaskType, TierLimit};
-use crate::errors::ApiError;
-use crate::health::HealthView;
-use crate::request::ChatRequest;
-use crate::wildcard;
+use crate::routing::health::HealthView;
+use crate::routing::request::ChatRequest;
+use crate::routing::wildcard;
 
 /// Model ids that ask for the auto router.
 pub const AUTO_IDS: [&str; 2] = ["auto", "openrouter/auto"];
@@ -859,7 +859,7 @@ pub fn choose(
     // endpoints, as provider routing does) or cooling down goes after the healthy ones.
     for c in candidates.iter_mut().filter(|c| c.excluded.is_none()) {
         if let Some(m) = catalog.models.get(c.model) {
-            let outage = crate::outage::outage_flags(catalog, health, &m.endpoints);
+            let outage = crate::routing::outage::outage_flags(catalog, health, &m.endpoints);
             c.unhealthy = !m.endpoints.is_empty()
                 && m.endpoints.iter().zip(&outage).all(|(&i, &down)| {
                     down || catalog.endpoint(i).is_some_and(|e| health.endpoint(&m.id, &e.slug).cooling_down)
@@ -871,7 +871,7 @@ pub fn choose(
         (None, true) => 1,
         (Some(_), _) => 2,
     };
-    crate::sorting::sort_by_key(&mut candidates, rank); // stable: weight order kept inside each group
+    crate::routing::sorting::sort_by_key(&mut candidates, rank); // stable: weight order kept inside each group
 
     Ok(AutoChoice {
         classification,

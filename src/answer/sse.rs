@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
+use crate::answer::errors::ApiError;
 use crate::api::Api;
-use crate::errors::ApiError;
 
 /// Events that end a stream normally: OpenAI chat/completions (`data: [DONE]`), the Responses
 /// API's final events, Anthropic Messages' `message_stop`.

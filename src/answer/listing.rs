@@ -7,9 +7,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::answer::errors::ApiError;
 use crate::config::{Catalog, Endpoint, Model, Quantization};
-use crate::errors::ApiError;
-use crate::health::{HealthView, Percentiles};
+use crate::routing::health::{HealthView, Percentiles};
 
 /// Which listing a GET path asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ fn model_json(m: &Model, eps: &[&Endpoint]) -> Value {
             }
         }
     }
-    crate::sorting::sort_by(&mut params, |a, b| a.cmp(b));
+    crate::routing::sorting::sort_by(&mut params, |a, b| a.cmp(b));
     let owner = m.id.split('/').next().unwrap_or(&m.id);
     json!({
         "id": m.id,
@@ -220,7 +220,7 @@ pub fn answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::{EndpointHealth, NoHealthData};
+    use crate::routing::health::{EndpointHealth, NoHealthData};
 
     fn catalog() -> Catalog {
         Catalog::from_json(

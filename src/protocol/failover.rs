@@ -8,9 +8,9 @@
 
 use serde_json::{json, Value};
 
+use crate::answer::errors::ApiError;
 use crate::api::Api;
 use crate::config::Catalog;
-use crate::errors::ApiError;
 
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).
@@ -269,11 +269,10 @@ pub fn attempt_rewrite(
     let bare = plan.path.split('?').next().unwrap_or("");
     let prefix = provider.prefix(api);
     let path = match api {
-        Api::Google => {
-            crate::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model).ok_or(AttemptError::StalePlan)?
-        }
+        Api::Google => crate::protocol::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model)
+            .ok_or(AttemptError::StalePlan)?,
         Api::OpenAi | Api::Anthropic => {
-            let mut path = crate::rewrite::upstream_path(bare, prefix);
+            let mut path = crate::protocol::rewrite::upstream_path(bare, prefix);
             if let Some((_, q)) = plan.path.split_once('?') {
                 path = format!("{path}?{q}");
             }

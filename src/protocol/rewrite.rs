@@ -2,7 +2,7 @@
 //! (the answer's rewrite is in `response`).
 
 use crate::api::Api;
-use crate::request::{TopLevel, ROUTING_FIELDS};
+use crate::routing::request::{TopLevel, ROUTING_FIELDS};
 
 fn push_json_string(out: &mut Vec<u8>, s: &str) {
     // serde_json's string escaping cannot fail for a &str.

@@ -11,12 +11,12 @@ use std::cell::Cell;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::answer::errors::ApiError;
+use crate::answer::usage::ReportedUsage;
 use crate::api::Api;
 use crate::config::{Catalog, Pricing};
-use crate::errors::ApiError;
-use crate::failover::{AttemptRecord, Outcome};
-use crate::request::TopLevel;
-use crate::usage::ReportedUsage;
+use crate::protocol::failover::{AttemptRecord, Outcome};
+use crate::routing::request::TopLevel;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the
 /// prices its cost is computed from.

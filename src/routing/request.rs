@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::answer::errors::ApiError;
 use crate::api::{Api, GoogleMethod, Surface};
 use crate::config::{Quantization, MAX_MODELS};
-use crate::errors::ApiError;
 
 /// Request header carrying routing fields (`models`, `provider`) as a JSON object, for callers
 /// whose SDK cannot add body fields (Google's above all). Accepted on every surface.
@@ -140,7 +140,7 @@ pub struct Sort {
 
 /// Percentile cutoffs of a soft preference (a bare number means p50): the same shape as the
 /// measured percentiles they are compared with.
-pub type Cutoffs = crate::health::Percentiles;
+pub type Cutoffs = crate::routing::health::Percentiles;
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct MaxPrice {
@@ -544,7 +544,7 @@ pub fn split_variant<'s>(
                         param,
                         format!(
                             "unknown model variant suffix `:{}` in `{param}` (supported: :nitro, :floor, :exacto)",
-                            crate::errors::echo(suffix)
+                            crate::answer::errors::echo(suffix)
                         ),
                     ))
                 }
@@ -732,10 +732,10 @@ impl<'a> ChatRequest<'a> {
             let key: &str = key;
             if key != "models" && key != "provider" {
                 return Err(bad(
-                    &format!("{ROUTING_HEADER}.{}", crate::errors::echo(key)),
+                    &format!("{ROUTING_HEADER}.{}", crate::answer::errors::echo(key)),
                     format!(
                         "unknown field `{}` in the {ROUTING_HEADER} header (models, provider)",
-                        crate::errors::echo(key)
+                        crate::answer::errors::echo(key)
                     ),
                 ));
             }

@@ -15,7 +15,7 @@
 //! learned capacity (an endpoint at its cap gets nothing, the excess spills to the others).
 //! Endpoints without measurements start from the model's typical values.
 
-use crate::health::{EndpointHealth, MeasuredUsage};
+use crate::routing::health::{EndpointHealth, MeasuredUsage};
 
 /// Tunables (`routing.routing_cost` in the configuration); the defaults need no tuning.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,7 +81,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
-    crate::sorting::sort_by(&mut v, f64::total_cmp);
+    crate::routing::sorting::sort_by(&mut v, f64::total_cmp);
     let mid = v.len() / 2;
     if v.len() % 2 == 1 {
         v.get(mid).copied()
@@ -257,7 +257,7 @@ pub fn draw_order(terms: &[CostTerms], rand: &mut dyn FnMut() -> f64) -> Vec<usi
         order.push(left.remove(pick));
     }
     let mut rest: Vec<usize> = (0..terms.len()).filter(|i| !order.contains(i)).collect();
-    crate::sorting::sort_by(&mut rest, |&a, &b| {
+    crate::routing::sorting::sort_by(&mut rest, |&a, &b| {
         let c = |i: usize| terms.get(i).map_or(f64::INFINITY, |t| t.routing_cost);
         c(a).total_cmp(&c(b))
     });
@@ -268,7 +268,7 @@ pub fn draw_order(terms: &[CostTerms], rand: &mut dyn FnMut() -> f64) -> Vec<usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Percentiles;
+    use crate::routing::health::Percentiles;
 
     fn ep(prompt: f64, completion: f64) -> EndpointInput {
         EndpointInput { prompt_price: prompt, completion_price: completion, ..EndpointInput::default() }

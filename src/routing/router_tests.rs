@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use super::*;
 use crate::api::{Api, GoogleMethod, Surface};
-use crate::decision::{candidates_json, decide, hand_off};
-use crate::failover::{attempt_rewrite, model_prefix, AttemptPlan};
-use crate::health::NoHealthData;
+use crate::protocol::failover::{attempt_rewrite, model_prefix, AttemptPlan};
+use crate::routing::decision::{candidates_json, decide, hand_off};
+use crate::routing::health::NoHealthData;
 use crate::test_support::{mutate, Lcg};
 
 // ---------------------------------------------------------------------------------------------
@@ -1630,7 +1630,7 @@ fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
 fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages() {
     let key = |body: &str, header: Option<&str>| {
         let req = ChatRequest::parse(body.as_bytes()).unwrap();
-        crate::router::conversation_key(&req, header, 0)
+        crate::routing::router::conversation_key(&req, header, 0)
     };
     let a = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}]}"#;
     let a2 = r#"{"model": "m", "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "x"}, {"role": "user", "content": "q2"}]}"#;
@@ -1643,8 +1643,8 @@ fn conversation_keys_come_from_the_header_the_session_id_or_the_first_messages()
     assert_eq!(key(r#"{"model": "m", "messages": []}"#, None), None);
     let req = ChatRequest::parse(a.as_bytes()).unwrap();
     assert_ne!(
-        crate::router::conversation_key(&req, None, 1),
-        crate::router::conversation_key(&req, None, 2),
+        crate::routing::router::conversation_key(&req, None, 1),
+        crate::routing::router::conversation_key(&req, None, 2),
         "callers with the same first messages are separate conversations"
     );
 }
@@ -1799,8 +1799,16 @@ fn each_api_is_routed_only_to_endpoints_speaking_it() {
     assert_eq!(e.metadata["constraint"], "api:anthropic");
     let google =
         Surface { api: Api::Google, path_model: Some("m/claude".into()), method: Some(GoogleMethod::Generate) };
-    let d = crate::decision::decide_for(&c, None, &google, None, br#"{"contents":[]}"#, &NoHealthData, &mut || 0.0)
-        .unwrap_err();
+    let d = crate::routing::decision::decide_for(
+        &c,
+        None,
+        &google,
+        None,
+        br#"{"contents":[]}"#,
+        &NoHealthData,
+        &mut || 0.0,
+    )
+    .unwrap_err();
     assert_eq!(d.metadata["constraint"], "api:google");
     assert_eq!(d.api, Api::Google);
     let v: Value = serde_json::from_str(&d.body()).unwrap();
@@ -1817,7 +1825,7 @@ fn google_decision_hands_off_a_model_free_body_and_per_attempt_paths() {
     let google =
         Surface { api: Api::Google, path_model: Some("m/gem".into()), method: Some(GoogleMethod::StreamGenerate) };
     let body = br#"{"contents":[{"parts":[{"text":"x"}]}],"provider":{"sort":"price"}}"#;
-    let d = crate::decision::decide_for(&c, None, &google, None, body, &NoHealthData, &mut || 0.0).unwrap();
+    let d = crate::routing::decision::decide_for(&c, None, &google, None, body, &NoHealthData, &mut || 0.0).unwrap();
     assert!(d.stream);
     assert_eq!(d.body, br#"{"contents":[{"parts":[{"text":"x"}]}]}"#);
     let h = hand_off(&c, 7, &d, "/v1beta/models/m%2Fgem:streamGenerateContent?alt=sse&key=CALLER");

@@ -5,8 +5,8 @@
 //! Window: 15 buckets of 20 s (5 minutes). A bucket is reused when its epoch has passed, so old
 //! data decays without a sweeper and the record never grows.
 
-use crate::failover::Outcome;
-use crate::health::{EndpointHealth, Percentiles};
+use crate::protocol::failover::Outcome;
+use crate::routing::health::{EndpointHealth, Percentiles};
 
 pub const BUCKET_MS: u64 = 20_000;
 pub const BUCKETS: usize = 15;
@@ -251,7 +251,7 @@ impl EndpointStats {
             tool_error_rate: ratio(t_bad, t_judged),
             bad_response_rate: ratio(q_bad, q_judged),
             rate_limited_rate: ratio(rate_limited, u64::from(attempts)),
-            usage: (usage_reports > 0).then(|| crate::health::MeasuredUsage {
+            usage: (usage_reports > 0).then(|| crate::routing::health::MeasuredUsage {
                 reports: usage_reports,
                 prompt_tokens: sum(|b| b.prompt_tokens),
                 completion_tokens: sum(|b| b.completion_tokens),

@@ -2,7 +2,7 @@
 //! endpoints. Read by the orderings (router) and by the auto router's candidate filter.
 
 use crate::config::Catalog;
-use crate::health::{significant_outage, EndpointHealth, HealthView};
+use crate::routing::health::{significant_outage, EndpointHealth, HealthView};
 
 /// Significant-outage flags for `endpoints`, each judged against its model's other endpoints
 /// (pooled recent counts of every catalog endpoint of the model). One health read per endpoint.

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::config::{base_of, Catalog, ConfigError, Quantization};
-use crate::request::{MaxPrice, ProviderPrefs};
-use crate::wildcard;
+use crate::routing::request::{MaxPrice, ProviderPrefs};
+use crate::routing::wildcard;
 
 fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { field: field.into(), reason: reason.into() }

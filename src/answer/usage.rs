@@ -112,9 +112,9 @@ impl ReportedUsage {
     }
 
     /// Complete enough to price: prompt and completion tokens both reported.
-    pub fn priced(&self, pricing: &crate::config::Pricing) -> Option<crate::stats::Usage> {
+    pub fn priced(&self, pricing: &crate::config::Pricing) -> Option<crate::routing::stats::Usage> {
         let (prompt, completion) = (self.prompt_tokens?, self.completion_tokens?);
-        Some(crate::stats::Usage {
+        Some(crate::routing::stats::Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
             cost_usd: pricing.cost_usd(prompt, self.cached_tokens.unwrap_or(0), completion),

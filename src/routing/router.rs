@@ -6,17 +6,17 @@
 
 use std::cmp::Ordering;
 
+use crate::answer::errors::ApiError;
 use crate::api::Api;
-use crate::auto::{self, AutoChoice};
 use crate::config::DefaultPolicy;
 use crate::config::{Catalog, Endpoint};
-use crate::errors::ApiError;
-use crate::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
-use crate::outage::outage_flags;
-use crate::policy::Policy;
-use crate::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
-use crate::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
-use crate::sorting::{sort_by, sort_by_key};
+use crate::routing::auto::{self, AutoChoice};
+use crate::routing::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
+use crate::routing::outage::outage_flags;
+use crate::routing::policy::Policy;
+use crate::routing::request::{split_variant, ChatRequest, Cutoffs, Partition, ProviderPrefs, Sort, SortBy, Variant};
+use crate::routing::routing_cost::{costs, draw_order, token_estimate, CostTerms, EndpointInput};
+use crate::routing::sorting::{sort_by, sort_by_key};
 
 /// One planned attempt: an endpoint and the score that ranked it (meaning depends on strategy).
 #[derive(Debug, Clone, PartialEq)]

@@ -3,15 +3,15 @@
 
 use serde_json::{json, Value};
 
+use crate::answer::errors::ApiError;
 use crate::api::{Api, Surface};
 use crate::config::Catalog;
-use crate::errors::ApiError;
-use crate::failover::{model_prefix, AttemptPlan, EndpointRef};
-use crate::health::HealthView;
-use crate::policy::Policy;
-use crate::request::ChatRequest;
-use crate::rewrite::upstream_body_for;
-use crate::router::{cut_to_budget, plan_under, Plan};
+use crate::protocol::failover::{model_prefix, AttemptPlan, EndpointRef};
+use crate::protocol::rewrite::upstream_body_for;
+use crate::routing::health::HealthView;
+use crate::routing::policy::Policy;
+use crate::routing::request::ChatRequest;
+use crate::routing::router::{cut_to_budget, plan_under, Plan};
 use crate::surface::without_caller_key;
 
 /// The routing decision for one request.
@@ -76,8 +76,11 @@ pub fn decide_for(
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
         .max(1);
     // Answers are judged in the request API's shape (the provider speaks it).
-    let offered_tools =
-        if req.has_tools { crate::quality::offered_tools(req.api, req.fields.get("tools")) } else { Vec::new() };
+    let offered_tools = if req.has_tools {
+        crate::routing::quality::offered_tools(req.api, req.fields.get("tools"))
+    } else {
+        Vec::new()
+    };
     Ok(Decision {
         api: req.api,
         stream: req.stream,
@@ -160,7 +163,7 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
 pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) -> String {
     let num = |v: Option<f64>| v.filter(|x| x.is_finite()).map_or(Value::Null, |x| json!(x));
     let indices: Vec<usize> = plan.attempts.iter().map(|a| a.endpoint).collect();
-    let outages = crate::outage::outage_flags(catalog, health, &indices);
+    let outages = crate::routing::outage::outage_flags(catalog, health, &indices);
     let terms = |i: usize| {
         plan.cost_terms.iter().find(|(e, _)| *e == i).map(|(_, t)| {
             json!({

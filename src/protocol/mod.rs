@@ -1,0 +1,12 @@
+//! What the decision filter hands the per-attempt filter through Envoy's retries.
+//! - `failover`: the per-attempt plan codec, outcome records and the final error
+//! - `slots`: one slot header per attempt (the plan as Envoy's retries see it)
+//! - `rewrite`: the upstream body and path of one attempt, shared by the first and retries
+//! - `scope`: which requests are Switchyard's (the route mark); all others pass untouched
+//! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
+
+pub mod failover;
+pub mod rewrite;
+pub mod scope;
+pub mod slots;
+pub mod wire;
