@@ -347,20 +347,33 @@ pub enum Quantization {
     Unknown,
 }
 
+/// Every quantization by its name in the catalog, the `provider` object and the listings:
+/// the one table that parsing, naming and the error messages read.
+const QUANTIZATIONS: [(&str, Quantization); 9] = [
+    ("int4", Quantization::Int4),
+    ("int8", Quantization::Int8),
+    ("fp4", Quantization::Fp4),
+    ("fp6", Quantization::Fp6),
+    ("fp8", Quantization::Fp8),
+    ("fp16", Quantization::Fp16),
+    ("bf16", Quantization::Bf16),
+    ("fp32", Quantization::Fp32),
+    ("unknown", Quantization::Unknown),
+];
+
 impl Quantization {
     pub fn parse(s: &str) -> Option<Quantization> {
-        Some(match s {
-            "int4" => Quantization::Int4,
-            "int8" => Quantization::Int8,
-            "fp4" => Quantization::Fp4,
-            "fp6" => Quantization::Fp6,
-            "fp8" => Quantization::Fp8,
-            "fp16" => Quantization::Fp16,
-            "bf16" => Quantization::Bf16,
-            "fp32" => Quantization::Fp32,
-            "unknown" => Quantization::Unknown,
-            _ => return None,
-        })
+        QUANTIZATIONS.iter().find(|(name, _)| *name == s).map(|&(_, q)| q)
+    }
+
+    pub fn name(self) -> &'static str {
+        QUANTIZATIONS.iter().find(|&&(_, q)| q == self).map_or("unknown", |&(name, _)| name)
+    }
+
+    /// The error for a name that is not a quantization, listing the ones that are.
+    pub fn unknown(name: &str) -> String {
+        let known: Vec<&str> = QUANTIZATIONS.iter().map(|&(n, _)| n).collect();
+        format!("unknown quantization \"{name}\" ({})", known.join(", "))
     }
 }
 
@@ -965,12 +978,9 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
             }
             let quantization = match &e.quantization {
                 None => Quantization::Unknown,
-                Some(q) => Quantization::parse(q).ok_or_else(|| {
-                    err(
-                        format!("{ef}.quantization"),
-                        format!("unknown quantization \"{q}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"),
-                    )
-                })?,
+                Some(q) => {
+                    Quantization::parse(q).ok_or_else(|| err(format!("{ef}.quantization"), Quantization::unknown(q)))?
+                }
             };
             if e.context_length == Some(0) {
                 return Err(err(format!("{ef}.context_length"), "must be > 0 when set"));
@@ -1292,6 +1302,18 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_quantization_parses_from_its_own_name_and_the_error_lists_them_all() {
+        for (name, q) in QUANTIZATIONS {
+            assert_eq!((Quantization::parse(name), q.name()), (Some(q), name));
+        }
+        assert_eq!(Quantization::parse("fp9"), None);
+        assert_eq!(
+            Quantization::unknown("fp9"),
+            "unknown quantization \"fp9\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"
+        );
+    }
 
     fn no_env(_: &str) -> Option<String> {
         None

@@ -8,7 +8,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::answer::errors::ApiError;
-use crate::config::{Catalog, Endpoint, Model, Quantization};
+use crate::config::{Catalog, Endpoint, Model};
 use crate::routing::health::{HealthView, Percentiles};
 
 /// Which listing a GET path asks for.
@@ -69,20 +69,6 @@ fn pricing_json(e: &Endpoint) -> Value {
         o.insert("input_cache_read".into(), json!(per_token(c)));
     }
     Value::Object(o)
-}
-
-fn quantization_name(q: Quantization) -> &'static str {
-    match q {
-        Quantization::Int4 => "int4",
-        Quantization::Int8 => "int8",
-        Quantization::Fp4 => "fp4",
-        Quantization::Fp6 => "fp6",
-        Quantization::Fp8 => "fp8",
-        Quantization::Fp16 => "fp16",
-        Quantization::Bf16 => "bf16",
-        Quantization::Fp32 => "fp32",
-        Quantization::Unknown => "unknown",
-    }
 }
 
 fn visible<'a>(catalog: &'a Catalog, m: &Model, allowed: &dyn Fn(&Endpoint) -> bool) -> Vec<&'a Endpoint> {
@@ -188,7 +174,7 @@ pub fn answer(
                         "model_id": e.upstream_model,
                         "context_length": e.context_length,
                         "pricing": pricing_json(e),
-                        "quantization": quantization_name(e.quantization),
+                        "quantization": e.quantization.name(),
                         "supported_parameters": e.supported_parameters,
                         // The request APIs this endpoint serves (`openai`, `anthropic`, `google`).
                         "apis": e.apis.iter().map(|a| a.name()).collect::<Vec<_>>(),

@@ -403,14 +403,7 @@ fn parse_quantizations(names: &[String], field: &str) -> Result<Vec<Quantization
     names
         .iter()
         .enumerate()
-        .map(|(i, n)| {
-            Quantization::parse(n).ok_or_else(|| {
-                err(
-                    format!("{field}[{i}]"),
-                    format!("unknown quantization \"{n}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"),
-                )
-            })
-        })
+        .map(|(i, n)| Quantization::parse(n).ok_or_else(|| err(format!("{field}[{i}]"), Quantization::unknown(n))))
         .collect()
 }
 

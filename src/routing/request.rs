@@ -454,7 +454,7 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                 let mut qs = Vec::with_capacity(names.len());
                 for (i, n) in names.iter().enumerate() {
                     qs.push(Quantization::parse(n).ok_or_else(|| {
-                        bad(param, format!("`provider.quantizations[{i}]`: unknown quantization \"{n}\" (int4, int8, fp4, fp6, fp8, fp16, bf16, fp32, unknown)"))
+                        bad(param, format!("`provider.quantizations[{i}]`: {}", Quantization::unknown(n)))
                     })?);
                 }
                 p.quantizations = Some(qs);
