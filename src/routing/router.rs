@@ -400,6 +400,31 @@ fn cmp_f64(a: f64, b: f64) -> Ordering {
     a.partial_cmp(&b).unwrap_or(Ordering::Equal)
 }
 
+/// What the orderings compare, computed once per candidate before a sort: the health view and
+/// the price are read n times per sort instead of twice per comparison.
+struct SortKey<'a> {
+    cost: f64,
+    slug: &'a str,
+    health: EndpointHealth,
+}
+
+impl SortKey<'_> {
+    /// The last tie-breaks of the orderings: cheaper first, then the slug (deterministic).
+    fn cheaper_first(&self, other: &SortKey) -> Ordering {
+        cmp_f64(self.cost, other.cost).then_with(|| self.slug.cmp(other.slug))
+    }
+}
+
+/// Sorts `set` (stable) by `cmp` over each candidate's precomputed key.
+fn sort_keyed(ctx: &Ctx, set: &mut [Attempt], cmp: impl Fn(&SortKey, &SortKey) -> Ordering) {
+    let key = |idx: usize| SortKey { cost: ctx.cost(idx), slug: ctx.slug(idx), health: ctx.health(idx) };
+    let mut keyed: Vec<(Attempt, SortKey)> = set.iter().map(|a| (a.clone(), key(a.endpoint))).collect();
+    sort_by(&mut keyed, |x, y| cmp(&x.1, &y.1));
+    for (slot, (a, _)) in set.iter_mut().zip(keyed) {
+        *slot = a;
+    }
+}
+
 /// Measured values sort before unmeasured ones; `desc` puts larger values first.
 fn cmp_measured(a: Option<f64>, b: Option<f64>, desc: bool) -> Ordering {
     match (a, b) {
@@ -420,17 +445,21 @@ fn cmp_measured(a: Option<f64>, b: Option<f64>, desc: bool) -> Ordering {
 /// unknown error rate as 0; endpoints without latency/throughput data go after measured ones,
 /// cheaper first.
 fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
-    let key = |a: &Attempt| (ctx.health(a.endpoint), ctx.cost(a.endpoint));
-    sort_by(set, |a, b| {
-        let ((ha, ca), (hb, cb)) = (key(a), key(b));
+    sort_keyed(ctx, set, |a, b| {
+        let (ha, hb) = (&a.health, &b.health);
         let uptime = || cmp_f64(hb.uptime.unwrap_or(1.0), ha.uptime.unwrap_or(1.0));
         let errors = || cmp_f64(ha.error_rate.unwrap_or(0.0), hb.error_rate.unwrap_or(0.0));
-        let slug = || ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint));
+        let slug = || a.slug.cmp(b.slug);
         // Without measurements the sort has nothing to go on: cheapest first.
-        let cheaper_if_unmeasured =
-            |x: Option<f64>, y: Option<f64>| if x.is_none() && y.is_none() { cmp_f64(ca, cb) } else { Ordering::Equal };
+        let cheaper_if_unmeasured = |x: Option<f64>, y: Option<f64>| {
+            if x.is_none() && y.is_none() {
+                cmp_f64(a.cost, b.cost)
+            } else {
+                Ordering::Equal
+            }
+        };
         match by {
-            SortBy::Price => cmp_f64(ca, cb).then_with(uptime).then_with(errors).then_with(slug),
+            SortBy::Price => cmp_f64(a.cost, b.cost).then_with(uptime).then_with(errors).then_with(slug),
             SortBy::Latency => cmp_measured(ha.ttft_ms.p50, hb.ttft_ms.p50, false)
                 .then_with(|| cheaper_if_unmeasured(ha.ttft_ms.p50, hb.ttft_ms.p50))
                 .then_with(|| cmp_measured(ha.throughput_tps.p50, hb.throughput_tps.p50, true))
@@ -455,10 +484,8 @@ fn explicit_sort(ctx: &Ctx, set: &mut [Attempt], by: SortBy) {
 
 /// `:exacto`: lowest measured malformed-tool-call rate first (unmeasured after), then price.
 fn exacto_sort(ctx: &Ctx, set: &mut [Attempt]) {
-    sort_by(set, |a, b| {
-        cmp_measured(ctx.health(a.endpoint).tool_error_rate, ctx.health(b.endpoint).tool_error_rate, false)
-            .then_with(|| cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)))
-            .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
+    sort_keyed(ctx, set, |a, b| {
+        cmp_measured(a.health.tool_error_rate, b.health.tool_error_rate, false).then_with(|| a.cheaper_first(b))
     });
     for a in set.iter_mut() {
         a.score = ctx.health(a.endpoint).tool_error_rate.unwrap_or(f64::NAN);
@@ -553,9 +580,7 @@ pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> 
 /// the first is drawn with weight 1/price^2, the rest follow by ascending price. Score = the
 /// probability of being drawn first (0 for endpoints that cannot be).
 fn price_weighted(ctx: &Ctx, set: &mut Vec<Attempt>, rand: &mut dyn FnMut() -> f64) {
-    sort_by(set, |a, b| {
-        cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint)).then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
-    });
+    sort_keyed(ctx, set, |a, b| a.cheaper_first(b));
     let indices: Vec<usize> = set.iter().map(|a| a.endpoint).collect();
     let outage = outage_flags(ctx.catalog, ctx.health, &indices);
     let (mut stable, mut unstable) = (Vec::new(), Vec::new());
@@ -651,10 +676,7 @@ fn order_rank(ctx: &Ctx, set: &mut Vec<Attempt>, then: &mut dyn FnMut(&mut Vec<A
             !hit
         });
         // A base slug may match several variants: cheapest first.
-        sort_by(&mut group, |a, b| {
-            cmp_f64(ctx.cost(a.endpoint), ctx.cost(b.endpoint))
-                .then_with(|| ctx.slug(a.endpoint).cmp(ctx.slug(b.endpoint)))
-        });
+        sort_keyed(ctx, &mut group, |a, b| a.cheaper_first(b));
         head.extend(group);
     }
     then(set);
