@@ -587,7 +587,7 @@ impl<H: Host> Filter for Stream<H> {
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
         let made = find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
-        let strategy = d.plan.strategy.clone();
+        let strategy = d.plan.strategy.to_string();
         let warning = d.plan.warnings.join("; ");
         let candidates = self.candidates.take();
         let auto_explain = self.auto_explain.take();

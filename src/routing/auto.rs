@@ -709,10 +709,6 @@ impl AutoChoice {
         self.candidates.iter().filter(|c| c.excluded.is_none()).map(|c| c.model)
     }
 
-    pub fn strategy(&self) -> String {
-        format!("auto:{}", self.classification.task.name())
-    }
-
     /// The debug header: classification, signals, needs, the tier and the ranked candidates.
     pub fn explain_json(&self, catalog: &Catalog) -> String {
         let planned = &self.planned;

@@ -188,7 +188,7 @@ fn a_200k_token_document_is_long_context_and_needs_the_room() {
     // Only models that hold ~204k tokens remain. gemini-2.5-pro is high tier, so the default
     // (medium) ceiling leaves flash first; gpt-5-mini (400k) comes from the chat list.
     let (cat, p) = auto_plan(body.clone());
-    assert_eq!(p.strategy, "auto:long_context");
+    assert_eq!(p.strategy.to_string(), "auto:long_context");
     assert_eq!(
         planned_models(&cat, &p),
         vec!["google/gemini-2.5-flash", "meta-llama/llama-4-maverick", "openai/gpt-5-mini"]
@@ -227,7 +227,7 @@ fn a_tool_calling_agent_turn_is_tool_use_and_needs_tools() {
     assert!(c.needs.tools);
     assert!(c.signals.contains(&"tool_turns:2".to_string()), "{:?}", c.signals);
     let (cat, p) = auto_plan(body);
-    assert_eq!(p.strategy, "auto:tool_use");
+    assert_eq!(p.strategy.to_string(), "auto:tool_use");
     // sonnet (high) is above the default medium tier.
     assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini", "qwen/qwen3-coder", "google/gemini-2.5-flash"]);
     let why = |id: &str| {
@@ -277,7 +277,7 @@ fn small_talk_is_chat() {
     let list = "Things to pack:\n- tent\n- stove\n- two jackets\n- snacks\n+ maybe a book";
     assert_eq!(classify_body(json!({"model": "auto", "messages": user(list)})).task, TaskType::Chat);
     let (cat, p) = auto_plan(json!({"model": "auto", "messages": user(SMALL_TALK)}));
-    assert_eq!(p.strategy, "auto:chat");
+    assert_eq!(p.strategy.to_string(), "auto:chat");
     // mystery/unpriced has the highest weight but no declared tier: only `max` may pick it.
     assert_eq!(
         planned_models(&cat, &p),

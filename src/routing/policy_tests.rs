@@ -703,7 +703,7 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     // Without a policy: the default policy (routing_cost) orders the Anthropic speakers only.
     let d = decide(&anthropic, None, r#"{"model": "m/a", "max_tokens": 1, "messages": []}"#)
         .unwrap_or_else(|e| panic!("{}", e.body()));
-    assert_eq!(d.plan.strategy, "routing_cost");
+    assert_eq!(d.plan.strategy.to_string(), "routing_cost");
     let mut got = slug(&d);
     got.sort();
     assert_eq!(got, vec!["alpha", "beta"]);

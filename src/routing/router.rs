@@ -8,8 +8,8 @@ use std::cmp::Ordering;
 
 use crate::answer::errors::ApiError;
 use crate::api::Api;
-use crate::config::DefaultPolicy;
 use crate::config::{Catalog, Endpoint};
+use crate::config::{DefaultPolicy, TaskType};
 use crate::routing::auto::{self, AutoChoice};
 use crate::routing::health::{EndpointHealth, HealthView, Percentiles, PERCENTILES};
 use crate::routing::outage::outage_flags;
@@ -30,7 +30,7 @@ pub struct Plan {
     /// Endpoints in the order they are tried; model fallbacks follow the primary model's.
     pub attempts: Vec<Attempt>,
     /// How the order was decided, for the `x-switchyard-strategy` header.
-    pub strategy: String,
+    pub strategy: Strategy,
     /// The auto router's classification and ranking when the request asked for `auto`.
     pub auto: Option<AutoChoice>,
     /// routing_cost terms of the endpoints it ordered (debug header).
@@ -172,12 +172,55 @@ impl Ctx<'_> {
     }
 }
 
-/// How one model's endpoints are ordered.
+/// How one model's endpoints are ordered: by its suffix or the request's `sort`, else by the
+/// default policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Ordering_ {
+enum PoolOrder {
     Sort(SortBy),
     Exacto,
     Default,
+}
+
+/// How a plan's order was decided; its text is the `x-switchyard-strategy` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// `model: "auto"`, by the task it classified.
+    Auto(TaskType),
+    /// A `provider-slug/model` id chose the provider.
+    Pinned,
+    /// `provider.order` decided the first attempt.
+    Order,
+    /// An explicit `provider.sort` or a `:nitro` / `:floor` suffix.
+    Sort(SortBy),
+    /// The `:exacto` suffix.
+    Exacto,
+    /// The default policy, with what shaped it.
+    Default { policy: DefaultPolicy, sticky: bool, tool_tiers: bool },
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Strategy::Auto(task) => write!(f, "auto:{}", task.name()),
+            Strategy::Pinned => f.write_str("pinned"),
+            Strategy::Order => f.write_str("order"),
+            Strategy::Sort(by) => write!(f, "sort:{}", by.name()),
+            Strategy::Exacto => f.write_str("exacto"),
+            Strategy::Default { policy, sticky, tool_tiers } => {
+                f.write_str(match policy {
+                    DefaultPolicy::RoutingCost => "routing_cost",
+                    DefaultPolicy::PriceWeighted => "price_weighted",
+                })?;
+                if sticky {
+                    f.write_str("+sticky")?;
+                }
+                if tool_tiers {
+                    f.write_str("+tool_tiers")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A model of the request resolved against the catalog.
@@ -761,18 +804,18 @@ pub fn plan_under(
     let primary_variant = resolved.first().and_then(|(r, _)| r.variant);
     let pinned = resolved.first().is_some_and(|(r, _)| r.pin.is_some());
 
-    let effective = |variant: Option<Variant>| -> Ordering_ {
+    let effective = |variant: Option<Variant>| -> PoolOrder {
         match (prefs.sort, variant) {
-            (Some(s), _) => Ordering_::Sort(s.by),
-            (None, Some(Variant::Nitro)) => Ordering_::Sort(SortBy::Throughput),
-            (None, Some(Variant::Floor)) => Ordering_::Sort(SortBy::Price),
-            (None, Some(Variant::Exacto)) => Ordering_::Exacto,
-            (None, None) => Ordering_::Default,
+            (Some(s), _) => PoolOrder::Sort(s.by),
+            (None, Some(Variant::Nitro)) => PoolOrder::Sort(SortBy::Throughput),
+            (None, Some(Variant::Floor)) => PoolOrder::Sort(SortBy::Price),
+            (None, Some(Variant::Exacto)) => PoolOrder::Exacto,
+            (None, None) => PoolOrder::Default,
         }
     };
 
     // Hard filters per model; the 404 names the constraint that emptied the primary model.
-    let mut pools: Vec<(Vec<Attempt>, Ordering_)> = Vec::new();
+    let mut pools: Vec<(Vec<Attempt>, PoolOrder)> = Vec::new();
     let mut first_failure: Option<(String, String)> = None;
     // Auto picks that survive the provider filters; at most `auto.max_models` are planned.
     let mut auto_planned: Vec<usize> = Vec::new();
@@ -810,7 +853,7 @@ pub fn plan_under(
 
     let merge_all = matches!(prefs.sort, Some(Sort { partition: Partition::None, .. }));
     if merge_all && pools.len() > 1 {
-        let ord = pools.first().map(|p| p.1).unwrap_or(Ordering_::Default);
+        let ord = pools.first().map(|p| p.1).unwrap_or(PoolOrder::Default);
         let all: Vec<Attempt> = pools.drain(..).flat_map(|p| p.0).collect();
         pools.push((all, ord));
     }
@@ -829,9 +872,9 @@ pub fn plan_under(
     for (mut set, ord) in pools {
         let first_pool = attempts.is_empty();
         let mut order_within = |set: &mut Vec<Attempt>| match ord {
-            Ordering_::Sort(by) => explicit_sort(&ctx, set, by),
-            Ordering_::Exacto => exacto_sort(&ctx, set),
-            Ordering_::Default => {
+            PoolOrder::Sort(by) => explicit_sort(&ctx, set, by),
+            PoolOrder::Exacto => exacto_sort(&ctx, set),
+            PoolOrder::Default => {
                 if by_cost {
                     cost_terms.extend(routing_cost_order(&ctx, set, rand));
                     // Sticky conversations: a later turn stays on the endpoint that served the
@@ -910,25 +953,20 @@ pub fn plan_under(
         .and_then(|a| ctx.ep(a.endpoint))
         .is_some_and(|e| prefs.order.iter().any(|s| e.matches_slug(s)));
     let strategy = if let Some(choice) = &auto {
-        choice.strategy()
+        Strategy::Auto(choice.classification.task)
     } else if pinned {
-        "pinned".to_string()
+        Strategy::Pinned
     } else if order_decided {
-        "order".to_string()
+        Strategy::Order
     } else {
         match effective(primary_variant) {
-            Ordering_::Sort(by) => format!("sort:{}", by.name()),
-            Ordering_::Exacto => "exacto".to_string(),
-            Ordering_::Default => {
-                let mut s = if by_cost { "routing_cost" } else { "price_weighted" }.to_string();
-                if sticky {
-                    s.push_str("+sticky");
-                }
-                if req.has_tools {
-                    s.push_str("+tool_tiers");
-                }
-                s
-            }
+            PoolOrder::Sort(by) => Strategy::Sort(by),
+            PoolOrder::Exacto => Strategy::Exacto,
+            PoolOrder::Default => Strategy::Default {
+                policy: if by_cost { DefaultPolicy::RoutingCost } else { DefaultPolicy::PriceWeighted },
+                sticky,
+                tool_tiers: req.has_tools,
+            },
         }
     };
     let auto = auto.map(|mut c| {

@@ -522,7 +522,7 @@ fn order_goes_first_skipping_slugs_that_do_not_serve_the_model() {
     let c = order_catalog();
     let p = ok(&c, &with_provider("m/o", r#""order": ["cc", "nobody", "mine", "bb"]"#), &NoHealthData);
     assert_eq!(slugs(&c, &p), s(&["cc", "bb", "aa", "deepinfra/fast", "deepinfra/turbo"]));
-    assert_eq!(p.strategy, "order");
+    assert_eq!(p.strategy.to_string(), "order");
     assert_eq!(p.attempts[0].score, 0.0);
     assert_eq!(p.attempts[1].score, 3.0);
 }
@@ -562,7 +562,7 @@ fn order_rest_follows_explicit_sort() {
         .with("m/o", "deepinfra/fast", EndpointHealth { ttft_ms: p50(200.0), ..Default::default() });
     let p = ok(&c, &with_provider("m/o", r#""order": ["cc"], "sort": "latency""#), &h);
     assert_eq!(slugs(&c, &p), s(&["cc", "bb", "deepinfra/fast", "aa", "deepinfra/turbo"]));
-    assert_eq!(p.strategy, "order");
+    assert_eq!(p.strategy.to_string(), "order");
 }
 
 // allow_fallbacks false with `order`: only the order list is ever attempted, in order.
@@ -666,7 +666,7 @@ fn sort_price_uses_the_estimated_cost_of_this_request() {
     let short = body("m/c", r#", "max_tokens": 1000, "provider": {"sort": "price"}"#);
     let p = ok(&c, &short, &NoHealthData);
     assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
-    assert_eq!(p.strategy, "sort:price");
+    assert_eq!(p.strategy.to_string(), "sort:price");
     let pt = ChatRequest::parse(short.as_bytes()).map(|r| r.prompt_tokens as f64).unwrap_or(f64::NAN);
     let expect = [pt * 10.0 / 1e6 + 1000.0 / 1e6, pt / 1e6 + 1000.0 * 10.0 / 1e6, pt / 1e6 + 1000.0 / 1e6 + 0.01];
     for (a, want) in p.attempts.iter().zip(expect) {
@@ -742,7 +742,7 @@ fn sort_latency_ties_higher_throughput_then_uptime_then_slug() {
         .with("m/t", "yy", perf(Some(250.0), Some(999.0), None));
     let p = ok(&c, &with_provider("m/t", r#""sort": "latency""#), &h);
     assert_eq!(slugs(&c, &p), s(&["zz", "dd", "bb", "cc", "aa", "yy", "ff", "ee"]));
-    assert_eq!(p.strategy, "sort:latency");
+    assert_eq!(p.strategy.to_string(), "sort:latency");
     assert_eq!(p.attempts[0].score, 100.0);
     assert!(p.attempts[7].score.is_nan());
 }
@@ -761,7 +761,7 @@ fn sort_throughput_ties_lower_ttft_then_uptime_then_slug() {
         .with("m/t", "yy", perf(Some(1.0), Some(10.0), None));
     let p = ok(&c, &with_provider("m/t", r#""sort": "throughput""#), &h);
     assert_eq!(slugs(&c, &p), s(&["zz", "dd", "cc", "aa", "bb", "yy", "ff", "ee"]));
-    assert_eq!(p.strategy, "sort:throughput");
+    assert_eq!(p.strategy.to_string(), "sort:throughput");
     assert_eq!(p.attempts[0].score, 200.0);
 }
 
@@ -838,11 +838,11 @@ fn suffix_catalog() -> (Catalog, Stats) {
 fn nitro_floor_exacto_suffixes_map_to_orderings() {
     let (c, h) = suffix_catalog();
     let p = ok(&c, &body("m/s:nitro", ""), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
     let p = ok(&c, &body("m/s:floor", ""), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
     let p = ok(&c, &body("m/s:exacto", ""), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["cc", "bb", "aa"]), "exacto"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["cc", "bb", "aa"]), "exacto"));
     assert!((p.attempts[0].score - 0.05).abs() < 1e-12);
 }
 
@@ -851,11 +851,11 @@ fn nitro_floor_exacto_suffixes_map_to_orderings() {
 fn explicit_sort_wins_over_suffix() {
     let (c, h) = suffix_catalog();
     let p = ok(&c, &with_provider("m/s:nitro", r#""sort": "price""#), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["aa", "bb", "cc"]), "sort:price"));
     let p = ok(&c, &with_provider("m/s:floor", r#""sort": {"by": "throughput"}"#), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
     let p = ok(&c, &with_provider("m/s:exacto", r#""sort": "throughput""#), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb", "cc", "aa"]), "sort:throughput"));
 }
 
 // An unknown suffix is a 400 invalid_parameter naming the field and the suffix.
@@ -875,9 +875,9 @@ fn unknown_suffix_is_400_naming_the_field() {
 fn catalog_ids_with_a_colon_are_not_split() {
     let (c, _) = suffix_catalog();
     let p = ok(&c, &body("v/llama3:8b", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "aa"]), "price_weighted"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb", "aa"]), "price_weighted"));
     let p = ok(&c, &body("v/llama3:8b:floor", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb", "aa"]), "sort:price"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb", "aa"]), "sort:price"));
 }
 
 // Each model of `models` is ordered by its own suffix; the strategy header names the primary's.
@@ -886,7 +886,7 @@ fn each_model_in_models_keeps_its_own_suffix() {
     let (c, h) = suffix_catalog();
     let p = ok(&c, &body("m/s:floor", r#", "models": ["m/s2:nitro"]"#), &h);
     assert_eq!(labels(&c, &p), s(&["m/s@aa", "m/s@bb", "m/s@cc", "m/s2@ee", "m/s2@dd"]));
-    assert_eq!(p.strategy, "sort:price");
+    assert_eq!(p.strategy.to_string(), "sort:price");
 }
 
 // The `x-switchyard-strategy` value for each way an order can be decided.
@@ -908,8 +908,10 @@ fn strategy_strings() {
         (body("aa/m/s:nitro", ""), "pinned"),
     ];
     for (b, want) in cases {
-        assert_eq!(ok(&c, &b, &h).strategy, want, "{b}");
+        assert_eq!(ok(&c, &b, &h).strategy.to_string(), want, "{b}");
     }
+    let both = Strategy::Default { policy: DefaultPolicy::RoutingCost, sticky: true, tool_tiers: true };
+    assert_eq!(both.to_string(), "routing_cost+sticky+tool_tiers");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -966,7 +968,7 @@ fn price_weighted_scores_are_first_pick_probabilities() {
     let c = pw_catalog();
     let p = ok(&c, &body("m/pw", ""), &NoHealthData);
     assert_eq!(slugs(&c, &p), s(&["aa", "bb", "cc"]));
-    assert_eq!(p.strategy, "price_weighted");
+    assert_eq!(p.strategy.to_string(), "price_weighted");
     let scores: Vec<f64> = p.attempts.iter().map(|a| a.score).collect();
     for (got, want) in scores.iter().zip([36.0 / 49.0, 9.0 / 49.0, 4.0 / 49.0]) {
         assert!((got - want).abs() < 1e-9, "{scores:?}");
@@ -1169,10 +1171,13 @@ fn tools_tier_by_malformed_tool_call_rate_then_supports_tools() {
     let (c, h) = tools_catalog();
     let p = ok(&c, &body("m/t", TOOLS), &h);
     assert_eq!(slugs(&c, &p), s(&["cc", "dd", "bb", "aa", "ee"]));
-    assert_eq!(p.strategy, "price_weighted+tool_tiers");
+    assert_eq!(p.strategy.to_string(), "price_weighted+tool_tiers");
     // Without tools nothing of this applies: plain price-weighted order.
     let p = ok(&c, &body("m/t", ""), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted"));
+    assert_eq!(
+        (slugs(&c, &p), p.strategy.to_string().as_str()),
+        (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted")
+    );
 }
 
 // Tier boundaries: < 5 % best, < 20 % middle, the rest last.
@@ -1197,7 +1202,10 @@ fn tool_choice_alone_triggers_tool_routing_but_empty_tools_does_not() {
     let (c, h) = tools_catalog();
     assert_eq!(ranked(&c, &body("m/t", r#", "tool_choice": "auto""#), &h), s(&["cc", "dd", "bb", "aa", "ee"]));
     let p = ok(&c, &body("m/t", r#", "tools": [], "tool_choice": null"#), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted"));
+    assert_eq!(
+        (slugs(&c, &p), p.strategy.to_string().as_str()),
+        (s(&["ee", "aa", "bb", "cc", "dd"]), "price_weighted")
+    );
 }
 
 // `sort: price` or `:floor` turn tool tiers off (pure price order); the supports-tools preference
@@ -1209,7 +1217,7 @@ fn sort_price_and_floor_turn_tool_tiers_off() {
     assert_eq!(ranked(&c, &body("m/t", &ignore_ee), &h), s(&["aa", "bb", "cc", "dd"]));
     let floor = format!(r#"{TOOLS}, "provider": {{"ignore": ["ee"]}}"#);
     let p = ok(&c, &body("m/t:floor", &floor), &h);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa", "bb", "cc", "dd"]), "sort:price"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["aa", "bb", "cc", "dd"]), "sort:price"));
     assert_eq!(
         ranked(&c, &body("m/t", &format!(r#"{TOOLS}, "provider": {{"sort": "price"}}"#)), &h),
         s(&["aa", "bb", "cc", "dd", "ee"])
@@ -1272,10 +1280,10 @@ fn pin_catalog() -> Catalog {
 fn provider_prefixed_model_id_pins_that_provider() {
     let c = pin_catalog();
     let p = ok(&c, &body("bb/m/s", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["bb"]), "pinned"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["bb"]), "pinned"));
     assert_eq!(c.models[c.endpoints[p.attempts[0].endpoint].model].id, "m/s");
     let p = ok(&c, &body("cc/m/s:floor", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["cc"]), "pinned"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["cc"]), "pinned"));
 }
 
 // A pinned base slug keeps every variant of that provider; a pin on a provider that does not
@@ -1296,7 +1304,7 @@ fn pinned_base_slug_keeps_variants_and_unserved_pin_is_404() {
 fn catalog_model_whose_vendor_equals_a_provider_is_not_pinned() {
     let c = pin_catalog();
     let p = ok(&c, &body("alpha/chat", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["gamma", "beta"]), "price_weighted"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["gamma", "beta"]), "price_weighted"));
 }
 
 // SPEC 3: `provider/<catalog model id>` pins that provider for ANY catalog model, including ids
@@ -1305,7 +1313,7 @@ fn catalog_model_whose_vendor_equals_a_provider_is_not_pinned() {
 fn pinned_id_of_a_colon_model_is_routed() {
     let c = pin_catalog();
     let p = ok(&c, &body("aa/v/llama3:8b", ""), &NoHealthData);
-    assert_eq!((slugs(&c, &p), p.strategy.as_str()), (s(&["aa"]), "pinned"));
+    assert_eq!((slugs(&c, &p), p.strategy.to_string().as_str()), (s(&["aa"]), "pinned"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1333,7 +1341,7 @@ fn decide_rewrites_body_for_the_first_endpoint() {
     let c = decision_catalog();
     let d = decide(&c, DEC_BODY.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
     assert!(d.stream);
-    assert_eq!(d.plan.strategy, "sort:price");
+    assert_eq!(d.plan.strategy.to_string(), "sort:price");
     assert_eq!(slugs(&c, &d.plan), s(&["alpha", "beta"]));
     assert_eq!(d.model, "m/dec");
     assert_eq!(
@@ -1571,7 +1579,7 @@ fn cost_models() -> Vec<String> {
 fn routing_cost_is_the_default_and_shares_traffic_by_cost() {
     let c = cost_catalog(&cost_models());
     let p = ok(&c, &body("m/rc", ""), &NoHealthData);
-    assert_eq!(p.strategy, "routing_cost");
+    assert_eq!(p.strategy.to_string(), "routing_cost");
     assert_eq!(p.cost_terms.len(), 3);
     assert!((p.attempts.iter().map(|a| a.score).sum::<f64>() - 1.0).abs() < 1e-9);
     assert!(p.conversation.is_some(), "a routed conversation is remembered");
@@ -1586,14 +1594,14 @@ fn routing_cost_is_the_default_and_shares_traffic_by_cost() {
 fn routing_cost_is_bypassed_by_order_and_sort_and_runs_after_only_and_ignore() {
     let c = cost_catalog(&cost_models());
     let p = ok(&c, &with_provider("m/rc", r#""order": ["cc"]"#), &NoHealthData);
-    assert_eq!((p.strategy.as_str(), p.cost_terms.len(), p.conversation), ("order", 0, None));
+    assert_eq!((p.strategy.to_string().as_str(), p.cost_terms.len(), p.conversation), ("order", 0, None));
     assert_eq!(slugs(&c, &p)[0], "cc");
     let p = ok(&c, &with_provider("m/rc", r#""sort": "price""#), &NoHealthData);
-    assert_eq!((p.strategy.as_str(), p.cost_terms.len()), ("sort:price", 0));
+    assert_eq!((p.strategy.to_string().as_str(), p.cost_terms.len()), ("sort:price", 0));
     let p = ok(&c, &body("m/rc:floor", ""), &NoHealthData);
-    assert_eq!(p.strategy, "sort:price");
+    assert_eq!(p.strategy.to_string(), "sort:price");
     let p = ok(&c, &with_provider("m/rc", r#""ignore": ["aa"]"#), &NoHealthData);
-    assert_eq!(p.strategy, "routing_cost");
+    assert_eq!(p.strategy.to_string(), "routing_cost");
     assert_eq!(p.cost_terms.len(), 2);
     assert!(!slugs(&c, &p).contains(&"aa".to_string()));
 }
@@ -1611,17 +1619,17 @@ fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
     for r in [0.0, 0.5, 0.99] {
         let p = run_with(&c, turn2, &view(Stats::default()), &mut || r).unwrap();
         assert_eq!(slugs(&c, &p)[0], "cc", "rand {r}");
-        assert_eq!(p.strategy, "routing_cost+sticky");
+        assert_eq!(p.strategy.to_string(), "routing_cost+sticky");
         assert_eq!(p.conversation, Some(conv), "the later turn has the same key");
     }
     // The sticky endpoint fails: the conversation moves (and re-sticks where it is served).
     let sick = EndpointHealth { recent_attempts: 5, recent_failures: 5, failure_run: 5, ..Default::default() };
     let p = run_with(&c, turn2, &view(Stats::default().with("m/rc", "cc", sick)), &mut || 0.0).unwrap();
     assert_ne!(slugs(&c, &p)[0], "cc");
-    assert_eq!(p.strategy, "routing_cost");
+    assert_eq!(p.strategy.to_string(), "routing_cost");
     // Another conversation is not affected; an explicit order bypasses stickiness.
     let other = r#"{"model": "m/rc", "messages": [{"role": "user", "content": "something else"}]}"#;
-    assert_eq!(run_with(&c, other, &view(Stats::default()), &mut || 0.0).unwrap().strategy, "routing_cost");
+    assert_eq!(run_with(&c, other, &view(Stats::default()), &mut || 0.0).unwrap().strategy.to_string(), "routing_cost");
     let ordered = r#"{"model": "m/rc", "provider": {"order": ["aa"]}, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}"#;
     assert_eq!(slugs(&c, &run_with(&c, ordered, &view(Stats::default()), &mut || 0.0).unwrap())[0], "aa");
 }
@@ -1707,13 +1715,13 @@ fn budget_with_more_models_than_attempts_keeps_the_first_models() {
 fn strategy_names_order_only_when_order_decided() {
     let c = catalog(&[model("m/s", &[ep("aa", 1.0), ep("bb", 2.0)])]);
     let p = ok(&c, &with_provider("m/s", r#""order": ["bb"]"#), &NoHealthData);
-    assert_eq!(p.strategy, "order");
+    assert_eq!(p.strategy.to_string(), "order");
     assert_eq!(slugs(&c, &p), s(&["bb", "aa"]));
     // `cc` is a configured provider that does not serve this model: the default policy decided.
     let p = ok(&c, &with_provider("m/s", r#""order": ["cc"]"#), &NoHealthData);
-    assert_eq!(p.strategy, "price_weighted");
+    assert_eq!(p.strategy.to_string(), "price_weighted");
     let p = ok(&c, &with_provider("m/s", r#""order": ["cc"], "sort": "price""#), &NoHealthData);
-    assert_eq!(p.strategy, "sort:price");
+    assert_eq!(p.strategy.to_string(), "sort:price");
     assert_eq!(slugs(&c, &p), s(&["aa", "bb"]));
 }
 
