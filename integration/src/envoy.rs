@@ -230,27 +230,12 @@ impl Envoy {
 
     /// CPU time (user + system) the Envoy process has used so far, microseconds.
     pub fn cpu_us(&self) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let field = |i: usize| rest.split_whitespace().nth(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-        let ticks = field(11) + field(12);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        ticks * 1_000_000 / hz
+        crate::procfs::cpu_us(self.child.id())
     }
 
     /// Resident memory of the Envoy process, KiB.
     pub fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse().ok())
-            })
-            .unwrap_or(0)
+        crate::procfs::rss_kib(self.child.id())
     }
 }
 

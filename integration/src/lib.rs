@@ -12,6 +12,7 @@ pub mod istio_sim;
 pub mod market;
 pub mod memory;
 pub mod mock;
+pub mod procfs;
 pub mod rng;
 pub mod soak;
 pub mod tls;

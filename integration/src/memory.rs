@@ -60,14 +60,7 @@ pub const NOOP_WASM: &[u8] = &[
 
 /// VmRSS, RssAnon, RssFile of a process, KiB.
 pub fn proc_status(pid: u32) -> [u64; 3] {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        s.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name: &str| crate::procfs::status_kib(pid, name);
     [field("VmRSS:"), field("RssAnon:"), field("RssFile:")]
 }
 

@@ -431,14 +431,7 @@ pub async fn run(cfg: &SoakConfig) -> Result<SoakReport, String> {
         drop(envoy);
     });
     let (addr, admin, pid) = rx.await.map_err(|_| "envoy thread died".to_string())??;
-    let rss = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            })
-            .unwrap_or(0u64)
-    };
+    let rss = || crate::procfs::rss_kib(pid);
     let cases: Arc<Vec<Case>> = Arc::new((0..cfg.requests).map(|i| make_case(cfg.seed, i, cfg.ok_share)).collect());
     let start = Instant::now();
     let mut report = SoakReport { requests: cfg.requests, ..SoakReport::default() };

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use switchyard_integration::envoy::{envoy_binary, http_get, repo_root};
+use switchyard_integration::procfs::alive;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_switchyard-demo");
 
@@ -69,13 +70,6 @@ fn get_as(addr: SocketAddr, host: &str, path: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie (state Z) has exited; it only waits to be reaped.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit_once(')').map(|(_, r)| !r.trim_start().starts_with('Z')).unwrap_or(false))
-        .unwrap_or(false)
 }
 
 #[test]

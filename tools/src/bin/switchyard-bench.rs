@@ -34,6 +34,7 @@ use switchyard_integration::envoy::{
     bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
 };
 use switchyard_integration::memory::NOOP_WASM;
+use switchyard_integration::procfs::{cpu_us, rss_kib, stat_fields};
 use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
 
 /// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
@@ -218,12 +219,6 @@ fn allowed_cores() -> Vec<usize> {
     (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }
 
-/// Fields after the command name in /proc/<pid>/stat.
-fn stat_fields(pid: u32) -> Vec<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
-}
-
 /// `pid` and all its descendants.
 fn tree(pid: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -246,15 +241,6 @@ fn tree(pid: u32) -> Vec<u32> {
     out
 }
 
-/// CPU time (user + system, all threads) of `pid`, microseconds.
-fn cpu_us(pid: u32) -> u64 {
-    let f = stat_fields(pid);
-    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    (field(11) + field(12)) * 1_000_000 / hz
-}
-
 /// (busy, total) ticks of one CPU so far, from /proc/stat.
 fn core_ticks(core: usize) -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -274,15 +260,6 @@ fn busy_share(a: (u64, u64), b: (u64, u64)) -> Option<f64> {
 
 fn tree_cpu_us(pid: u32) -> u64 {
     tree(pid).into_iter().map(cpu_us).sum()
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn tree_rss_kib(pid: u32) -> u64 {
