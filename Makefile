@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix
+.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -77,6 +77,8 @@ run: wasm
 lint: setup
 	cargo fmt --all --check
 	cargo clippy -p switchyard --release --target wasm32-wasip1 -- -D warnings
+	# The measurement build (`make profile`) must keep compiling too.
+	cargo clippy -p switchyard --release --target wasm32-wasip1 --features profile -- -D warnings
 	cargo clippy -p switchyard -- -D warnings
 	# The fuzz targets (outside the workspace) must keep compiling against the filter's API;
 	# a stable type-check is enough here, `make fuzz` runs them with nightly.
@@ -115,6 +117,13 @@ BENCH_NICE ?= -10
 bench: wasm
 	cargo build --release -p switchyard-tools --bin switchyard-bench
 	BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
+
+# A module that logs the time of each callback and each kind of host call (src/host/profile.rs),
+# in its own target directory so it never replaces the module the tests and `make run` use.
+# Measurement only: never deploy it.
+profile: setup
+	CARGO_TARGET_DIR=target/profile cargo build --release --target wasm32-wasip1 -p switchyard --features profile
+	@echo "built target/profile/wasm32-wasip1/release/switchyard.wasm (logs timings at info level)"
 
 # routing_cost vs price_weighted on a simulated provider market (switchback, about 5 minutes):
 # BENCH_MARKET=<file> runs another market. Writes target/bench-routing/{results.md,shares.csv,shares.png}.
