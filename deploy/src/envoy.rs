@@ -5,9 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE};
+use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY};
 use switchyard::protocol::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
-use switchyard::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
+use switchyard::wiring::{
+    ATTEMPTS_HEADER, ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER, PASSTHROUGH_HEADER,
+    VM_ID,
+};
 
 /// Repository root (the integration crate lives one level below it).
 pub fn repo_root() -> PathBuf {
@@ -256,7 +259,7 @@ impl StackConfig {
     /// The upstream filters of a provider cluster: its key injectors (SDS-keyed), the per-attempt
     /// Wasm, the codec.
     fn provider_filters(&self, cluster: &str) -> Value {
-        let upstream = wasm_filter(self, "switchyard_upstream", &plugin_json(self), false);
+        let upstream = wasm_filter(self, ATTEMPT_ROOT_ID, &plugin_json(self), false);
         let mut filters = upstream_filters(upstream);
         let keyed = self.sds_keyed();
         if let (Some(k), Some(secret), Some(list)) =
@@ -366,7 +369,7 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
         "root_id": root_id,
         "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration},
         "vm_config": {
-            "vm_id": "switchyard",
+            "vm_id": VM_ID,
             "runtime": "envoy.wasm.runtime.v8",
             "code": {"local": {"filename": cfg.wasm.to_string_lossy()}},
             "environment_variables": {"host_env_keys": vm_env_keys(cfg)}
@@ -724,7 +727,7 @@ pub fn unrouted_route() -> Value {
 pub fn mark_route(route: &mut Value, policy: Option<&str>) {
     let mut ours = json!({ROUTE_MARK_KEY: ROUTE_MARK_VALUE});
     if let Some(p) = policy {
-        ours["policy"] = json!(p);
+        ours[ROUTE_POLICY_KEY] = json!(p);
     }
     route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
 }
@@ -960,7 +963,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                                     "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}
                             }},
                             // 1. Parse the body, plan the endpoints, write the slot headers.
-                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, "switchyard", &plugin_json(cfg), true)},
+                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, DECISION_ROOT_ID, &plugin_json(cfg), true)},
                             // Adds no x-envoy-* headers: a first attempt has no per-attempt filter
                             // to remove them before the provider sees the request.
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",

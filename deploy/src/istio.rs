@@ -20,6 +20,7 @@
 //!   (`first_attempt_cluster`).
 
 use serde_json::{json, Value};
+use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID};
 
 use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
@@ -335,12 +336,12 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     }))});
     // The decision filter holds the request headers until the body is complete, which Envoy
     // honours only with `allow_on_headers_stop_iteration`.
-    let mut decision = wasm_extension(c, "switchyard-decision", "switchyard", &plugin, sha256);
+    let mut decision = wasm_extension(c, "switchyard-decision", DECISION_ROOT_ID, &plugin, sha256);
     decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
     let mut patches = vec![
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
-            "value": wasm_extension(c, "switchyard-upstream", "switchyard_upstream", &plugin, sha256)}}),
+            "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
         // Right before the router: after Istio's authentication and authorization (a caller is
         // admitted before its body is buffered and before keys are attached) and its stats.
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-decision")}}),

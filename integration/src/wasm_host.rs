@@ -357,7 +357,7 @@ impl Vm {
             Ok(inst)
         };
         let downstream = instance("switchyard", &mut store)?;
-        let upstream = instance("switchyard_upstream", &mut store)?;
+        let upstream = instance(switchyard::wiring::ATTEMPT_ROOT_ID, &mut store)?;
         store.data_mut().calls.clear();
         Ok(Vm { store, downstream, upstream, next_context: ROOT_CONTEXT + 1 })
     }

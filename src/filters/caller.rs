@@ -3,6 +3,7 @@
 //! by earlier filters (`jwt_authn`), and request headers the configuration trusts.
 
 use super::host::{find, Host};
+use crate::protocol::scope::{METADATA_NAMESPACE, ROUTE_POLICY_KEY};
 use crate::routing::policy::CallerFacts;
 
 pub struct HostFacts<'a> {
@@ -16,7 +17,7 @@ fn text(host: &dyn Host, path: &[&str]) -> Option<String> {
 
 impl CallerFacts for HostFacts<'_> {
     fn route_policy(&mut self) -> Option<String> {
-        text(self.host, &["xds", "route_metadata", "filter_metadata", "switchyard", "policy"])
+        text(self.host, &["xds", "route_metadata", "filter_metadata", METADATA_NAMESPACE, ROUTE_POLICY_KEY])
     }
 
     fn peer_uri_san(&mut self) -> Option<String> {

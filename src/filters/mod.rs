@@ -48,7 +48,7 @@ pub enum Role {
 /// names it would otherwise get a second decision filter).
 pub fn role_of(root_id: &str) -> Result<Role, String> {
     match root_id {
-        "switchyard_upstream" => Ok(Role::Upstream),
+        crate::wiring::ATTEMPT_ROOT_ID => Ok(Role::Upstream),
         "switchyard_clear" => {
             Err("root_id switchyard_clear: removed with the priority_group wiring; remove this filter".to_string())
         }

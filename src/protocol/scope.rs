@@ -14,6 +14,8 @@
 /// The route metadata namespace Switchyard reads (`filter_metadata.<namespace>`); route-selected
 /// operator policies (`switchyard.policy`) live there too.
 pub const METADATA_NAMESPACE: &str = "switchyard";
+/// The route metadata key naming the operator policy for requests on that route.
+pub const ROUTE_POLICY_KEY: &str = "policy";
 /// The key that marks a route as Switchyard's; any non-empty string value counts.
 pub const ROUTE_MARK_KEY: &str = "route";
 /// The value the generated configurations write.
