@@ -16,6 +16,7 @@ use crate::answer::response::{
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::watch::AttemptWatch;
 use crate::api::{Api, Surface};
+use crate::protocol::bytes::u64_at;
 use crate::protocol::failover::{attempt_rewrite, AttemptPlan, AttemptRecord, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::scope;
 use crate::protocol::slots::{slot_header, slot_token};
@@ -645,12 +646,7 @@ impl<H: Host> Filter for Stream<H> {
         // Envoy answered itself (no upstream response recorded for the last attempt) or the last
         // attempt failed retryably: the failover is over. If fewer attempts were made than
         // planned, Envoy stopped it early (retry circuit breaker or budget, route timeout).
-        let flags = || {
-            self.host
-                .property(&["response", "flags"])
-                .and_then(|b| b.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes))
-                .unwrap_or(0)
-        };
+        let flags = || self.host.property(&["response", "flags"]).and_then(|b| u64_at(&b, 0)).unwrap_or(0);
         let ended = ending(catalog, status, &records, self.planned, flags);
         // A per-attempt filter refused the last attempt (an endpoint a reload removed since the
         // plan was made) and marked its reply as shaped: that reply is the answer.

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::host::{Host, MetricKind, CAS_MISMATCH};
+use crate::protocol::bytes::u64_at;
 
 use crate::config::Catalog;
 use crate::routing::health::{EndpointHealth, HealthView};
@@ -144,8 +145,7 @@ pub fn stick(host: &dyn Host, conversation: u64, model: &str, slug: &str, expire
 fn stuck(host: &dyn Host, conversation: u64, now_ms: u64) -> Option<(String, String)> {
     let (bytes, _) = host.shared_data(&sticky_key(conversation));
     let b = bytes?;
-    let word = |r: std::ops::Range<usize>| b.get(r).and_then(|w| w.try_into().ok()).map(u64::from_le_bytes);
-    if word(0..8)? != conversation || word(8..16)? <= now_ms {
+    if u64_at(&b, 0)? != conversation || u64_at(&b, 8)? <= now_ms {
         return None;
     }
     let rest = std::str::from_utf8(b.get(16..)?).ok()?;

@@ -12,6 +12,7 @@ use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
 use crate::answer::watch::{AttemptWatch, Summary};
 use crate::api::Api;
+use crate::protocol::bytes::u64_at;
 use crate::protocol::failover::{
     attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
     INTERRUPTED_PROPERTY, PLAN_PROPERTY,
@@ -41,10 +42,6 @@ pub struct Attempt<H: Host> {
     /// What the answer showed so far.
     watch: AttemptWatch,
     recorded: bool,
-}
-
-fn u64_le(b: &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))
 }
 
 impl<H: Host> Attempt<H> {
@@ -163,7 +160,8 @@ impl<H: Host> Filter for Attempt<H> {
         };
         let api_of_plan = Api::of_path(&plan.path);
         self.attempt =
-            self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_le(&b)).unwrap_or(1) as usize;
+            self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
+                as usize;
         if plan.first_prepared && self.attempt == 2 {
             self.record_prepared_first(&plan);
         }

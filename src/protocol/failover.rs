@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::answer::errors::ApiError;
 use crate::api::Api;
 use crate::config::Catalog;
+use crate::protocol::bytes::Reader;
 
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).
@@ -102,7 +103,7 @@ impl AttemptPlan {
     }
 
     pub fn decode(b: &[u8]) -> Option<AttemptPlan> {
-        let mut r = Reader(b);
+        let mut r = Reader::new(b);
         let version = r.u8()?;
         if version != PLAN_VERSION && version != PLAN_VERSION_2 {
             return None;
@@ -129,35 +130,6 @@ impl AttemptPlan {
             refs.push(EndpointRef { model, slug, upstream_model });
         }
         Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs, first_prepared })
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (h, t) = self.0.split_at(n);
-        self.0 = t;
-        Some(h)
-    }
-    fn string(&mut self) -> Option<String> {
-        let n = self.u16()? as usize;
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1)?.first().copied()
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
 
@@ -318,7 +290,7 @@ pub fn encode_records(records: &[AttemptRecord]) -> Vec<u8> {
 }
 
 pub fn decode_records(b: &[u8]) -> Vec<AttemptRecord> {
-    let mut r = Reader(b);
+    let mut r = Reader::new(b);
     let mut out = Vec::new();
     while let (Some(endpoint), Some(status), Some(ra)) = (r.u16(), r.u16(), r.u32()) {
         out.push(AttemptRecord { endpoint, status, retry_after_s: (ra != u32::MAX).then_some(ra) });

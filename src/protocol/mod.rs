@@ -3,8 +3,10 @@
 //! - `slots`: one slot header per attempt (the plan as Envoy's retries see it)
 //! - `rewrite`: the upstream body and path of one attempt, shared by the first and retries
 //! - `scope`: which requests are Switchyard's (the route mark); all others pass untouched
+//! - `bytes`: little-endian reading without panics, for every decoder above and below
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 
+pub mod bytes;
 pub mod failover;
 pub mod rewrite;
 pub mod scope;

@@ -22,8 +22,7 @@ pub fn serialize_map(map: &[(&str, &str)]) -> Vec<u8> {
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<usize> {
-    let bytes: [u8; 4] = b.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(u32::from_le_bytes(bytes) as usize)
+    super::bytes::u32_at(b, at).map(|n| n as usize)
 }
 
 /// Inverse of [`serialize_map`]; invalid UTF-8 becomes U+FFFD, truncation ends the list.

@@ -309,8 +309,8 @@ impl EndpointStats {
         if bytes.len() != RECORD_BYTES {
             return EndpointStats::default();
         }
-        let mut words = bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0; 4])));
-        let mut r = || words.next().unwrap_or(0);
+        let mut words = crate::protocol::bytes::Reader::new(bytes);
+        let mut r = || words.u32().unwrap_or(0);
         let mut s = EndpointStats {
             consecutive_failures: r(),
             failure_run_until_ms: u64::from(r()) | (u64::from(r()) << 32),
