@@ -10,7 +10,8 @@ use switchyard::answer::sse::StreamEnd;
 use switchyard::answer::usage::{completion_tokens, ReportedUsage, USAGE_TAIL_BYTES};
 use switchyard::api::Api;
 use switchyard::config::Pricing;
-use switchyard::protocol::failover::{decode_records, encode_records, parse_retry_after, AttemptPlan};
+use switchyard::protocol::outcome::{decode_records, encode_records, parse_retry_after};
+use switchyard::protocol::plan::AttemptPlan;
 use switchyard::protocol::wire::deserialize_map;
 use switchyard::routing::stats::EndpointStats;
 

@@ -4,10 +4,10 @@
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;
-use crate::protocol::failover::{final_error, is_retryable_status, AttemptRecord, CutShort, StopReason};
+use crate::protocol::outcome::{final_error, is_retryable_status, AttemptRecord, CutShort, StopReason};
 
 #[cfg(test)]
-use crate::protocol::failover::FLAG_UPSTREAM_OVERFLOW;
+use crate::protocol::outcome::FLAG_UPSTREAM_OVERFLOW;
 
 #[derive(Debug, PartialEq)]
 pub enum Ending {

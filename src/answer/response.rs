@@ -15,7 +15,7 @@ use crate::answer::errors::ApiError;
 use crate::answer::usage::ReportedUsage;
 use crate::api::Api;
 use crate::config::{Catalog, Pricing};
-use crate::protocol::failover::{AttemptRecord, Outcome};
+use crate::protocol::outcome::{AttemptRecord, Outcome};
 use crate::routing::request::TopLevel;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the

@@ -6,7 +6,7 @@
 use crate::answer::sse::StreamEnd;
 use crate::answer::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 use crate::api::Api;
-use crate::protocol::failover::{parse_retry_after, Outcome};
+use crate::protocol::outcome::{parse_retry_after, Outcome};
 
 /// How much of an Anthropic stream's first chunk is read for `message_start`'s usage.
 pub const ANTHROPIC_HEAD_BYTES: usize = 1024;

@@ -9,7 +9,8 @@ use super::Configured;
 use crate::answer::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
 use crate::answer::usage::{ReportedUsage, USAGE_TAIL_BYTES};
 use crate::answer::watch::{AttemptWatch, Summary, ANTHROPIC_HEAD_BYTES};
-use crate::protocol::failover::{attempt_property, decode_records, encode_records, AttemptRecord, Outcome};
+use crate::protocol::outcome::{decode_records, encode_records, AttemptRecord, Outcome};
+use crate::protocol::plan::attempt_property;
 use crate::routing::quality::Verdict;
 use crate::routing::stats::Finished;
 

@@ -23,7 +23,7 @@ pub mod upstream;
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;
-use crate::protocol::failover::fingerprint;
+use crate::protocol::plan::fingerprint;
 use crate::routing::policy::Policies;
 use host::{Action, Host};
 

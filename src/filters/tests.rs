@@ -11,7 +11,7 @@ use super::host::Action;
 use super::mock::MockHost;
 use super::upstream::Attempt;
 use super::{configure, role_of, Configured, Filter, Role, Unconfigured};
-use crate::protocol::failover::{AttemptPlan, PLAN_PROPERTY};
+use crate::protocol::plan::{AttemptPlan, PLAN_PROPERTY};
 use crate::protocol::scope::route_mark_path;
 use crate::protocol::slots::{slot_header, slot_token};
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};

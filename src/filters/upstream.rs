@@ -13,10 +13,9 @@ use crate::answer::usage::ReportedUsage;
 use crate::answer::watch::{AttemptWatch, Summary};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
-use crate::protocol::failover::{
-    attempt_rewrite, is_retryable_status, parse_retry_after, AttemptError, AttemptPlan, AttemptRecord, Outcome,
-    INTERRUPTED_PROPERTY, PLAN_PROPERTY,
-};
+use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
+use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
+use crate::protocol::rewrite::{attempt_rewrite, AttemptError};
 use crate::protocol::scope::METADATA_NAMESPACE;
 use crate::protocol::slots::needed_by_later_attempts;
 use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};

@@ -1,5 +1,6 @@
 //! What the decision filter hands the per-attempt filter through Envoy's retries.
-//! - `failover`: the per-attempt plan codec, outcome records and the final error
+//! - `plan`: the attempt plan both filters read (its codec, the per-attempt record keys)
+//! - `outcome`: each attempt's record and outcome class, why Envoy stopped, the final error
 //! - `slots`: one slot header per attempt (the plan as Envoy's retries see it)
 //! - `rewrite`: the upstream body and path of one attempt, shared by the first and retries
 //! - `scope`: which requests are Switchyard's (the route mark); all others pass untouched
@@ -7,8 +8,12 @@
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 
 pub mod bytes;
-pub mod failover;
+pub mod outcome;
+pub mod plan;
 pub mod rewrite;
 pub mod scope;
 pub mod slots;
 pub mod wire;
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,10 @@
 //! Request rewrites, done by splicing raw JSON rather than re-serializing the whole document
-//! (the answer's rewrite is in `response`).
+//! (the answer's rewrite is in `response`): the decision's body, and each attempt's body and
+//! path for its provider (`attempt_rewrite`, which the first attempt's preparation shares).
 
 use crate::api::Api;
+use crate::config::Catalog;
+use crate::protocol::plan::AttemptPlan;
 use crate::routing::request::{TopLevel, ROUTING_FIELDS};
 
 fn push_json_string(out: &mut Vec<u8>, s: &str) {
@@ -76,6 +79,128 @@ pub fn upstream_path(request_path: &str, path_prefix: &str) -> String {
         Some(rest) if path_prefix != "/v1" => format!("{path_prefix}{rest}"),
         _ => request_path.to_string(),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-attempt rewrite
+// ---------------------------------------------------------------------------------------------
+
+/// What one attempt's upstream filter sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRewrite {
+    /// This configuration's endpoint, if it still has it.
+    pub endpoint: Option<usize>,
+    /// Model id and endpoint slug of the attempt (statistics, metrics).
+    pub model: String,
+    pub slug: String,
+    /// The planner's endpoint index (attempt records, read by the filter that made the plan).
+    pub planned: u16,
+    pub authority: String,
+    pub path: String,
+    pub credential: Option<(String, String)>,
+    /// The header the provider's cluster injected the key in (`credential.injected`): kept.
+    pub injected_header: Option<String>,
+    pub content_length: usize,
+    /// Replacement for the body's first `prefix_len` bytes; None when already right.
+    pub new_prefix: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptError {
+    /// The planned endpoint's provider is not in this configuration (removed by a reload, so its
+    /// key is gone too), or the plan is corrupt.
+    StalePlan,
+    /// Envoy sent this attempt to a cluster the plan did not choose.
+    WrongCluster { expected: String, got: String },
+    /// More attempts than planned endpoints.
+    PlanExhausted,
+}
+
+pub fn model_prefix(upstream_model: &str) -> Vec<u8> {
+    let mut p = b"{\"model\":".to_vec();
+    p.extend_from_slice(&serde_json::to_vec(upstream_model).unwrap_or_else(|_| b"\"\"".to_vec()));
+    p
+}
+
+/// The rewrite for attempt `attempt` (1-based) that Envoy sent to `cluster`.
+pub fn attempt_rewrite(
+    catalog: &Catalog,
+    catalog_id: u64,
+    plan: &AttemptPlan,
+    attempt: usize,
+    cluster: &str,
+) -> Result<AttemptRewrite, AttemptError> {
+    let k = attempt.saturating_sub(1);
+    let planned = *plan.endpoints.get(k).ok_or(AttemptError::PlanExhausted)?;
+    let same_config = plan.catalog_id == catalog_id;
+    // After a reload the plan's endpoints are found by name. An endpoint the new catalog no
+    // longer lists is still tried through its provider (the plan approved it before the
+    // change); a provider the new catalog removed cannot be: its cluster and key are gone.
+    let (idx, provider, upstream_model, model, slug) = if same_config {
+        let ep = catalog.endpoint(planned as usize).ok_or(AttemptError::StalePlan)?;
+        let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
+        let model = catalog.models.get(ep.model).map(|m| m.id.clone()).unwrap_or_default();
+        (Some(planned as usize), provider, ep.upstream_model.clone(), model, ep.slug.clone())
+    } else {
+        let r = plan.refs.get(k).ok_or(AttemptError::StalePlan)?;
+        match catalog.find_endpoint(&r.model, &r.slug) {
+            Some(i) => {
+                let ep = catalog.endpoint(i).ok_or(AttemptError::StalePlan)?;
+                let provider = catalog.provider_of(ep).ok_or(AttemptError::StalePlan)?;
+                (Some(i), provider, ep.upstream_model.clone(), r.model.clone(), r.slug.clone())
+            }
+            None => {
+                let provider = catalog.provider_for_slug(&r.slug).ok_or(AttemptError::StalePlan)?;
+                (None, provider, r.upstream_model.clone(), r.model.clone(), r.slug.clone())
+            }
+        }
+    };
+    if provider.cluster != cluster {
+        return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
+    }
+    // The plan's path is the caller's: it says which API the request speaks. A provider that no
+    // longer speaks it (a reload since the plan) cannot take the attempt.
+    let api = Api::of_path(&plan.path);
+    if !provider.apis.has(api) {
+        return Err(AttemptError::StalePlan);
+    }
+    let (content_length, new_prefix) = if api == Api::Google {
+        // Google bodies carry no model: the path names it.
+        (plan.body_len as usize, None)
+    } else {
+        let prefix = model_prefix(&upstream_model);
+        let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
+        let first =
+            plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
+        // Under another configuration the body's model may differ from this one's: always splice.
+        let keep = same_config && (attempt <= 1 || first == Some(upstream_model.as_str()));
+        (content_length, (!keep).then_some(prefix))
+    };
+    let bare = plan.path.split('?').next().unwrap_or("");
+    let prefix = provider.prefix(api);
+    let path = match api {
+        Api::Google => crate::protocol::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model)
+            .ok_or(AttemptError::StalePlan)?,
+        Api::OpenAi | Api::Anthropic => {
+            let mut path = crate::protocol::rewrite::upstream_path(bare, prefix);
+            if let Some((_, q)) = plan.path.split_once('?') {
+                path = format!("{path}?{q}");
+            }
+            path
+        }
+    };
+    Ok(AttemptRewrite {
+        endpoint: idx,
+        model,
+        slug,
+        planned,
+        authority: provider.authority.clone(),
+        path,
+        credential: provider.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string())),
+        injected_header: provider.injected_header(api).map(str::to_string),
+        content_length,
+        new_prefix,
+    })
 }
 
 #[cfg(test)]

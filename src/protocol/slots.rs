@@ -25,7 +25,7 @@ pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
 /// the decision filter and the generated matcher, whatever order the configuration lists
 /// clusters in (a reload never shifts it).
 pub fn slot_token(cluster: &str) -> String {
-    format!("{:016x}", crate::protocol::failover::fingerprint(cluster.as_bytes()))
+    format!("{:016x}", crate::protocol::plan::fingerprint(cluster.as_bytes()))
 }
 
 /// The header naming attempt `k`'s cluster (1-based).

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use super::*;
 use crate::api::{Api, GoogleMethod, Surface};
-use crate::protocol::failover::{attempt_rewrite, model_prefix, AttemptPlan};
+use crate::protocol::plan::AttemptPlan;
+use crate::protocol::rewrite::{attempt_rewrite, model_prefix};
 use crate::routing::decision::{candidates_json, decide, hand_off};
 use crate::routing::health::NoHealthData;
 use crate::test_support::{mutate, Lcg};

@@ -5,7 +5,7 @@
 //! Window: 15 buckets of 20 s (5 minutes). A bucket is reused when its epoch has passed, so old
 //! data decays without a sweeper and the record never grows.
 
-use crate::protocol::failover::Outcome;
+use crate::protocol::outcome::Outcome;
 use crate::routing::health::{EndpointHealth, Percentiles};
 
 pub const BUCKET_MS: u64 = 20_000;
