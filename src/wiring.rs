@@ -1,6 +1,7 @@
-//! Names the filters share with the Envoy configuration around them (the generators import
-//! them, so a rename lands everywhere at once). The route mark is in `scope`, the slot headers
-//! in `slots`.
+//! Names the filters share with the Envoy configuration around them and with callers: root
+//! ids, every `x-switchyard-*` header, metadata keys. The generators and the test kit import
+//! them, so a rename lands everywhere at once; `docs/metrics.md` documents each header (a test
+//! below keeps it so). The route mark and its metadata namespace are in `protocol::scope`.
 
 /// The plugin `root_id` of the decision filter (the downstream HTTP filter).
 pub const DECISION_ROOT_ID: &str = "switchyard";
@@ -9,6 +10,43 @@ pub const ATTEMPT_ROOT_ID: &str = "switchyard_upstream";
 /// The `vm_id` both roles share: one VM per worker, hence one set of shared data (statistics,
 /// cool-downs) for the decision and the attempts.
 pub const VM_ID: &str = "switchyard";
+
+// Request headers a caller may send (removed before any provider sees them).
+
+/// Asks for the ranked candidates and the auto router's reasoning, when the operator allows it.
+pub const DEBUG_HEADER: &str = "x-switchyard-debug";
+/// Routing fields (`provider`, `models`) as a JSON object, for callers whose SDK cannot add
+/// body fields (Google's above all). Accepted on every surface.
+pub const ROUTING_HEADER: &str = "x-switchyard-routing";
+/// Every header of Switchyard's starts so; a caller's are removed on Switchyard's routes.
+pub const INTERNAL_PREFIX: &str = "x-switchyard-";
+
+// Request headers Switchyard writes for the Envoy configuration around it.
+
+/// Attempt k's cluster is named by the slot header `<prefix><k>`, read by the route's matcher.
+pub const SLOT_HEADER_PREFIX: &str = "x-switchyard-slot-";
+
+// Response headers the caller sees.
+
+/// How the order was decided (`routing::router::Strategy`).
+pub const STRATEGY_HEADER: &str = "x-switchyard-strategy";
+/// Each attempt in order as `slug:status`.
+pub const ATTEMPT_LOG_HEADER: &str = "x-switchyard-attempt-log";
+/// Problems with the request that did not stop it, `; `-separated.
+pub const WARNING_HEADER: &str = "x-switchyard-warning";
+/// The ranked candidates with their scores and health (debug only).
+pub const CANDIDATES_HEADER: &str = "x-switchyard-candidates";
+/// The auto router's classification and ranking (debug only).
+pub const AUTO_HEADER: &str = "x-switchyard-auto";
+/// The operator policy a routed request ran under.
+pub const POLICY_HEADER: &str = "x-switchyard-policy";
+/// The provider endpoint (slug) that served.
+pub const PROVIDER_HEADER: &str = "x-switchyard-provider";
+/// The catalog model that served.
+pub const MODEL_HEADER: &str = "x-switchyard-model";
+/// Set by the per-attempt filter when it turned a non-retryable failure into a retry because a
+/// fallback model remains (its value: the provider's status).
+pub const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
 
 /// Response header: the attempt that answered (set by the per-attempt filter, or by the
 /// first-attempt cluster's hook for attempt 1); the decision filter reads it.
@@ -22,3 +60,33 @@ pub const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";
 /// Dynamic metadata key (namespace `switchyard`) where the first-attempt hook notes a failed
 /// answer's `<status>,<retry-after>` for the next attempt's filter.
 pub const FIRST_ATTEMPT_METADATA: &str = "first_attempt";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_header_is_documented() {
+        let doc = include_str!("../docs/metrics.md");
+        for h in [
+            DEBUG_HEADER,
+            ROUTING_HEADER,
+            SLOT_HEADER_PREFIX,
+            STRATEGY_HEADER,
+            ATTEMPT_LOG_HEADER,
+            WARNING_HEADER,
+            CANDIDATES_HEADER,
+            AUTO_HEADER,
+            POLICY_HEADER,
+            PROVIDER_HEADER,
+            MODEL_HEADER,
+            MODEL_FAILURE_HEADER,
+            ATTEMPTS_HEADER,
+            OWN_REPLY_HEADER,
+            PASSTHROUGH_HEADER,
+        ] {
+            assert!(h.starts_with(INTERNAL_PREFIX), "{h}");
+            assert!(doc.contains(&format!("`{h}")), "{h} is not in docs/metrics.md");
+        }
+    }
+}

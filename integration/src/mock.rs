@@ -189,7 +189,7 @@ impl Received {
         let token = |v: &str| v.len() == 16 && v.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
         self.headers
             .iter()
-            .filter(|(k, _)| k.starts_with("x-envoy-") || k.starts_with("x-switchyard"))
+            .filter(|(k, _)| k.starts_with("x-envoy-") || k.starts_with(switchyard::wiring::INTERNAL_PREFIX))
             .filter(|(k, v)| {
                 let wiring = (k == ATTEMPT_COUNT_HEADER && attempt > 0)
                     || slot_of(k).is_some_and(|j| j > attempt && attempt > 0 && token(v));

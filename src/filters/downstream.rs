@@ -24,16 +24,14 @@ use crate::protocol::scope;
 use crate::protocol::slots::{slot_header, slot_token};
 use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::routing::quality::{judge_body, StreamJudge, Verdict};
-use crate::routing::request::ROUTING_HEADER;
 use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
-use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER};
+use crate::wiring::{
+    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER, INTERNAL_PREFIX, MODEL_HEADER,
+    OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER, ROUTING_HEADER, STRATEGY_HEADER,
+    WARNING_HEADER,
+};
 
-const DEBUG_HEADER: &str = "x-switchyard-debug";
-/// Every request header of Switchyard's starts so; a caller's are removed on its routes.
-const INTERNAL_PREFIX: &str = "x-switchyard-";
-/// Response header naming the operator policy a routed request ran under.
-const POLICY_HEADER: &str = "x-switchyard-policy";
 /// Envoy drains an HTTP/1 connection after any local reply with status 400 (it assumes a
 /// malformed request). A 400 the filter answers after reading the whole request is sent as
 /// this status and set back to 400 on the way out, so the caller's connection stays open.
@@ -629,18 +627,18 @@ impl<H: Host> Filter for Stream<H> {
         let policy = self.policy_name().map(str::to_string);
         let ttft_ms = Some(now.saturating_sub(self.decided_ms));
         // Headers every routed answer carries, final errors included.
-        let mut own: Vec<(&str, &str)> = vec![("x-switchyard-strategy", &strategy), ("x-switchyard-attempt-log", &log)];
+        let mut own: Vec<(&str, &str)> = vec![(STRATEGY_HEADER, &strategy), (ATTEMPT_LOG_HEADER, &log)];
         if let Some(name) = &policy {
             own.push((POLICY_HEADER, name));
         }
         if !warning.is_empty() {
-            own.push(("x-switchyard-warning", &warning));
+            own.push((WARNING_HEADER, &warning));
         }
         if let Some(c) = &candidates {
-            own.push(("x-switchyard-candidates", c));
+            own.push((CANDIDATES_HEADER, c));
         }
         if let Some(a) = &auto_explain {
-            own.push(("x-switchyard-auto", a));
+            own.push((AUTO_HEADER, a));
         }
         if end_of_stream {
             self.response_complete = true;
@@ -705,13 +703,13 @@ impl<H: Host> Filter for Stream<H> {
         let (served_model, slug) = match self.first.as_ref().filter(|_| first_answered) {
             Some(f) => {
                 // No per-attempt filter named the endpoint: name it here.
-                self.host.set_resp_header("x-switchyard-provider", Some(&f.slug));
-                self.host.set_resp_header("x-switchyard-model", Some(&f.model));
+                self.host.set_resp_header(PROVIDER_HEADER, Some(&f.slug));
+                self.host.set_resp_header(MODEL_HEADER, Some(&f.model));
                 (f.model.clone(), Some(f.slug.clone()))
             }
             None => (
-                find(&headers, "x-switchyard-model").unwrap_or_default().to_string(),
-                find(&headers, "x-switchyard-provider").map(str::to_string),
+                find(&headers, MODEL_HEADER).unwrap_or_default().to_string(),
+                find(&headers, PROVIDER_HEADER).map(str::to_string),
             ),
         };
         self.audit(Audit {

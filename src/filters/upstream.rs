@@ -18,11 +18,9 @@ use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{attempt_rewrite, AttemptError};
 use crate::protocol::scope::METADATA_NAMESPACE;
 use crate::protocol::slots::needed_by_later_attempts;
-use crate::wiring::{ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER};
-
-/// Response header telling the downstream filter that a non-retryable failure was turned into
-/// a retry because a fallback model remains.
-const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
+use crate::wiring::{
+    ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, MODEL_FAILURE_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PROVIDER_HEADER,
+};
 
 pub struct Attempt<H: Host> {
     host: H,
@@ -250,8 +248,8 @@ impl<H: Host> Filter for Attempt<H> {
             self.record();
             return Action::Continue;
         }
-        self.host.set_resp_header("x-switchyard-provider", Some(&slug));
-        self.host.set_resp_header("x-switchyard-model", Some(&model));
+        self.host.set_resp_header(PROVIDER_HEADER, Some(&slug));
+        self.host.set_resp_header(MODEL_HEADER, Some(&model));
         self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if status >= 400 || end_of_stream {
             // A body-less answer is complete here (never "interrupted").

@@ -16,8 +16,8 @@
 //! provider therefore sees the attempt count and the later slots: tokens, not cluster names, so
 //! it learns nothing of which other providers the plan holds.
 
-/// The prefix of the slot headers (`x-switchyard-slot-1`, ...).
-pub const SLOT_HEADER_PREFIX: &str = "x-switchyard-slot-";
+use crate::wiring::SLOT_HEADER_PREFIX;
+
 /// The router's attempt counter on the request (`include_request_attempt_count`).
 pub const ATTEMPT_COUNT_HEADER: &str = "x-envoy-attempt-count";
 

@@ -13,10 +13,7 @@ use serde_json::Value;
 use crate::answer::errors::ApiError;
 use crate::api::{Api, GoogleMethod, Surface};
 use crate::config::{Quantization, MAX_MODELS};
-
-/// Request header carrying routing fields (`models`, `provider`) as a JSON object, for callers
-/// whose SDK cannot add body fields (Google's above all). Accepted on every surface.
-pub const ROUTING_HEADER: &str = "x-switchyard-routing";
+use crate::wiring::ROUTING_HEADER;
 
 /// Fields that steer routing and never reach a provider.
 pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins", "route"];
