@@ -17,7 +17,7 @@ use crate::answer::sse::interrupted_event_for;
 use crate::answer::watch::AttemptWatch;
 use crate::api::{Api, Surface};
 use crate::protocol::bytes::u64_at;
-use crate::protocol::outcome::AttemptRecord;
+use crate::protocol::outcome::{AttemptRecord, CutShort};
 use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::attempt_rewrite;
 use crate::protocol::scope;
@@ -579,6 +579,9 @@ impl<H: Host> Filter for Stream<H> {
             }
             return Action::Continue;
         };
+        let strategy = d.plan.strategy.to_string();
+        let warning = d.plan.warnings.join("; ");
+        let primary_model = d.model.clone();
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
         let headers = self.host.resp_headers();
@@ -588,57 +591,26 @@ impl<H: Host> Filter for Stream<H> {
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
         let made = find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
-        let strategy = d.plan.strategy.to_string();
-        let warning = d.plan.warnings.join("; ");
-        let candidates = self.candidates.take();
-        let auto_explain = self.auto_explain.take();
-        let primary_model = d.model.clone();
-        let stream = d.stream;
         // A first attempt prepared here answered: the hook on its cluster names attempt 1
         // (only the per-attempt filter names attempts on the regular clusters).
         let first_answered = made == Some(1) && self.first.is_some();
-        let read_up_to = made.map_or(self.planned, |n| n.min(self.planned));
-        let records: Vec<AttemptRecord> = if first_answered {
-            if let Some(f) = self.first.as_mut() {
-                f.answered = true;
-                let cap = catalog.routing.max_retry_after_s;
-                f.watch.headers(status, find(&headers, "retry-after"), find(&headers, "content-type"), cap);
-            }
-            if status >= 400 || end_of_stream {
-                // A refusal, or an answer without a body: complete here.
-                self.finish_first(now);
-            }
-            let record =
-                |f: &PreparedFirst| AttemptRecord { endpoint: f.planned, status, retry_after_s: f.watch.retry_after_s };
-            self.first.as_ref().map(record).into_iter().collect()
-        } else if let Some(planned) = self.first.as_ref().map(|f| f.planned) {
-            // Envoy answered itself, or a later attempt did. Without a retry's record of the
-            // first attempt, it got no answer and nothing came after it.
-            let retried = read_record(&self.host, 1);
-            if retried.is_none() {
-                self.finish_first(now);
-            }
-            let unanswered = AttemptRecord { endpoint: planned, status: 0, retry_after_s: None };
-            read_records(&self.host, read_up_to, Some(retried.unwrap_or(unanswered)))
-        } else {
-            read_records(&self.host, read_up_to, None)
-        };
+        let records = self.attempt_records(&headers, status, made, first_answered, end_of_stream, now);
         let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
         let ttft_ms = Some(now.saturating_sub(self.decided_ms));
+        let candidates = self.candidates.take();
+        let auto_explain = self.auto_explain.take();
         // Headers every routed answer carries, final errors included.
         let mut own: Vec<(&str, &str)> = vec![(STRATEGY_HEADER, &strategy), (ATTEMPT_LOG_HEADER, &log)];
-        if let Some(name) = &policy {
-            own.push((POLICY_HEADER, name));
-        }
-        if !warning.is_empty() {
-            own.push((WARNING_HEADER, &warning));
-        }
-        if let Some(c) = &candidates {
-            own.push((CANDIDATES_HEADER, c));
-        }
-        if let Some(a) = &auto_explain {
-            own.push((AUTO_HEADER, a));
+        for (name, value) in [
+            (POLICY_HEADER, policy.as_deref()),
+            (WARNING_HEADER, Some(warning.as_str()).filter(|w| !w.is_empty())),
+            (CANDIDATES_HEADER, candidates.as_deref()),
+            (AUTO_HEADER, auto_explain.as_deref()),
+        ] {
+            if let Some(v) = value {
+                own.push((name, v));
+            }
         }
         if end_of_stream {
             self.response_complete = true;
@@ -653,49 +625,16 @@ impl<H: Host> Filter for Stream<H> {
         let refused = matches!(ended, Ending::Failed { .. })
             && made.is_none()
             && self.host.req_header(OWN_REPLY_HEADER).is_some();
-        if let (false, Ending::Failed { error: e, cut_short }) = (refused, ended) {
-            let e = e.for_api(self.api);
-            if let Some(cut) = cut_short {
-                log::warn!(
-                    "switchyard: failover stopped after {} of {} planned attempts ({})",
-                    records.len(),
-                    cut.planned,
-                    cut.reason.name()
-                );
-                count(&self.host, &format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
-            }
-            self.result = Some(RequestResult::Failed);
-            self.audit(Audit {
-                policy: policy.as_deref(),
-                selected_by: self.selected_by,
-                attempts: records.len(),
-                status: e.status,
-                error: Some(e.code),
-                strategy: Some(&strategy),
-                ttft_ms,
-                ..Audit::default()
-            });
-            let attempts = records.len().to_string();
-            own.push(("content-type", "application/json"));
-            own.push((ATTEMPTS_HEADER, &attempts));
-            for (k, v) in &e.headers {
-                own.push((k.as_str(), v.as_str()));
-            }
-            if end_of_stream {
-                // The failed answer had no body to replace: answer with a local reply, marked so
-                // the listener's local_reply_config leaves our JSON alone.
-                self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
-                self.host.reply(e.status, &own, e.body().as_bytes());
-                return Action::Pause;
-            }
-            clear_response_headers(&self.host, &headers);
-            self.host.set_resp_header(":status", Some(&e.status.to_string()));
-            for (k, v) in own {
-                self.host.set_resp_header(k, Some(v));
-            }
-            // Held until the failed answer's body is complete, then replaced with its length.
-            self.body_action = BodyAction::Replace(e.body());
-            return Action::Pause;
+        let audit = Audit {
+            policy: policy.as_deref(),
+            selected_by: self.selected_by,
+            attempts: records.len(),
+            strategy: Some(&strategy),
+            ttft_ms,
+            ..Audit::default()
+        };
+        if let (false, Ending::Failed { error, cut_short }) = (refused, ended) {
+            return self.answer_failed(error, cut_short, audit, own, &headers, end_of_stream);
         }
         for (k, v) in own {
             self.host.set_resp_header(k, Some(v));
@@ -713,80 +652,17 @@ impl<H: Host> Filter for Stream<H> {
             ),
         };
         self.audit(Audit {
-            policy: policy.as_deref(),
-            selected_by: self.selected_by,
             model: (!served_model.is_empty()).then_some(served_model.as_str()),
             endpoint: slug.as_deref(),
-            attempts: records.len(),
             status: u32::from(status),
-            strategy: Some(&strategy),
-            ttft_ms,
-            ..Audit::default()
+            ..audit
         });
         let Some(slug) = slug else { return Action::Continue };
-        let content_type = find(&headers, "content-type").unwrap_or_default();
-        let json = content_type.contains("application/json");
-        let sse = content_type.contains("text/event-stream");
-        self.sse_response = sse;
-        // A provider that ignored `accept-encoding: identity`: its bytes cannot be rewritten.
-        let encoded = find(&headers, "content-encoding").is_some_and(|e| e != "identity");
-        if status >= 400 {
-            self.result = Some(RequestResult::ProviderError);
-            if !end_of_stream && !encoded {
-                // Held until the body is complete: a non-JSON body is replaced by a JSON error.
-                self.body_action = BodyAction::ProviderError { status, slug, collected: Vec::new() };
-                return Action::Pause;
-            }
-            return Action::Continue;
-        }
-        self.result = Some(RequestResult::Served);
-        if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
-            let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
-            stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
-        }
-        self.served = Some((served_model.clone(), slug.clone()));
-        if records.len() > 1 {
+        if records.len() > 1 && status < 400 {
             let kind = if served_model != primary_model { "model" } else { "provider" };
             count(&self.host, &format!("switchyard.fallbacks.kind.{kind}"));
         }
-        if end_of_stream {
-            return Action::Continue;
-        }
-        let ep = catalog
-            .endpoints
-            .iter()
-            .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
-        if stream && !encoded && status < 300 {
-            // The served stream's quality (malformed tool calls, empty answers) is judged.
-            self.judge = Some(StreamJudge::new(self.api));
-        }
-        let Some(ep) = ep.filter(|_| !encoded) else {
-            if status < 300 {
-                self.body_action = BodyAction::WatchStream;
-            }
-            return Action::Continue;
-        };
-        let served = Served { model: served_model, slug, pricing: ep.pricing, api: self.api };
-        if sse {
-            // Rewritten event by event; the length changes, so the answer goes out chunked.
-            self.host.set_resp_header("content-length", None);
-            self.body_action = BodyAction::Stream(SseRewriter::new(served));
-            return Action::Continue;
-        }
-        if json && !stream {
-            // Hold the headers until the body is complete so the rewritten body goes out with
-            // its own content-length.
-            // Sized from the announced length: no growth by doubling in a VM that never shrinks
-            // (an answer too large to rewrite is passed on, nothing reserved for it).
-            let length = find(&headers, "content-length").and_then(|l| l.trim().parse::<usize>().ok());
-            let collected = Collected::expecting(length.filter(|&l| l <= MAX_REWRITE_BYTES));
-            self.body_action = BodyAction::Rewrite { served, collected, headers_sent: false };
-            return Action::Pause;
-        }
-        if status < 300 {
-            self.body_action = BodyAction::WatchStream;
-        }
-        Action::Continue
+        self.take_answer(&headers, status, served_model, slug, end_of_stream, now)
     }
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -836,6 +712,167 @@ impl<H: Host> Filter for Stream<H> {
 }
 
 impl<H: Host> Stream<H> {
+    /// The attempts' records, in order, as far as they are known when the answer's headers
+    /// arrive; completes a prepared first attempt whose outcome is known by now.
+    fn attempt_records(
+        &mut self,
+        headers: &[(String, String)],
+        status: u16,
+        made: Option<usize>,
+        first_answered: bool,
+        end_of_stream: bool,
+        now: u64,
+    ) -> Vec<AttemptRecord> {
+        let read_up_to = made.map_or(self.planned, |n| n.min(self.planned));
+        if first_answered {
+            if let Some(f) = self.first.as_mut() {
+                f.answered = true;
+                let cap = self.config.catalog.routing.max_retry_after_s;
+                f.watch.headers(status, find(headers, "retry-after"), find(headers, "content-type"), cap);
+            }
+            if status >= 400 || end_of_stream {
+                // A refusal, or an answer without a body: complete here.
+                self.finish_first(now);
+            }
+            let record =
+                |f: &PreparedFirst| AttemptRecord { endpoint: f.planned, status, retry_after_s: f.watch.retry_after_s };
+            self.first.as_ref().map(record).into_iter().collect()
+        } else if let Some(planned) = self.first.as_ref().map(|f| f.planned) {
+            // Envoy answered itself, or a later attempt did. Without a retry's record of the
+            // first attempt, it got no answer and nothing came after it.
+            let retried = read_record(&self.host, 1);
+            if retried.is_none() {
+                self.finish_first(now);
+            }
+            let unanswered = AttemptRecord { endpoint: planned, status: 0, retry_after_s: None };
+            read_records(&self.host, read_up_to, Some(retried.unwrap_or(unanswered)))
+        } else {
+            read_records(&self.host, read_up_to, None)
+        }
+    }
+
+    /// Every attempt failed (or Envoy stopped the failover): the answer becomes the final error
+    /// in the caller's API shape, with Switchyard's headers.
+    fn answer_failed(
+        &mut self,
+        error: ApiError,
+        cut_short: Option<CutShort>,
+        audit: Audit,
+        own: Vec<(&str, &str)>,
+        headers: &[(String, String)],
+        end_of_stream: bool,
+    ) -> Action {
+        let e = error.for_api(self.api);
+        if let Some(cut) = cut_short {
+            log::warn!(
+                "switchyard: failover stopped after {} of {} planned attempts ({})",
+                audit.attempts,
+                cut.planned,
+                cut.reason.name()
+            );
+            count(&self.host, &format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
+        }
+        self.result = Some(RequestResult::Failed);
+        let attempts = audit.attempts.to_string();
+        self.audit(Audit { status: e.status, error: Some(e.code), ..audit });
+        // Rebound so it may also borrow what this function owns.
+        let mut own: Vec<(&str, &str)> = own.into_iter().collect();
+        own.push(("content-type", "application/json"));
+        own.push((ATTEMPTS_HEADER, &attempts));
+        for (k, v) in &e.headers {
+            own.push((k.as_str(), v.as_str()));
+        }
+        if end_of_stream {
+            // The failed answer had no body to replace: answer with a local reply, marked so
+            // the listener's local_reply_config leaves our JSON alone.
+            self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
+            self.host.reply(e.status, &own, e.body().as_bytes());
+            return Action::Pause;
+        }
+        clear_response_headers(&self.host, headers);
+        self.host.set_resp_header(":status", Some(&e.status.to_string()));
+        for (k, v) in own {
+            self.host.set_resp_header(k, Some(v));
+        }
+        // Held until the failed answer's body is complete, then replaced with its length.
+        self.body_action = BodyAction::Replace(e.body());
+        Action::Pause
+    }
+
+    /// An endpoint answered: decide what happens to its body (rewritten as a whole, rewritten
+    /// event by event, a provider error wrapped, or only watched) and remember who served.
+    fn take_answer(
+        &mut self,
+        headers: &[(String, String)],
+        status: u16,
+        served_model: String,
+        slug: String,
+        end_of_stream: bool,
+        now: u64,
+    ) -> Action {
+        let content_type = find(headers, "content-type").unwrap_or_default();
+        let json = content_type.contains("application/json");
+        let sse = content_type.contains("text/event-stream");
+        self.sse_response = sse;
+        // A provider that ignored `accept-encoding: identity`: its bytes cannot be rewritten.
+        let encoded = find(headers, "content-encoding").is_some_and(|e| e != "identity");
+        if status >= 400 {
+            self.result = Some(RequestResult::ProviderError);
+            if !end_of_stream && !encoded {
+                // Held until the body is complete: a non-JSON body is replaced by a JSON error.
+                self.body_action = BodyAction::ProviderError { status, slug, collected: Vec::new() };
+                return Action::Pause;
+            }
+            return Action::Continue;
+        }
+        self.result = Some(RequestResult::Served);
+        if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
+            let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
+            stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
+        }
+        self.served = Some((served_model.clone(), slug.clone()));
+        if end_of_stream {
+            return Action::Continue;
+        }
+        let stream = self.decision.as_ref().is_some_and(|d| d.stream);
+        if stream && !encoded && status < 300 {
+            // The served stream's quality (malformed tool calls, empty answers) is judged.
+            self.judge = Some(StreamJudge::new(self.api));
+        }
+        let catalog = &self.config.catalog;
+        let ep = catalog
+            .endpoints
+            .iter()
+            .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
+        let Some(pricing) = ep.filter(|_| !encoded).map(|e| e.pricing) else {
+            if status < 300 {
+                self.body_action = BodyAction::WatchStream;
+            }
+            return Action::Continue;
+        };
+        let served = Served { model: served_model, slug, pricing, api: self.api };
+        if sse {
+            // Rewritten event by event; the length changes, so the answer goes out chunked.
+            self.host.set_resp_header("content-length", None);
+            self.body_action = BodyAction::Stream(SseRewriter::new(served));
+            return Action::Continue;
+        }
+        if json && !stream {
+            // Hold the headers until the body is complete so the rewritten body goes out with
+            // its own content-length.
+            // Sized from the announced length: no growth by doubling in a VM that never shrinks
+            // (an answer too large to rewrite is passed on, nothing reserved for it).
+            let length = find(headers, "content-length").and_then(|l| l.trim().parse::<usize>().ok());
+            let collected = Collected::expecting(length.filter(|&l| l <= MAX_REWRITE_BYTES));
+            self.body_action = BodyAction::Rewrite { served, collected, headers_sent: false };
+            return Action::Pause;
+        }
+        if status < 300 {
+            self.body_action = BodyAction::WatchStream;
+        }
+        Action::Continue
+    }
+
     /// What the caller gets of the answer's body (see `BodyAction`); `chunk` is this body
     /// chunk's bytes when something needed them.
     fn shape_response_body(&mut self, body_size: usize, end_of_stream: bool, chunk: Option<Vec<u8>>) -> Action {
