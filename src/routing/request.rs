@@ -389,19 +389,17 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
     for (k, x) in map {
         let param = format!("provider.{k}");
         let param = param.as_str();
+        let Some(field) = ProviderField::named(k) else { return Err(unknown_provider_field(k)) };
         // OpenRouter clients send explicit nulls for unset fields.
         if x.is_null() {
-            if !KNOWN_PROVIDER_FIELDS.contains(&k.as_str()) {
-                return Err(unknown_provider_field(k));
-            }
             continue;
         }
-        match k.as_str() {
-            "order" => p.order = string_list(x, param)?,
-            "allow_fallbacks" => p.allow_fallbacks = boolean(x, param)?,
-            "only" => p.only = Some(string_list(x, param)?),
-            "ignore" => p.ignore = string_list(x, param)?,
-            "sort" => {
+        match field {
+            ProviderField::Order => p.order = string_list(x, param)?,
+            ProviderField::AllowFallbacks => p.allow_fallbacks = boolean(x, param)?,
+            ProviderField::Only => p.only = Some(string_list(x, param)?),
+            ProviderField::Ignore => p.ignore = string_list(x, param)?,
+            ProviderField::Sort => {
                 p.sort = Some(match x {
                     Value::String(s) => Sort { by: sort_by(s, param)?, partition: Partition::Model },
                     Value::Object(m) => {
@@ -446,7 +444,7 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                     }
                 })
             }
-            "quantizations" => {
+            ProviderField::Quantizations => {
                 let names = string_list(x, param)?;
                 let mut qs = Vec::with_capacity(names.len());
                 for (i, n) in names.iter().enumerate() {
@@ -456,17 +454,17 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                 }
                 p.quantizations = Some(qs);
             }
-            "data_collection" => {
+            ProviderField::DataCollection => {
                 p.data_collection_deny = match x.as_str() {
                     Some("allow") => false,
                     Some("deny") => true,
                     _ => return Err(bad(param, "`provider.data_collection` must be \"allow\" or \"deny\"")),
                 }
             }
-            "zdr" => p.zdr = boolean(x, param)?,
-            "enforce_distillable_text" => p.enforce_distillable_text = boolean(x, param)?,
-            "require_parameters" => p.require_parameters = boolean(x, param)?,
-            "max_price" => {
+            ProviderField::Zdr => p.zdr = boolean(x, param)?,
+            ProviderField::EnforceDistillableText => p.enforce_distillable_text = boolean(x, param)?,
+            ProviderField::RequireParameters => p.require_parameters = boolean(x, param)?,
+            ProviderField::MaxPrice => {
                 let Value::Object(m) = x else {
                     return Err(bad(param, format!("`provider.max_price` must be an object, got {}", type_name(x))));
                 };
@@ -492,29 +490,53 @@ pub fn parse_provider(v: &Value) -> Result<ProviderPrefs, ApiError> {
                     }
                 }
             }
-            "preferred_min_throughput" => p.preferred_min_throughput = Some(cutoffs(x, param)?),
-            "preferred_max_latency" => p.preferred_max_latency = Some(cutoffs(x, param)?),
-            _ => return Err(unknown_provider_field(k)),
+            ProviderField::PreferredMinThroughput => p.preferred_min_throughput = Some(cutoffs(x, param)?),
+            ProviderField::PreferredMaxLatency => p.preferred_max_latency = Some(cutoffs(x, param)?),
         }
     }
     Ok(p)
 }
 
-const KNOWN_PROVIDER_FIELDS: [&str; 13] = [
-    "order",
-    "allow_fallbacks",
-    "only",
-    "ignore",
-    "sort",
-    "quantizations",
-    "data_collection",
-    "zdr",
-    "enforce_distillable_text",
-    "require_parameters",
-    "max_price",
-    "preferred_min_throughput",
-    "preferred_max_latency",
+/// The fields of the `provider` object, by name: the one list that parsing, the explicit-null
+/// rule and the unknown-field error read.
+#[derive(Clone, Copy)]
+enum ProviderField {
+    Order,
+    AllowFallbacks,
+    Only,
+    Ignore,
+    Sort,
+    Quantizations,
+    DataCollection,
+    Zdr,
+    EnforceDistillableText,
+    RequireParameters,
+    MaxPrice,
+    PreferredMinThroughput,
+    PreferredMaxLatency,
+}
+
+const PROVIDER_FIELDS: [(&str, ProviderField); 13] = [
+    ("order", ProviderField::Order),
+    ("allow_fallbacks", ProviderField::AllowFallbacks),
+    ("only", ProviderField::Only),
+    ("ignore", ProviderField::Ignore),
+    ("sort", ProviderField::Sort),
+    ("quantizations", ProviderField::Quantizations),
+    ("data_collection", ProviderField::DataCollection),
+    ("zdr", ProviderField::Zdr),
+    ("enforce_distillable_text", ProviderField::EnforceDistillableText),
+    ("require_parameters", ProviderField::RequireParameters),
+    ("max_price", ProviderField::MaxPrice),
+    ("preferred_min_throughput", ProviderField::PreferredMinThroughput),
+    ("preferred_max_latency", ProviderField::PreferredMaxLatency),
 ];
+
+impl ProviderField {
+    fn named(name: &str) -> Option<ProviderField> {
+        PROVIDER_FIELDS.iter().find(|(n, _)| *n == name).map(|&(_, f)| f)
+    }
+}
 
 fn unknown_provider_field(k: &str) -> ApiError {
     bad(&format!("provider.{k}"), format!("unknown field `provider.{k}`"))
