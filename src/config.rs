@@ -817,6 +817,170 @@ fn valid_slug(s: &str) -> bool {
     }
 }
 
+/// One provider: its slug, clusters, authority, path prefix, key and the APIs it serves.
+fn compile_provider(
+    slug: &str,
+    p: &RawProvider,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Provider, ConfigError> {
+    let field = format!("providers[\"{slug}\"]");
+    if !valid_slug(slug) {
+        return Err(err(&field, "provider slug must be `name` or `name/variant` (letters, digits, - _ .)"));
+    }
+    if p.cluster.is_empty() {
+        return Err(err(format!("{field}.cluster"), "must name the Envoy cluster of this provider"));
+    }
+    if p.authority.is_empty() {
+        return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
+    }
+    if let Some(first) = &p.first_attempt_cluster {
+        if first.is_empty() || *first == p.cluster {
+            return Err(err(
+                format!("{field}.first_attempt_cluster"),
+                "must name a second cluster to this provider, other than `cluster`",
+            ));
+        }
+    }
+    if !p.path_prefix.starts_with('/') {
+        return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
+    }
+    let credential = match &p.credential {
+        None => None,
+        Some(c) => Some(compile_credential(&field, c, env)?),
+    };
+    for (i, t) in p.tags.iter().enumerate() {
+        if t.is_empty() || t.contains(char::is_whitespace) {
+            return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));
+        }
+    }
+    let (apis, api_prefixes) = compile_apis(&field, p)?;
+    Ok(Provider {
+        slug: slug.to_string(),
+        cluster: p.cluster.clone(),
+        first_attempt_cluster: p.first_attempt_cluster.clone(),
+        authority: p.authority.clone(),
+        path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
+        credential,
+        byok: p.byok,
+        retains_data: p.data_policy.retains_data,
+        trains_on_data: p.data_policy.trains_on_data,
+        zdr: p.data_policy.zdr,
+        tags: p.tags.clone(),
+        apis,
+        api_prefixes,
+    })
+}
+
+/// A provider's `credential`: its header and the secret, read from the value or the VM's
+/// environment (or left to the Envoy configuration with `injected`).
+fn compile_credential(
+    field: &str,
+    c: &RawCredential,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Credential, ConfigError> {
+    let header = c.header.to_ascii_lowercase();
+    if !valid_header_name(&header) || header.starts_with(':') {
+        return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
+    }
+    let secret = match (&c.value, &c.env, c.injected) {
+        (Some(v), None, false) => v.clone(),
+        (None, Some(name), false) => env(name).ok_or_else(|| {
+            err(
+                format!("{field}.credential.env"),
+                format!(
+                    "environment variable {name} is not set in the Wasm VM (add it to vm_config.environment_variables)"
+                ),
+            )
+        })?,
+        (None, None, true) => String::new(),
+        _ => {
+            return Err(err(format!("{field}.credential"), "set exactly one of `value`, `env` or `injected: true`"));
+        }
+    };
+    // A control character (CR/LF above all) in a header value would let the
+    // configuration inject headers into every upstream request.
+    if c.prefix.bytes().any(is_control) {
+        return Err(err(format!("{field}.credential.prefix"), "contains a control character (CR, LF, ...)"));
+    }
+    if (secret.is_empty() && !c.injected) || secret.bytes().any(is_control) {
+        return Err(err(
+            format!("{field}.credential"),
+            "the secret is empty or contains a control character (CR, LF, ...)",
+        ));
+    }
+    let value = if c.injected { String::new() } else { format!("{}{}", c.prefix, secret) };
+    Ok(Credential { header, value, secret, injected: c.injected })
+}
+
+/// One endpoint of model `id` (index `model`) on the provider at `slot`: prices, quantization,
+/// context, the upstream model name and the APIs it serves (a subset of its provider's).
+fn compile_endpoint(
+    ef: &str,
+    e: &RawEndpoint,
+    id: &str,
+    model: usize,
+    slot: usize,
+    providers: &[Provider],
+) -> Result<Endpoint, ConfigError> {
+    let pr = e.pricing;
+    for (name, v) in [
+        ("prompt", pr.prompt),
+        ("completion", pr.completion),
+        ("request", pr.request),
+        ("image", pr.image),
+        ("cached_prompt", pr.cached_prompt.unwrap_or(0.0)),
+    ] {
+        if !v.is_finite() || v < 0.0 {
+            return Err(err(format!("{ef}.pricing.{name}"), "must be a finite number >= 0"));
+        }
+    }
+    let quantization = match &e.quantization {
+        None => Quantization::Unknown,
+        Some(q) => Quantization::parse(q).ok_or_else(|| err(format!("{ef}.quantization"), Quantization::unknown(q)))?,
+    };
+    if e.context_length == Some(0) {
+        return Err(err(format!("{ef}.context_length"), "must be > 0 when set"));
+    }
+    let upstream_model = e.upstream_model.clone().unwrap_or_else(|| id.to_string());
+    if upstream_model.is_empty() {
+        return Err(err(format!("{ef}.upstream_model"), "must not be empty"));
+    }
+    let offered = providers.get(slot).map_or(ApiSet::OPENAI, |p: &Provider| p.apis);
+    let apis = match &e.apis {
+        None => offered,
+        Some(list) => {
+            let mut set = ApiSet::default();
+            for (k, name) in list.iter().enumerate() {
+                let af = format!("{ef}.apis[{k}]");
+                let api = Api::parse(name)
+                    .ok_or_else(|| err(&af, format!("unknown API \"{name}\" (openai, anthropic, google)")))?;
+                if !offered.has(api) {
+                    return Err(err(
+                        &af,
+                        format!("provider \"{}\" does not serve the {name} API (add it to its `apis`)", e.provider),
+                    ));
+                }
+                set = set.with(api);
+            }
+            if set.is_empty() {
+                return Err(err(format!("{ef}.apis"), "must list at least one API when set"));
+            }
+            set
+        }
+    };
+    Ok(Endpoint {
+        slug: e.provider.clone(),
+        provider: slot,
+        model,
+        upstream_model,
+        pricing: pr,
+        quantization,
+        context_length: e.context_length,
+        supported_parameters: e.supported_parameters.clone(),
+        apis,
+    })
+}
+
 fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catalog, ConfigError> {
     if raw.providers.is_empty() {
         return Err(err("providers", "at least one provider is required"));
@@ -831,93 +995,14 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
     let mut provider_slot: HashMap<String, usize> = HashMap::new();
     let mut credential_headers: Vec<String> = Vec::new();
     for (slug, p) in &raw.providers {
-        let field = format!("providers[\"{slug}\"]");
-        if !valid_slug(slug) {
-            return Err(err(&field, "provider slug must be `name` or `name/variant` (letters, digits, - _ .)"));
-        }
-        if p.cluster.is_empty() {
-            return Err(err(format!("{field}.cluster"), "must name the Envoy cluster of this provider"));
-        }
-        if p.authority.is_empty() {
-            return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
-        }
-        if let Some(first) = &p.first_attempt_cluster {
-            if first.is_empty() || *first == p.cluster {
-                return Err(err(
-                    format!("{field}.first_attempt_cluster"),
-                    "must name a second cluster to this provider, other than `cluster`",
-                ));
+        let provider = compile_provider(slug, p, env)?;
+        if let Some(c) = &provider.credential {
+            if !credential_headers.contains(&c.header) {
+                credential_headers.push(c.header.clone());
             }
         }
-        if !p.path_prefix.starts_with('/') {
-            return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
-        }
-        let credential = match &p.credential {
-            None => None,
-            Some(c) => {
-                let header = c.header.to_ascii_lowercase();
-                if !valid_header_name(&header) || header.starts_with(':') {
-                    return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
-                }
-                let secret = match (&c.value, &c.env, c.injected) {
-                    (Some(v), None, false) => v.clone(),
-                    (None, Some(name), false) => env(name).ok_or_else(|| {
-                        err(
-                            format!("{field}.credential.env"),
-                            format!("environment variable {name} is not set in the Wasm VM (add it to vm_config.environment_variables)"),
-                        )
-                    })?,
-                    (None, None, true) => String::new(),
-                    _ => {
-                        return Err(err(
-                            format!("{field}.credential"),
-                            "set exactly one of `value`, `env` or `injected: true`",
-                        ));
-                    }
-                };
-                // A control character (CR/LF above all) in a header value would let the
-                // configuration inject headers into every upstream request.
-                if c.prefix.bytes().any(is_control) {
-                    return Err(err(
-                        format!("{field}.credential.prefix"),
-                        "contains a control character (CR, LF, ...)",
-                    ));
-                }
-                if (secret.is_empty() && !c.injected) || secret.bytes().any(is_control) {
-                    return Err(err(
-                        format!("{field}.credential"),
-                        "the secret is empty or contains a control character (CR, LF, ...)",
-                    ));
-                }
-                if !credential_headers.contains(&header) {
-                    credential_headers.push(header.clone());
-                }
-                let value = if c.injected { String::new() } else { format!("{}{}", c.prefix, secret) };
-                Some(Credential { header, value, secret, injected: c.injected })
-            }
-        };
-        for (i, t) in p.tags.iter().enumerate() {
-            if t.is_empty() || t.contains(char::is_whitespace) {
-                return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));
-            }
-        }
-        let (apis, api_prefixes) = compile_apis(&field, p)?;
         provider_slot.insert(slug.clone(), providers.len());
-        providers.push(Provider {
-            slug: slug.clone(),
-            cluster: p.cluster.clone(),
-            first_attempt_cluster: p.first_attempt_cluster.clone(),
-            authority: p.authority.clone(),
-            path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
-            credential,
-            byok: p.byok,
-            retains_data: p.data_policy.retains_data,
-            trains_on_data: p.data_policy.trains_on_data,
-            zdr: p.data_policy.zdr,
-            tags: p.tags.clone(),
-            apis,
-            api_prefixes,
-        });
+        providers.push(provider);
     }
     check_first_attempt_clusters(&providers)?;
     // The caller's own key never reaches a provider, whatever the catalog uses: every API's
@@ -964,69 +1049,8 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
                     format!("duplicate endpoint \"{}\" for this model", e.provider),
                 ));
             }
-            let pr = e.pricing;
-            for (name, v) in [
-                ("prompt", pr.prompt),
-                ("completion", pr.completion),
-                ("request", pr.request),
-                ("image", pr.image),
-                ("cached_prompt", pr.cached_prompt.unwrap_or(0.0)),
-            ] {
-                if !v.is_finite() || v < 0.0 {
-                    return Err(err(format!("{ef}.pricing.{name}"), "must be a finite number >= 0"));
-                }
-            }
-            let quantization = match &e.quantization {
-                None => Quantization::Unknown,
-                Some(q) => {
-                    Quantization::parse(q).ok_or_else(|| err(format!("{ef}.quantization"), Quantization::unknown(q)))?
-                }
-            };
-            if e.context_length == Some(0) {
-                return Err(err(format!("{ef}.context_length"), "must be > 0 when set"));
-            }
-            let upstream_model = e.upstream_model.clone().unwrap_or_else(|| id.clone());
-            if upstream_model.is_empty() {
-                return Err(err(format!("{ef}.upstream_model"), "must not be empty"));
-            }
-            let offered = providers.get(slot).map_or(ApiSet::OPENAI, |p: &Provider| p.apis);
-            let apis = match &e.apis {
-                None => offered,
-                Some(list) => {
-                    let mut set = ApiSet::default();
-                    for (k, name) in list.iter().enumerate() {
-                        let af = format!("{ef}.apis[{k}]");
-                        let api = Api::parse(name)
-                            .ok_or_else(|| err(&af, format!("unknown API \"{name}\" (openai, anthropic, google)")))?;
-                        if !offered.has(api) {
-                            return Err(err(
-                                &af,
-                                format!(
-                                    "provider \"{}\" does not serve the {name} API (add it to its `apis`)",
-                                    e.provider
-                                ),
-                            ));
-                        }
-                        set = set.with(api);
-                    }
-                    if set.is_empty() {
-                        return Err(err(format!("{ef}.apis"), "must list at least one API when set"));
-                    }
-                    set
-                }
-            };
             ids.push(endpoints.len());
-            endpoints.push(Endpoint {
-                slug: e.provider.clone(),
-                provider: slot,
-                model: model_idx,
-                upstream_model,
-                pricing: pr,
-                quantization,
-                context_length: e.context_length,
-                supported_parameters: e.supported_parameters.clone(),
-                apis,
-            });
+            endpoints.push(compile_endpoint(&ef, e, id, model_idx, slot, &providers)?);
         }
         let cost_tier = match &m.cost_tier {
             None => None,
