@@ -52,6 +52,9 @@ struct RawConfig {
     _policies: Option<serde_json::Value>,
     #[serde(default, rename = "policy_selection")]
     _policy_selection: Option<serde_json::Value>,
+    /// Mesh-wide limits: compiled by `limits::MeshLimits::from_json` against this catalog.
+    #[serde(default, rename = "rate_limits")]
+    _rate_limits: Option<serde_json::Value>,
 }
 
 /// Caller headers forwarded to providers (see `forwarding`).

@@ -10,6 +10,7 @@
 //! - `protocol/`: what the decision filter hands the per-attempt filter through Envoy's
 //!   retries (the plan, its slots, the per-attempt rewrite, the route mark)
 //! - `answer/`: what the caller sees (answers, streams, usage and cost, errors, listings)
+//! - `limits/`: mesh-wide budgets and provider capacity through a rate limit service
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
 //! - `filters/`: the two filters over the `Host` seam, with a mock host for native tests
 //! - `host/` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, SDK callbacks)
@@ -22,6 +23,7 @@ pub mod api;
 pub mod config;
 pub mod filters;
 pub mod forwarding;
+pub mod limits;
 pub mod protocol;
 pub mod routing;
 pub mod surface;

@@ -1,0 +1,234 @@
+//! Mesh-wide limits: configuration errors name the field, which limits apply to whom, the
+//! descriptors, settlement arithmetic and the pending charges.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::config::Catalog;
+use crate::routing::policy::Policies;
+
+const CATALOG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "authority": "a"},
+    "beta": {"cluster": "c_beta", "authority": "b"}
+  },
+  "models": {"m/a": {"endpoints": [{"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}}]}},
+  "policies": {"search": {}, "finance": {}},
+  "policy_selection": {"trusted_headers": ["x-team"], "rules": [{"policy": "finance", "route": "finance"}], "default": "search"}
+}"#;
+
+fn with(rate_limits: &str) -> String {
+    CATALOG.replacen("\"policies\"", &format!("\"rate_limits\": {rate_limits},\n  \"policies\""), 1)
+}
+
+fn compile(json: &str) -> Result<MeshLimits, ConfigError> {
+    let catalog = Catalog::from_json(json.as_bytes(), &|_| None).expect("catalog");
+    let policies = Policies::from_json(json.as_bytes(), &catalog).expect("policies");
+    MeshLimits::from_json(json.as_bytes(), &catalog, &policies)
+}
+
+const SERVICE: &str = r#""service": {"cluster": "rls"}"#;
+
+#[test]
+fn absent_means_no_limits_and_no_service() {
+    assert_eq!(compile(CATALOG).unwrap(), MeshLimits::default());
+}
+
+#[test]
+fn limits_compile_with_their_defaults() {
+    let l = compile(&with(&format!(
+        r#"{{{SERVICE}, "limits": {{
+            "search-spend": {{"policy": "search", "per": "policy", "spend_usd": 200, "window": "day"}},
+            "team-tokens": {{"per": {{"header": "X-Team"}}, "tokens": 2000000, "window": "minute", "failure_mode": "closed"}},
+            "claims": {{"per": {{"jwt_claim": {{"claim": ["org", "team"]}}}}, "requests": 5, "window": "second"}}
+          }},
+          "capacity": {{"alpha": {{"requests_per_minute": 600}}}}, "share_cooldowns": true}}"#
+    )))
+    .unwrap();
+    assert_eq!(l.service, Some(Service { cluster: "rls".into(), domain: "switchyard".into(), timeout_ms: 50 }));
+    let by_name: HashMap<&str, &Limit> = l.limits.iter().map(|x| (x.name.as_str(), x)).collect();
+    let spend = by_name["search-spend"];
+    assert_eq!(
+        (spend.kind, spend.amount, spend.window, spend.fail_closed),
+        (Kind::Spend, 2_000_000, Window::Day, false)
+    );
+    assert_eq!(spend.per, Subject::Policy);
+    let team = by_name["team-tokens"];
+    assert_eq!((team.per.clone(), team.fail_closed), (Subject::Header("x-team".into()), true));
+    assert_eq!(
+        by_name["claims"].per,
+        Subject::JwtClaim {
+            namespace: "envoy.filters.http.jwt_authn".into(),
+            payload_key: "jwt_payload".into(),
+            path: vec!["org".into(), "team".into()]
+        }
+    );
+    assert_eq!(
+        l.capacity,
+        vec![Capacity { provider: "alpha".into(), requests_per_minute: Some(600), tokens_per_minute: None }]
+    );
+    assert!(l.share_cooldowns && l.tracks_provider("alpha") && l.tracks_provider("beta"));
+}
+
+#[test]
+fn configuration_errors_name_the_field() {
+    let cases = [
+        (r#"{"service": {"cluster": ""}}"#, "rate_limits.service.cluster"),
+        (r#"{"service": {"cluster": "c_alpha"}}"#, "rate_limits.service.cluster"),
+        (r#"{"service": {"cluster": "r", "timeout_ms": 0}}"#, "rate_limits.service.timeout_ms"),
+        (r#"{"service": {"cluster": "r", "failure_mode": "maybe"}}"#, "rate_limits.service.failure_mode"),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"requests": 1, "tokens": 2, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"]",
+        ),
+        (r#"{"service": {"cluster": "r"}, "limits": {"a": {"window": "day"}}}"#, "rate_limits.limits[\"a\"]"),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"requests": 1, "window": "week"}}}"#,
+            "rate_limits.limits[\"a\"].window",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"requests": 0, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].requests",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"spend_usd": 500000, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].spend_usd",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"spend_usd": -1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].spend_usd",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"policy": "nope", "requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].policy",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"per": {"header": "x-any"}, "requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].per.header",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"per": "ip", "requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].per",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"per": {"jwt_claim": {"claim": ""}}, "requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].per.jwt_claim.claim",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a": {"per": {"jwt_claim": {"claim": "t", "value": "x"}}, "requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a\"].per.jwt_claim",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "limits": {"a b": {"requests": 1, "window": "day"}}}"#,
+            "rate_limits.limits[\"a b\"]",
+        ),
+        (
+            r#"{"service": {"cluster": "r"}, "capacity": {"nope": {"requests_per_minute": 1}}}"#,
+            "rate_limits.capacity[\"nope\"]",
+        ),
+        (r#"{"service": {"cluster": "r"}, "capacity": {"alpha": {}}}"#, "rate_limits.capacity[\"alpha\"]"),
+        (
+            r#"{"service": {"cluster": "r"}, "capacity": {"alpha": {"tokens_per_minute": 0}}}"#,
+            "rate_limits.capacity[\"alpha\"].tokens_per_minute",
+        ),
+    ];
+    for (rl, field) in cases {
+        let e = compile(&with(rl)).expect_err(rl);
+        assert_eq!(e.field, field, "{rl}: {e}");
+    }
+    let unknown = compile(&with(r#"{"service": {"cluster": "r"}, "budgets": {}}"#)).unwrap_err();
+    assert!(unknown.reason.contains("budgets"), "{unknown}");
+}
+
+struct Facts(HashMap<&'static str, &'static str>);
+
+impl CallerFacts for Facts {
+    fn route_policy(&mut self) -> Option<String> {
+        None
+    }
+    fn peer_uri_san(&mut self) -> Option<String> {
+        self.0.get("san").map(|s| s.to_string())
+    }
+    fn dynamic_metadata(&mut self, namespace: &str, path: &[String]) -> Option<String> {
+        (namespace == "jwt" && path.join(".") == "p.team").then(|| self.0.get("claim").map(|s| s.to_string())).flatten()
+    }
+    fn header(&mut self, name: &str) -> Option<String> {
+        self.0.get(name).map(|s| s.to_string())
+    }
+}
+
+#[test]
+fn which_limits_apply_and_whose_counter_they_charge() {
+    let l = compile(&with(&format!(
+        r#"{{{SERVICE}, "limits": {{
+            "a-all": {{"requests": 10, "window": "minute"}},
+            "b-search": {{"policy": "search", "per": "policy", "tokens": 10, "window": "minute"}},
+            "c-team": {{"per": {{"header": "x-team"}}, "tokens": 10, "window": "minute"}},
+            "d-san": {{"per": "peer_uri_san", "requests": 10, "window": "minute"}},
+            "e-claim": {{"per": {{"jwt_claim": {{"namespace": "jwt", "payload_key": "p", "claim": "team"}}}}, "requests": 1, "window": "hour"}}
+          }}}}"#
+    )))
+    .unwrap();
+    let subjects = |policy: Option<&str>, facts: &[(&'static str, &'static str)]| -> Vec<(String, String)> {
+        l.applicable(policy, &mut Facts(facts.iter().copied().collect()))
+            .iter()
+            .map(|a| (l.limit(a).unwrap().name.clone(), a.subject.clone()))
+            .collect()
+    };
+    let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    };
+    assert_eq!(
+        subjects(Some("search"), &[("x-team", "blue"), ("san", "spiffe://a"), ("claim", "red")]),
+        s(&[("a-all", "all"), ("b-search", "search"), ("c-team", "blue"), ("d-san", "spiffe://a"), ("e-claim", "red")])
+    );
+    // Another policy skips the search-only limit; missing identities share one counter.
+    assert_eq!(
+        subjects(Some("finance"), &[]),
+        s(&[("a-all", "all"), ("c-team", UNIDENTIFIED), ("d-san", UNIDENTIFIED), ("e-claim", UNIDENTIFIED)])
+    );
+    let long: &'static str = Box::leak("x".repeat(300).into_boxed_str());
+    assert_eq!(subjects(None, &[("x-team", long)])[1], ("c-team".to_string(), UNIDENTIFIED.to_string()));
+    assert_eq!(limit_descriptor("a", "b"), vec![(LIMIT_KEY.into(), "a".into()), (SUBJECT_KEY.into(), "b".into())]);
+    assert_eq!(capacity_descriptor("alpha", Kind::Tokens)[1], (KIND_KEY.to_string(), "tokens".to_string()));
+}
+
+#[test]
+fn settlement_subtracts_what_admission_counted() {
+    assert_eq!(settlement(Kind::Requests, 500, 1.0), 0.0);
+    assert_eq!(settlement(Kind::Tokens, 500, 1.0), 499.0);
+    assert!((settlement(Kind::Spend, 0, 0.0123) - 122.0).abs() < 1e-9);
+    assert_eq!(settlement(Kind::Spend, 0, f64::NAN.max(0.0)), -1.0);
+}
+
+#[test]
+fn pending_sums_per_descriptor_and_carries_fractions_and_credits() {
+    let mut p = Pending::default();
+    let a = limit_descriptor("a", "x");
+    let b = limit_descriptor("b", "x");
+    p.add(a.clone(), 2.5);
+    p.add(a.clone(), 2.75);
+    p.add(b.clone(), -1.0);
+    p.add(b.clone(), f64::NAN);
+    assert_eq!(p.drain(), vec![(a.clone(), 5)]);
+    // a keeps 0.25, b owes 1: the next charges are net of both.
+    p.add(a.clone(), 0.75);
+    p.add(b.clone(), 3.0);
+    assert_eq!(p.drain(), vec![(a.clone(), 1), (b.clone(), 2)]);
+    assert!(p.is_empty() && p.drain().is_empty());
+    // Bounded: at the cap, carried fractions make room for new descriptors.
+    for i in 0..5000 {
+        p.add(limit_descriptor("c", &i.to_string()), 0.5);
+    }
+    p.add(limit_descriptor("new", "x"), 3.0);
+    assert_eq!(p.drain(), vec![(limit_descriptor("new", "x"), 3)]);
+}
+
+#[test]
+fn cooldown_slots_cover_retry_after_capped() {
+    assert_eq!(cooldown_slots(1000, 12), 200..=202);
+    assert_eq!(cooldown_slots(1003, 1), 200..=200);
+    assert_eq!(cooldown_slots(1000, 0), 200..=200);
+    assert_eq!(cooldown_slots(1000, 100_000), 200..=259);
+    assert_eq!(cooldown_descriptor("alpha", 7)[1], (SLOT_KEY.to_string(), "7".to_string()));
+}
