@@ -86,11 +86,15 @@ pub fn finished(
     now_ms: u64,
 ) {
     let catalog = &config.catalog;
-    let pricing = catalog
+    let endpoint = catalog
         .model(of.model)
-        .and_then(|m| m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).find(|e| e.slug == of.slug))
-        .map(|e| e.pricing)
-        .unwrap_or_default();
+        .and_then(|m| m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).find(|e| e.slug == of.slug));
+    let pricing = endpoint.map(|e| e.pricing).unwrap_or_default();
+    if let Some(provider) = endpoint.and_then(|e| catalog.provider_of(e)) {
+        let tokens = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);
+        let retry_after = if s.outcome == Outcome::RateLimited { s.retry_after_s } else { None };
+        super::mesh::attempt_charges(&config.limits, &provider.slug, tokens, retry_after, now_ms);
+    }
     let usage = if s.outcome == Outcome::Success { usage.priced(&pricing) } else { None };
     let f = Finished {
         outcome: s.outcome,

@@ -5,6 +5,7 @@ use std::rc::Rc;
 use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
 use super::host::{find, status_of, Action, Host};
+use super::mesh::{self, Admission, AdmissionState};
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{Configured, Filter};
 use crate::answer::ending::{ending, Ending};
@@ -150,6 +151,13 @@ pub struct Stream<H: Host> {
     swept: Vec<String>,
     /// The first attempt, when this filter prepared it.
     first: Option<PreparedFirst>,
+    /// Mesh-wide limits that apply to this request and their admission.
+    admission: Option<Admission>,
+    /// Routed and held until the admission answers.
+    held: bool,
+    /// The served answer's usage, read for the limits' settlement (the prepared first
+    /// attempt's own watch serves when it answered).
+    usage_watch: Option<AttemptWatch>,
 }
 
 impl<H: Host> Stream<H> {
@@ -185,6 +193,9 @@ impl<H: Host> Stream<H> {
             interrupted: None,
             swept: Vec::new(),
             first: None,
+            admission: None,
+            held: false,
+            usage_watch: None,
         }
     }
 
@@ -543,6 +554,17 @@ impl<H: Host> Filter for Stream<H> {
         if end_of_stream {
             return self.reject(&ApiError::invalid_json("request body is empty; expected a JSON object"));
         }
+        // Mesh-wide limits are checked while the body arrives (nothing is called when none
+        // applies).
+        let policy = self.policy_name().map(str::to_string);
+        let config = Rc::clone(&self.config);
+        self.admission =
+            mesh::admit(&self.host, &config, policy.as_deref(), &mut HostFacts { host: &self.host, headers: &headers });
+        if let Some(Admission { state: AdmissionState::Refused(e), .. }) = &self.admission {
+            let e = e.clone();
+            self.routed = false;
+            return self.reject(&e);
+        }
         // Wait for the whole body before routing (needs allow_on_headers_stop_iteration).
         Action::Pause
     }
@@ -559,7 +581,7 @@ impl<H: Host> Filter for Stream<H> {
         if !end_of_stream {
             return Action::Pause;
         }
-        self.route(body_size)
+        self.route_admitted(body_size)
     }
 
     // A body followed by trailers never sees end_of_stream in on_http_request_body: route here,
@@ -568,7 +590,7 @@ impl<H: Host> Filter for Stream<H> {
         if !self.routed || self.decision.is_some() {
             return Action::Continue;
         }
-        self.route(self.body_size)
+        self.route_admitted(self.body_size)
     }
 
     fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
@@ -690,6 +712,12 @@ impl<H: Host> Filter for Stream<H> {
                 }
             }
         }
+        if let Some(w) = self.usage_watch.as_mut() {
+            match &chunk {
+                Some(c) => w.whole_chunk(now, c),
+                None => watch_chunk(&self.host, w, body_size, now),
+            }
+        }
         let action = self.shape_response_body(body_size, end_of_stream, chunk);
         if end_of_stream && self.watching_first() {
             self.finish_first(now);
@@ -708,10 +736,91 @@ impl<H: Host> Filter for Stream<H> {
             }
         }
         self.count_result();
+        self.settle_limits();
+    }
+
+    fn on_grpc_response(&mut self, token: u32, status: u32, size: usize) {
+        let Some(adm) = &self.admission else { return };
+        if adm.state != AdmissionState::Waiting(token) {
+            return;
+        }
+        let state = mesh::answered(&self.host, &self.config.limits, adm, status, size);
+        if let Some(a) = self.admission.as_mut() {
+            a.state = state.clone();
+        }
+        match state {
+            AdmissionState::Refused(e) => {
+                // Refused after routing: nothing was sent; the prepared first attempt never
+                // started.
+                if let Some(f) = self.first.take() {
+                    if f.in_catalog {
+                        update_stats(&self.host, &stats_key(&f.model, &f.slug), |s| s.unstart());
+                    }
+                }
+                self.decision = None;
+                self.routed = false;
+                self.held = false;
+                self.reject(&e);
+            }
+            AdmissionState::Admitted if self.held => {
+                self.held = false;
+                self.host.resume_request();
+            }
+            _ => {}
+        }
     }
 }
 
 impl<H: Host> Stream<H> {
+    /// Routes a complete request unless its admission refused it; held (paused) while the
+    /// admission has not answered yet.
+    fn route_admitted(&mut self, body_size: usize) -> Action {
+        match self.admission.as_ref().map(|a| &a.state) {
+            Some(AdmissionState::Refused(e)) => {
+                let e = e.clone();
+                self.routed = false;
+                self.reject(&e)
+            }
+            Some(AdmissionState::Waiting(_)) => {
+                let action = self.route(body_size);
+                if action == Action::Continue && self.decision.is_some() {
+                    self.held = true;
+                    return Action::Pause;
+                }
+                action
+            }
+            _ => self.route(body_size),
+        }
+    }
+
+    /// Queues what an admitted, served request used against its limits.
+    fn settle_limits(&mut self) {
+        let Some(adm) = &self.admission else { return };
+        if adm.state != AdmissionState::Admitted || self.result != Some(RequestResult::Served) {
+            return;
+        }
+        let Some((model, slug)) = &self.served else { return };
+        let catalog = &self.config.catalog;
+        let pricing = catalog
+            .endpoints
+            .iter()
+            .find(|e| e.slug == *slug && catalog.models.get(e.model).is_some_and(|m| m.id == *model))
+            .map(|e| e.pricing)
+            .unwrap_or_default();
+        let usage = match self.first.as_ref().filter(|f| f.answered) {
+            Some(f) => f.watch.usage,
+            None => self.usage_watch.as_ref().map(|w| w.usage).unwrap_or_default(),
+        };
+        // An answer that reported no usage (a stream cut before its usage event): its prompt,
+        // estimated from the body that was sent, at the prompt price.
+        let estimate = self.decision.as_ref().map_or(0, |d| (d.body.len() as u64).div_ceil(4));
+        let (tokens, cost) = match usage.priced(&pricing) {
+            Some(u) => (u.prompt_tokens + u.completion_tokens, u.cost_usd),
+            None => (estimate, pricing.cost_usd(estimate, 0, 0)),
+        };
+        mesh::settle(&self.config.limits, &adm.applied, tokens, cost);
+    }
+
     /// The attempts' records, in order, as far as they are known when the answer's headers
     /// arrive; completes a prepared first attempt whose outcome is known by now.
     fn attempt_records(
@@ -831,6 +940,16 @@ impl<H: Host> Stream<H> {
             stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
         }
         self.served = Some((served_model.clone(), slug.clone()));
+        let charged = self.admission.as_ref().is_some_and(|a| {
+            a.applied
+                .iter()
+                .filter_map(|x| self.config.limits.limit(x))
+                .any(|l| l.kind != crate::limits::Kind::Requests)
+        });
+        if charged && !self.first.as_ref().is_some_and(|f| f.answered) {
+            let stream = self.decision.as_ref().is_some_and(|d| d.stream);
+            self.usage_watch = Some(AttemptWatch::new(self.api, stream, now));
+        }
         if end_of_stream {
             return Action::Continue;
         }

@@ -54,6 +54,13 @@ pub trait Host {
     fn record_metric(&self, id: u32, value: u64);
     /// A uniform draw in [0, 1), for load balancing only.
     fn random_unit(&self) -> f64;
+    /// A unary gRPC call to `cluster`, answered through `Filter::on_grpc_response` (or the
+    /// root's) with the returned token; None when the host refused it (an unknown cluster).
+    fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32>;
+    /// The message of the gRPC answer being delivered (`size` from the callback).
+    fn grpc_response(&self, size: usize) -> Option<Vec<u8>>;
+    /// Lets a request the filter paused go on.
+    fn resume_request(&self);
 }
 
 /// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).

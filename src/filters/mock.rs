@@ -32,6 +32,13 @@ pub struct State {
     /// across tests): counter total and histogram samples.
     pub metrics: HashMap<u32, (i64, Vec<u64>)>,
     pub reply: Option<Reply>,
+    /// gRPC calls made: cluster, service/method, message (the token is the index + 1).
+    pub grpc_calls: Vec<(String, String, Vec<u8>)>,
+    /// The answer `grpc_response` hands out.
+    pub grpc_answer: Vec<u8>,
+    /// `grpc_call` refuses when set (an unknown cluster).
+    pub grpc_refused: bool,
+    pub resumed: u32,
     /// Every host call, in order, with its arguments (`set_req_header x-a=1`).
     pub calls: Vec<String>,
     /// Buffer writes Envoy would refuse.
@@ -222,5 +229,23 @@ impl Host for MockHost {
     }
     fn random_unit(&self) -> f64 {
         0.5
+    }
+    fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32> {
+        self.log(format!("grpc_call {cluster} {method} {timeout_ms}ms"));
+        let mut s = self.state();
+        if s.grpc_refused {
+            return None;
+        }
+        s.grpc_calls.push((cluster.to_string(), format!("{service}/{method}"), message.to_vec()));
+        u32::try_from(s.grpc_calls.len()).ok()
+    }
+    fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
+        self.log(format!("grpc_response {size}"));
+        let a = &self.0.borrow().grpc_answer;
+        Some(a.get(..size.min(a.len())).unwrap_or_default().to_vec())
+    }
+    fn resume_request(&self) {
+        self.log("resume_request".into());
+        self.state().resumed += 1;
     }
 }

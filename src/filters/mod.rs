@@ -14,6 +14,7 @@ mod attempts;
 mod caller;
 pub mod downstream;
 pub mod host;
+pub mod mesh;
 #[cfg(test)]
 pub mod mock;
 pub mod shared;
@@ -23,6 +24,7 @@ pub mod upstream;
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;
+use crate::limits::MeshLimits;
 use crate::protocol::plan::fingerprint;
 use crate::routing::policy::Policies;
 use host::{Action, Host};
@@ -33,6 +35,8 @@ pub struct Configured {
     pub catalog: Catalog,
     /// Operator policies (compliance routes) and how callers are matched to them.
     pub policies: Policies,
+    /// Mesh-wide limits through the rate limit service (empty: no call is ever made).
+    pub limits: MeshLimits,
     pub id: u64,
 }
 
@@ -60,7 +64,8 @@ pub fn role_of(root_id: &str) -> Result<Role, String> {
 pub fn configure(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Configured, String> {
     let catalog = Catalog::from_json(bytes, env).map_err(|e| e.to_string())?;
     let policies = Policies::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
-    Ok(Configured { catalog, policies, id: fingerprint(bytes) })
+    let limits = MeshLimits::from_json(bytes, &catalog, &policies).map_err(|e| e.to_string())?;
+    Ok(Configured { catalog, policies, limits, id: fingerprint(bytes) })
 }
 
 /// The HTTP callbacks of a filter, as the adapter delivers them. Defaults: nothing to do.
@@ -84,6 +89,9 @@ pub trait Filter {
     fn on_log(&mut self) {}
     /// The stream ended (also after a connect failure, reset or timeout).
     fn on_done(&mut self) {}
+    /// The answer to a `grpc_call` this filter made: `status` 0 is OK (gRPC status codes
+    /// otherwise, 14 unavailable, 4 deadline exceeded), `size` the message's.
+    fn on_grpc_response(&mut self, _token: u32, _status: u32, _size: usize) {}
 }
 
 /// A context created without a valid configuration (Envoy normally refuses such a filter):

@@ -289,3 +289,151 @@ fn the_removed_clear_role_is_refused_and_other_root_ids_decide() {
     assert_eq!(role_of("switchyard"), Ok(Role::Downstream));
     assert_eq!(role_of(""), Ok(Role::Downstream));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Mesh-wide limits
+// ---------------------------------------------------------------------------------------------
+
+/// As `CONFIG`, with a request limit and a token limit on every routed request.
+fn limited_config(failure_mode: &str) -> String {
+    CONFIG.replacen(
+        r#""routing": {"default_policy": "price_weighted"}"#,
+        &format!(
+            r#""routing": {{"default_policy": "price_weighted"}},
+  "rate_limits": {{"service": {{"cluster": "rls", "timeout_ms": 30, "failure_mode": "{failure_mode}"}},
+    "limits": {{"rpm": {{"requests": 10, "window": "minute"}}, "tpm": {{"tokens": 100, "window": "minute"}}}}}}"#
+        ),
+        1,
+    )
+}
+
+fn rls_answer(host: &MockHost, r: &crate::limits::rls::Response) -> usize {
+    let b = crate::limits::rls::encode_response(r);
+    host.state().grpc_answer = b.clone();
+    b.len()
+}
+
+#[test]
+fn no_limits_means_no_rate_limit_call() {
+    let host = MockHost::default();
+    let _ = decide(&host, &configured(CONFIG));
+    assert!(host.state().grpc_calls.is_empty());
+    assert!(!host.take_calls().iter().any(|c| c.starts_with("grpc_call")));
+}
+
+#[test]
+fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answers() {
+    use crate::limits::rls::{decode_request, Code, Response, Status};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    routed_request(&host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    let (cluster, method, message) = host.state().grpc_calls[0].clone();
+    assert_eq!(
+        (cluster.as_str(), method.as_str()),
+        ("rls", "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+    );
+    let (domain, descriptors, hits) = decode_request(&message).unwrap();
+    assert_eq!((domain.as_str(), hits, descriptors.len()), ("switchyard", 1, 2));
+    assert_eq!(
+        descriptors[0],
+        vec![("switchyard_limit".to_string(), "rpm".to_string()), ("subject".to_string(), "all".to_string())]
+    );
+    // The body completes before the answer: routed, then held.
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
+    assert!(host.request_header_value(&slot_header(1)).is_some(), "routed while held");
+    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: None }; 2] };
+    let n = rls_answer(&host, &ok);
+    stream.on_grpc_response(1, 0, n);
+    assert_eq!(host.state().resumed, 1);
+    assert!(host.state().reply.is_none());
+    // An answer to an unknown token changes nothing.
+    stream.on_grpc_response(99, 0, n);
+    assert_eq!(host.state().resumed, 1);
+}
+
+#[test]
+fn over_a_limit_is_a_429_in_the_callers_shape_with_retry_after_and_no_provider() {
+    use crate::limits::rls::{Code, Response, Status};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    routed_request(&host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(false);
+    let over = Response {
+        overall: Code::OverLimit,
+        statuses: vec![
+            Status { code: Code::Ok, remaining: 3, reset_s: None },
+            Status { code: Code::OverLimit, remaining: 0, reset_s: Some(17) },
+        ],
+    };
+    let n = rls_answer(&host, &over);
+    // The answer comes before the body ends: refused at once, the body is never routed.
+    stream.on_grpc_response(1, 0, n);
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(reply.status, 429);
+    assert!(reply.headers.contains(&("retry-after".to_string(), "17".to_string())), "{:?}", reply.headers);
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(body["error"]["metadata"]["limit"], "tpm");
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue);
+    assert!(host.request_header_value(&slot_header(1)).is_none(), "no attempt planned");
+}
+
+#[test]
+fn the_service_failing_follows_each_failure_mode() {
+    for (mode, refused) in [("open", false), ("closed", true)] {
+        let host = MockHost::default();
+        let config = configured(&limited_config(mode));
+        routed_request(&host);
+        let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+        stream.on_request_headers(false);
+        assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
+        // gRPC status 4: the call's own timeout (the request never waits longer).
+        stream.on_grpc_response(1, 4, 0);
+        let reply = host.state().reply.clone();
+        assert_eq!(reply.as_ref().map(|r| r.status), refused.then_some(503), "{mode}");
+        assert_eq!(host.state().resumed, u32::from(!refused), "{mode}");
+        if let Some(r) = reply {
+            let body: Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(body["error"]["code"], "rate_limit_unavailable");
+        }
+    }
+    // The host refusing the call (an unknown cluster) is a failure too, decided at once.
+    let host = MockHost::default();
+    host.state().grpc_refused = true;
+    routed_request(&host);
+    let mut stream = Stream::new(host.clone(), configured(&limited_config("closed")));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(host.state().reply.as_ref().map(|r| r.status), Some(503));
+}
+
+#[test]
+fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
+    use crate::limits::rls::{Code, Response};
+    let _ = super::mesh::pending_snapshot();
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    routed_request(&host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(false);
+    let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
+    stream.on_grpc_response(1, 0, n);
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue, "admitted before the body ended");
+    // alpha answers (as its attempt filter would name it) with 1,000,000 prompt tokens.
+    host.with_response_headers(&[
+        (":status", "200"),
+        ("content-type", "application/json"),
+        ("x-switchyard-provider", "alpha"),
+        ("x-switchyard-model", "m"),
+        (ATTEMPTS_HEADER, "1"),
+    ]);
+    host.state().response_body = ANSWER.as_bytes().to_vec();
+    stream.on_response_headers(false);
+    stream.on_response_body(ANSWER.len(), true);
+    stream.on_log();
+    let pending = super::mesh::pending_snapshot();
+    let tpm = crate::limits::limit_descriptor("tpm", "all");
+    assert_eq!(pending, vec![(tpm, 999_999)], "requests are not settled; tokens less admission's one");
+}

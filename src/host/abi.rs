@@ -82,6 +82,8 @@ extern "C" {
     fn proxy_define_metric(metric_type: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
 
 /// Takes ownership of a buffer the host allocated through the SDK's `proxy_on_memory_allocate`
@@ -220,6 +222,12 @@ pub fn reply(status: u32, headers: &[(&str, &str)], body: &[u8]) {
     check("sending a local reply", st);
 }
 
+/// The root context's `on_tick` period.
+pub fn set_tick_period_ms(period: u32) {
+    // SAFETY: a plain host call without pointers.
+    check("set_tick_period", unsafe { proxy_set_tick_period_milliseconds(period) });
+}
+
 pub fn now_ms() -> u64 {
     let mut ns: u64 = 0;
     // SAFETY: `ns` outlives the call.
@@ -331,5 +339,25 @@ impl Host for ProxyWasm {
     }
     fn random_unit(&self) -> f64 {
         super::random_unit()
+    }
+    fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32> {
+        // Through the SDK: it must register the token to deliver the answer to this context.
+        // Envoy answers an unknown cluster with ParseFailure, which the SDK returns as an error.
+        let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
+        match proxy_wasm::hostcalls::dispatch_grpc_call(cluster, service, method, Vec::new(), Some(message), timeout) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::warn!("switchyard: gRPC call to cluster {cluster} refused: {status:?}");
+                None
+            }
+        }
+    }
+    fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
+        // BufferType::GrpcReceiveBuffer.
+        buffer(5, 0, size)
+    }
+    fn resume_request(&self) {
+        // SAFETY: a plain host call without pointers; 0 is the HTTP request stream.
+        check("continue_stream", unsafe { proxy_continue_stream(0) });
     }
 }

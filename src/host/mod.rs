@@ -15,13 +15,14 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
+use crate::filters::mesh::Ticker;
 use crate::filters::shared::prune_stale_keys;
 use crate::filters::{configure, downstream, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use abi::ProxyWasm;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: Role::Downstream, config: None }) });
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default() }) });
 }}
 
 thread_local! {
@@ -50,9 +51,21 @@ pub fn random_unit() -> f64 {
 struct Root {
     role: Role,
     config: Option<Rc<Configured>>,
+    /// Sends the worker's queued mesh-wide charges and polls shared cool-downs.
+    ticker: Ticker,
 }
 
-impl Context for Root {}
+/// How often queued charges go to the rate limit service (and cool-downs are polled): the
+/// delay a mesh-wide cap or cool-down takes to reach the other pods, at most.
+const TICK_MS: u32 = 200;
+
+impl Context for Root {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        if let Some(config) = &self.config {
+            self.ticker.answered(&ProxyWasm, config, token_id, status_code, response_size, abi::now_ms());
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -79,6 +92,9 @@ impl RootContext for Root {
                 );
                 if self.role == Role::Downstream {
                     prune_stale_keys(&ProxyWasm, &configured.catalog);
+                    if configured.limits.service.is_some() {
+                        abi::set_tick_period_ms(TICK_MS);
+                    }
                 }
                 self.config = Some(Rc::new(configured));
                 true
@@ -98,6 +114,12 @@ impl RootContext for Root {
             (Role::Upstream, Some(c)) => boxed(Adapter(upstream::Attempt::new(ProxyWasm, c)), 1),
             (_, None) => boxed(Adapter(Unconfigured { host: ProxyWasm }), 0),
         })
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(config) = &self.config {
+            self.ticker.tick(&ProxyWasm, config, abi::now_ms());
+        }
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -129,6 +151,9 @@ impl<F: Filter> Context for Adapter<F> {
     fn on_done(&mut self) -> bool {
         self.0.on_done();
         true
+    }
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        self.0.on_grpc_response(token_id, status_code, response_size)
     }
 }
 

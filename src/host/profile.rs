@@ -81,6 +81,9 @@ impl<T> Timed<T> {
 }
 
 impl<T: Context> Context for Timed<T> {
+    fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
+        self.inner.on_grpc_call_response(token_id, status_code, response_size)
+    }
     fn on_done(&mut self) -> bool {
         let r = self.time(6, |i| i.on_done());
         let role = self.role;

@@ -127,6 +127,11 @@ impl EndpointStats {
         self.in_flight = self.in_flight.saturating_add(1);
     }
 
+    /// Takes back a `start` whose attempt was never sent.
+    pub fn unstart(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
     pub fn finish(&mut self, now_ms: u64, f: Finished, outage_window_ms: u64) {
         if f.outcome == Outcome::RateLimited {
             // The load at which the endpoint refuses: the lowest in-flight count a 429 came at
@@ -179,6 +184,12 @@ impl EndpointStats {
         if let (Outcome::RateLimited, Some(s)) = (f.outcome, f.retry_after_s) {
             self.cooldown_until_ms = self.cooldown_until_ms.max(now_ms + u64::from(s) * 1000);
         }
+    }
+
+    /// Cools the endpoint down until `until_ms` (a mesh-wide cap or cool-down learned from the
+    /// rate limit service); an existing later cool-down stays.
+    pub fn cool_down_until(&mut self, until_ms: u64) {
+        self.cooldown_until_ms = self.cooldown_until_ms.max(until_ms);
     }
 
     pub fn in_flight(&self) -> u32 {

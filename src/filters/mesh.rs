@@ -1,0 +1,303 @@
+//! The filters' side of mesh-wide limits (`crate::limits`): admission of a routed request,
+//! charges queued on the worker and sent by the root context on its tick, and what the
+//! service's answers teach (a provider over its cap, a shared cool-down) written into the
+//! endpoints' statistics, where routing already skips cooling-down endpoints.
+
+use std::cell::RefCell;
+
+use super::host::Host;
+use super::shared::{count, stats_key, tag, update_stats};
+use super::Configured;
+use crate::answer::errors::ApiError;
+use crate::limits::rls::{self, Code, Descriptor};
+use crate::limits::{
+    capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, settlement, Applied,
+    Kind, MeshLimits, Pending, COOLDOWN_MARK, COOLDOWN_SLOT_S,
+};
+use crate::routing::policy::CallerFacts;
+
+thread_local! {
+    /// Charges of this worker's requests and attempts, sent on the root's next tick. Both
+    /// filters run in the same VM on the worker, so both queue here.
+    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+fn queue(descriptor: Descriptor, hits: f64) {
+    PENDING.with(|p| p.borrow_mut().add(descriptor, hits));
+}
+
+/// A routed request's admission: the limits that apply and the call that checks them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission {
+    pub applied: Vec<Applied>,
+    pub state: AdmissionState,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdmissionState {
+    /// Waiting for the answer to this token.
+    Waiting(u32),
+    Admitted,
+    /// Over a limit, or the service failed under a closed limit: the reply.
+    Refused(ApiError),
+}
+
+/// Starts the admission of a routed request: one call with a descriptor per applicable limit.
+/// None when no limit applies (no call at all).
+pub fn admit(
+    host: &dyn Host,
+    config: &Configured,
+    policy: Option<&str>,
+    facts: &mut dyn CallerFacts,
+) -> Option<Admission> {
+    let limits = &config.limits;
+    let service = limits.service.as_ref()?;
+    let applied = limits.applicable(policy, facts);
+    if applied.is_empty() {
+        return None;
+    }
+    let descriptors: Vec<Descriptor> =
+        applied.iter().filter_map(|a| limits.limit(a).map(|l| limit_descriptor(&l.name, &a.subject))).collect();
+    let message = rls::encode_request(&service.domain, &descriptors, 1);
+    let state = match host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+        Some(token) => AdmissionState::Waiting(token),
+        None => failed(host, limits, &applied, "refused"),
+    };
+    Some(Admission { applied, state })
+}
+
+/// The service did not answer usefully: each limit's failure mode decides.
+fn failed(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], why: &str) -> AdmissionState {
+    count(host, &format!("switchyard.rate_limit.failure.reason.{why}"));
+    let closed = applied.iter().filter_map(|a| limits.limit(a)).find(|l| l.fail_closed);
+    match closed {
+        Some(l) => {
+            let mut e = ApiError::new(
+                503,
+                "server_error",
+                "rate_limit_unavailable",
+                format!("the rate limit service is unavailable and limit \"{}\" fails closed", l.name),
+            );
+            e.metadata.insert("limit".into(), l.name.clone().into());
+            AdmissionState::Refused(e)
+        }
+        None => AdmissionState::Admitted,
+    }
+}
+
+/// The admission call's answer.
+pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u32, size: usize) -> AdmissionState {
+    let decoded = if status == 0 { host.grpc_response(size).and_then(|b| rls::decode_response(&b)) } else { None };
+    let Some(r) = decoded else {
+        let why = match status {
+            0 => "malformed",
+            4 => "timeout",
+            14 => "unavailable",
+            _ => "error",
+        };
+        return failed(host, limits, &adm.applied, why);
+    };
+    match r.overall {
+        Code::Ok => AdmissionState::Admitted,
+        Code::Unknown => failed(host, limits, &adm.applied, "unknown"),
+        Code::OverLimit => {
+            // The limits the service said are over (all of them when it gives no statuses).
+            let over: Vec<(usize, Option<u64>)> = if r.statuses.len() == adm.applied.len() {
+                r.statuses
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.code == Code::OverLimit)
+                    .map(|(i, s)| (i, s.reset_s))
+                    .collect()
+            } else {
+                (0..adm.applied.len()).map(|i| (i, None)).collect()
+            };
+            let Some(&(first, _)) = over.first() else { return AdmissionState::Admitted };
+            let Some(limit) = adm.applied.get(first).and_then(|a| limits.limit(a)) else {
+                return AdmissionState::Admitted;
+            };
+            // Retry when the last over-limit window frees capacity (its window when unsaid).
+            let retry_after = over
+                .iter()
+                .filter_map(|&(i, reset)| {
+                    reset.or_else(|| adm.applied.get(i).and_then(|a| limits.limit(a)).map(|l| l.window.seconds()))
+                })
+                .max()
+                .unwrap_or(limit.window.seconds())
+                .max(1);
+            let (code, what) = match limit.kind {
+                Kind::Spend => ("budget_exceeded", "spend budget"),
+                Kind::Tokens => ("rate_limited", "token limit"),
+                Kind::Requests => ("rate_limited", "request limit"),
+            };
+            count(host, &format!("switchyard.rate_limit.refused.limit.{}.code.{code}", tag(&limit.name)));
+            let mut e = ApiError::new(
+                429,
+                "rate_limit_error",
+                code,
+                format!(
+                    "{what} \"{}\" ({} per {}) is used up; retry in {retry_after} s",
+                    limit.name,
+                    amount_text(limit),
+                    limit.window.name()
+                ),
+            );
+            e.metadata.insert("limit".into(), limit.name.clone().into());
+            e.headers.push(("retry-after".into(), retry_after.to_string()));
+            AdmissionState::Refused(e)
+        }
+    }
+}
+
+fn amount_text(l: &crate::limits::Limit) -> String {
+    match l.kind {
+        Kind::Spend => format!("${:.2}", l.amount as f64 / crate::limits::SPEND_UNITS_PER_USD),
+        Kind::Tokens => format!("{} tokens", l.amount),
+        Kind::Requests => format!("{} requests", l.amount),
+    }
+}
+
+/// Queues what an admitted request used against its limits (less the unit admission counted).
+pub fn settle(limits: &MeshLimits, applied: &[Applied], tokens: u64, cost_usd: f64) {
+    for a in applied {
+        let Some(l) = limits.limit(a) else { continue };
+        if l.kind != Kind::Requests {
+            queue(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
+        }
+    }
+}
+
+/// Queues one finished attempt's charges on its provider's capacity, and a shared cool-down
+/// when the provider answered 429 with `Retry-After`.
+pub fn attempt_charges(limits: &MeshLimits, provider: &str, tokens: u64, retry_after_s: Option<u32>, now_ms: u64) {
+    if !limits.tracks_provider(provider) {
+        return;
+    }
+    if let Some(c) = limits.capacity_of(provider) {
+        if c.requests_per_minute.is_some() {
+            queue(capacity_descriptor(provider, Kind::Requests), 1.0);
+        }
+        if c.tokens_per_minute.is_some() && tokens > 0 {
+            queue(capacity_descriptor(provider, Kind::Tokens), tokens as f64);
+        }
+    }
+    if let (true, Some(r)) = (limits.share_cooldowns, retry_after_s.filter(|&r| r > 0)) {
+        for slot in cooldown_slots(now_ms / 1000, u64::from(r)) {
+            queue(cooldown_descriptor(provider, slot), f64::from(COOLDOWN_MARK));
+        }
+    }
+}
+
+/// A call the root context made, by token.
+#[derive(Debug, Clone, PartialEq)]
+enum RootCall {
+    /// A charge of one descriptor.
+    Charge(Descriptor),
+    /// The cool-down poll: one descriptor per provider, in `providers` order.
+    Poll { providers: Vec<String>, slot: u64 },
+}
+
+/// The root context's part: each tick it sends the queued charges (one call per descriptor,
+/// the summed hits) and polls the providers' current cool-down slots.
+#[derive(Debug, Default)]
+pub struct Ticker {
+    calls: Vec<(u32, RootCall)>,
+}
+
+/// Calls in flight from one root at most (a service that never answers cannot grow this).
+const MAX_ROOT_CALLS: usize = 1024;
+
+impl Ticker {
+    pub fn tick(&mut self, host: &dyn Host, config: &Configured, now_ms: u64) {
+        let limits = &config.limits;
+        let Some(service) = &limits.service else { return };
+        let charges = PENDING.with(|p| p.borrow_mut().drain());
+        for (descriptor, hits) in charges {
+            if self.calls.len() >= MAX_ROOT_CALLS {
+                count(host, "switchyard.rate_limit.failure.reason.backlog");
+                continue;
+            }
+            let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
+            match host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+                Some(token) => self.calls.push((token, RootCall::Charge(descriptor))),
+                None => count(host, "switchyard.rate_limit.failure.reason.refused"),
+            }
+        }
+        if limits.share_cooldowns && self.calls.len() < MAX_ROOT_CALLS {
+            let slot = cooldown_slot(now_ms / 1000);
+            let providers: Vec<String> = config.catalog.providers.iter().map(|p| p.slug.clone()).collect();
+            let descriptors: Vec<Descriptor> = providers.iter().map(|p| cooldown_descriptor(p, slot)).collect();
+            let message = rls::encode_request(&service.domain, &descriptors, 1);
+            if let Some(token) =
+                host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms)
+            {
+                self.calls.push((token, RootCall::Poll { providers, slot }));
+            }
+        }
+    }
+
+    /// An answer to one of the root's calls: an over-limit capacity or cool-down slot cools
+    /// the provider's endpoints down on this pod until the service says the window resets.
+    pub fn answered(
+        &mut self,
+        host: &dyn Host,
+        config: &Configured,
+        token: u32,
+        status: u32,
+        size: usize,
+        now_ms: u64,
+    ) {
+        let Some(i) = self.calls.iter().position(|(t, _)| *t == token) else { return };
+        let (_, call) = self.calls.swap_remove(i);
+        let decoded = if status == 0 { host.grpc_response(size).and_then(|b| rls::decode_response(&b)) } else { None };
+        let Some(r) = decoded else {
+            count(host, "switchyard.rate_limit.failure.reason.charge");
+            return;
+        };
+        if r.overall != Code::OverLimit {
+            return;
+        }
+        match call {
+            RootCall::Charge(descriptor) => {
+                let (Some((key, provider)), reset) = (descriptor.first(), r.statuses.first().and_then(|s| s.reset_s))
+                else {
+                    return;
+                };
+                if key == crate::limits::CAPACITY_KEY {
+                    count(host, &format!("switchyard.rate_limit.capped.provider.{}", tag(provider)));
+                    cool_provider(
+                        host,
+                        config,
+                        provider,
+                        now_ms.saturating_add(reset.unwrap_or(60).saturating_mul(1000)),
+                    );
+                }
+            }
+            RootCall::Poll { providers, slot } => {
+                let slot_end_ms = slot.saturating_add(1).saturating_mul(COOLDOWN_SLOT_S).saturating_mul(1000);
+                for (p, s) in providers.iter().zip(&r.statuses) {
+                    if s.code == Code::OverLimit {
+                        count(host, &format!("switchyard.rate_limit.shared_cooldown.provider.{}", tag(p)));
+                        cool_provider(host, config, p, slot_end_ms);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every endpoint of `provider` cools down until `until_ms` on this pod.
+fn cool_provider(host: &dyn Host, config: &Configured, provider: &str, until_ms: u64) {
+    let catalog = &config.catalog;
+    for e in &catalog.endpoints {
+        if catalog.provider_of(e).is_some_and(|p| p.slug == provider) {
+            let Some(model) = catalog.models.get(e.model) else { continue };
+            update_stats(host, &stats_key(&model.id, &e.slug), |s| s.cool_down_until(until_ms));
+        }
+    }
+}
+
+#[cfg(test)]
+pub fn pending_snapshot() -> Vec<(Descriptor, u32)> {
+    PENDING.with(|p| p.borrow_mut().drain())
+}
