@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile
+.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -68,6 +68,14 @@ registry-tools:
 	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry skopeo)
 
+# The mesh-wide limit tests: a real Redis, and what the test rate limit service (Limitador)
+# links: Debian's RocksDB and Snappy (instead of a 15-minute C++ build) and libclang for its
+# bindings (see .cargo/config.toml).
+mesh-tools:
+	@command -v redis-server >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/librocksdb.so ] && \
+	  [ -e /usr/lib/x86_64-linux-gnu/libsnappy.a ] && ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server librocksdb-dev libsnappy-dev libclang-dev)
+
 # The demo stops with make: Ctrl-C, or a TERM/KILL to make itself (the demo asks the kernel for
 # SIGTERM when its parent dies, and Envoy dies with the demo).
 run: wasm
@@ -91,8 +99,11 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm registry-tools envoy-matrix
+integration: wasm registry-tools mesh-tools envoy-matrix
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
+	# The rate limit service the mesh-wide limit tests start (ratelimit/), and its own tests.
+	cargo build -p switchyard-ratelimit
+	cargo test -p switchyard-ratelimit
 	cargo test -p switchyard-integration
 	# The measurement tools' smoke run (tools/tests/bench_smoke.rs) and load generator tests.
 	cargo test -p switchyard-tools

@@ -103,6 +103,9 @@ pub struct StackConfig {
     pub other_hosts: Vec<OtherHost>,
     /// Provider keys from files by SDS instead of the Wasm configuration (see `KeyFiles`).
     pub key_files: Option<KeyFiles>,
+    /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
+    /// port); its cluster is generated when the plugin configuration has `rate_limits`.
+    pub rate_limit_service: Option<(String, u16)>,
 }
 
 /// Provider keys delivered the way Envoy does natively: each provider cluster's own
@@ -338,6 +341,7 @@ impl StackConfig {
             first_attempt_clusters: true,
             other_hosts: Vec::new(),
             key_files: None,
+            rate_limit_service: None,
         }
     }
 }
@@ -891,6 +895,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     if let Some(pt) = &cfg.passthrough {
         clusters.push(cluster(pt));
     }
+    clusters.extend(crate::ratelimit::service_cluster(&cfg.plugin_config, cfg.rate_limit_service.as_ref()));
     let names: Vec<&str> = generated.iter().copied().chain(twin_names.iter().map(String::as_str)).collect();
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.

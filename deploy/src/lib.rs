@@ -7,4 +7,5 @@ pub mod catalog;
 pub mod envoy;
 pub mod istio;
 pub mod oci;
+pub mod ratelimit;
 pub mod render;

@@ -11,6 +11,7 @@ pub mod envoy;
 pub mod istio_sim;
 pub mod market;
 pub mod memory;
+pub mod mesh;
 pub mod mock;
 pub mod procfs;
 pub mod rng;

@@ -270,6 +270,11 @@ impl<H: Host> Stream<H> {
             headers.push((k.as_str(), v.as_str()));
         }
         let status = if carried { LOCAL_400_CARRIER } else { e.status };
+        if status == 503 {
+            // Marked so the listener's local_reply_config (which shapes Envoy's own 503s)
+            // leaves this JSON alone.
+            self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
+        }
         self.host.reply(status, &headers, body.as_bytes());
         Action::Pause
     }
@@ -818,7 +823,7 @@ impl<H: Host> Stream<H> {
             Some(u) => (u.prompt_tokens + u.completion_tokens, u.cost_usd),
             None => (estimate, pricing.cost_usd(estimate, 0, 0)),
         };
-        mesh::settle(&self.config.limits, &adm.applied, tokens, cost);
+        mesh::settle(&self.host, &self.config.limits, &adm.applied, tokens, cost);
     }
 
     /// The attempts' records, in order, as far as they are known when the answer's headers

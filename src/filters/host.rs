@@ -57,6 +57,9 @@ pub trait Host {
     /// A unary gRPC call to `cluster`, answered through `Filter::on_grpc_response` (or the
     /// root's) with the returned token; None when the host refused it (an unknown cluster).
     fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32>;
+    /// A gRPC call whose answer nobody waits for, made on the root context's behalf so it
+    /// survives the stream that makes it (settlements at the access log). False if not sent.
+    fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool;
     /// The message of the gRPC answer being delivered (`size` from the callback).
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>>;
     /// Lets a request the filter paused go on.

@@ -20,6 +20,9 @@ thread_local! {
     /// Charges of this worker's requests and attempts, sent on the root's next tick. Both
     /// filters run in the same VM on the worker, so both queue here.
     static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+    /// What served requests used, sent at once (detached from the ending stream); only the
+    /// fractions and credits wait here for the next settlement of the same counter.
+    static SETTLEMENTS: RefCell<Pending> = RefCell::new(Pending::default());
 }
 
 fn queue(descriptor: Descriptor, hits: f64) {
@@ -157,12 +160,23 @@ fn amount_text(l: &crate::limits::Limit) -> String {
     }
 }
 
-/// Queues what an admitted request used against its limits (less the unit admission counted).
-pub fn settle(limits: &MeshLimits, applied: &[Applied], tokens: u64, cost_usd: f64) {
-    for a in applied {
-        let Some(l) = limits.limit(a) else { continue };
-        if l.kind != Kind::Requests {
-            queue(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
+/// Charges what an admitted request used to its limits (less the unit admission counted), at
+/// once: one detached call per counter. Call it last in the stream's last callback.
+pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens: u64, cost_usd: f64) {
+    let Some(service) = &limits.service else { return };
+    let ready = SETTLEMENTS.with(|p| {
+        let mut p = p.borrow_mut();
+        for a in applied {
+            if let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) {
+                p.add(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
+            }
+        }
+        p.drain()
+    });
+    for (descriptor, hits) in ready {
+        let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
+        if !host.grpc_call_detached(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+            count(host, "switchyard.rate_limit.failure.reason.settlement");
         }
     }
 }

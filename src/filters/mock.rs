@@ -239,6 +239,10 @@ impl Host for MockHost {
         s.grpc_calls.push((cluster.to_string(), format!("{service}/{method}"), message.to_vec()));
         u32::try_from(s.grpc_calls.len()).ok()
     }
+    fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool {
+        self.log("detached".into());
+        self.grpc_call(cluster, service, method, message, timeout_ms).is_some()
+    }
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
         self.log(format!("grpc_response {size}"));
         let a = &self.0.borrow().grpc_answer;

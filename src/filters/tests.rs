@@ -412,7 +412,6 @@ fn the_service_failing_follows_each_failure_mode() {
 #[test]
 fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
     use crate::limits::rls::{Code, Response};
-    let _ = super::mesh::pending_snapshot();
     let host = MockHost::default();
     let config = configured(&limited_config("open"));
     routed_request(&host);
@@ -433,7 +432,11 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
     stream.on_response_headers(false);
     stream.on_response_body(ANSWER.len(), true);
     stream.on_log();
-    let pending = super::mesh::pending_snapshot();
-    let tpm = crate::limits::limit_descriptor("tpm", "all");
-    assert_eq!(pending, vec![(tpm, 999_999)], "requests are not settled; tokens less admission's one");
+    // One detached call after the admission: the token limit, the answer's tokens less
+    // admission's one (the request limit is not settled).
+    let calls = host.state().grpc_calls.clone();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let (_, descriptors, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
+    assert_eq!((descriptors, hits), (vec![crate::limits::limit_descriptor("tpm", "all")], 999_999));
+    assert_eq!(host.take_calls().last().map(String::as_str), Some("grpc_call rls ShouldRateLimit 30ms"));
 }

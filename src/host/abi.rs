@@ -84,6 +84,26 @@ extern "C" {
     fn proxy_record_metric(id: u32, value: u64) -> u32;
     fn proxy_continue_stream(stream_type: u32) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+}
+
+thread_local! {
+    /// The first root context's id: detached calls are made on its behalf.
+    static ROOT_CONTEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The stream context of the callback running now (set where a detached call can happen).
+    static CURRENT_CONTEXT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+pub fn set_root_context(id: u32) {
+    ROOT_CONTEXT.with(|c| {
+        if c.get() == 0 {
+            c.set(id)
+        }
+    });
+}
+
+pub fn set_current_context(id: u32) {
+    CURRENT_CONTEXT.with(|c| c.set(id));
 }
 
 /// Takes ownership of a buffer the host allocated through the SDK's `proxy_on_memory_allocate`
@@ -351,6 +371,22 @@ impl Host for ProxyWasm {
                 None
             }
         }
+    }
+    fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool {
+        // On the root context's behalf, so the call outlives this stream (Envoy cancels a
+        // context's calls when it is destroyed); its answer is not delivered to anyone.
+        let (root, current) = (ROOT_CONTEXT.with(|c| c.get()), CURRENT_CONTEXT.with(|c| c.get()));
+        if root == 0 || current == 0 {
+            return false;
+        }
+        // SAFETY: plain host calls without pointers.
+        if unsafe { proxy_set_effective_context(root) } != OK {
+            return false;
+        }
+        let sent = self.grpc_call(cluster, service, method, message, timeout_ms).is_some();
+        // SAFETY: as above; back to the stream for the rest of this callback.
+        check("set_effective_context", unsafe { proxy_set_effective_context(current) });
+        sent
     }
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
         // BufferType::GrpcReceiveBuffer.

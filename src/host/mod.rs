@@ -22,7 +22,8 @@ use abi::ProxyWasm;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default() }) });
+    proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
+        abi::set_root_context(context_id); Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default() }) });
 }}
 
 thread_local! {
@@ -57,7 +58,7 @@ struct Root {
 
 /// How often queued charges go to the rate limit service (and cool-downs are polled): the
 /// delay a mesh-wide cap or cool-down takes to reach the other pods, at most.
-const TICK_MS: u32 = 200;
+const TICK_MS: u32 = 100;
 
 impl Context for Root {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
@@ -107,12 +108,16 @@ impl RootContext for Root {
     }
 
     // Never None: the SDK's dispatcher panics (and the VM aborts) when no context is returned.
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let config = self.config.as_ref().map(Rc::clone);
         Some(match (self.role, config) {
-            (Role::Downstream, Some(c)) => boxed(Adapter(downstream::Stream::new(ProxyWasm, c)), 0),
-            (Role::Upstream, Some(c)) => boxed(Adapter(upstream::Attempt::new(ProxyWasm, c)), 1),
-            (_, None) => boxed(Adapter(Unconfigured { host: ProxyWasm }), 0),
+            (Role::Downstream, Some(c)) => {
+                boxed(Adapter { filter: downstream::Stream::new(ProxyWasm, c), id: context_id }, 0)
+            }
+            (Role::Upstream, Some(c)) => {
+                boxed(Adapter { filter: upstream::Attempt::new(ProxyWasm, c), id: context_id }, 1)
+            }
+            (_, None) => boxed(Adapter { filter: Unconfigured { host: ProxyWasm }, id: context_id }, 0),
         })
     }
 
@@ -138,7 +143,11 @@ fn boxed<F: Filter + 'static>(filter: Adapter<F>, role: usize) -> Box<dyn HttpCo
 }
 
 /// Delivers the SDK's callbacks to a filter.
-struct Adapter<F>(F);
+struct Adapter<F> {
+    filter: F,
+    /// The stream's context id (a detached call hands the effective context back to it).
+    id: u32,
+}
 
 fn action(a: host::Action) -> Action {
     match a {
@@ -149,31 +158,32 @@ fn action(a: host::Action) -> Action {
 
 impl<F: Filter> Context for Adapter<F> {
     fn on_done(&mut self) -> bool {
-        self.0.on_done();
+        self.filter.on_done();
         true
     }
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
-        self.0.on_grpc_response(token_id, status_code, response_size)
+        self.filter.on_grpc_response(token_id, status_code, response_size)
     }
 }
 
 impl<F: Filter> HttpContext for Adapter<F> {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_request_headers(end_of_stream))
+        action(self.filter.on_request_headers(end_of_stream))
     }
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_request_body(body_size, end_of_stream))
+        action(self.filter.on_request_body(body_size, end_of_stream))
     }
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        action(self.0.on_request_trailers())
+        action(self.filter.on_request_trailers())
     }
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_response_headers(end_of_stream))
+        action(self.filter.on_response_headers(end_of_stream))
     }
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        action(self.0.on_response_body(body_size, end_of_stream))
+        action(self.filter.on_response_body(body_size, end_of_stream))
     }
     fn on_log(&mut self) {
-        self.0.on_log()
+        abi::set_current_context(self.id);
+        self.filter.on_log()
     }
 }

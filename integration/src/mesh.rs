@@ -1,0 +1,178 @@
+//! The shared parts of a mesh for the mesh-wide limit tests: a real Redis (Debian's
+//! `redis-server`) and the rate limit service (`switchyard-ratelimit`, Limitador on that Redis),
+//! each a process of its own on a free port, stopped by PID when dropped (and killable mid-run).
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::envoy::{repo_root, work_dir};
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn wait_for_port(port: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn stop(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A Redis server with its own directory, no persistence.
+pub struct Redis {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start(tag: &str) -> Result<Redis, String> {
+        let mut r = Redis { port: free_port()?, dir: work_dir(&format!("redis-{tag}")), child: None };
+        r.spawn()?;
+        Ok(r)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let dir = self.dir.display().to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server (make mesh-tools installs it): {e}"))?;
+        self.child = Some(child);
+        if !wait_for_port(self.port, Duration::from_secs(10)) {
+            stop(&mut self.child);
+            return Err(format!("redis-server did not listen on {}", self.port));
+        }
+        Ok(())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Stops it (its counters are lost, as a restart without persistence loses them).
+    pub fn kill(&mut self) {
+        stop(&mut self.child);
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// The rate limit service binary, built on first use.
+pub fn service_binary() -> Result<PathBuf, String> {
+    let path = repo_root().join("target/debug/switchyard-ratelimit");
+    if !path.exists() {
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-q", "-p", "switchyard-ratelimit"])
+            .current_dir(repo_root())
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err("cargo build -p switchyard-ratelimit failed".into());
+        }
+    }
+    Ok(path)
+}
+
+/// The rate limit service on a Redis, with the limits `config` (envoyproxy/ratelimit's format,
+/// as `switchyard_deploy::ratelimit::service_config` renders it).
+pub struct RateLimitService {
+    pub addr: SocketAddr,
+    config: PathBuf,
+    redis_url: String,
+    child: Option<Child>,
+}
+
+impl RateLimitService {
+    pub fn start(tag: &str, redis_url: &str, config: &Value) -> Result<RateLimitService, String> {
+        let dir = work_dir(&format!("ratelimit-{tag}"));
+        let path = dir.join("ratelimit.json");
+        std::fs::write(&path, serde_json::to_string_pretty(config).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let port = free_port()?;
+        let mut s = RateLimitService {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            config: path,
+            redis_url: redis_url.to_string(),
+            child: None,
+        };
+        s.spawn()?;
+        Ok(s)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut child = Command::new(service_binary()?)
+            .args(["--listen", &self.addr.to_string(), "--redis", &self.redis_url, "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("switchyard-ratelimit: {e}"))?;
+        // It prints one line once it serves; read it on a thread so a stuck start times out.
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        self.child = Some(child);
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.starts_with("listening on") => Ok(()),
+            other => {
+                stop(&mut self.child);
+                Err(format!("switchyard-ratelimit did not start: {other:?}"))
+            }
+        }
+    }
+
+    /// Stops it (a crash, as far as Envoy can tell).
+    pub fn kill(&mut self) {
+        stop(&mut self.child);
+    }
+
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RateLimitService {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}

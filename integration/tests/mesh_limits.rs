@@ -1,0 +1,279 @@
+//! Mesh-wide limits with real parts: three Envoy processes (own `--base-id`) share one rate
+//! limit service (`switchyard-ratelimit`: Kuadrant's Limitador engine) on one real Redis
+//! (Debian's `redis-server`). Budgets hold across the pods within the stated overshoot, a
+//! provider's capacity and a provider's 429 are seen by every pod, the service or Redis going
+//! away gives each failure mode without a hang, and both recover.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use switchyard_deploy::ratelimit::service_config;
+use switchyard_integration::client::{post_json, Reply};
+use switchyard_integration::envoy::{ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::mesh::{RateLimitService, Redis};
+use switchyard_integration::mock::{Behavior, MockProvider};
+
+const RLS_CLUSTER: &str = "switchyard_ratelimit";
+
+fn plugin(rate_limits: Value) -> Value {
+    let ep = |p: &str, price: f64| json!({"provider": p, "upstream_model": format!("{p}-up"), "pricing": {"prompt": price, "completion": price}});
+    json!({
+        "providers": {
+            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"}},
+            "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"}}
+        },
+        "models": {"m/x": {"endpoints": [ep("alpha", 1.0), ep("beta", 2.0)]}},
+        "policies": {"search": {}, "free": {}},
+        "policy_selection": {"trusted_headers": ["x-team"],
+                             "rules": [{"policy": "free", "header": {"name": "x-team", "value": "free"}}],
+                             "default": "search"},
+        "routing": {"default_policy": "price_weighted"},
+        "rate_limits": rate_limits
+    })
+}
+
+/// Redis, the service on it, two mock providers and `pods` Envoys in front of them.
+struct Mesh {
+    redis: Redis,
+    service: RateLimitService,
+    alpha: MockProvider,
+    beta: MockProvider,
+    pods: Vec<Envoy>,
+}
+
+impl Mesh {
+    async fn start(tag: &str, rate_limits: Value, pods: usize) -> Mesh {
+        let plugin = plugin(rate_limits);
+        let redis = Redis::start(tag).expect("redis");
+        let service = RateLimitService::start(tag, &redis.url(), &service_config(&plugin).expect("rate_limits"))
+            .expect("service");
+        let alpha = MockProvider::start("alpha", 0, Behavior::default()).await.expect("alpha");
+        let beta = MockProvider::start("beta", 0, Behavior::default()).await.expect("beta");
+        let mut cfg = StackConfig::new(
+            plugin,
+            vec![
+                ClusterSpec { name: "c_alpha".into(), port: alpha.addr.port() },
+                ClusterSpec { name: "c_beta".into(), port: beta.addr.port() },
+            ],
+            None,
+        );
+        cfg.rate_limit_service = Some(("127.0.0.1".into(), service.addr.port()));
+        cfg.per_try_idle_timeout_ms = 2_000;
+        let pods = tokio::task::block_in_place(|| {
+            (0..pods).map(|i| Envoy::start(&cfg, &format!("{tag}-pod{i}")).expect("envoy")).collect()
+        });
+        Mesh { redis, service, alpha, beta, pods }
+    }
+
+    fn pod(&self, i: usize) -> SocketAddr {
+        self.pods[i % self.pods.len()].addr()
+    }
+
+    /// Requests the rate limit cluster has seen from one pod (Envoy's own upstream counter).
+    fn service_calls(&self, i: usize) -> u64 {
+        let (_, stats) = self.pods[i].admin_get("/stats?filter=switchyard_ratelimit.upstream_rq_total").expect("stats");
+        stats.split(':').nth(1).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    }
+}
+
+async fn chat(addr: SocketAddr, id: &str, extra: &[(&str, &str)]) -> Reply {
+    chat_with(addr, id, extra, json!({"sort": "price"})).await
+}
+
+async fn chat_with(addr: SocketAddr, id: &str, extra: &[(&str, &str)], provider: Value) -> Reply {
+    let mut headers = vec![("x-test-id", id)];
+    headers.extend_from_slice(extra);
+    let body = json!({"model": "m/x", "messages": [{"role": "user", "content": "hello"}], "provider": provider});
+    tokio::time::timeout(Duration::from_secs(10), post_json(addr, "/v1/chat/completions", &headers, &body))
+        .await
+        .unwrap_or_else(|_| panic!("{id}: no answer within 10 s (a hang)"))
+        .unwrap_or_else(|e| panic!("{id}: {e}"))
+}
+
+fn tokens_of(r: &Reply) -> u64 {
+    let u = &r.json()["usage"];
+    u["prompt_tokens"].as_u64().unwrap_or(0) + u["completion_tokens"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_budget_holds_across_three_pods_under_concurrent_traffic() {
+    const BUDGET: u64 = 20_000;
+    let mesh = Mesh::start(
+        "budget",
+        json!({"service": {"cluster": RLS_CLUSTER, "timeout_ms": 500},
+               "limits": {"search-tokens": {"policy": "search", "per": "policy", "tokens": BUDGET, "window": "hour"}}}),
+        3,
+    )
+    .await;
+    // One request tells what a request costs; the policy without limits makes no call at all.
+    let first = chat(mesh.pod(0), "budget-probe", &[]).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let per_request = tokens_of(&first);
+    assert!(per_request > 0);
+    let before = mesh.service_calls(1);
+    let free = chat(mesh.pod(1), "budget-free", &[("x-team", "free")]).await;
+    assert_eq!(free.status, 200);
+    assert_eq!(mesh.service_calls(1), before, "a request no limit applies to calls nothing");
+
+    // Six clients (two per pod) until each is refused.
+    let served = Arc::new(AtomicU64::new(per_request));
+    let served_requests = Arc::new(AtomicUsize::new(1));
+    let mut clients = Vec::new();
+    const CLIENTS: usize = 6;
+    for c in 0..CLIENTS {
+        let (addr, served, served_requests) = (mesh.pod(c), Arc::clone(&served), Arc::clone(&served_requests));
+        clients.push(tokio::spawn(async move {
+            for n in 0..10_000 {
+                let r = chat(addr, &format!("budget-{c}-{n}"), &[]).await;
+                if r.status == 429 {
+                    return r;
+                }
+                assert_eq!(r.status, 200, "{}", r.text());
+                served.fetch_add(tokens_of(&r), Ordering::SeqCst);
+                served_requests.fetch_add(1, Ordering::SeqCst);
+            }
+            panic!("client {c} was never refused");
+        }));
+    }
+    for c in clients {
+        let refused = c.await.expect("client");
+        let body = refused.json();
+        assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+        assert_eq!(body["error"]["metadata"]["limit"], "search-tokens");
+        let retry: u64 = refused.header("retry-after").and_then(|v| v.parse().ok()).expect("retry-after");
+        assert!((1..=3600).contains(&retry), "{retry}");
+    }
+    let served = served.load(Ordering::SeqCst);
+    // The stated bound: what the requests in flight when the budget filled used (each client
+    // has at most one in flight, and its settlement is one call behind), plus admission's one
+    // unit per refused request.
+    let bound = BUDGET + 2 * CLIENTS as u64 * per_request;
+    println!(
+        "budget {BUDGET}, served {served} tokens ({} requests), bound {bound}",
+        served_requests.load(Ordering::SeqCst)
+    );
+    assert!(served <= bound, "served {served} tokens over the bound {bound}");
+    assert!(served + CLIENTS as u64 * per_request >= BUDGET, "refused early: served {served} of {BUDGET}");
+    // Nothing refused reached a provider.
+    let received = mesh.alpha.received().len() + mesh.beta.received().len();
+    assert_eq!(
+        received,
+        served_requests.load(Ordering::SeqCst) + 1,
+        "providers saw exactly the served requests (+1 free)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn provider_capacity_and_a_providers_429_are_shared_by_every_pod() {
+    const CAPACITY: usize = 12;
+    let mesh = Mesh::start(
+        "capacity",
+        json!({"service": {"cluster": RLS_CLUSTER},
+               "capacity": {"alpha": {"requests_per_minute": CAPACITY}},
+               "share_cooldowns": true}),
+        3,
+    )
+    .await;
+    // Paced traffic over the three pods: alpha (cheaper) serves until its mesh-wide capacity is
+    // used, then every pod routes to beta.
+    const REQUESTS: usize = 60;
+    for n in 0..REQUESTS {
+        let r = chat(mesh.pod(n), &format!("cap-{n}"), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let alpha =
+        mesh.alpha.received().iter().filter(|r| r.header("x-test-id").is_some_and(|i| i.starts_with("cap-"))).count();
+    let beta = REQUESTS - alpha;
+    // The stated bound: each pod learns the cap from the answer to its next charge (one tick,
+    // 100 ms): at most about three requests per pod at this pace.
+    let bound = CAPACITY + 3 * 4;
+    println!("capacity {CAPACITY}/min: alpha served {alpha}, beta {beta}, bound {bound}");
+    assert!(alpha >= CAPACITY.min(REQUESTS), "alpha served only {alpha}");
+    assert!(alpha <= bound, "alpha served {alpha}, over its capacity bound {bound}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_pods_429_with_retry_after_stops_the_other_pods_attempts() {
+    let mesh = Mesh::start("cooldown", json!({"service": {"cluster": RLS_CLUSTER}, "share_cooldowns": true}), 3).await;
+    let beta_first = json!({"order": ["beta", "alpha"]});
+    let tried_beta = |id: &str| mesh.beta.received().iter().filter(|x| x.header("x-test-id") == Some(id)).count();
+    // Before: every pod tries beta first.
+    for pod in 1..3 {
+        let id = format!("cool-before-{pod}");
+        assert_eq!(chat_with(mesh.pod(pod), &id, &[], beta_first.clone()).await.status, 200);
+        assert_eq!(tried_beta(&id), 1, "{id}");
+    }
+    // Beta answers pod 0 with 429 and Retry-After: 30.
+    let hit =
+        chat_with(mesh.pod(0), "cool-hit", &[("x-mock-behavior", "beta=429/30")], json!({"only": ["beta"]})).await;
+    assert_eq!(hit.status, 429, "{}", hit.text());
+    // Within a few ticks the other pods skip beta without an attempt of their own.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for n in 0..6 {
+        let id = format!("cool-after-{n}");
+        let pod = 1 + n % 2;
+        let r = chat_with(mesh.pod(pod), &id, &[], beta_first.clone()).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some("alpha"), "{id}");
+        assert_eq!(tried_beta(&id), 0, "{id}: pod {pod} still tried beta after pod 0's 429");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_or_redis_going_away_gives_each_failure_mode_and_both_recover() {
+    let mut mesh = Mesh::start(
+        "failure",
+        json!({"service": {"cluster": RLS_CLUSTER, "timeout_ms": 100},
+               "limits": {
+                 "open-rpm": {"policy": "search", "requests": 100000, "window": "minute", "failure_mode": "open"},
+                 "closed-rpm": {"policy": "free", "requests": 100000, "window": "minute", "failure_mode": "closed"}}}),
+        3,
+    )
+    .await;
+    let both = |mesh: &Mesh, tag: &'static str| {
+        let (a, b) = (mesh.pod(0), mesh.pod(1));
+        async move {
+            let t = Instant::now();
+            let open = chat(a, &format!("{tag}-open"), &[]).await;
+            let closed = chat(b, &format!("{tag}-closed"), &[("x-team", "free")]).await;
+            (open, closed, t.elapsed())
+        }
+    };
+    let (open, closed, _) = both(&mesh, "healthy").await;
+    assert_eq!((open.status, closed.status), (200, 200), "{} {}", open.text(), closed.text());
+
+    // The service killed mid-run: open serves, closed refuses in the caller's shape, neither hangs.
+    mesh.service.kill();
+    for round in 0..3 {
+        let (open, closed, took) = both(&mesh, "killed").await;
+        assert_eq!(open.status, 200, "round {round}: {}", open.text());
+        assert_eq!(closed.status, 503, "round {round}: {}", closed.text());
+        assert_eq!(closed.json()["error"]["code"], "rate_limit_unavailable", "{}", closed.text());
+        assert!(took < Duration::from_secs(5), "round {round} took {took:?}");
+    }
+    mesh.service.restart().expect("service restart");
+    let (open, closed, _) = both(&mesh, "service-back").await;
+    assert_eq!((open.status, closed.status), (200, 200), "after the service restarted: {}", closed.text());
+
+    // Redis restarted: the service answers UNAVAILABLE meanwhile (each failure mode again),
+    // then reconnects, and Envoy keeps serving throughout.
+    mesh.redis.kill();
+    let (open, closed, _) = both(&mesh, "redis-down").await;
+    assert_eq!((open.status, closed.status), (200, 503), "with Redis down: {}", closed.text());
+    mesh.redis.restart().expect("redis restart");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (open, closed, _) = both(&mesh, "redis-back").await;
+        assert_eq!(open.status, 200);
+        if closed.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the service did not recover after Redis restarted: {}", closed.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(mesh.redis.pid().is_some());
+}
