@@ -941,7 +941,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         // SDS (the key files) needs a node identity.
         "node": {"id": "switchyard", "cluster": "switchyard"},
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
-        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason"), tag("policy")]},
+        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason"), tag("policy"), tag("limit"), tag("provider")]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{

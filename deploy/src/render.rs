@@ -28,6 +28,15 @@ pub fn render_all(c: &Catalog, image_digest: &str) -> Vec<(String, String)> {
     for (path, text) in render_k8s(c, &cfg, image_digest) {
         files.push((format!("k8s/{path}"), text));
     }
+    // The rate limit service's limits, when the catalog has `rate_limits` (envoyproxy/ratelimit's
+    // format; JSON is YAML).
+    if let Some(limits) = crate::ratelimit::service_config(&cfg.plugin_config) {
+        let text = serde_json::to_string_pretty(&limits).unwrap_or_default();
+        files.push((
+            "envoy/ratelimit.yaml".to_string(),
+            format!("# The rate limit service's limits, from catalog/switchyard.json's rate_limits by `make render`.\n{text}\n"),
+        ));
+    }
     files
 }
 

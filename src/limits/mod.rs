@@ -10,13 +10,14 @@
 //!   over-limit answer refuses the request with 429 before any provider is tried. Nothing is
 //!   called when no limit applies.
 //! - **Settlement**, after the answer: what the request used (tokens, cost) minus the one unit
-//!   admission counted is queued per descriptor and sent by the root context on its next tick,
-//!   summed, one call per descriptor. Provider capacity is charged the same way per attempt.
+//!   admission counted is sent at once, one call per counter, on the root context's behalf (the
+//!   ending stream would cancel its own call). Provider capacity is charged per attempt, queued
+//!   and sent by the root context every tick, summed per descriptor.
 //! - **Overshoot**: a budget admits while its counter is below the limit, and a request's use is
 //!   only known at its end, so a budget can be exceeded by what the requests in flight when it
-//!   fills use, plus at most one tick of queued charges (the bound every peer built on this API
-//!   has). Capacity is learned from the charges' answers: a pod keeps sending to a provider over
-//!   its cap until its next charge comes back over limit (one tick).
+//!   fills use (the bound every peer built on this API has). Capacity is learned from the
+//!   charges' answers: a pod keeps sending to a provider over its cap until its next charge
+//!   comes back over limit (one tick).
 //! - **The service failing** (unreachable, slow past `timeout_ms`, a malformed answer): each
 //!   limit's `failure_mode` decides; `open` serves and counts `switchyard.rate_limit.failure`,
 //!   `closed` refuses with 503. Settlement and capacity failures are counted and dropped.
