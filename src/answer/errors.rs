@@ -81,6 +81,19 @@ impl ApiError {
     }
 
     /// 404 when hard filters leave no endpoint; `constraint` names the field that emptied the set.
+    /// 429 when every endpoint that could serve is on a provider over its mesh-wide capacity.
+    pub fn capacity_exhausted(model: &str, retry_after_s: u64) -> ApiError {
+        let mut e = ApiError::new(
+            429,
+            "rate_limit_error",
+            "capacity_exhausted",
+            format!("Every provider that serves {model} is at its capacity; retry in {retry_after_s} s"),
+        );
+        e.metadata.insert("model".to_string(), Value::String(model.to_string()));
+        e.headers.push(("retry-after".to_string(), retry_after_s.max(1).to_string()));
+        e
+    }
+
     pub fn no_endpoints(model: &str, constraint: &str) -> ApiError {
         let mut e = ApiError::new(
             404,

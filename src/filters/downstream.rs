@@ -315,6 +315,9 @@ impl<H: Host> Stream<H> {
         );
         health.session = self.session.clone();
         health.caller_scope = self.caller_scope;
+        if !config.limits.capacity.is_empty() {
+            health.capped = mesh::capped(&self.host, &config.limits, self.host.now_ms());
+        }
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();

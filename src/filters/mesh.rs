@@ -279,12 +279,8 @@ impl Ticker {
                 };
                 if key == crate::limits::CAPACITY_KEY {
                     count(host, &format!("switchyard.rate_limit.capped.provider.{}", tag(provider)));
-                    cool_provider(
-                        host,
-                        config,
-                        provider,
-                        now_ms.saturating_add(reset.unwrap_or(60).saturating_mul(1000)),
-                    );
+                    let until = now_ms.saturating_add(reset.unwrap_or(60).saturating_mul(1000));
+                    host.set_shared_data(&capped_key(provider), &until.to_le_bytes(), 0);
                 }
             }
             RootCall::Poll { providers, slot } => {
@@ -298,6 +294,23 @@ impl Ticker {
             }
         }
     }
+}
+
+fn capped_key(provider: &str) -> String {
+    format!("switchyard.capped.{provider}")
+}
+
+/// The providers over their mesh-wide capacity on this pod, with until when (ms): read for
+/// the providers `capacity` names (no host call without it).
+pub fn capped(host: &dyn Host, limits: &MeshLimits, now_ms: u64) -> Vec<(String, u64)> {
+    limits
+        .capacity
+        .iter()
+        .filter_map(|c| {
+            let until = host.shared_data(&capped_key(&c.provider)).0.and_then(|b| crate::protocol::bytes::u64_at(&b, 0))?;
+            (until > now_ms).then(|| (c.provider.clone(), until))
+        })
+        .collect()
 }
 
 /// Every endpoint of `provider` cools down until `until_ms` on this pod.

@@ -103,6 +103,8 @@ pub struct SharedHealth<'h> {
     pub session: Option<String>,
     /// Hash of who is calling (see `HealthView::caller_scope`).
     pub caller_scope: u64,
+    /// Providers over their mesh-wide capacity, until when (ms): `filters::mesh::capped`.
+    pub capped: Vec<(String, u64)>,
 }
 
 impl<'h> SharedHealth<'h> {
@@ -114,6 +116,7 @@ impl<'h> SharedHealth<'h> {
             memo: RefCell::new(HashMap::new()),
             session: None,
             caller_scope: 0,
+            capped: Vec::new(),
         }
     }
 }
@@ -165,6 +168,11 @@ impl HealthView for SharedHealth<'_> {
 
     fn caller_scope(&self) -> u64 {
         self.caller_scope
+    }
+
+    fn capped_for_s(&self, provider: &str) -> Option<u64> {
+        let until = self.capped.iter().find(|(p, _)| p == provider)?.1;
+        (until > self.now_ms).then(|| (until - self.now_ms).div_ceil(1000))
     }
 
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {

@@ -138,6 +138,12 @@ pub trait HealthView {
     fn caller_scope(&self) -> u64 {
         0
     }
+
+    /// Seconds until `provider` (a slug in `providers`) is under its mesh-wide capacity again;
+    /// None when it is not capped. A capped provider's endpoints are skipped.
+    fn capped_for_s(&self, _provider: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// The view before any statistics exist.

@@ -172,6 +172,9 @@ impl Ctx<'_> {
     }
 }
 
+/// The hard filter that removes endpoints of providers over their mesh-wide capacity.
+const CAPACITY_CONSTRAINT: &str = "capacity";
+
 /// How one model's endpoints are ordered: by its suffix or the request's `sort`, else by the
 /// default policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -435,6 +438,11 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
     if !p.allow_fallbacks && !p.order.is_empty() {
         let listed = |e: &Endpoint| p.order.iter().any(|s| e.matches_slug(s));
         f.step("order", &listed, &listed)?;
+    }
+    // Last: a provider over its mesh-wide capacity serves nothing now (`capacity`, a 429).
+    let uncapped = |e: &Endpoint| cat.provider_of(e).is_none_or(|pr| ctx.health.capped_for_s(&pr.slug).is_none());
+    if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(uncapped)) {
+        f.step(CAPACITY_CONSTRAINT, &uncapped, &uncapped)?;
     }
     Ok(f.set)
 }
@@ -844,7 +852,12 @@ pub fn plan_under(
     }
     if pools.is_empty() {
         let (model, constraint) = first_failure.unwrap_or_else(|| (String::new(), "model".to_string()));
-        let mut e = ApiError::no_endpoints(&model, &constraint);
+        let mut e = if constraint == CAPACITY_CONSTRAINT {
+            let wait = catalog.providers.iter().filter_map(|p| health.capped_for_s(&p.slug)).min().unwrap_or(60);
+            ApiError::capacity_exhausted(&model, wait)
+        } else {
+            ApiError::no_endpoints(&model, &constraint)
+        };
         if let Some(policy) = policy {
             e.metadata.insert("policy".into(), serde_json::Value::String(policy.name.clone()));
         }

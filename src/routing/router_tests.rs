@@ -1876,3 +1876,34 @@ fn conversation_keys_on_the_anthropic_and_google_surfaces() {
     assert_eq!(gk, gl);
     assert_ne!(gk, key(&g, r#"{"contents":[{"role":"user","parts":[{"text":"other"}]}]}"#));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Mesh-wide provider capacity
+// ---------------------------------------------------------------------------------------------
+
+/// A view where some providers are over their mesh-wide capacity.
+struct Capped(Vec<(&'static str, u64)>);
+
+impl HealthView for Capped {
+    fn endpoint(&self, _model: &str, _slug: &str) -> EndpointHealth {
+        EndpointHealth::default()
+    }
+    fn capped_for_s(&self, provider: &str) -> Option<u64> {
+        self.0.iter().find(|(p, _)| *p == provider).map(|&(_, s)| s)
+    }
+}
+
+#[test]
+fn a_capped_provider_is_skipped_and_all_capped_is_a_429_with_retry_after() {
+    let (c, _) = suffix_catalog();
+    let b = with_provider("m/s", r#""sort": "price""#);
+    assert_eq!(slugs(&c, &ok(&c, &b, &Capped(vec![]))), s(&["aa", "bb", "cc"]));
+    // Not last: gone, even as a last resort.
+    assert_eq!(slugs(&c, &ok(&c, &b, &Capped(vec![("aa", 20)]))), s(&["bb", "cc"]));
+    let e = run(&c, &b, &Capped(vec![("aa", 20), ("bb", 7), ("cc", 40)])).unwrap_err();
+    assert_eq!((e.status, e.code), (429, "capacity_exhausted"));
+    assert!(e.headers.contains(&("retry-after".to_string(), "7".to_string())), "{:?}", e.headers);
+    // A provider's capacity names nothing the request asked for: other filters still decide.
+    let e = run(&c, &with_provider("m/s", r#""only": ["aa"]"#), &Capped(vec![("aa", 5)])).unwrap_err();
+    assert_eq!(e.code, "capacity_exhausted");
+}
