@@ -125,8 +125,9 @@ clean:
 # Writes target/bench/results.md. BENCH_NICE=-10 by default: on a machine busy with other work
 # Envoy otherwise gets half its core and the rows measure the machine (0 to opt out).
 BENCH_NICE ?= -10
-bench: wasm
+bench: wasm mesh-tools
 	cargo build --release -p switchyard-tools --bin switchyard-bench
+	cargo build -p switchyard-ratelimit
 	BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
 
 # A module that logs the time of each callback and each kind of host call (src/host/profile.rs),

@@ -160,6 +160,10 @@ impl RateLimitService {
         }
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stops it (a crash, as far as Envoy can tell).
     pub fn kill(&mut self) {
         stop(&mut self.child);

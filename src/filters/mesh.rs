@@ -307,7 +307,8 @@ pub fn capped(host: &dyn Host, limits: &MeshLimits, now_ms: u64) -> Vec<(String,
         .capacity
         .iter()
         .filter_map(|c| {
-            let until = host.shared_data(&capped_key(&c.provider)).0.and_then(|b| crate::protocol::bytes::u64_at(&b, 0))?;
+            let until =
+                host.shared_data(&capped_key(&c.provider)).0.and_then(|b| crate::protocol::bytes::u64_at(&b, 0))?;
             (until > now_ms).then(|| (c.provider.clone(), until))
         })
         .collect()

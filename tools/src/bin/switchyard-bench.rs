@@ -16,7 +16,8 @@
 //! Env: BENCH_SECONDS (each loaded run, 2), BENCH_IDLE_SECONDS (each one-connection run, 1),
 //! BENCH_WARMUP_SECONDS (0.5), BENCH_ROUNDS (3), BENCH_CONNECTIONS (32), BENCH_SIZES (bytes,
 //! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
-//! (1: the LiteLLM row, installing it on first use), BENCH_RSS (1: the --concurrency 2 RSS
+//! (1: the LiteLLM row, installing it on first use), BENCH_LIMITS (1: the full path under a
+//! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
 //! BENCH_NICE (scheduling priority of everything the bench starts, 0).
 
@@ -34,6 +35,7 @@ use switchyard_integration::envoy::{
     bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
 };
 use switchyard_integration::memory::NOOP_WASM;
+use switchyard_integration::mesh::{RateLimitService, Redis};
 use switchyard_integration::procfs::{cpu_us, rss_kib, stat_fields};
 use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
 
@@ -805,6 +807,28 @@ fn bench() -> Result<i32, String> {
             downstream_wasm_only(&sy_boot),
             "bench-wasm-only",
         );
+    }
+    // The full path under a mesh-wide token limit that never refuses: an admission call at the
+    // headers and a settlement after the answer, to a rate limit service (Limitador on Redis)
+    // on the generator's core.
+    let mut mesh_parts: Option<(Redis, RateLimitService)> = None;
+    if env_on("BENCH_LIMITS") {
+        let boot = (|| -> Result<Value, String> {
+            let mut cfg = switchyard_config(mock_port);
+            cfg.plugin_config["rate_limits"] = json!({"service": {"cluster": "switchyard_ratelimit"},
+                "limits": {"bench-tokens": {"tokens": 4_000_000_000u64, "window": "hour"}}});
+            let limits =
+                switchyard_integration::ratelimit::service_config(&cfg.plugin_config).ok_or("no rate_limits")?;
+            let redis = Redis::start("bench")?;
+            let service = RateLimitService::start("bench", &redis.url(), &limits)?;
+            if let Some(c) = bench.cores.client {
+                redis.pid().into_iter().chain(service.pid()).for_each(|p| pin_tree(p, c));
+            }
+            cfg.rate_limit_service = Some(("127.0.0.1".into(), service.addr.port()));
+            mesh_parts = Some((redis, service));
+            Ok(bootstrap(&cfg))
+        })();
+        add_envoy(&mut rows, &mut keep, "Switchyard full path under a token limit", boot, "bench-limits");
     }
     let litellm_name = format!("LiteLLM proxy {LITELLM_VERSION} (1 worker)");
     if env_on("BENCH_LITELLM") {
