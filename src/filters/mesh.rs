@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 
 use super::host::Host;
-use super::shared::{count, stats_key, tag, update_stats};
+use super::shared::{count, count_by, stats_key, tag, update_stats};
 use super::Configured;
 use crate::answer::errors::ApiError;
 use crate::limits::rls::{self, Code, Descriptor};
@@ -173,6 +173,20 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
         }
         p.drain()
     });
+    // What was charged, per limit (identities are unbounded: not a label).
+    for a in applied {
+        if let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) {
+            let used = match l.kind {
+                Kind::Spend => (cost_usd.max(0.0) * crate::limits::SPEND_UNITS_PER_USD).round() as u64,
+                _ => tokens,
+            };
+            count_by(
+                host,
+                &format!("switchyard.rate_limit.charged.limit.{}.kind.{}", tag(&l.name), l.kind.name()),
+                used,
+            );
+        }
+    }
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
         if !host.grpc_call_detached(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {

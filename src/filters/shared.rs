@@ -217,8 +217,12 @@ fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
 }
 
 pub fn count(host: &dyn Host, name: &str) {
+    count_by(host, name, 1);
+}
+
+pub fn count_by(host: &dyn Host, name: &str, by: u64) {
     if let Some(id) = metric(host, MetricKind::Counter, name) {
-        host.increment_metric(id, 1);
+        host.increment_metric(id, i64::try_from(by).unwrap_or(i64::MAX));
     }
 }
 

@@ -438,5 +438,6 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
     assert_eq!(calls.len(), 2, "{calls:?}");
     let (_, descriptors, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
     assert_eq!((descriptors, hits), (vec![crate::limits::limit_descriptor("tpm", "all")], 999_999));
+    assert_eq!(host.counter("switchyard.rate_limit.charged.limit.tpm.kind.tokens"), 1_000_000);
     assert_eq!(host.take_calls().last().map(String::as_str), Some("grpc_call rls ShouldRateLimit 30ms"));
 }
