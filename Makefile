@@ -127,8 +127,8 @@ clean:
 BENCH_NICE ?= -10
 bench: wasm mesh-tools
 	cargo build --release -p switchyard-tools --bin switchyard-bench
-	cargo build -p switchyard-ratelimit
-	BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
+	cargo build --release -p switchyard-ratelimit
+	SWITCHYARD_RATELIMIT_BIN=$(CURDIR)/target/release/switchyard-ratelimit BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
 
 # A module that logs the time of each callback and each kind of host call (src/host/profile.rs),
 # in its own target directory so it never replaces the module the tests and `make run` use.

@@ -92,8 +92,12 @@ impl Drop for Redis {
     }
 }
 
-/// The rate limit service binary, built on first use.
+/// The rate limit service binary: `SWITCHYARD_RATELIMIT_BIN` (the bench's release build), else
+/// the debug build, built on first use.
 pub fn service_binary() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SWITCHYARD_RATELIMIT_BIN") {
+        return Ok(PathBuf::from(p));
+    }
     let path = repo_root().join("target/debug/switchyard-ratelimit");
     if !path.exists() {
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))

@@ -247,6 +247,8 @@ async fn main() {
     let service = Arc::new(Service { domain, leaves, limiter });
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
+        // Small request-answer exchanges: without this, Nagle and delayed ACKs add ~40 ms.
+        let _ = stream.set_nodelay(true);
         let service = Arc::clone(&service);
         tokio::spawn(async move {
             let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(
