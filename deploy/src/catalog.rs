@@ -308,7 +308,25 @@ impl Catalog {
                 }
             }
         }
+        // The rate limit service, like a provider, is written where it lives (`host`, `port`):
+        // its cluster is Istio's name for that service port, in both renderings.
+        if let Some((host, port)) = self.rate_limit_service() {
+            if let Some(Value::Object(service)) = out.get_mut("rate_limits").and_then(|r| r.get_mut("service")) {
+                service.remove("host");
+                service.remove("port");
+                service.insert("cluster".into(), json!(istio_cluster(&host, port)));
+            }
+        }
         Value::Object(out)
+    }
+
+    /// Where the catalog's rate limit service lives: `rate_limits.service.host` and `port`
+    /// (default 8081, envoyproxy/ratelimit's gRPC port).
+    pub fn rate_limit_service(&self) -> Option<(String, u16)> {
+        let s = self.raw.pointer("/rate_limits/service")?;
+        let host = s["host"].as_str()?.to_string();
+        let port = s["port"].as_u64().and_then(|p| u16::try_from(p).ok()).unwrap_or(8081);
+        Some((host, port))
     }
 
     /// Environment variables the Wasm VM reads keys from (sorted, unique).
@@ -330,6 +348,7 @@ impl Catalog {
     pub fn envoy_stack(&self, wasm: PathBuf, connect_to: &BTreeMap<String, String>) -> StackConfig {
         let mut cfg = StackConfig::new(self.plugin_config(), Vec::new(), None);
         cfg.wasm = wasm;
+        cfg.rate_limit_service = self.rate_limit_service();
         cfg.remote_clusters = self
             .providers
             .iter()
@@ -378,6 +397,26 @@ mod tests {
         assert!(cfg["providers"]["p"].get("host").is_none() && cfg["providers"]["p"].get("http2").is_none());
         assert!(cfg.get("deployment").is_none());
         assert_eq!(c.env_keys(), vec!["P_KEY".to_string()]);
+    }
+
+    #[test]
+    fn the_rate_limit_service_is_named_like_a_mesh_service_in_both_renderings() {
+        let mut v = minimal();
+        v["rate_limits"] = json!({"service": {"host": "ratelimit.limits.svc.cluster.local", "port": 8081},
+                                  "limits": {"all": {"requests": 10, "window": "minute"}}});
+        let c = Catalog::parse(&v.to_string()).unwrap();
+        let cluster = "outbound|8081||ratelimit.limits.svc.cluster.local";
+        assert_eq!(c.plugin_config()["rate_limits"]["service"], json!({"cluster": cluster}));
+        let boot = crate::envoy::bootstrap(&c.envoy_stack("m.wasm".into(), &BTreeMap::new()));
+        let clusters = boot["static_resources"]["clusters"].as_array().unwrap();
+        let rls = clusters.iter().find(|x| x["name"] == cluster).expect("the service's cluster");
+        assert_eq!(rls["type"], "STRICT_DNS");
+        assert!(rls["typed_extension_protocol_options"].to_string().contains("http2_protocol_options"));
+        // Without a host the cluster is the operator's to provide (as the filter reads it).
+        let mut v = minimal();
+        v["rate_limits"] = json!({"service": {"cluster": "my_rls"}});
+        let c = Catalog::parse(&v.to_string()).unwrap();
+        assert_eq!(c.plugin_config()["rate_limits"]["service"]["cluster"], "my_rls");
     }
 
     #[test]
