@@ -38,6 +38,8 @@ pub const WARNING_HEADER: &str = "x-switchyard-warning";
 pub const CANDIDATES_HEADER: &str = "x-switchyard-candidates";
 /// The auto router's classification and ranking (debug only).
 pub const AUTO_HEADER: &str = "x-switchyard-auto";
+/// The mesh-wide limits a request was admitted under, whose counters and how (debug only).
+pub const LIMITS_HEADER: &str = "x-switchyard-limits";
 /// The operator policy a routed request ran under.
 pub const POLICY_HEADER: &str = "x-switchyard-policy";
 /// The provider endpoint (slug) that served.
@@ -78,6 +80,7 @@ mod tests {
             CANDIDATES_HEADER,
             AUTO_HEADER,
             POLICY_HEADER,
+            LIMITS_HEADER,
             PROVIDER_HEADER,
             MODEL_HEADER,
             MODEL_FAILURE_HEADER,

@@ -30,7 +30,7 @@ fn plugin(rate_limits: Value) -> Value {
         "policy_selection": {"trusted_headers": ["x-team"],
                              "rules": [{"policy": "free", "header": {"name": "x-team", "value": "free"}}],
                              "default": "search"},
-        "routing": {"default_policy": "price_weighted"},
+        "routing": {"default_policy": "price_weighted", "debug_header": true},
         "rate_limits": rate_limits
     })
 }
@@ -109,8 +109,9 @@ async fn a_token_budget_holds_across_three_pods_under_concurrent_traffic() {
     )
     .await;
     // One request tells what a request costs; the policy without limits makes no call at all.
-    let first = chat(mesh.pod(0), "budget-probe", &[]).await;
+    let first = chat(mesh.pod(0), "budget-probe", &[("x-switchyard-debug", "1")]).await;
     assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("x-switchyard-limits"), Some("search-tokens=search (admitted)"));
     let per_request = tokens_of(&first);
     assert!(per_request > 0);
     let before = mesh.service_calls(1);

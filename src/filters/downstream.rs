@@ -28,9 +28,9 @@ use crate::routing::quality::{judge_body, StreamJudge, Verdict};
 use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
 use crate::wiring::{
-    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER, INTERNAL_PREFIX, MODEL_HEADER,
-    OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER, ROUTING_HEADER, STRATEGY_HEADER,
-    WARNING_HEADER,
+    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER, INTERNAL_PREFIX, LIMITS_HEADER,
+    MODEL_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER, ROUTING_HEADER,
+    STRATEGY_HEADER, WARNING_HEADER,
 };
 
 /// Envoy drains an HTTP/1 connection after any local reply with status 400 (it assumes a
@@ -632,7 +632,9 @@ impl<H: Host> Filter for Stream<H> {
         let auto_explain = self.auto_explain.take();
         // Headers every routed answer carries, final errors included.
         let mut own: Vec<(&str, &str)> = vec![(STRATEGY_HEADER, &strategy), (ATTEMPT_LOG_HEADER, &log)];
+        let limits_explained = self.admission.as_ref().filter(|_| self.debug).map(|a| a.explain(&self.config.limits));
         for (name, value) in [
+            (LIMITS_HEADER, limits_explained.as_deref()),
             (POLICY_HEADER, policy.as_deref()),
             (WARNING_HEADER, Some(warning.as_str()).filter(|w| !w.is_empty())),
             (CANDIDATES_HEADER, candidates.as_deref()),
@@ -770,7 +772,7 @@ impl<H: Host> Filter for Stream<H> {
                 self.held = false;
                 self.reject(&e);
             }
-            AdmissionState::Admitted if self.held => {
+            AdmissionState::Admitted | AdmissionState::FailedOpen if self.held => {
                 self.held = false;
                 self.host.resume_request();
             }
@@ -804,7 +806,7 @@ impl<H: Host> Stream<H> {
     /// Queues what an admitted, served request used against its limits.
     fn settle_limits(&mut self) {
         let Some(adm) = &self.admission else { return };
-        if adm.state != AdmissionState::Admitted || self.result != Some(RequestResult::Served) {
+        if !adm.admitted() || self.result != Some(RequestResult::Served) {
             return;
         }
         let Some((model, slug)) = &self.served else { return };

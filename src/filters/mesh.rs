@@ -41,6 +41,8 @@ pub enum AdmissionState {
     /// Waiting for the answer to this token.
     Waiting(u32),
     Admitted,
+    /// The service failed and every applicable limit fails open: served, uncounted.
+    FailedOpen,
     /// Over a limit, or the service failed under a closed limit: the reply.
     Refused(ApiError),
 }
@@ -84,7 +86,26 @@ fn failed(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], why: &str) 
             e.metadata.insert("limit".into(), l.name.clone().into());
             AdmissionState::Refused(e)
         }
-        None => AdmissionState::Admitted,
+        None => AdmissionState::FailedOpen,
+    }
+}
+
+impl Admission {
+    /// Admitted, counted or not.
+    pub fn admitted(&self) -> bool {
+        matches!(self.state, AdmissionState::Admitted | AdmissionState::FailedOpen)
+    }
+
+    /// The debug header's value: each applicable limit and whose counter, and how admission went.
+    pub fn explain(&self, limits: &MeshLimits) -> String {
+        let list: Vec<String> =
+            self.applied.iter().filter_map(|a| limits.limit(a).map(|l| format!("{}={}", l.name, a.subject))).collect();
+        let how = match self.state {
+            AdmissionState::FailedOpen => "service failed, open",
+            AdmissionState::Admitted => "admitted",
+            _ => "pending",
+        };
+        format!("{} ({how})", list.join(", "))
     }
 }
 
