@@ -52,3 +52,38 @@ fn real_provider_config_validates_in_envoy() {
         }
     }
 }
+
+/// A catalog with `rate_limits` (the service written by `host` and `port`): every Envoy of the
+/// matrix accepts the rendering with the service's HTTP/2 cluster, and the filter loads the
+/// plugin configuration naming it; the service's limits are rendered beside it.
+#[test]
+fn a_catalog_with_mesh_limits_renders_and_validates_in_envoy() {
+    use switchyard_integration::envoy::{bootstrap, to_yaml, work_dir};
+    let path = default_catalog_path();
+    let mut raw: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    raw["rate_limits"] = serde_json::json!({
+        "service": {"host": "ratelimit.limits.svc.cluster.local", "port": 8081, "failure_mode": "open"},
+        "limits": {"all-tokens": {"tokens": 1000000, "window": "minute"}},
+        "share_cooldowns": true
+    });
+    let catalog = Catalog::parse(&raw.to_string()).unwrap();
+    let files = render_all(&catalog, DIGEST_PLACEHOLDER);
+    let limits = files.iter().find(|(p, _)| p == "envoy/ratelimit.yaml").expect("envoy/ratelimit.yaml rendered");
+    assert!(limits.1.contains("all-tokens") && limits.1.contains("switchyard_cooldown"), "{}", limits.1);
+    let cfg =
+        catalog.envoy_stack(repo_root().join("target/wasm32-wasip1/release/switchyard.wasm"), &Default::default());
+    let yaml = to_yaml(&bootstrap(&cfg));
+    assert!(yaml.contains("outbound|8081||ratelimit.limits.svc.cluster.local"), "no service cluster");
+    let file = work_dir("mesh-limits-render").join("switchyard.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    for version in ENVOY_MATRIX {
+        let mut cmd = Command::new(envoy_release(version));
+        cmd.args(["--mode", "validate", "-c"]).arg(&file).args(["--base-id", "31979", "--disable-hot-restart"]);
+        for k in catalog.env_keys() {
+            cmd.env(k, "validation-placeholder");
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("Envoy {version}: {e} (run `make envoy-matrix`)"));
+        let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && log.contains("OK"), "Envoy {version}: {log}");
+    }
+}
