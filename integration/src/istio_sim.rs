@@ -391,6 +391,32 @@ pub fn gateway_config(
     proxy_config(c, Variant::EgressGateway, ca_file, module, digest, secret)
 }
 
+/// Adds the cluster istiod generates for an in-mesh Kubernetes Service port named `grpc`
+/// (protocol GRPC, so HTTP/2 to the workload): `outbound|<port>||<host>`, its endpoint the
+/// workload at 127.0.0.1:`target` (EDS in a real mesh). The rate limit service is one.
+pub fn add_grpc_service(boot: &mut Value, host: &str, port: u16, target: u16) -> Result<(), String> {
+    let name = crate::catalog::istio_cluster(host, port);
+    let clusters = boot
+        .pointer_mut("/static_resources/clusters")
+        .and_then(Value::as_array_mut)
+        .ok_or("no clusters in the proxy configuration")?;
+    if clusters.iter().any(|c| c["name"] == json!(name)) {
+        return Err(format!("cluster {name} already exists"));
+    }
+    clusters.push(json!({
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": "10s",
+        "lb_policy": "LEAST_REQUEST",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": target}}}}]}]},
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}}}}
+    }));
+    Ok(())
+}
+
 /// Another mesh service (plain HTTP on port 80) on the proxy's listener.
 #[derive(Clone, Debug)]
 pub struct MeshService {

@@ -139,11 +139,14 @@ impl RateLimitService {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
+        // Its errors go to a log beside its configuration (.work/ratelimit-<tag>-.../).
+        let log = self.config.with_file_name("ratelimit.log");
+        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(|e| e.to_string())?;
         let mut child = Command::new(service_binary()?)
             .args(["--listen", &self.addr.to_string(), "--redis", &self.redis_url, "--config"])
             .arg(&self.config)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .map_err(|e| format!("switchyard-ratelimit: {e}"))?;
         // It prints one line once it serves; read it on a thread so a stuck start times out.

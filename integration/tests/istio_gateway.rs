@@ -417,3 +417,52 @@ fn another_service_on_the_same_listener_is_untouched() {
         assert_eq!(cluster_requests(envoy.admin, "groq", true), 1, "the first attempt went to groq's twin");
     }
 }
+
+/// Mesh-wide limits on the Istio-shaped gateway: the catalog names the rate limit service by
+/// its Kubernetes Service host and port, the rendered plugin configuration names Istio's own
+/// cluster for it (no patch adds one), and the gateway enforces the limit through it (a real
+/// Redis and the test rate limit service).
+#[test]
+fn mesh_limits_work_through_the_in_mesh_service_cluster() {
+    use switchyard_integration::istio_sim::add_grpc_service;
+    use switchyard_integration::mesh::{RateLimitService, Redis};
+    let s = stack();
+    let mut raw: Value = serde_json::from_str(&std::fs::read_to_string(default_catalog_path()).unwrap()).unwrap();
+    let (host, port) = ("ratelimit.limits.svc.cluster.local", 8081);
+    raw["rate_limits"] = json!({"service": {"host": host, "port": port, "timeout_ms": 1000},
+                                "limits": {"two": {"requests": 2, "window": "hour"}}});
+    let ports: BTreeMap<String, (String, u16)> =
+        s.local.providers.iter().map(|p| (p.slug.clone(), (p.host.clone(), p.port))).collect();
+    let mut limited = Catalog::parse(&raw.to_string()).unwrap().with_hosts(&ports);
+    limited.istio.service_host = "switchyard.local".into();
+    let plugin = limited.plugin_config();
+    assert_eq!(plugin["rate_limits"]["service"]["cluster"], "outbound|8081||ratelimit.limits.svc.cluster.local");
+    let redis = Redis::start("istio").unwrap();
+    let limits = switchyard_integration::ratelimit::service_config(&plugin).unwrap();
+    let service = RateLimitService::start("istio", &redis.url(), &limits).unwrap();
+    let (mut boot, extensions) =
+        gateway_config(&limited, &s.ca_file, &wasm_path(), &s.digest, &test_secret(&limited)).unwrap();
+    add_grpc_service(&mut boot, host, port, service.addr.port()).unwrap();
+    serve_extensions_from_files(&mut boot, &extensions, &s.dir.join("ecds-limits")).unwrap();
+    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-limits", &[], 1).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ask = |n: usize| {
+        rt.block_on(post_json(
+            envoy.addr(),
+            "/v1/chat/completions",
+            &[("x-test-id", &format!("istio-limits-{n}"))],
+            &json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg()}),
+        ))
+        .unwrap()
+    };
+    assert_eq!(ask(0).status, 200);
+    assert_eq!(ask(1).status, 200);
+    let refused = ask(2);
+    let (_, stats) = http_get(envoy.admin, "/stats").unwrap();
+    let related: Vec<&str> = stats.lines().filter(|l| l.contains("rate_limit") || l.contains("8081")).collect();
+    assert_eq!(refused.status, 429, "{}\n{related:?}\n{}", refused.text(), envoy.log_tail());
+    assert_eq!(refused.json()["error"]["code"], "rate_limited");
+    assert!(refused.header("retry-after").is_some());
+    let served: usize = s.providers.values().map(|p| p.received_for("istio-limits-2").len()).sum();
+    assert_eq!(served, 0, "the refused request reached a provider");
+}

@@ -64,7 +64,7 @@ pub fn admit(
     let descriptors: Vec<Descriptor> =
         applied.iter().filter_map(|a| limits.limit(a).map(|l| limit_descriptor(&l.name, &a.subject))).collect();
     let message = rls::encode_request(&service.domain, &descriptors, 1);
-    let state = match host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+    let state = match host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
         Some(token) => AdmissionState::Waiting(token),
         None => failed(host, limits, &applied, "refused"),
     };
@@ -210,7 +210,7 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
     }
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
-        if !host.grpc_call_detached(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+        if !host.grpc_call_detached(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
             count(host, "switchyard.rate_limit.failure.reason.settlement");
         }
     }
@@ -267,7 +267,7 @@ impl Ticker {
                 continue;
             }
             let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
-            match host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+            match host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
                 Some(token) => self.calls.push((token, RootCall::Charge(descriptor))),
                 None => count(host, "switchyard.rate_limit.failure.reason.refused"),
             }
@@ -278,7 +278,7 @@ impl Ticker {
             let descriptors: Vec<Descriptor> = providers.iter().map(|p| cooldown_descriptor(p, slot)).collect();
             let message = rls::encode_request(&service.domain, &descriptors, 1);
             if let Some(token) =
-                host.grpc_call(&service.cluster, rls::SERVICE, rls::METHOD, &message, service.timeout_ms)
+                host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms)
             {
                 self.calls.push((token, RootCall::Poll { providers, slot }));
             }

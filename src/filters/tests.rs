@@ -331,8 +331,8 @@ fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answe
     assert_eq!(stream.on_request_headers(false), Action::Pause);
     let (cluster, method, message) = host.state().grpc_calls[0].clone();
     assert_eq!(
-        (cluster.as_str(), method.as_str()),
-        ("rls", "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        (cluster, method.as_str()),
+        (crate::limits::grpc_target("rls"), "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
     );
     let (domain, descriptors, hits) = decode_request(&message).unwrap();
     assert_eq!((domain.as_str(), hits, descriptors.len()), ("switchyard", 1, 2));
@@ -439,5 +439,8 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
     let (_, descriptors, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
     assert_eq!((descriptors, hits), (vec![crate::limits::limit_descriptor("tpm", "all")], 999_999));
     assert_eq!(host.counter("switchyard.rate_limit.charged.limit.tpm.kind.tokens"), 1_000_000);
-    assert_eq!(host.take_calls().last().map(String::as_str), Some("grpc_call rls ShouldRateLimit 30ms"));
+    assert_eq!(
+        host.take_calls().last().map(String::as_str),
+        Some(format!("grpc_call {} ShouldRateLimit 30ms", crate::limits::grpc_target("rls")).as_str())
+    );
 }

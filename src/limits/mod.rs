@@ -241,6 +241,36 @@ pub struct Service {
     pub cluster: String,
     pub domain: String,
     pub timeout_ms: u32,
+    /// What the gRPC calls name as their target: a serialized `GrpcService` with the cluster
+    /// and the `:authority` (see `grpc_target`), precompiled at load.
+    pub target: String,
+}
+
+/// The `GrpcService` (`envoy_grpc { cluster_name = 1; authority = 2 }`, field 1 of
+/// `GrpcService`) a call names, serialized: Envoy parses it before falling back to reading the
+/// bytes as a bare cluster name. Its authority: for Istio's `outbound|<port>|<subset>|<host>`
+/// the host (a `|` is not valid in `:authority` and HTTP/2 servers reset such a stream), else
+/// the cluster name, as Envoy would send. Bytes that would not be UTF-8 (a name of 128 bytes or
+/// more makes a multi-byte length) fall back to the bare cluster name.
+pub fn grpc_target(cluster: &str) -> String {
+    let authority = match cluster.split('|').collect::<Vec<_>>()[..] {
+        ["outbound", _, _, host] if !host.is_empty() => host,
+        _ => cluster,
+    };
+    let field = |tag: u8, v: &[u8]| -> Option<Vec<u8>> {
+        let len = u8::try_from(v.len()).ok().filter(|&n| n < 0x80)?;
+        let mut out = vec![tag, len];
+        out.extend_from_slice(v);
+        Some(out)
+    };
+    let envoy_grpc = field(0x0a, cluster.as_bytes()).zip(field(0x12, authority.as_bytes())).map(|(mut a, b)| {
+        a.extend(b);
+        a
+    });
+    envoy_grpc
+        .and_then(|e| field(0x0a, &e))
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_else(|| cluster.to_string())
 }
 
 /// The compiled `rate_limits` (empty when absent: no call is ever made).
@@ -412,6 +442,7 @@ impl MeshLimits {
         }
         Ok(MeshLimits {
             service: Some(Service {
+                target: grpc_target(&r.service.cluster),
                 cluster: r.service.cluster,
                 domain: r.service.domain,
                 timeout_ms: r.service.timeout_ms,

@@ -45,7 +45,15 @@ fn limits_compile_with_their_defaults() {
           "capacity": {{"alpha": {{"requests_per_minute": 600}}}}, "share_cooldowns": true}}"#
     )))
     .unwrap();
-    assert_eq!(l.service, Some(Service { cluster: "rls".into(), domain: "switchyard".into(), timeout_ms: 50 }));
+    assert_eq!(
+        l.service,
+        Some(Service {
+            cluster: "rls".into(),
+            domain: "switchyard".into(),
+            timeout_ms: 50,
+            target: grpc_target("rls")
+        })
+    );
     let by_name: HashMap<&str, &Limit> = l.limits.iter().map(|x| (x.name.as_str(), x)).collect();
     let spend = by_name["search-spend"];
     assert_eq!(
@@ -231,4 +239,19 @@ fn cooldown_slots_cover_retry_after_capped() {
     assert_eq!(cooldown_slots(1000, 0), 200..=200);
     assert_eq!(cooldown_slots(1000, 100_000), 200..=259);
     assert_eq!(cooldown_descriptor("alpha", 7)[1], (SLOT_KEY.to_string(), "7".to_string()));
+}
+
+#[test]
+fn the_grpc_target_names_the_cluster_and_an_authority_http2_servers_accept() {
+    // GrpcService { envoy_grpc { cluster_name: "rls", authority: "rls" } }
+    assert_eq!(grpc_target("rls").as_bytes(), [0x0a, 10, 0x0a, 3, b'r', b'l', b's', 0x12, 3, b'r', b'l', b's']);
+    // Istio's cluster of a Service: the authority is the host, without the `|`.
+    let t = grpc_target("outbound|8081||ratelimit.limits.svc.cluster.local");
+    let b = t.as_bytes();
+    assert_eq!((b[0], b[2], b[3] as usize), (0x0a, 0x0a, "outbound|8081||ratelimit.limits.svc.cluster.local".len()));
+    let host = "ratelimit.limits.svc.cluster.local";
+    assert!(t.ends_with(&format!("\u{12}{}{host}", char::from(host.len() as u8))), "{t:?}");
+    // Too long for one-byte lengths: the bare cluster name (Envoy reads it as one).
+    let long = "c".repeat(130);
+    assert_eq!(grpc_target(&long), long);
 }
