@@ -3,4 +3,5 @@
 //! `make bench-routing`, `switchyard-probe` and `switchyard-memory`. Outside the workspace's
 //! default members: a plain `cargo build` does not build them.
 
+pub mod floor;
 pub mod load;

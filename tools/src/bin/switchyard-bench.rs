@@ -37,6 +37,7 @@ use switchyard_integration::envoy::{
 use switchyard_integration::memory::NOOP_WASM;
 use switchyard_integration::mesh::{RateLimitService, Redis};
 use switchyard_integration::procfs::{cpu_us, rss_kib, stat_fields};
+use switchyard_tools::floor::{floor_bootstrap, floor_module};
 use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
 
 /// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
@@ -793,6 +794,16 @@ fn bench() -> Result<i32, String> {
     let sy_boot = bootstrap(&switchyard_config(mock_port));
     add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
     if env_on("BENCH_BREAKDOWN") {
+        // The floor of the shape (a Wasm body router that parses and decides nothing), request
+        // side only and with the answer: the gap to the full path is Switchyard's own.
+        let floor = floor_module();
+        for (name, answer, tag) in [
+            ("- floor: a Wasm filter holding and rewriting the request body", false, "bench-floor"),
+            ("- floor + the answer held and rewritten, three headers", true, "bench-floor-answer"),
+        ] {
+            let boot = floor.clone().and_then(|m| floor_bootstrap(&plain_boot, &m, answer));
+            add_envoy(&mut rows, &mut keep, name, boot, tag);
+        }
         add_envoy(
             &mut rows,
             &mut keep,

@@ -5,7 +5,8 @@
 //! connection are measured after each loaded run.
 //!
 //! Variants (`PROBE_VARIANTS`, comma-separated, first = baseline; default plain,full,noup,wasmonly):
-//! `plain` (router only), `full` (the generator's bootstrap), `floor` (plain plus the least a
+//! `plain` (router only), `full` (the generator's bootstrap), `floor_answer` (`floor` that also
+//! holds and rewrites the answer), `floor` (plain plus the least a
 //! Wasm body router does, integration/floor-module, built with `cargo build --release --target
 //! wasm32-wasip1 --manifest-path integration/floor-module/Cargo.toml --target-dir target/floor`
 //! or given as PROBE_FLOOR_WASM), `noup` (no per-attempt filter),
@@ -25,7 +26,8 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard_integration::envoy::{bootstrap, plain_bootstrap, repo_root, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
+use switchyard_tools::floor::{floor_bootstrap, floor_module};
 use switchyard_tools::load::{run as run_spec, LoadResult, LoadSpec};
 
 async fn run(
@@ -188,25 +190,14 @@ async fn probe() {
         let boot = match v {
             "plain" => plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0),
             "full" => full.clone(),
-            "floor" => {
+            "floor" | "floor_answer" => {
                 // Plain Envoy plus the least a Wasm body router does (integration/floor-module:
-                // pause for the body, read it, write it back, set a header): what any filter of
-                // that shape costs here before it parses or decides anything.
-                let module = std::env::var("PROBE_FLOOR_WASM").unwrap_or_else(|_| {
-                    repo_root()
-                        .join("target/floor/wasm32-wasip1/release/floor_module.wasm")
-                        .to_string_lossy()
-                        .into_owned()
-                });
-                let mut b = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
-                let hcm = b.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config");
-                if let Some(filters) = hcm.and_then(|h| h["http_filters"].as_array_mut()) {
-                    filters.insert(0, json!({"name": "envoy.filters.http.wasm", "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                        "config": {"name": "floor", "root_id": "floor", "allow_on_headers_stop_iteration": true,
-                            "vm_config": {"vm_id": "floor", "runtime": "envoy.wasm.runtime.v8", "code": {"local": {"filename": module}}}}}}));
-                }
-                b
+                // pause for the body, read it, write it back, set a header; `floor_answer` also
+                // holds and rewrites the answer): what any filter of that shape costs here.
+                let plain = plain_bootstrap(&ClusterSpec { name: "provider".into(), port }, 0, 0);
+                floor_module()
+                    .and_then(|m| floor_bootstrap(&plain, &m, v == "floor_answer"))
+                    .unwrap_or_else(|e| panic!("floor: {e}"))
             }
             "noup" => {
                 let mut b = full.clone();
