@@ -781,6 +781,11 @@ impl Catalog {
         m.endpoints.iter().copied().find(|&i| self.endpoint(i).is_some_and(|e| e.slug == slug))
     }
 
+    /// As `find_endpoint`, the endpoint itself.
+    pub fn endpoint_of(&self, model: &str, slug: &str) -> Option<&Endpoint> {
+        self.find_endpoint(model, slug).and_then(|i| self.endpoint(i))
+    }
+
     pub fn provider_of(&self, ep: &Endpoint) -> Option<&Provider> {
         self.providers.get(ep.provider)
     }

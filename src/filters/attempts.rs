@@ -86,9 +86,7 @@ pub fn finished(
     now_ms: u64,
 ) {
     let catalog = &config.catalog;
-    let endpoint = catalog
-        .model(of.model)
-        .and_then(|m| m.endpoints.iter().filter_map(|&i| catalog.endpoint(i)).find(|e| e.slug == of.slug));
+    let endpoint = catalog.endpoint_of(of.model, of.slug);
     let pricing = endpoint.map(|e| e.pricing).unwrap_or_default();
     if let Some(provider) = endpoint.and_then(|e| catalog.provider_of(e)) {
         let tokens = usage.prompt_tokens.unwrap_or(0) + usage.completion_tokens.unwrap_or(0);

@@ -810,13 +810,7 @@ impl<H: Host> Stream<H> {
             return;
         }
         let Some((model, slug)) = &self.served else { return };
-        let catalog = &self.config.catalog;
-        let pricing = catalog
-            .endpoints
-            .iter()
-            .find(|e| e.slug == *slug && catalog.models.get(e.model).is_some_and(|m| m.id == *model))
-            .map(|e| e.pricing)
-            .unwrap_or_default();
+        let pricing = self.config.catalog.endpoint_of(model, slug).map(|e| e.pricing).unwrap_or_default();
         let usage = match self.first.as_ref().filter(|f| f.answered) {
             Some(f) => f.watch.usage,
             None => self.usage_watch.as_ref().map(|w| w.usage).unwrap_or_default(),
@@ -956,23 +950,18 @@ impl<H: Host> Stream<H> {
                 .filter_map(|x| self.config.limits.limit(x))
                 .any(|l| l.kind != crate::limits::Kind::Requests)
         });
+        let stream = self.decision.as_ref().is_some_and(|d| d.stream);
         if charged && !self.first.as_ref().is_some_and(|f| f.answered) {
-            let stream = self.decision.as_ref().is_some_and(|d| d.stream);
             self.usage_watch = Some(AttemptWatch::new(self.api, stream, now));
         }
         if end_of_stream {
             return Action::Continue;
         }
-        let stream = self.decision.as_ref().is_some_and(|d| d.stream);
         if stream && !encoded && status < 300 {
             // The served stream's quality (malformed tool calls, empty answers) is judged.
             self.judge = Some(StreamJudge::new(self.api));
         }
-        let catalog = &self.config.catalog;
-        let ep = catalog
-            .endpoints
-            .iter()
-            .find(|e| e.slug == slug && catalog.models.get(e.model).is_some_and(|m| m.id == served_model));
+        let ep = self.config.catalog.endpoint_of(&served_model, &slug);
         let Some(pricing) = ep.filter(|_| !encoded).map(|e| e.pricing) else {
             if status < 300 {
                 self.body_action = BodyAction::WatchStream;

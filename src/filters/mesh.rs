@@ -1,7 +1,7 @@
 //! The filters' side of mesh-wide limits (`crate::limits`): admission of a routed request,
-//! charges queued on the worker and sent by the root context on its tick, and what the
-//! service's answers teach (a provider over its cap, a shared cool-down) written into the
-//! endpoints' statistics, where routing already skips cooling-down endpoints.
+//! settlement of what it used (sent at once), capacity charges queued on the worker and sent by
+//! the root context on its tick, and what the service's answers teach (a provider over its cap,
+//! kept in shared data for the router; a shared cool-down, in the endpoints' statistics).
 
 use std::cell::RefCell;
 
@@ -12,7 +12,7 @@ use crate::answer::errors::ApiError;
 use crate::limits::rls::{self, Code, Descriptor};
 use crate::limits::{
     capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, settlement, Applied,
-    Kind, MeshLimits, Pending, COOLDOWN_MARK, COOLDOWN_SLOT_S,
+    Kind, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
 };
 use crate::routing::policy::CallerFacts;
 
@@ -27,6 +27,20 @@ thread_local! {
 
 fn queue(descriptor: Descriptor, hits: f64) {
     PENDING.with(|p| p.borrow_mut().add(descriptor, hits));
+}
+
+/// One `ShouldRateLimit` call to the service; the token of its answer, None if the host refused.
+fn call(host: &dyn Host, service: &Service, descriptors: &[Descriptor], hits: u32) -> Option<u32> {
+    let message = rls::encode_request(&service.domain, descriptors, hits);
+    host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms)
+}
+
+/// The service's answer to a call, when it answered with a `RateLimitResponse`.
+fn decoded(host: &dyn Host, status: u32, size: usize) -> Option<rls::Response> {
+    if status != 0 {
+        return None;
+    }
+    host.grpc_response(size).and_then(|b| rls::decode_response(&b))
 }
 
 /// A routed request's admission: the limits that apply and the call that checks them.
@@ -63,8 +77,7 @@ pub fn admit(
     }
     let descriptors: Vec<Descriptor> =
         applied.iter().filter_map(|a| limits.limit(a).map(|l| limit_descriptor(&l.name, &a.subject))).collect();
-    let message = rls::encode_request(&service.domain, &descriptors, 1);
-    let state = match host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+    let state = match call(host, service, &descriptors, 1) {
         Some(token) => AdmissionState::Waiting(token),
         None => failed(host, limits, &applied, "refused"),
     };
@@ -111,8 +124,7 @@ impl Admission {
 
 /// The admission call's answer.
 pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u32, size: usize) -> AdmissionState {
-    let decoded = if status == 0 { host.grpc_response(size).and_then(|b| rls::decode_response(&b)) } else { None };
-    let Some(r) = decoded else {
+    let Some(r) = decoded(host, status, size) else {
         let why = match status {
             0 => "malformed",
             4 => "timeout",
@@ -188,26 +200,18 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
     let ready = SETTLEMENTS.with(|p| {
         let mut p = p.borrow_mut();
         for a in applied {
-            if let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) {
-                p.add(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
-            }
-        }
-        p.drain()
-    });
-    // What was charged, per limit (identities are unbounded: not a label).
-    for a in applied {
-        if let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) {
+            let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) else { continue };
+            p.add(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
+            // What was charged, per limit (identities are unbounded: not a label).
             let used = match l.kind {
                 Kind::Spend => (cost_usd.max(0.0) * crate::limits::SPEND_UNITS_PER_USD).round() as u64,
                 _ => tokens,
             };
-            count_by(
-                host,
-                &format!("switchyard.rate_limit.charged.limit.{}.kind.{}", tag(&l.name), l.kind.name()),
-                used,
-            );
+            let metric = format!("switchyard.rate_limit.charged.limit.{}.kind.{}", tag(&l.name), l.kind.name());
+            count_by(host, &metric, used);
         }
-    }
+        p.drain()
+    });
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
         if !host.grpc_call_detached(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
@@ -266,8 +270,7 @@ impl Ticker {
                 count(host, "switchyard.rate_limit.failure.reason.backlog");
                 continue;
             }
-            let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
-            match host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
+            match call(host, service, std::slice::from_ref(&descriptor), hits) {
                 Some(token) => self.calls.push((token, RootCall::Charge(descriptor))),
                 None => count(host, "switchyard.rate_limit.failure.reason.refused"),
             }
@@ -276,10 +279,7 @@ impl Ticker {
             let slot = cooldown_slot(now_ms / 1000);
             let providers: Vec<String> = config.catalog.providers.iter().map(|p| p.slug.clone()).collect();
             let descriptors: Vec<Descriptor> = providers.iter().map(|p| cooldown_descriptor(p, slot)).collect();
-            let message = rls::encode_request(&service.domain, &descriptors, 1);
-            if let Some(token) =
-                host.grpc_call(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms)
-            {
+            if let Some(token) = call(host, service, &descriptors, 1) {
                 self.calls.push((token, RootCall::Poll { providers, slot }));
             }
         }
@@ -298,8 +298,7 @@ impl Ticker {
     ) {
         let Some(i) = self.calls.iter().position(|(t, _)| *t == token) else { return };
         let (_, call) = self.calls.swap_remove(i);
-        let decoded = if status == 0 { host.grpc_response(size).and_then(|b| rls::decode_response(&b)) } else { None };
-        let Some(r) = decoded else {
+        let Some(r) = decoded(host, status, size) else {
             count(host, "switchyard.rate_limit.failure.reason.charge");
             return;
         };
@@ -358,9 +357,4 @@ fn cool_provider(host: &dyn Host, config: &Configured, provider: &str, until_ms:
             update_stats(host, &stats_key(&model.id, &e.slug), |s| s.cool_down_until(until_ms));
         }
     }
-}
-
-#[cfg(test)]
-pub fn pending_snapshot() -> Vec<(Descriptor, u32)> {
-    PENDING.with(|p| p.borrow_mut().drain())
 }
