@@ -264,12 +264,9 @@ impl Catalog {
             providers.push(ProviderHost { slug: slug.clone(), host, port, http2, credential_env });
         }
         let catalog = Catalog { raw, providers, istio, envoy };
-        // The filter's own parser: unknown fields, bad prices, unresolved provider slugs, ...
-        let config = catalog.plugin_config().to_string();
-        let parsed = switchyard::config::Catalog::from_json(config.as_bytes(), &|_| Some("render-check".into()))
-            .map_err(|e| e.to_string())?;
-        // Operator policies are checked against the catalog they name (slugs, selection rules).
-        switchyard::routing::policy::Policies::from_json(config.as_bytes(), &parsed).map_err(|e| e.to_string())?;
+        // The filter's own loading: unknown fields, bad prices, unresolved provider slugs, policies
+        // against the catalog they name, mesh-wide limits against both.
+        crate::ratelimit::compile(&catalog.plugin_config())?;
         Ok(catalog)
     }
 
@@ -434,6 +431,11 @@ mod tests {
         let mut v = minimal();
         v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));
+        // So do mesh-wide limits.
+        let mut v = minimal();
+        v["rate_limits"] =
+            json!({"service": {"host": "rls.example"}, "limits": {"a": {"requests": 1, "window": "week"}}});
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("rate_limits.limits[\"a\"].window"));
         // Policies pass through to the filter and are checked with its own parser.
         let mut v = minimal();
         v["policies"] = json!({"finance": {"only": ["p"], "zdr": true}});

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use switchyard::limits::{
-    Window, CAPACITY_KEY, COOLDOWN_KEY, COOLDOWN_MARK, KIND_KEY, LIMIT_KEY, SLOT_KEY, SPEND_UNITS_PER_USD, SUBJECT_KEY,
+    Kind, Window, CAPACITY_KEY, COOLDOWN_KEY, COOLDOWN_MARK, KIND_KEY, LIMIT_KEY, SLOT_KEY, SUBJECT_KEY,
 };
 
 /// The cluster `rate_limits.service.cluster` names, at `address` (an IP: static; a name: DNS).
@@ -27,51 +27,41 @@ pub fn service_cluster(plugin_config: &Value, address: Option<&(String, u16)>) -
     }))
 }
 
-fn window(v: &Value) -> &'static str {
-    // The filter validated the name; "month" is 30 days in Switchyard's counting.
-    match v.as_str() {
-        Some("second") => "second",
-        Some("minute") => "minute",
-        Some("hour") => "hour",
-        Some("day") => "day",
-        _ => "month",
-    }
+/// The plugin configuration as the filter loads it (environment keys read as placeholders).
+pub fn compile(plugin_config: &Value) -> Result<switchyard::filters::Configured, String> {
+    switchyard::filters::configure(plugin_config.to_string().as_bytes(), &|_| Some("render-check".into()))
 }
 
-/// envoyproxy/ratelimit's configuration (as JSON, which is YAML) for `rate_limits`: one chain
-/// per limit (`switchyard_limit` = name, then any `subject`), per provider capacity, and the
-/// shared cool-down slots. None without `rate_limits`.
+/// envoyproxy/ratelimit's configuration (as JSON, which is YAML) for `rate_limits`, from the
+/// limits as the filter compiled them: one chain per limit (`switchyard_limit` = name, then any
+/// `subject`), per provider capacity, and the shared cool-down slots. None without
+/// `rate_limits` (or with a configuration the filter refuses).
 pub fn service_config(plugin_config: &Value) -> Option<Value> {
-    let rl = plugin_config.get("rate_limits")?;
-    let domain = rl["service"]["domain"].as_str().unwrap_or("switchyard");
-    let mut descriptors = Vec::new();
-    for (name, l) in rl["limits"].as_object().into_iter().flatten() {
-        let amount = if let Some(n) = l["requests"].as_u64() {
-            n
-        } else if let Some(n) = l["tokens"].as_u64() {
-            n
-        } else {
-            (l["spend_usd"].as_f64().unwrap_or(0.0) * SPEND_UNITS_PER_USD).round() as u64
-        };
-        descriptors.push(json!({"key": LIMIT_KEY, "value": name, "descriptors": [
-            {"key": SUBJECT_KEY, "rate_limit": {"unit": window(&l["window"]), "requests_per_unit": amount}}]}));
+    let limits = compile(plugin_config).ok()?.limits;
+    let service = limits.service.as_ref()?;
+    let mut descriptors: Vec<Value> = limits
+        .limits
+        .iter()
+        .map(|l| {
+            json!({"key": LIMIT_KEY, "value": l.name, "descriptors": [
+                {"key": SUBJECT_KEY, "rate_limit": {"unit": l.window.name(), "requests_per_unit": l.amount}}]})
+        })
+        .collect();
+    for c in &limits.capacity {
+        let kinds: Vec<Value> = [(Kind::Requests, c.requests_per_minute), (Kind::Tokens, c.tokens_per_minute)]
+            .into_iter()
+            .filter_map(|(kind, n)| {
+                let n = n?;
+                Some(json!({"key": KIND_KEY, "value": kind.name(), "rate_limit": {"unit": Window::Minute.name(), "requests_per_unit": n}}))
+            })
+            .collect();
+        descriptors.push(json!({"key": CAPACITY_KEY, "value": c.provider, "descriptors": kinds}));
     }
-    for (slug, c) in rl["capacity"].as_object().into_iter().flatten() {
-        let mut kinds = Vec::new();
-        for (kind, field) in [("requests", "requests_per_minute"), ("tokens", "tokens_per_minute")] {
-            if let Some(n) = c[field].as_u64() {
-                kinds.push(
-                    json!({"key": KIND_KEY, "value": kind, "rate_limit": {"unit": "minute", "requests_per_unit": n}}),
-                );
-            }
-        }
-        descriptors.push(json!({"key": CAPACITY_KEY, "value": slug, "descriptors": kinds}));
-    }
-    if rl["share_cooldowns"].as_bool() == Some(true) {
+    if limits.share_cooldowns {
         descriptors.push(json!({"key": COOLDOWN_KEY, "descriptors": [
             {"key": SLOT_KEY, "rate_limit": {"unit": Window::Hour.name(), "requests_per_unit": COOLDOWN_MARK}}]}));
     }
-    Some(json!({"domain": domain, "descriptors": descriptors}))
+    Some(json!({"domain": service.domain, "descriptors": descriptors}))
 }
 
 #[cfg(test)]
@@ -80,7 +70,10 @@ mod tests {
 
     #[test]
     fn renders_every_limit_capacity_and_the_cooldown_slots() {
-        let plugin = json!({"rate_limits": {"service": {"cluster": "rls", "domain": "d"},
+        let plugin = json!({
+            "providers": {"alpha": {"cluster": "c_alpha", "authority": "a"}},
+            "models": {"m/x": {"endpoints": [{"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}}]}},
+            "rate_limits": {"service": {"cluster": "rls", "domain": "d"},
             "limits": {"spend": {"spend_usd": 1.5, "window": "day"}, "rpm": {"requests": 10, "window": "minute"}},
             "capacity": {"alpha": {"requests_per_minute": 60, "tokens_per_minute": 1000}},
             "share_cooldowns": true}});
