@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::envoy::{repo_root, work_dir};
 
-fn free_port() -> Result<u16, String> {
+/// A port nothing listens on now (bound and released: the caller binds it next).
+pub fn free_port() -> Result<u16, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }

@@ -35,7 +35,7 @@ use switchyard_integration::envoy::{
     bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
 };
 use switchyard_integration::memory::NOOP_WASM;
-use switchyard_integration::mesh::{RateLimitService, Redis};
+use switchyard_integration::mesh::{free_port, RateLimitService, Redis};
 use switchyard_integration::procfs::{cpu_us, rss_kib, stat_fields};
 use switchyard_tools::floor::{floor_bootstrap, floor_module};
 use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
@@ -432,11 +432,6 @@ fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
         return Err("no priority-group route in this build's configuration".into());
     }
     Ok(b)
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 /// Installs LiteLLM proxy (pinned) into its own venv on first use: `.work/litellm-venv`.
