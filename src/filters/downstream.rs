@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
-use super::host::{find, status_of, Action, Host};
+use super::host::{find, span, status_of, Action, Host};
 use super::mesh::{self, Admission, AdmissionState};
 use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
 use super::{Configured, Filter};
@@ -321,15 +321,18 @@ impl<H: Host> Stream<H> {
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();
-        match decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut || {
-            self.host.random_unit()
-        }) {
+        let decided = span("decide", || {
+            decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut || {
+                self.host.random_unit()
+            })
+        });
+        match decided {
             Ok(d) => {
                 if self.debug {
                     self.candidates = Some(candidates_json(&config.catalog, &d.plan, &health));
                     self.auto_explain = d.plan.auto.as_ref().map(|c| c.explain_json(&config.catalog));
                 }
-                self.apply(d);
+                span("hand_off", || self.apply(d));
                 Action::Continue
             }
             Err(e) => self.reject(&e),
@@ -487,7 +490,7 @@ impl<H: Host> Filter for Stream<H> {
         // Only Switchyard's own routes (the route mark): a request for another virtual host or
         // route of a shared listener goes on untouched. Every later callback then finds
         // nothing to do (no decision, no body action, nothing prepared).
-        if !scope::is_marked(self.host.property(&scope::route_mark_path()).as_deref()) {
+        if !span("route_mark", || scope::is_marked(self.host.property(&scope::route_mark_path()).as_deref())) {
             return Action::Continue;
         }
         self.request_complete = end_of_stream;
@@ -683,11 +686,13 @@ impl<H: Host> Filter for Stream<H> {
                 find(&headers, PROVIDER_HEADER).map(str::to_string),
             ),
         };
-        self.audit(Audit {
-            model: (!served_model.is_empty()).then_some(served_model.as_str()),
-            endpoint: slug.as_deref(),
-            status: u32::from(status),
-            ..audit
+        span("audit", || {
+            self.audit(Audit {
+                model: (!served_model.is_empty()).then_some(served_model.as_str()),
+                endpoint: slug.as_deref(),
+                status: u32::from(status),
+                ..audit
+            })
         });
         let Some(slug) = slug else { return Action::Continue };
         if records.len() > 1 && status < 400 {
@@ -730,7 +735,7 @@ impl<H: Host> Filter for Stream<H> {
         }
         let action = self.shape_response_body(body_size, end_of_stream, chunk);
         if end_of_stream && self.watching_first() {
-            self.finish_first(now);
+            span("record_outcome", || self.finish_first(now));
         }
         action
     }
@@ -1054,11 +1059,11 @@ impl<H: Host> Stream<H> {
                     } else {
                         collected.into_whole()
                     };
-                    let verdict = judge_body(served.api, &collected, self.offered_tools());
+                    let verdict = span("answer_judge", || judge_body(served.api, &collected, self.offered_tools()));
                     self.record_quality(verdict);
                     // Handed to Envoy as pieces (the replaced members and the unchanged runs
                     // of the collected answer): no second copy of the answer in the VM.
-                    match rewrite_answer(&collected, &served) {
+                    match span("answer_rewrite", || rewrite_answer(&collected, &served)) {
                         Some(out) => {
                             if !headers_sent {
                                 self.host.set_resp_header("content-length", Some(&out.len().to_string()));

@@ -75,3 +75,16 @@ pub fn find<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> 
 pub fn status_of(headers: &[(String, String)]) -> u16 {
     find(headers, ":status").and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }
+
+/// Times a section under the measurement build (`make profile`: reported with the host calls);
+/// elsewhere it only runs `f`.
+#[inline(always)]
+pub fn span<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    #[cfg(all(feature = "profile", target_arch = "wasm32"))]
+    return crate::host::profile::span(name, f);
+    #[cfg(not(all(feature = "profile", target_arch = "wasm32")))]
+    {
+        let _ = name;
+        f()
+    }
+}

@@ -7,7 +7,7 @@
 
 mod abi;
 #[cfg(feature = "profile")]
-mod profile;
+pub(crate) mod profile;
 
 use std::cell::Cell;
 use std::rc::Rc;
