@@ -98,7 +98,10 @@ pub struct SharedHealth<'h> {
     host: &'h dyn Host,
     now_ms: u64,
     outage_window_ms: u64,
-    memo: RefCell<HashMap<String, EndpointHealth>>,
+    /// Each endpoint read so far, by a hash of (model id, slug), with its names to confirm a
+    /// hit. A request looks at its endpoints many times over (filters, ranking, peers' outage
+    /// rules): hashing the two names costs less than formatting the shared-data key each time.
+    memo: RefCell<HashMap<u64, (String, String, EndpointHealth)>>,
     /// The caller's `x-session-id`.
     pub session: Option<String>,
     /// Hash of who is calling (see `HealthView::caller_scope`).
@@ -157,6 +160,15 @@ fn stuck(host: &dyn Host, conversation: u64, now_ms: u64) -> Option<(String, Str
     Some((model.to_string(), slug.to_string()))
 }
 
+/// FNV-1a over `model`, a separator and `slug` (the memo's key; its entries confirm the names).
+fn name_hash(model: &str, slug: &str) -> u64 {
+    model
+        .bytes()
+        .chain(std::iter::once(b'|'))
+        .chain(slug.bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 impl HealthView for SharedHealth<'_> {
     fn sticky(&self, conversation: u64) -> Option<(String, String)> {
         stuck(self.host, conversation, self.now_ms)
@@ -176,12 +188,18 @@ impl HealthView for SharedHealth<'_> {
     }
 
     fn endpoint(&self, model: &str, slug: &str) -> EndpointHealth {
-        let key = stats_key(model, slug);
-        if let Some(h) = self.memo.borrow().get(&key) {
-            return *h;
+        let id = name_hash(model, slug);
+        let mut collided = false;
+        if let Some((m, s, h)) = self.memo.borrow().get(&id) {
+            if m == model && s == slug {
+                return *h;
+            }
+            collided = true;
         }
-        let h = read_stats(self.host, &key).view(self.now_ms, self.outage_window_ms);
-        self.memo.borrow_mut().insert(key, h);
+        let h = read_stats(self.host, &stats_key(model, slug)).view(self.now_ms, self.outage_window_ms);
+        if !collided {
+            self.memo.borrow_mut().insert(id, (model.to_string(), slug.to_string(), h));
+        }
         h
     }
 }
