@@ -30,9 +30,10 @@ pub struct Served {
 }
 
 fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
-    match serde_json::to_vec(v) {
-        Ok(b) => out.extend_from_slice(&b),
-        Err(_) => out.extend_from_slice(b"null"),
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
     }
 }
 

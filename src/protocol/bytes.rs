@@ -12,6 +12,17 @@ pub fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
+/// Appends `s` as a JSON string, escaped, straight into `out` (no intermediate allocation: this
+/// runs several times per request).
+pub fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a &str into a Vec cannot fail; if it ever did, the string is left empty.
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, s).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"\"\"");
+    }
+}
+
 /// Reads fields in order from the front of a slice.
 pub struct Reader<'a>(&'a [u8]);
 

@@ -7,13 +7,7 @@ use crate::config::Catalog;
 use crate::protocol::plan::AttemptPlan;
 use crate::routing::request::{TopLevel, ROUTING_FIELDS};
 
-fn push_json_string(out: &mut Vec<u8>, s: &str) {
-    // serde_json's string escaping cannot fail for a &str.
-    match serde_json::to_vec(s) {
-        Ok(v) => out.extend_from_slice(&v),
-        Err(_) => out.extend_from_slice(b"\"\""),
-    }
-}
+use crate::protocol::bytes::push_json_string;
 
 /// `{"<first_key>":"<first_value>"` (when given) followed by every member of `fields` except
 /// `skip`, each copied byte-for-byte in its original order.

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use crate::answer::errors::ApiError;
 use crate::api::{Api, Surface};
 use crate::config::Catalog;
+use crate::protocol::bytes::push_json_string;
 use crate::protocol::plan::{AttemptPlan, EndpointRef};
 use crate::protocol::rewrite::model_prefix;
 use crate::protocol::rewrite::upstream_body_for;
@@ -246,19 +247,19 @@ pub struct Audit<'a> {
 impl Audit<'_> {
     /// One line of JSON; absent facts are `null`.
     pub fn to_json(&self) -> String {
-        // Written directly (no intermediate map): this runs on every request.
-        let mut out = String::with_capacity(256);
-        let mut sep = '{';
-        let mut key = |out: &mut String, k: &str| {
+        // Written directly (no intermediate map or value): this runs on every request.
+        let mut out: Vec<u8> = Vec::with_capacity(256);
+        let mut sep = b'{';
+        let mut key = |out: &mut Vec<u8>, k: &str| {
             out.push(sep);
-            sep = ',';
-            out.push('"');
-            out.push_str(k);
-            out.push_str("\":");
+            sep = b',';
+            out.push(b'"');
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b"\":");
         };
-        let text = |out: &mut String, v: Option<&str>| match v {
-            Some(s) => out.push_str(&Value::from(s).to_string()),
-            None => out.push_str("null"),
+        let text = |out: &mut Vec<u8>, v: Option<&str>| match v {
+            Some(s) => push_json_string(out, s),
+            None => out.extend_from_slice(b"null"),
         };
         for (k, v) in [("policy", self.policy), ("selected_by", self.selected_by), ("model", self.model)] {
             key(&mut out, k);
@@ -267,9 +268,9 @@ impl Audit<'_> {
         key(&mut out, "endpoint");
         text(&mut out, self.endpoint);
         key(&mut out, "attempts");
-        out.push_str(&self.attempts.to_string());
+        out.extend_from_slice(self.attempts.to_string().as_bytes());
         key(&mut out, "status");
-        out.push_str(&self.status.to_string());
+        out.extend_from_slice(self.status.to_string().as_bytes());
         for (k, v) in
             [("error", self.error), ("constraint", self.constraint), ("path", self.path), ("strategy", self.strategy)]
         {
@@ -278,11 +279,12 @@ impl Audit<'_> {
         }
         key(&mut out, "ttft_ms");
         match self.ttft_ms {
-            Some(t) => out.push_str(&t.to_string()),
-            None => out.push_str("null"),
+            Some(t) => out.extend_from_slice(t.to_string().as_bytes()),
+            None => out.extend_from_slice(b"null"),
         }
-        out.push('}');
-        out
+        out.push(b'}');
+        // Only whole UTF-8 strings and ASCII were written.
+        String::from_utf8(out).unwrap_or_default()
     }
 }
 
