@@ -3,8 +3,8 @@
 //! finished attempt also updates its endpoint's shared statistics and the metrics. Used by the
 //! per-attempt filter and, for a first attempt it prepared itself, by the decision filter.
 
-use super::host::Host;
-use super::shared::{count, observe, stats_key, tag, update_stats};
+use super::host::{Host, MetricKind};
+use super::shared::{count, endpoint_metric, observe, stats_key, tag, update_stats, LATENCY_SERIES, TTFT_SERIES};
 use super::Configured;
 use crate::answer::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
 use crate::answer::usage::{ReportedUsage, USAGE_TAIL_BYTES};
@@ -110,12 +110,29 @@ pub fn finished(
             }
         });
     }
-    let tags = format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
-    count(host, &format!("switchyard.attempts.{tags}.outcome.{}", s.outcome.name()));
-    if let Some(t) = s.ttft_ms {
-        observe(host, &format!("switchyard.ttft_ms.{tags}"), u64::from(t));
+    let tags = || format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
+    let attempts = || format!("switchyard.attempts.{}.outcome.{}", tags(), s.outcome.name());
+    let ttft = || format!("switchyard.ttft_ms.{}", tags());
+    let latency = || format!("switchyard.latency_ms.{}", tags());
+    let Some(index) = catalog.find_endpoint(of.model, of.slug) else {
+        // Planned before a reload that removed the endpoint: named on each use.
+        count(host, &attempts());
+        if let Some(t) = s.ttft_ms {
+            observe(host, &ttft(), u64::from(t));
+        }
+        if timed {
+            observe(host, &latency(), s.latency_ms);
+        }
+        return;
+    };
+    let id = |series, kind, name: &dyn Fn() -> String| endpoint_metric(host, config.id, index, series, kind, name);
+    if let Some(m) = id(s.outcome.index(), MetricKind::Counter, &attempts) {
+        host.increment_metric(m, 1);
     }
-    if timed {
-        observe(host, &format!("switchyard.latency_ms.{tags}"), s.latency_ms);
+    if let (Some(t), Some(m)) = (s.ttft_ms, s.ttft_ms.and_then(|_| id(TTFT_SERIES, MetricKind::Histogram, &ttft))) {
+        host.record_metric(m, u64::from(t));
+    }
+    if let Some(m) = timed.then(|| id(LATENCY_SERIES, MetricKind::Histogram, &latency)).flatten() {
+        host.record_metric(m, s.latency_ms);
     }
 }

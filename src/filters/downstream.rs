@@ -1139,16 +1139,16 @@ impl<H: Host> Stream<H> {
                             self.sse_response && self.host.property(&[INTERRUPTED_PROPERTY]).is_some()
                         }));
                 if interrupted {
-                    "interrupted"
+                    "switchyard.requests.result.interrupted"
                 } else {
-                    "served"
+                    "switchyard.requests.result.served"
                 }
             }
-            Some(RequestResult::ProviderError) => "provider_error",
-            Some(RequestResult::Failed) => "failed",
+            Some(RequestResult::ProviderError) => "switchyard.requests.result.provider_error",
+            Some(RequestResult::Failed) => "switchyard.requests.result.failed",
             None => return,
         };
-        count(&self.host, &format!("switchyard.requests.result.{name}"));
+        count(&self.host, name);
     }
 }
 

@@ -234,6 +234,55 @@ fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
     })
 }
 
+/// Series kept per catalog endpoint: attempts by outcome (`Outcome::index`), then TTFT and latency.
+pub const ENDPOINT_SERIES: usize = 8;
+pub const TTFT_SERIES: usize = 6;
+pub const LATENCY_SERIES: usize = 7;
+
+thread_local! {
+    /// Metric ids per catalog endpoint (by index) and series, for the configuration `.0`: a
+    /// finished attempt neither formats its metric names nor hashes them; each name is built
+    /// once per worker and configuration.
+    static ENDPOINT_METRICS: RefCell<(u64, Vec<[Option<u32>; ENDPOINT_SERIES]>)> =
+        const { RefCell::new((0, Vec::new())) };
+}
+
+/// The id of endpoint `endpoint`'s metric `series` in configuration `config_id`, defined on its
+/// first use from `name()`.
+pub fn endpoint_metric(
+    host: &dyn Host,
+    config_id: u64,
+    endpoint: usize,
+    series: usize,
+    kind: MetricKind,
+    name: impl FnOnce() -> String,
+) -> Option<u32> {
+    let cached = ENDPOINT_METRICS.with(|m| {
+        let m = m.borrow();
+        if m.0 != config_id {
+            return None;
+        }
+        m.1.get(endpoint).and_then(|row| row.get(series).copied().flatten())
+    });
+    if cached.is_some() {
+        return cached;
+    }
+    let id = metric(host, kind, &name())?;
+    ENDPOINT_METRICS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.0 != config_id {
+            *m = (config_id, Vec::new());
+        }
+        if m.1.len() <= endpoint {
+            m.1.resize(endpoint + 1, [None; ENDPOINT_SERIES]);
+        }
+        if let Some(slot) = m.1.get_mut(endpoint).and_then(|row| row.get_mut(series)) {
+            *slot = Some(id);
+        }
+    });
+    Some(id)
+}
+
 pub fn count(host: &dyn Host, name: &str) {
     count_by(host, name, 1);
 }

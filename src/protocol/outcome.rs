@@ -66,6 +66,11 @@ impl Outcome {
         }
     }
 
+    /// A small index per outcome (0..6), for tables kept per outcome.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Outcome::Success => "success",
