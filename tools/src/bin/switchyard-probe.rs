@@ -14,8 +14,10 @@
 //! `noopwasm` (`wasmonly` with a no-op proxy-wasm module: a Wasm filter's own cost),
 //! `luaup` (a Lua upstream
 //! hook instead of the per-attempt Wasm), `natfirst` (a native header_mutation instead of the
-//! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `alt` / `alt2` (the full path
-//! with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
+//! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `noretry`
+//! (no retry policy on the route), `noinject` (no credential_injector on the first-attempt
+//! clusters), `nomatcher` (a fixed first-attempt cluster instead of the slot matcher), `alt` /
+//! `alt2` (the full path with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
 //!
 //! Env: PROBE_SECONDS (3), PROBE_ROUNDS (5), PROBE_CONNECTIONS (16), PROBE_SIZE (1024),
 //! PROBE_STREAM (set: SSE requests; needs PROBE_BENCH_MOCK), PROBE_BENCH_MOCK (set: `make
@@ -261,6 +263,42 @@ async fn probe() {
                 // Nothing names the first cluster: the static route matches every request.
                 let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
                 hcm["route_config"]["virtual_hosts"][0]["routes"][0]["match"] = json!({"prefix": "/"});
+                b
+            }
+            "noretry" => {
+                // The full path without the route's retry policy: what retry state and the
+                // request body Envoy keeps for a retry cost when the first attempt succeeds.
+                let mut b = full.clone();
+                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+                if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
+                    route.remove("retry_policy");
+                }
+                b
+            }
+            "noinject" => {
+                // The full path without the first-attempt clusters' credential_injector.
+                let mut b = full.clone();
+                if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
+                    for c in clusters {
+                        let opts = &mut c["typed_extension_protocol_options"]
+                            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+                        if let Some(filters) = opts["http_filters"].as_array_mut() {
+                            filters.retain(|f| f["name"] != "envoy.filters.http.credential_injector");
+                        }
+                    }
+                }
+                b
+            }
+            "nomatcher" => {
+                // The full path with the slot matcher replaced by the cheaper endpoint's
+                // first-attempt cluster (the plan's usual first attempt): what the cluster
+                // matcher costs.
+                let mut b = full.clone();
+                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+                if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
+                    route.remove("inline_cluster_specifier_plugin");
+                    route.insert("cluster".into(), json!("p_cheap-first"));
+                }
                 b
             }
             "nocomp" => {
