@@ -987,6 +987,17 @@ fn proxy_bound(s: &Summary) -> bool {
 }
 
 /// A target row "at most +`limit` us over plain" for a latency measured on both rows.
+// The hot-path targets (full path over plain Envoy, 1 KB unless named), and when a run counts:
+// plain Envoy at most 40 us per request and other processes at most 10 % of its core.
+const TARGET_CPU_US: f64 = 30.0;
+const TARGET_P50_US: f64 = 60.0;
+const TARGET_TTFB_US: f64 = 80.0;
+const TARGET_100K_RATIO: f64 = 0.5;
+const TARGET_RSS_MB: f64 = 35.0;
+const TARGET_WASM_BYTES: u64 = 400_000;
+const QUIET_PLAIN_CPU_US: f64 = 40.0;
+const QUIET_OTHERS: f64 = 0.10;
+
 fn latency_target(what: &str, switchyard: f64, plain: f64, limit: f64) -> String {
     let d = switchyard - plain;
     let verdict = if d <= limit { "met".to_string() } else { format!("missed by {:.0} us", d - limit) };
@@ -1159,9 +1170,22 @@ fn render(
         let _ = writeln!(o);
     }
 
-    // Targets (issue 9), Switchyard full path vs plain Envoy.
+    // The hot-path targets, Switchyard full path vs plain Envoy (docs/performance.md).
     let find = |size: usize, stream: bool| loads.iter().position(|l| l.size == size && l.stream == stream);
     let _ = writeln!(o, "### Targets (Switchyard full path vs plain Envoy, this run)\n");
+    if let Some(li) = find(1024, false) {
+        let plain = sums[li][1];
+        let others = plain.others_proxy_core.unwrap_or(0.0);
+        let counts = plain.cpu.is_some_and(|c| c <= QUIET_PLAIN_CPU_US) && others <= QUIET_OTHERS;
+        let _ = writeln!(
+            o,
+            "{} plain Envoy {} us per request at 1 KB, other processes {:.0}% of its core (a run counts when plain costs at most {QUIET_PLAIN_CPU_US:.0} us and others at most {:.0}%).\n",
+            if counts { "This run counts:" } else { "This run does not count (the machine was not quiet):" },
+            plain.cpu.map_or("-".to_string(), |c| format!("{c:.1}")),
+            others * 100.0,
+            QUIET_OTHERS * 100.0
+        );
+    }
     let _ = writeln!(o, "| target | measured | verdict |");
     let _ = writeln!(o, "|---|---|---|");
     let verdict = |ok: bool, by: String| if ok { "met".to_string() } else { format!("missed by {by}") };
@@ -1171,42 +1195,42 @@ fn render(
             let d = sc - bc;
             let _ = writeln!(
                 o,
-                "| Envoy CPU per request at 1 KB: at most +20 us over plain | {sc:.1} vs {bc:.1} us: {} us | {} |",
+                "| Envoy CPU per request at 1 KB: at most +{TARGET_CPU_US:.0} us over plain | {sc:.1} vs {bc:.1} us: {} us | {} |",
                 signed(d, 1),
-                verdict(d <= 20.0, format!("{:.1} us", d - 20.0))
+                verdict(d <= TARGET_CPU_US, format!("{:.1} us", d - TARGET_CPU_US))
             );
         }
-        let _ = writeln!(o, "{}", throughput_target(b, s, "1 KB", 0.6, Some(0.75)));
-        let _ = writeln!(o, "{}", latency_target("p50 at one connection, 1 KB", s.idle_p50, b.idle_p50, 50.0));
-    }
-    if let Some(li) = find(102_400, false) {
-        let _ = writeln!(o, "{}", throughput_target(sums[li][1], sums[li][2], "100 KB", 0.5, None));
+        let _ = writeln!(o, "{}", latency_target("p50 at one connection, 1 KB", s.idle_p50, b.idle_p50, TARGET_P50_US));
     }
     if let Some(li) = find(1024, true) {
         let (b, s) = (sums[li][1], sums[li][2]);
         let _ = writeln!(
             o,
             "{}",
-            latency_target("SSE time to first byte, 1 KB, one connection", s.idle_ttfb, b.idle_ttfb, 100.0)
+            latency_target("SSE time to first byte, 1 KB, one connection", s.idle_ttfb, b.idle_ttfb, TARGET_TTFB_US)
         );
+    }
+    if let Some(li) = find(102_400, false) {
+        let _ = writeln!(o, "{}", throughput_target(sums[li][1], sums[li][2], "100 KB", TARGET_100K_RATIO, None));
     }
     if let Some(r) = rss_c2 {
         let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
         let d_mb = mb(r.switchyard) - mb(r.plain);
         let _ = writeln!(
             o,
-            "| Envoy RSS at `--concurrency 2`: at most +40 MB over plain | {:.1} vs {:.1} MB: {} MB (a no-op Wasm module in its place: {} MB) | {} |",
+            "| Envoy RSS at `--concurrency 2`: at most +{TARGET_RSS_MB:.0} MB over plain | {:.1} vs {:.1} MB: {} MB (a no-op Wasm module in its place: {} MB) | {} |",
             mb(r.switchyard),
             mb(r.plain),
             signed(d_mb, 1),
             signed(mb(r.noop) - mb(r.plain), 1),
-            verdict(d_mb <= 40.0, format!("{:.1} MB", d_mb - 40.0))
+            verdict(d_mb <= TARGET_RSS_MB, format!("{:.1} MB", d_mb - TARGET_RSS_MB))
         );
     }
     let _ = writeln!(
         o,
-        "| release `.wasm`: at most 300 KB (300,000 bytes) | {wasm_bytes} bytes | {} |",
-        verdict(wasm_bytes <= 300_000, format!("{} bytes", wasm_bytes.saturating_sub(300_000)))
+        "| release `.wasm`: at most {} KB ({TARGET_WASM_BYTES} bytes) | {wasm_bytes} bytes | {} |",
+        TARGET_WASM_BYTES / 1000,
+        verdict(wasm_bytes <= TARGET_WASM_BYTES, format!("{} bytes", wasm_bytes.saturating_sub(TARGET_WASM_BYTES)))
     );
     let _ = writeln!(o);
 
