@@ -4,7 +4,9 @@
 //! per-attempt filter and, for a first attempt it prepared itself, by the decision filter.
 
 use super::host::{Host, MetricKind};
-use super::shared::{count, endpoint_metric, observe, stats_key, tag, update_stats, LATENCY_SERIES, TTFT_SERIES};
+use super::shared::{
+    count, endpoint_metric, observe, stats_key, step_in_flight, tag, update_stats, LATENCY_SERIES, TTFT_SERIES,
+};
 use super::Configured;
 use crate::answer::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
 use crate::answer::usage::{ReportedUsage, USAGE_TAIL_BYTES};
@@ -65,7 +67,7 @@ pub struct AttemptOf<'a> {
 /// Counts one attempt as started on its endpoint (its in-flight count, read by capacity learning).
 pub fn started(host: &dyn Host, of: &AttemptOf) {
     if of.in_catalog {
-        update_stats(host, &stats_key(of.model, of.slug), |s| s.start());
+        step_in_flight(host, &stats_key(of.model, of.slug), true);
     }
 }
 

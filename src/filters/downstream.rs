@@ -6,7 +6,7 @@ use super::attempts::{finished, read_record, read_records, started, watch_chunk,
 use super::caller::HostFacts;
 use super::host::{find, span, status_of, Action, Host};
 use super::mesh::{self, Admission, AdmissionState};
-use super::shared::{count, stats_key, stick, tag, update_stats, SharedHealth};
+use super::shared::{count, stats_key, step_in_flight, stick, tag, update_stats, SharedHealth};
 use super::{Configured, Filter};
 use crate::answer::ending::{ending, Ending};
 use crate::answer::errors::ApiError;
@@ -769,7 +769,7 @@ impl<H: Host> Filter for Stream<H> {
                 // started.
                 if let Some(f) = self.first.take() {
                     if f.in_catalog {
-                        update_stats(&self.host, &stats_key(&f.model, &f.slug), |s| s.unstart());
+                        step_in_flight(&self.host, &stats_key(&f.model, &f.slug), false);
                     }
                 }
                 self.decision = None;

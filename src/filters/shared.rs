@@ -51,6 +51,40 @@ pub fn update_stats(host: &dyn Host, key: &str, mut f: impl FnMut(&mut EndpointS
     log::warn!("switchyard: shared data contention on {key}; update dropped");
 }
 
+/// An attempt's start (`up`) or its take-back on an endpoint's record: the in-flight word is
+/// changed in place (see `EndpointStats::step_in_flight`), the rest copied as it is.
+pub fn step_in_flight(host: &dyn Host, key: &str, up: bool) {
+    for _ in 0..CAS_ATTEMPTS {
+        let (bytes, cas) = host.shared_data(key);
+        let fresh = bytes.is_none();
+        let mut bytes = bytes.unwrap_or_default();
+        if !EndpointStats::step_in_flight(&mut bytes, up) {
+            // No record yet (or not one of ours): written whole.
+            let mut stats = EndpointStats::decode(&bytes);
+            if up {
+                stats.start();
+            } else {
+                stats.unstart();
+            }
+            bytes = stats.encode();
+        }
+        match host.set_shared_data(key, &bytes, cas) {
+            0 => {
+                if fresh {
+                    register_key(host, key);
+                }
+                return;
+            }
+            CAS_MISMATCH => continue,
+            status => {
+                log::warn!("switchyard: shared data write failed (status {status})");
+                return;
+            }
+        }
+    }
+    log::warn!("switchyard: shared data contention on {key}; update dropped");
+}
+
 fn register_key(host: &dyn Host, key: &str) {
     for _ in 0..CAS_ATTEMPTS {
         let (bytes, cas) = host.shared_data(REGISTRY_KEY);

@@ -44,6 +44,8 @@ const HEADER_WORDS: usize = 1 + 2 + 2 + 1 + 1 + 2;
 /// A learned capacity grows back by one in-flight attempt per this long without a 429.
 pub const CAP_REGROW_MS: u64 = 5_000;
 pub const RECORD_BYTES: usize = 4 * (HEADER_WORDS + BUCKETS * BUCKET_WORDS);
+/// Byte offset of `in_flight` in an encoded record (after consecutive_failures and two u64s).
+const IN_FLIGHT_AT: usize = 4 * (1 + 2 + 2);
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EndpointStats {
@@ -125,6 +127,22 @@ impl EndpointStats {
 
     pub fn start(&mut self) {
         self.in_flight = self.in_flight.saturating_add(1);
+    }
+
+    /// `start` (`up`) or `unstart` applied to an encoded record in place: the in-flight count
+    /// is one word of the header, so an attempt's start neither decodes nor re-encodes the
+    /// 2 KB record. False (nothing changed) if `bytes` is not a record.
+    pub fn step_in_flight(bytes: &mut [u8], up: bool) -> bool {
+        if bytes.len() != RECORD_BYTES {
+            return false;
+        }
+        let Some(word) = bytes.get_mut(IN_FLIGHT_AT..IN_FLIGHT_AT + 4) else { return false };
+        let mut v = [0u8; 4];
+        v.copy_from_slice(word);
+        let n = u32::from_le_bytes(v);
+        let n = if up { n.saturating_add(1) } else { n.saturating_sub(1) };
+        word.copy_from_slice(&n.to_le_bytes());
+        true
     }
 
     /// Takes back a `start` whose attempt was never sent.
@@ -363,6 +381,26 @@ impl EndpointStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_flight_stepped_in_place_equals_start_and_unstart() {
+        let mut s = EndpointStats::default();
+        s.finish(5_000, ok(120, 40.0), 30_000);
+        s.start();
+        let mut bytes = s.encode();
+        assert!(EndpointStats::step_in_flight(&mut bytes, true));
+        s.start();
+        assert_eq!(EndpointStats::decode(&bytes), s);
+        assert!(EndpointStats::step_in_flight(&mut bytes, false));
+        assert!(EndpointStats::step_in_flight(&mut bytes, false));
+        assert!(EndpointStats::step_in_flight(&mut bytes, false));
+        s.unstart();
+        s.unstart();
+        s.unstart();
+        assert_eq!(EndpointStats::decode(&bytes), s);
+        assert_eq!(EndpointStats::decode(&bytes).in_flight, 0);
+        assert!(!EndpointStats::step_in_flight(&mut [0u8; 8], true));
+    }
 
     fn ok(ttft: u32, tps: f64) -> Finished {
         Finished { outcome: Outcome::Success, ttft_ms: Some(ttft), tokens_per_s: Some(tps), ..Finished::default() }
