@@ -1877,6 +1877,30 @@ fn conversation_keys_on_the_anthropic_and_google_surfaces() {
     assert_ne!(gk, key(&g, r#"{"contents":[{"role":"user","parts":[{"text":"other"}]}]}"#));
 }
 
+// The key is read from the conversation's head only: the first user message and the system
+// message before it. Later turns (even ones no parser of turns would accept) change nothing.
+#[test]
+fn conversation_key_reads_only_the_head_of_the_turns() {
+    let key = |body: &str| {
+        let req =
+            ChatRequest::parse_for(body.as_bytes(), &Surface::OPENAI, None).unwrap_or_else(|e| panic!("{}", e.body()));
+        conversation_key(&req, None, 7)
+    };
+    let head = key(r#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}"#);
+    assert!(head.is_some());
+    let later = key(
+        r#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"system","content":"late"},42,{"role":7}]}"#,
+    );
+    assert_eq!(head, later);
+    assert_ne!(
+        head,
+        key(r#"{"model":"m","messages":[{"role":"system","content":"T"},{"role":"user","content":"hi"}]}"#)
+    );
+    assert_ne!(head, key(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#));
+    // No user turn: no conversation to name.
+    assert_eq!(key(r#"{"model":"m","messages":[{"role":"system","content":"S"}]}"#), None);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mesh-wide provider capacity
 // ---------------------------------------------------------------------------------------------
