@@ -38,7 +38,7 @@ fn surfaces_catalog() -> Value {
     });
     // One model per test so live statistics never leak between tests. alpha is always the
     // cheapest: it must never be planned for an Anthropic or Google caller.
-    let models: [(&str, &[(&str, f64)]); 16] = [
+    let models: [(&str, &[(&str, f64)]); 18] = [
         ("an/route", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
         ("an/fo", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
         ("an/stream", &[("beta", 1.0), ("gamma", 2.0)]),
@@ -47,6 +47,8 @@ fn surfaces_catalog() -> Value {
         ("an/cd", &[("beta", 1.0), ("gamma", 2.0)]),
         ("an/fb1", &[("beta", 1.0)]),
         ("an/fb2", &[("gamma", 1.0)]),
+        ("an/fbk1", &[("beta", 1.0)]),
+        ("an/fbk2", &[("gamma", 1.0)]),
         ("go/route", &[("alpha", 0.1), ("gamma", 1.0), ("delta", 2.0)]),
         ("go/fo", &[("gamma", 1.0), ("delta", 2.0)]),
         ("go/stream", &[("dead", 0.5), ("gamma", 1.0), ("delta", 2.0)]),
@@ -232,6 +234,43 @@ async fn anthropic_models_fallback_stays_on_the_surface() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(receivers(s, "an-fb"), vec!["beta", "gamma"]);
     assert_eq!(r.json()["model"], "an/fb2");
+}
+
+// OpenRouter's Messages endpoint takes the fallback list as `fallbacks: [{"model": ...}]`: the
+// same list as `models`, and Anthropic itself never sees it (its own server-side fallbacks
+// would run behind Switchyard's).
+#[tokio::test]
+async fn anthropic_fallbacks_are_the_models_list_and_never_reach_a_provider() {
+    let s = stack();
+    let r = anthropic(
+        s,
+        "an-fbk",
+        &[("x-mock-behavior", "beta=529")],
+        json!({"model": "oa/only", "fallbacks": [{"model": "an/fbk1"}, {"model": "an/fbk2"}], "max_tokens": 8,
+               "messages": messages("x")}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(receivers(s, "an-fbk"), vec!["beta", "gamma"]);
+    assert_eq!(r.json()["model"], "an/fbk2");
+    for provider in ["beta", "gamma"] {
+        let body = one(s, "an-fbk", provider).json();
+        assert!(body.get("fallbacks").is_none() && body.get("models").is_none(), "{provider}: {body}");
+    }
+    // A per-attempt override is refused, in Anthropic's shape, before any provider is tried.
+    let r = anthropic(
+        s,
+        "an-fbk-bad",
+        &[],
+        json!({"model": "an/fbk1", "fallbacks": [{"model": "an/fbk2", "max_tokens": 99}], "max_tokens": 8,
+               "messages": messages("x")}),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["type"], "error", "{}", r.text());
+    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("`fallbacks[0]` takes only `model`") && message.contains("max_tokens"), "{message}");
+    assert!(receivers(s, "an-fbk-bad").is_empty());
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use crate::api::Api;
 use crate::config::Catalog;
 use crate::protocol::plan::AttemptPlan;
-use crate::routing::request::{TopLevel, ROUTING_FIELDS};
+use crate::routing::request::{routing_fields, TopLevel, ROUTING_FIELDS};
 
 use crate::protocol::bytes::push_json_string;
 
@@ -44,12 +44,13 @@ pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
     splice(fields, Some(("model", upstream_model)), &ROUTING_FIELDS)
 }
 
-/// The body a provider of `api` receives. OpenAI and Anthropic: as [`upstream_body`]. Google:
-/// the model is in the path, so only the routing fields are removed.
+/// The body a provider of `api` receives. OpenAI and Anthropic: as [`upstream_body`] (Anthropic's
+/// `fallbacks` removed too). Google: the model is in the path, so only the routing fields are
+/// removed.
 pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
     match api {
-        Api::Google => splice(fields, None, &ROUTING_FIELDS),
-        Api::OpenAi | Api::Anthropic => upstream_body(fields, upstream_model),
+        Api::Google => splice(fields, None, routing_fields(api)),
+        Api::OpenAi | Api::Anthropic => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
     }
 }
 
@@ -219,6 +220,16 @@ mod tests {
         }
         assert_eq!(o["stream"], true);
         assert_eq!(o.len(), 4);
+    }
+
+    #[test]
+    fn anthropic_fallbacks_never_reach_a_provider_but_openai_ones_pass() {
+        let body = br#"{"model":"a","max_tokens":5,"messages":[],"fallbacks":[{"model":"c"}]}"#;
+        let t = TopLevel::parse(body).unwrap();
+        let out = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x")).unwrap();
+        assert_eq!(out, r#"{"model":"claude-x","max_tokens":5,"messages":[]}"#);
+        let out = String::from_utf8(upstream_body_for(Api::OpenAi, &t, "gpt-x")).unwrap();
+        assert!(out.contains(r#""fallbacks":[{"model":"c"}]"#), "{out}");
     }
 
     #[test]

@@ -17,6 +17,17 @@ use crate::wiring::ROUTING_HEADER;
 
 /// Fields that steer routing and never reach a provider.
 pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins", "route"];
+/// On the Anthropic surface also `fallbacks` (OpenRouter's name for `models` there): Anthropic's
+/// own server-side fallbacks must not run behind Switchyard's.
+pub const ANTHROPIC_ROUTING_FIELDS: [&str; 6] = ["model", "models", "provider", "plugins", "route", "fallbacks"];
+
+/// The routing fields of `api`'s requests (removed before any attempt).
+pub fn routing_fields(api: Api) -> &'static [&'static str] {
+    match api {
+        Api::Anthropic => &ANTHROPIC_ROUTING_FIELDS,
+        Api::OpenAi | Api::Google => &ROUTING_FIELDS,
+    }
+}
 
 /// Top-level fields that are the request itself rather than optional parameters; everything
 /// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
@@ -192,6 +203,9 @@ pub struct ChatRequest<'a> {
     pub model: Option<String>,
     /// Fallback models as written.
     pub models: Vec<String>,
+    /// The field that listed them: `models`, or `fallbacks` on the Anthropic surface (errors
+    /// and the attempt log name it).
+    pub models_field: &'static str,
     pub provider: ProviderPrefs,
     pub stream: bool,
     /// `max_tokens` / `max_completion_tokens` / `max_output_tokens`.
@@ -210,7 +224,7 @@ pub struct ChatRequest<'a> {
 /// The OpenAI parameter name an Anthropic top-level field counts as (None: not a parameter).
 fn anthropic_parameter(key: &str) -> Option<&str> {
     match key {
-        "system" => None,
+        "system" | "fallbacks" => None,
         "stop_sequences" => Some("stop"),
         "thinking" => Some("reasoning"),
         k if NON_PARAMETERS.contains(&k) => None,
@@ -601,6 +615,7 @@ impl<'a> ChatRequest<'a> {
             fields: TopLevel(Vec::new()),
             model: None,
             models: Vec::new(),
+            models_field: "models",
             provider: ProviderPrefs::default(),
             stream: false,
             max_tokens: None,
@@ -620,6 +635,7 @@ impl<'a> ChatRequest<'a> {
             let key: &str = key;
             match (key, api) {
                 ("models" | "provider", _) => req.routing_field(key, raw)?,
+                ("fallbacks", Api::Anthropic) => req.fallbacks_field(raw)?,
                 ("model", Api::Google) => {
                     return Err(bad(
                         "model",
@@ -683,17 +699,68 @@ impl<'a> ChatRequest<'a> {
             return Err(bad("model", "`model` is required"));
         }
         if req.models.len() > MAX_MODELS {
+            let field = req.models_field;
             return Err(bad(
-                "models",
-                format!("`models` may list at most {MAX_MODELS} models, got {}", req.models.len()),
+                field,
+                format!("`{field}` may list at most {MAX_MODELS} models, got {}", req.models.len()),
             ));
         }
         req.prompt_tokens = (prompt_bytes as u64).div_ceil(4);
         Ok(req)
     }
 
+    /// Anthropic's `fallbacks`: `[{"model": "..."}, ...]`, OpenRouter's name for `models` on its
+    /// Messages endpoint. Each entry names a model and nothing else (OpenRouter refuses
+    /// per-attempt overrides too); `models` and `fallbacks` together are ambiguous.
+    fn fallbacks_field(&mut self, raw: &RawValue) -> Result<(), ApiError> {
+        let v = parse_value(raw, "fallbacks")?;
+        if v.is_null() {
+            return Ok(());
+        }
+        if !self.models.is_empty() {
+            return Err(bad("fallbacks", "`models` and `fallbacks` name the same fallback list: set one of them"));
+        }
+        let Value::Array(entries) = v else {
+            return Err(bad(
+                "fallbacks",
+                format!("`fallbacks` must be an array of {{\"model\": ...}} objects, got {}", type_name(&v)),
+            ));
+        };
+        let mut models = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let Value::Object(o) = entry else {
+                return Err(bad(
+                    &format!("fallbacks[{i}]"),
+                    format!("`fallbacks[{i}]` must be an object with a `model`, got {}", type_name(entry)),
+                ));
+            };
+            if let Some(other) = o.keys().find(|k| *k != "model") {
+                let other = crate::answer::errors::echo(other);
+                return Err(bad(
+                    &format!("fallbacks[{i}].{other}"),
+                    format!("`fallbacks[{i}]` takes only `model`; per-attempt overrides such as `{other}` are not supported"),
+                ));
+            }
+            match o.get("model") {
+                Some(Value::String(m)) if !m.is_empty() => models.push(m.clone()),
+                _ => {
+                    return Err(bad(
+                        &format!("fallbacks[{i}].model"),
+                        format!("`fallbacks[{i}].model` must be a non-empty string"),
+                    ))
+                }
+            }
+        }
+        self.models = models;
+        self.models_field = "fallbacks";
+        Ok(())
+    }
+
     /// `models` or `provider`, from the body or the routing header.
     fn routing_field(&mut self, key: &str, raw: &RawValue) -> Result<(), ApiError> {
+        if key == "models" && self.models_field == "fallbacks" {
+            return Err(bad("models", "`models` and `fallbacks` name the same fallback list: set one of them"));
+        }
         if key == "models" {
             let v = parse_value(raw, "models")?;
             if !v.is_null() {
@@ -774,7 +841,7 @@ impl<'a> ChatRequest<'a> {
         }
         for (i, m) in self.models.iter().enumerate() {
             if !out.iter().any(|(x, _)| x == m) {
-                out.push((m.clone(), format!("models[{i}]")));
+                out.push((m.clone(), format!("{}[{i}]", self.models_field)));
             }
         }
         out
@@ -1010,6 +1077,62 @@ mod tests {
         assert_eq!(r.parameters, vec!["max_tokens", "tools", "stop", "reasoning"]);
         let e = ChatRequest::parse_for(br#"{"max_tokens":1}"#, &Surface::of(Api::Anthropic), None).err().unwrap();
         assert_eq!((e.status, e.param.as_deref(), e.api), (400, Some("model"), Api::Anthropic));
+    }
+
+    // OpenRouter's Messages endpoint names the fallback list `fallbacks`, one `{"model"}` per
+    // entry: the same list as `models`, tried in order, never a parameter.
+    #[test]
+    fn anthropic_fallbacks_are_the_models_list() {
+        let anthropic = Surface::of(Api::Anthropic);
+        fn parse<'a>(b: &'a str, s: &Surface) -> Result<ChatRequest<'a>, ApiError> {
+            ChatRequest::parse_for(b.as_bytes(), s, None)
+        }
+        let r = parse(
+            r#"{"model":"a/b","max_tokens":5,"messages":[],"fallbacks":[{"model":"c/d"},{"model":"e/f"}]}"#,
+            &anthropic,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+        assert_eq!(r.models, vec!["c/d", "e/f"]);
+        assert_eq!(r.parameters, vec!["max_tokens"]);
+        assert_eq!(
+            r.model_sequence(),
+            vec![
+                ("a/b".into(), "model".into()),
+                ("c/d".into(), "fallbacks[0]".into()),
+                ("e/f".into(), "fallbacks[1]".into())
+            ]
+        );
+        let err = |b: &str| parse(b, &anthropic).err().map(|e| (e.status, e.param.unwrap_or_default(), e.message));
+        let (status, param, message) = err(r#"{"model":"a","fallbacks":[{"model":"c","max_tokens":9}]}"#).unwrap();
+        assert_eq!((status, param.as_str()), (400, "fallbacks[0].max_tokens"));
+        assert!(message.contains("only `model`"), "{message}");
+        assert_eq!(err(r#"{"model":"a","fallbacks":[{"model":""}]}"#).map(|e| e.1), Some("fallbacks[0].model".into()));
+        assert_eq!(err(r#"{"model":"a","fallbacks":["c"]}"#).map(|e| e.1), Some("fallbacks[0]".into()));
+        assert_eq!(err(r#"{"model":"a","fallbacks":{"model":"c"}}"#).map(|e| e.1), Some("fallbacks".into()));
+        assert_eq!(
+            err(r#"{"model":"a","models":["b"],"fallbacks":[{"model":"c"}]}"#).map(|e| e.1),
+            Some("fallbacks".into())
+        );
+        assert_eq!(
+            err(r#"{"model":"a","fallbacks":[{"model":"c"}],"models":["b"]}"#).map(|e| e.1),
+            Some("models".into())
+        );
+        let header = ChatRequest::parse_for(
+            br#"{"model":"a","fallbacks":[{"model":"c"}]}"#,
+            &anthropic,
+            Some(r#"{"models":["b"]}"#),
+        );
+        assert_eq!(header.err().and_then(|e| e.param), Some("models".into()));
+        let many: Vec<String> = (0..=MAX_MODELS).map(|i| format!(r#"{{"model":"m{i}"}}"#)).collect();
+        assert_eq!(
+            err(&format!(r#"{{"model":"a","fallbacks":[{}]}}"#, many.join(","))).map(|e| e.1),
+            Some("fallbacks".into())
+        );
+        // Not a routing field on the OpenAI surface: a parameter like any other.
+        let o =
+            ChatRequest::parse_for(br#"{"model":"a","fallbacks":[{"model":"c"}]}"#, &Surface::OPENAI, None).unwrap();
+        assert!(o.models.is_empty());
+        assert_eq!(o.parameters, vec!["fallbacks"]);
     }
 
     #[test]
