@@ -701,6 +701,8 @@ pub struct AutoConfig {
     pub long_context_tokens: u64,
     /// Per task type, candidates by descending weight (ties: cheaper tier, then id).
     tasks: [Vec<AutoCandidate>; 6],
+    /// From the configuration's `auto` section (false: the default ranking).
+    pub configured: bool,
 }
 
 impl AutoConfig {
@@ -741,7 +743,8 @@ pub struct Catalog {
     pub models: Vec<Model>,
     pub endpoints: Vec<Endpoint>,
     pub routing: Routing,
-    /// The auto router; None when the configuration has no `auto` section.
+    /// The auto router: the `auto` section, or without one the default ranking
+    /// (`default_auto`). Always present since a catalog without `auto` got its default.
     pub auto: Option<AutoConfig>,
     model_index: HashMap<String, usize>,
     /// Base provider names, for `provider-slug/vendor/model` pinning and slug validation.
@@ -1093,10 +1096,10 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         });
     }
 
-    let auto = match &raw.auto {
-        None => None,
-        Some(a) => Some(compile_auto(a, &models, &model_index)?),
-    };
+    let auto = Some(match &raw.auto {
+        None => default_auto(&models, &endpoints),
+        Some(a) => compile_auto(a, &models, &model_index)?,
+    });
 
     if let Some(pc) = &routing.passthrough_cluster {
         if let Some(p) = providers.iter().find(|p| &p.cluster == pc) {
@@ -1234,7 +1237,62 @@ fn compile_auto(a: &RawAuto, models: &[Model], index: &HashMap<String, usize>) -
     if tasks.get(TaskType::Chat.index()).is_none_or(Vec::is_empty) {
         return Err(err("auto.tasks.chat", "required and non-empty: the general list every task falls back to"));
     }
-    Ok(AutoConfig { default_tier, max_models: a.max_models, long_context_tokens: a.long_context_tokens, tasks })
+    Ok(AutoConfig {
+        default_tier,
+        max_models: a.max_models,
+        long_context_tokens: a.long_context_tokens,
+        tasks,
+        configured: true,
+    })
+}
+
+/// The auto router of a catalog without an `auto` section: every catalog model is a candidate
+/// of every task, ranked by what the catalog says of it (documented in docs/configuration.md,
+/// "Auto router"): code and reasoning the dearest model first (its price as the proxy of its
+/// ability), long context the largest context first (then the cheapest), every other task the
+/// cheapest first. A model's price is its cheapest endpoint's prompt + completion price; ties go
+/// by id. No cost-tier ceiling (`max`), three models planned, long context from 32,000 tokens.
+fn default_auto(models: &[Model], endpoints: &[Endpoint]) -> AutoConfig {
+    let price = |m: &Model| {
+        m.endpoints
+            .iter()
+            .filter_map(|&i| endpoints.get(i))
+            .map(|e| e.pricing.prompt + e.pricing.completion)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let by = |order: &dyn Fn(&Model, &Model) -> std::cmp::Ordering| -> Vec<AutoCandidate> {
+        let mut ranked: Vec<usize> = (0..models.len()).collect();
+        crate::routing::sorting::sort_by(&mut ranked, |&a, &b| match (models.get(a), models.get(b)) {
+            (Some(x), Some(y)) => order(x, y).then_with(|| x.id.cmp(&y.id)),
+            _ => std::cmp::Ordering::Equal,
+        });
+        // Weights only order the list: the first gets the most.
+        let n = ranked.len();
+        ranked.iter().enumerate().map(|(rank, &model)| AutoCandidate { model, weight: (n - rank) as f64 }).collect()
+    };
+    let cheapest = |x: &Model, y: &Model| price(x).total_cmp(&price(y));
+    let dearest = |x: &Model, y: &Model| price(y).total_cmp(&price(x));
+    // No declared limit counts as the largest.
+    let context = |m: &Model| m.max_context.unwrap_or(u64::MAX);
+    let largest = |x: &Model, y: &Model| context(y).cmp(&context(x)).then_with(|| cheapest(x, y));
+    let mut tasks: [Vec<AutoCandidate>; 6] = Default::default();
+    for task in TaskType::ALL {
+        let list = match task {
+            TaskType::Code | TaskType::Reasoning => by(&dearest),
+            TaskType::LongContext => by(&largest),
+            TaskType::ToolUse | TaskType::StructuredOutput | TaskType::Chat => by(&cheapest),
+        };
+        if let Some(slot) = tasks.get_mut(task.index()) {
+            *slot = list;
+        }
+    }
+    AutoConfig {
+        default_tier: TierLimit::Max,
+        max_models: default_auto_max_models(),
+        long_context_tokens: default_long_context_tokens(),
+        tasks,
+        configured: false,
+    }
 }
 
 fn compile_upstream_headers(h: &RawUpstreamHeaders) -> Result<HeaderPolicy, ConfigError> {

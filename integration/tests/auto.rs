@@ -230,3 +230,54 @@ async fn a_streamed_auto_request_is_routed_and_streams() {
     assert_eq!(who, "beta");
     assert_eq!(got.json()["stream"], true);
 }
+
+/// A catalog with no `auto` section: `model: "auto"` still routes, by the default ranking.
+fn unconfigured() -> &'static common::Stack {
+    static STACK: std::sync::OnceLock<common::Stack> = std::sync::OnceLock::new();
+    STACK.get_or_init(|| {
+        let endpoint = |provider: &str, name: &str, price: f64| {
+            json!({"endpoints": [{"provider": provider, "upstream_model": format!("{provider}-{name}"),
+                                  "pricing": {"prompt": price, "completion": price}}]})
+        };
+        let catalog = json!({
+            "providers": {
+                "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"}},
+                "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"}},
+                "delta": {"cluster": "c_delta", "authority": "delta.example", "credential": {"value": "key-delta"}}
+            },
+            "models": {
+                "plain/cheap": endpoint("alpha", "cheap", 0.1),
+                "plain/mid": endpoint("delta", "mid", 1.0),
+                "plain/dear": endpoint("gamma", "dear", 10.0)
+            }
+        });
+        common::launch("auto-default", catalog, |cfg| cfg.per_try_idle_timeout_ms = 1_000)
+    })
+}
+
+#[tokio::test]
+async fn auto_without_an_auto_section_ranks_the_catalog_by_the_default_rules() {
+    let s = unconfigured();
+    // Chat: the cheapest model first.
+    let r = s.chat("auto-default-chat", json!({"model": "openrouter/auto", "messages": msg(SMALL_TALK)})).await;
+    assert_served(s, "auto-default-chat", &r, "alpha", "plain/cheap");
+    assert_eq!(r.header("x-switchyard-strategy"), Some("auto:chat"));
+    // Code: the dearest first.
+    let r = s.chat("auto-default-code", json!({"model": "auto", "messages": msg(CODE)})).await;
+    assert_served(s, "auto-default-code", &r, "gamma", "plain/dear");
+    assert_eq!(r.header("x-switchyard-strategy"), Some("auto:code"));
+    // excluded_models wins over allowed_models; the next of the default list serves.
+    let plugins = json!([{"id": "auto-router", "allowed_models": ["plain/*"], "excluded_models": ["plain/dear"]}]);
+    let r = s.chat("auto-default-excluded", json!({"model": "auto", "messages": msg(CODE), "plugins": plugins})).await;
+    assert_served(s, "auto-default-excluded", &r, "delta", "plain/mid");
+    // A failing pick falls back to the next model of the default list.
+    let r = s
+        .chat_with(
+            "auto-default-fo",
+            &[("x-mock-behavior", "alpha=503")],
+            json!({"model": "auto", "messages": msg(SMALL_TALK)}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["model"], "plain/mid", "{}", r.text());
+}

@@ -41,6 +41,9 @@ pub struct AutoOptions {
     pub cost_tier: Option<TierLimit>,
     /// Wildcard patterns; empty = no restriction.
     pub allowed_models: Vec<String>,
+    /// Wildcard patterns removed after `allowed_models` (an excluded pattern wins over an
+    /// allowed one, as in OpenRouter's plugin).
+    pub excluded_models: Vec<String>,
 }
 
 /// Reads the `auto-router` entry of `plugins`; other plugins are not Switchyard's and are ignored.
@@ -78,24 +81,32 @@ pub fn parse_plugins(raw: Option<&RawValue>) -> Result<AutoOptions, ApiError> {
                         )
                     })?)
                 }
-                ("allowed_models", Value::Array(list)) => {
-                    out.allowed_models = list
+                ("allowed_models" | "excluded_models", Value::Array(list)) => {
+                    let patterns = list
                         .iter()
                         .enumerate()
                         .map(|(j, p)| match p {
                             Value::String(s) if !s.is_empty() => Ok(s.clone()),
                             _ => Err(ApiError::invalid(&param, format!("`{param}[{j}]` must be a non-empty string"))),
                         })
-                        .collect::<Result<_, _>>()?
+                        .collect::<Result<_, _>>()?;
+                    if k == "allowed_models" {
+                        out.allowed_models = patterns;
+                    } else {
+                        out.excluded_models = patterns;
+                    }
                 }
                 ("cost_tier", _) => return Err(ApiError::invalid(&param, format!("`{param}` must be a string"))),
-                ("allowed_models", _) => {
+                ("allowed_models" | "excluded_models", _) => {
                     return Err(ApiError::invalid(&param, format!("`{param}` must be an array of strings")))
                 }
                 _ => {
                     return Err(ApiError::invalid(
                         &param,
-                        format!("unknown field `{k}` in the auto-router plugin (cost_tier, allowed_models)"),
+                        format!(
+                            "unknown field `{}` in the auto-router plugin (cost_tier, allowed_models, excluded_models)",
+                            crate::answer::errors::echo(k)
+                        ),
                     ))
                 }
             }
@@ -695,6 +706,9 @@ pub struct AutoChoice {
     pub classification: Classification,
     pub tier: TierLimit,
     pub allowed_models: Vec<String>,
+    pub excluded_models: Vec<String>,
+    /// The candidates come from the default ranking (the catalog has no `auto` section).
+    pub default_ranking: bool,
     /// Every candidate in rank order: eligible ones first (healthy, then unhealthy), then the
     /// excluded ones with the reason.
     pub candidates: Vec<Ranked>,
@@ -743,6 +757,8 @@ impl AutoChoice {
             },
             "cost_tier": self.tier.name(),
             "allowed_models": self.allowed_models,
+            "excluded_models": self.excluded_models,
+            "ranking": if self.default_ranking { "default" } else { "configured" },
             "candidates": candidates,
         })
         .to_string()
@@ -764,6 +780,7 @@ pub fn choose(
     health: &dyn HealthView,
     bounds: &[Bound],
 ) -> Result<AutoChoice, ApiError> {
+    // Every compiled catalog has one (the default ranking without an `auto` section).
     let Some(auto) = &catalog.auto else {
         let written = req.model.as_deref().unwrap_or("auto");
         let mut e = ApiError::model_not_found("model", written);
@@ -809,6 +826,10 @@ pub fn choose(
     if !opts.allowed_models.is_empty() {
         let list = &opts.allowed_models;
         filters.push(("allowed_models".to_string(), Box::new(move |model| wildcard::any_matches(list, &model.id))));
+    }
+    if !opts.excluded_models.is_empty() {
+        let list = &opts.excluded_models;
+        filters.push(("excluded_models".to_string(), Box::new(move |model| !wildcard::any_matches(list, &model.id))));
     }
     filters.push(("cost_tier".to_string(), Box::new(move |model| tier.admits(model.cost_tier))));
     for &m in &needs.modalities {
@@ -873,6 +894,8 @@ pub fn choose(
         classification,
         tier,
         allowed_models: opts.allowed_models.clone(),
+        excluded_models: opts.excluded_models.clone(),
+        default_ranking: !auto.configured,
         candidates,
         max_models: auto.max_models,
         planned: Vec::new(),

@@ -531,19 +531,17 @@ fn explain_shows_classification_signals_and_ranked_candidates() {
     assert!(v["needs"]["context_tokens"].as_u64().unwrap() > DIFF.len() as u64 / 4);
 }
 
+// (Without an `auto` section the auto router runs on the default ranking: see the tests at the
+// end.)
 #[test]
-fn auto_without_configuration_and_plugin_errors() {
-    let mut v = catalog_value();
-    v.as_object_mut().unwrap().remove("auto");
-    let cat = catalog_of(&v);
-    let e = plan_for(&cat, json!({"model": "auto", "messages": user("hi")}), &NoHealthData).unwrap_err();
-    assert_eq!((e.status, e.code), (400, "model_not_found"));
+fn plugin_errors_name_the_field() {
     let cases = [
         (json!([{"id": "auto-router", "cost_tier": "cheap"}]), "plugins[0].cost_tier"),
         (json!([{"id": "web"}, {"id": "auto-router", "cost_tier": 3}]), "plugins[1].cost_tier"),
         (json!([{"id": "auto-router", "allowed_models": "openai/*"}]), "plugins[0].allowed_models"),
         (json!([{"id": "auto-router", "allowed_models": [""]}]), "plugins[0].allowed_models"),
         (json!([{"id": "auto-router", "colour": 1}]), "plugins[0].colour"),
+        (json!([{"id": "auto-router", "excluded_models": [3]}]), "plugins[0].excluded_models"),
         (json!([7]), "plugins[0]"),
         (json!({"id": "auto-router"}), "plugins"),
     ];
@@ -742,4 +740,103 @@ fn every_pick_keeps_an_attempt_of_the_budget() {
     let models: Vec<&str> =
         handed.plan.endpoints.iter().map(|&i| cat.models[cat.endpoints[usize::from(i)].model].id.as_str()).collect();
     assert_eq!(models, vec!["qwen/qwen3-coder", "google/gemini-2.5-flash", "meta-llama/llama-4-maverick"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Without an `auto` section: the default ranking
+// ---------------------------------------------------------------------------------------------
+
+fn unconfigured() -> Catalog {
+    let mut v = catalog_value();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("auto");
+    }
+    catalog_of(&v)
+}
+
+#[test]
+fn without_an_auto_section_every_model_is_ranked_by_the_default_rules() {
+    let cat = unconfigured();
+    let auto = cat.auto.as_ref().unwrap();
+    assert!(!auto.configured);
+    assert_eq!((auto.default_tier, auto.max_models), (TierLimit::Max, 3));
+    let ids = |task: TaskType| -> Vec<&str> {
+        auto.candidates(task).iter().map(|c| cat.models[c.model].id.as_str()).collect()
+    };
+    // Chat (and tools, structured output): the cheapest first, by the cheapest endpoint's
+    // prompt + completion price (maverick 0.2 + 0.8 at deepinfra).
+    assert_eq!(
+        ids(TaskType::Chat),
+        vec![
+            "meta-llama/llama-4-maverick",
+            "openai/gpt-5-mini",
+            "google/gemini-2.5-flash",
+            "qwen/qwen3-coder",
+            "deepseek/deepseek-r1",
+            "mystery/unpriced",
+            "google/gemini-2.5-pro",
+            "anthropic/claude-sonnet-4-6",
+            "anthropic/claude-opus-4-6"
+        ]
+    );
+    assert_eq!(ids(TaskType::ToolUse), ids(TaskType::Chat));
+    // Code and reasoning: the dearest first.
+    assert_eq!(ids(TaskType::Code).first(), Some(&"anthropic/claude-opus-4-6"));
+    assert_eq!(ids(TaskType::Reasoning)[..2], ["anthropic/claude-opus-4-6", "anthropic/claude-sonnet-4-6"]);
+    // Long context: no declared limit counts as the largest, then the largest, then the cheapest.
+    assert_eq!(
+        ids(TaskType::LongContext)[..4],
+        ["meta-llama/llama-4-maverick", "mystery/unpriced", "google/gemini-2.5-flash", "google/gemini-2.5-pro"]
+    );
+}
+
+#[test]
+fn auto_works_without_configuration_and_the_plugin_still_narrows_it() {
+    let cat = unconfigured();
+    let p = plan_for(&cat, json!({"model": "openrouter/auto", "messages": user(SMALL_TALK)}), &NoHealthData).unwrap();
+    assert_eq!(
+        planned_models(&cat, &p),
+        vec!["meta-llama/llama-4-maverick", "openai/gpt-5-mini", "google/gemini-2.5-flash"]
+    );
+    let explain: Value = serde_json::from_str(&p.auto.as_ref().unwrap().explain_json(&cat)).unwrap();
+    assert_eq!(explain["ranking"], "default");
+    let fenced =
+        "Why does this panic?\n```rust\nfn main() {\n    let v: Vec<u8> = vec![];\n    println!(\"{}\", v[0]);\n}\n```";
+    let p = plan_for(&cat, json!({"model": "auto", "messages": user(fenced)}), &NoHealthData).unwrap();
+    assert_eq!(planned_models(&cat, &p)[0], "anthropic/claude-opus-4-6");
+    // The request's cost tier and allowed models narrow the default list as they narrow a
+    // configured one.
+    let body = json!({"model": "auto", "messages": user(fenced),
+                      "plugins": [{"id": "auto-router", "cost_tier": "medium", "allowed_models": ["openai/*", "qwen/*"]}]});
+    let p = plan_for(&cat, body, &NoHealthData).unwrap();
+    // Dearest first among what is left: qwen (0.3 + 1.2) before gpt-5-mini (0.25 + 1.0).
+    assert_eq!(planned_models(&cat, &p), vec!["qwen/qwen3-coder", "openai/gpt-5-mini"]);
+}
+
+#[test]
+fn excluded_models_win_over_allowed_models() {
+    let cat = catalog();
+    let body = |plugin: Value| json!({"model": "auto", "messages": user(SMALL_TALK), "plugins": [plugin]});
+    let p = plan_for(
+        &cat,
+        body(json!({"id": "auto-router", "cost_tier": "max", "allowed_models": ["openai/*", "google/*"],
+                    "excluded_models": ["google/*"]})),
+        &NoHealthData,
+    )
+    .unwrap();
+    assert_eq!(planned_models(&cat, &p), vec!["openai/gpt-5-mini"]);
+    let explain: Value = serde_json::from_str(&p.auto.as_ref().unwrap().explain_json(&cat)).unwrap();
+    assert_eq!(explain["excluded_models"], json!(["google/*"]));
+    assert_eq!(explain["ranking"], "configured");
+    let e = plan_for(
+        &cat,
+        body(json!({"id": "auto-router", "allowed_models": ["openai/*"], "excluded_models": ["openai/gpt-5-mini"]})),
+        &NoHealthData,
+    )
+    .unwrap_err();
+    assert_eq!(e.status, 404);
+    assert_eq!(e.metadata.get("constraint").and_then(Value::as_str), Some("excluded_models"), "{}", e.body());
+    let e =
+        plan_for(&cat, body(json!({"id": "auto-router", "excluded_models": "google/*"})), &NoHealthData).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("plugins[0].excluded_models"));
 }
