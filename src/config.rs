@@ -106,6 +106,10 @@ struct RawProvider {
     credential: Option<RawCredential>,
     #[serde(default)]
     byok: bool,
+    /// With `byok`: this key is the only way to its provider (OpenRouter's "Always use for this
+    /// provider"): the same provider's other, non-BYOK endpoints are never planned.
+    #[serde(default)]
+    byok_always: bool,
     #[serde(default)]
     data_policy: RawDataPolicy,
     /// Operator labels (`eu`, `hipaa`, `contract-2026`) that policies' `require_tags` select on.
@@ -417,6 +421,8 @@ pub struct Provider {
     pub path_prefix: String,
     pub credential: Option<Credential>,
     pub byok: bool,
+    /// The provider's traffic stays on this BYOK key (see `Catalog::byok_always_bases`).
+    pub byok_always: bool,
     pub retains_data: bool,
     pub trains_on_data: bool,
     pub zdr: bool,
@@ -749,6 +755,9 @@ pub struct Catalog {
     model_index: HashMap<String, usize>,
     /// Base provider names, for `provider-slug/vendor/model` pinning and slug validation.
     provider_bases: Vec<String>,
+    /// Base provider names (`openai` for `openai/byok`) with a `byok_always` provider: their
+    /// endpoints at providers that are not BYOK are never planned.
+    pub byok_always_bases: Vec<String>,
     /// Every credential header name in the catalog (lower-case), stripped from every upstream
     /// request so no attempt carries a key meant for another provider or the caller's own.
     pub credential_headers: Vec<String>,
@@ -791,6 +800,14 @@ impl Catalog {
 
     pub fn provider_of(&self, ep: &Endpoint) -> Option<&Provider> {
         self.providers.get(ep.provider)
+    }
+
+    /// The endpoint is at a shared (non-BYOK) provider whose provider has a `byok_always` key:
+    /// it is never planned, nor listed.
+    pub fn shadowed_by_byok(&self, ep: &Endpoint) -> bool {
+        !self.byok_always_bases.is_empty()
+            && self.provider_of(ep).is_some_and(|p| !p.byok)
+            && self.byok_always_bases.iter().any(|b| b == ep.base_slug())
     }
 
     pub fn is_provider_base(&self, name: &str) -> bool {
@@ -841,6 +858,12 @@ fn compile_provider(
     if p.cluster.is_empty() {
         return Err(err(format!("{field}.cluster"), "must name the Envoy cluster of this provider"));
     }
+    if p.byok_always && !p.byok {
+        return Err(err(
+            format!("{field}.byok_always"),
+            "needs `byok: true`: it keeps the provider's traffic on this BYOK key",
+        ));
+    }
     if p.authority.is_empty() {
         return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
     }
@@ -873,6 +896,7 @@ fn compile_provider(
         path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
         credential,
         byok: p.byok,
+        byok_always: p.byok_always,
         retains_data: p.data_policy.retains_data,
         trains_on_data: p.data_policy.trains_on_data,
         zdr: p.data_policy.zdr,
@@ -1027,6 +1051,9 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
     let mut provider_bases: Vec<String> = providers.iter().map(|p| base_of(&p.slug).to_string()).collect();
     crate::routing::sorting::sort_by(&mut provider_bases, |a, b| a.cmp(b));
     provider_bases.dedup();
+    let mut byok_always_bases: Vec<String> =
+        providers.iter().filter(|p| p.byok_always).map(|p| base_of(&p.slug).to_string()).collect();
+    byok_always_bases.dedup();
 
     let mut models = Vec::with_capacity(raw.models.len());
     let mut endpoints = Vec::new();
@@ -1119,6 +1146,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         auto,
         model_index,
         provider_bases,
+        byok_always_bases,
         credential_headers,
         upstream_headers,
     })

@@ -289,7 +289,9 @@ impl<H: Host> Stream<H> {
             config.catalog.routing.outage_window_s.saturating_mul(1000),
         );
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
-        let allowed = |e: &crate::config::Endpoint| policy.is_none_or(|p| policy_allows(p, &config.catalog, e));
+        let allowed = |e: &crate::config::Endpoint| {
+            !config.catalog.shadowed_by_byok(e) && policy.is_none_or(|p| policy_allows(p, &config.catalog, e))
+        };
         match listing::answer(&config.catalog, which, &health, &allowed) {
             Ok(body) => {
                 let mut headers = vec![("content-type", "application/json")];

@@ -444,3 +444,28 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
         Some(format!("grpc_call {} ShouldRateLimit 30ms", crate::limits::grpc_target("rls")).as_str())
     );
 }
+
+// A shared endpoint of a provider whose BYOK key is `byok_always` is never planned, so the
+// endpoints listing leaves it out too.
+#[test]
+fn the_listing_leaves_out_endpoints_a_byok_always_key_shadows() {
+    let config = configured(
+        r#"{"providers": {
+              "openai": {"cluster": "c_oa", "authority": "oa.example", "credential": {"value": "shared"}},
+              "openai/byok": {"cluster": "c_oab", "authority": "oa.example", "credential": {"value": "mine"},
+                              "byok": true, "byok_always": true}},
+            "models": {"m": {"endpoints": [
+              {"provider": "openai", "pricing": {"prompt": 1, "completion": 1}},
+              {"provider": "openai/byok", "pricing": {"prompt": 2, "completion": 2}}]}}}"#,
+    );
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[(":method", "GET"), (":path", "/v1/models/m/endpoints"), (":authority", "gateway")]);
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(true);
+    let reply = host.state().reply.clone().expect("the listing is answered locally");
+    let v = json(&reply.body);
+    let slugs: Vec<&str> =
+        v["data"]["endpoints"].as_array().map_or(vec![], |a| a.iter().filter_map(|e| e["tag"].as_str()).collect());
+    assert_eq!(slugs, vec!["openai/byok"], "{v}");
+}

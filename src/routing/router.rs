@@ -396,6 +396,13 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
         f.step(&format!("api:{}", api.name()), &speaks, &speaks)?;
     }
 
+    // A provider whose BYOK key is to be used always: its shared (non-BYOK) endpoints are out.
+    if !cat.byok_always_bases.is_empty() {
+        let keep = |e: &Endpoint| !cat.shadowed_by_byok(e);
+        if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(keep)) {
+            f.step("byok_always", &keep, &keep)?;
+        }
+    }
     if let Some(policy) = ctx.policy {
         for field in POLICY_FIELDS {
             if field.is_set(&policy.limits) {

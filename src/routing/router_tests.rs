@@ -1931,3 +1931,42 @@ fn a_capped_provider_is_skipped_and_all_capped_is_a_429_with_retry_after() {
     let e = run(&c, &with_provider("m/s", r#""only": ["aa"]"#), &Capped(vec![("aa", 5)])).unwrap_err();
     assert_eq!(e.code, "capacity_exhausted");
 }
+
+// ---------------------------------------------------------------------------------------------
+// BYOK "always use this key"
+// ---------------------------------------------------------------------------------------------
+
+fn byok_always_catalog(always: bool) -> Catalog {
+    catalog_json(&format!(
+        r#"{{"providers": {{
+            "openai": {{"cluster": "c_oa", "authority": "oa.example"}},
+            "openai/byok": {{"cluster": "c_oab", "authority": "oa.example", "byok": true, "byok_always": {always}}},
+            "other": {{"cluster": "c_ot", "authority": "ot.example"}}}},
+          "models": {{
+            "m/both": {{"endpoints": [
+                {{"provider": "openai", "pricing": {{"prompt": 0.5, "completion": 0.5}}}},
+                {{"provider": "openai/byok", "pricing": {{"prompt": 1, "completion": 1}}}},
+                {{"provider": "other", "pricing": {{"prompt": 2, "completion": 2}}}}]}},
+            "m/shared": {{"endpoints": [{{"provider": "openai", "pricing": {{"prompt": 1, "completion": 1}}}}]}}}}}}"#
+    ))
+}
+
+#[test]
+fn byok_always_keeps_the_providers_traffic_on_the_byok_key() {
+    // Without the flag the shared endpoint follows the BYOK one.
+    let c = byok_always_catalog(false);
+    assert_eq!(slugs(&c, &ok(&c, &priced("m/both", ""), &NoHealthData)), s(&["openai/byok", "openai", "other"]));
+    // With it, the provider's shared endpoint is never planned (other providers still are).
+    let c = byok_always_catalog(true);
+    assert_eq!(slugs(&c, &ok(&c, &priced("m/both", ""), &NoHealthData)), s(&["openai/byok", "other"]));
+    assert_eq!(slugs(&c, &ok(&c, &body("m/both", ""), &NoHealthData))[0], "openai/byok");
+    // A model only the shared endpoint serves: nothing may serve it, and the 404 says why.
+    let e = run(&c, &body("m/shared", ""), &NoHealthData).unwrap_err();
+    assert_eq!(e.status, 404);
+    assert_eq!(e.metadata.get("constraint").and_then(|v| v.as_str()), Some("byok_always"), "{}", e.body());
+    // The flag needs a BYOK provider.
+    let bad = r#"{"providers": {"p": {"cluster": "c", "authority": "a", "byok_always": true}},
+                  "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 1}}]}}}"#;
+    let e = Catalog::from_json(bad.as_bytes(), &|_| None).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("providers[\"p\"].byok_always") && e.contains("byok: true"), "{e}");
+}
