@@ -81,6 +81,9 @@ pub struct Behavior {
     pub big_sized: bool,
     /// `usage.prompt_tokens_details.cached_tokens` reported.
     pub cached_tokens: Option<u64>,
+    /// Answers gzipped whatever the request's `accept-encoding` says (`gzip`), as a provider that
+    /// ignores `identity` does.
+    pub force_gzip: bool,
 }
 
 /// How a stream is cut short.
@@ -111,6 +114,7 @@ impl Default for Behavior {
             big_body: None,
             big_sized: false,
             cached_tokens: None,
+            force_gzip: false,
         }
     }
 }
@@ -370,7 +374,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `cap<n>` (requests in flight above n get 429 with `Retry-After: 1`), `html` (error responses
 /// with an HTML page), `big<bytes>` (a large chunked answer; with `sized` it carries a
 /// `content-length`), `cached<n>` (cached prompt tokens
-/// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`).
+/// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`), `gzip`
+/// (answers compressed even when the request asked for `identity`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -388,6 +393,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.empty_errors = true;
             } else if tok == "html" {
                 b.html_errors = true;
+            } else if tok == "gzip" {
+                b.force_gzip = true;
             } else if tok == "sized" {
                 b.big_sized = true;
             } else if let Some(n) = tok.strip_prefix("big") {
@@ -758,7 +765,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
 
     // Like real providers, answer compressed when the request accepts gzip.
-    let gzip = full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
+    let gzip = behavior.force_gzip || full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
     let (model, stream) = model_and_stream();
     let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens: (body.len() as u64).div_ceil(4), gzip };
     match api {

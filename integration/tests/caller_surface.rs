@@ -156,6 +156,42 @@ async fn gzip_accepting_callers_get_the_rewritten_answer_compressed() {
     assert_eq!(got.header("accept-encoding"), Some("identity"));
 }
 
+// A provider that compresses its answer although asked for `identity`: Switchyard cannot rewrite
+// bytes it cannot read, so the answer goes on exactly as the provider sent it (still gzip, the
+// caller's client decodes it), the headers name the endpoint and model, and the warning header
+// says why the body carries no `provider` or `usage.cost`. Streams too.
+#[tokio::test]
+async fn an_answer_compressed_against_identity_is_passed_on_intact_and_said_so() {
+    let s = stack();
+    let r = s
+        .chat_with(
+            "sy-forced-gzip",
+            &[("x-mock-behavior", "alpha=gzip")],
+            json!({"model": "sy/cost", "messages": msg("hi")}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-encoding"), Some("gzip"), "{:?}", r.headers);
+    let v: Value = serde_json::from_slice(&gunzip(&r.body)).unwrap_or_else(|e| panic!("intact gzip JSON: {e}"));
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    assert!(v.get("provider").is_none() && v["usage"].get("cost").is_none(), "not rewritten: {v}");
+    assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
+    assert_eq!(r.header("x-switchyard-model"), Some("sy/cost"));
+    let warning = r.header("x-switchyard-warning").unwrap_or_default();
+    assert!(warning.contains("content-encoding gzip") && warning.contains("unrewritten"), "{warning}");
+    let (_, got) = s.only_receiver("sy-forced-gzip");
+    assert_eq!(got.header("accept-encoding"), Some("identity"));
+
+    let body = json!({"model": "sy/cost", "stream": true, "messages": msg("hi")});
+    let r = s.chat_with("sy-forced-gzip-stream", &[("x-mock-behavior", "alpha=gzip")], body).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), Some("gzip"), "{:?}", r.headers);
+    let raw = gunzip(&r.body);
+    let ev = events(&raw);
+    assert!(!ev.is_empty() && ev.iter().all(|e| e.get("provider").is_none()), "{}", String::from_utf8_lossy(&raw));
+    assert!(r.header("x-switchyard-warning").is_some_and(|w| w.contains("content-encoding gzip")));
+}
+
 #[tokio::test]
 async fn multi_megabyte_chunked_answers_are_rewritten_whole() {
     let s = stack();

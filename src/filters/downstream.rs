@@ -623,6 +623,17 @@ impl<H: Host> Filter for Stream<H> {
         // One clock reading for this callback (each reading is a host call).
         let now = self.host.now_ms();
         let status = status_of(&headers);
+        // A provider that compressed its answer although asked for `identity`: the answer goes
+        // on as it came (its bytes cannot be rewritten); the caller is told why it carries no
+        // `provider`, catalog `model` or `usage.cost` (the headers still name both).
+        let mut warning = warning;
+        if let Some(encoding) = find(&headers, "content-encoding").filter(|e| *e != "identity" && status < 300) {
+            let note = format!(
+                "the provider answered with content-encoding {}: passed on unrewritten (no provider, model or usage.cost in the body)",
+                crate::answer::errors::echo(encoding)
+            );
+            warning = if warning.is_empty() { note } else { format!("{warning}; {note}") };
+        }
         // The serving attempt names its number; without it (every attempt failed, or Envoy
         // answered) every planned attempt's slot is read.
         let made = find(&headers, ATTEMPTS_HEADER).and_then(|n| n.parse::<usize>().ok());
