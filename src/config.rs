@@ -330,6 +330,12 @@ pub struct Pricing {
 }
 
 impl Pricing {
+    /// Cache reads cost less than the prompt price: only then does keeping a conversation on
+    /// this endpoint (sticky routing) save anything.
+    pub fn caches_cheaper(&self) -> bool {
+        self.cached_prompt.is_some_and(|c| c < self.prompt)
+    }
+
     /// USD for one answer's reported usage (`cached` of the prompt tokens were cache hits).
     pub fn cost_usd(&self, prompt_tokens: u64, cached: u64, completion_tokens: u64) -> f64 {
         let cached = cached.min(prompt_tokens);

@@ -18,7 +18,12 @@ fn stack() -> &'static Stack {
         let mut catalog = test_catalog();
         catalog["routing"]["default_policy"] = json!("routing_cost");
         let ep = |p: &str, m: &str, price: f64| json!({"provider": p, "upstream_model": format!("{p}-{m}"), "pricing": {"prompt": price, "completion": price}});
-        catalog["models"]["rc/sticky"] = json!({"endpoints": [ep("alpha", "sticky", 1.0), ep("beta", "sticky", 1.0)]});
+        // Sticky routing keeps a conversation only where cache reads are cheaper than the prompt.
+        let cached = |p: &str| {
+            json!({"provider": p, "upstream_model": format!("{p}-sticky"),
+                   "pricing": {"prompt": 1.0, "completion": 1.0, "cached_prompt": 0.1}})
+        };
+        catalog["models"]["rc/sticky"] = json!({"endpoints": [cached("alpha"), cached("beta")]});
         catalog["models"]["rc/cap"] = json!({"endpoints": [ep("delta", "cap", 1.0), ep("beta", "cap", 2.0)]});
         catalog["models"]["rc/tools"] = json!({"endpoints": [ep("alpha", "tools", 1.0), ep("beta", "tools", 1.0)]});
         launch("routing-cost", catalog, |cfg| cfg.per_try_idle_timeout_ms = 2_000)

@@ -957,7 +957,10 @@ impl<H: Host> Stream<H> {
             return Action::Continue;
         }
         self.result = Some(RequestResult::Served);
-        if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation) {
+        // A conversation sticks only to an endpoint whose cache reads are cheaper than its prompt
+        // price (nothing to keep warm elsewhere, and no shared-data write).
+        let caches = self.config.catalog.endpoint_of(&served_model, &slug).is_some_and(|e| e.pricing.caches_cheaper());
+        if let Some(conv) = self.decision.as_ref().and_then(|d| d.plan.conversation).filter(|_| caches) {
             let ttl_ms = self.config.catalog.routing.sticky_ttl_s.saturating_mul(1000);
             stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
         }

@@ -937,9 +937,12 @@ pub fn plan_under(
                     // conversation (its prompt cache is warm) while that endpoint is fine.
                     if let Some(conv) = conversation.filter(|_| first_pool) {
                         if let Some((model, slug)) = health.sticky(conv) {
+                            // Only where cache reads are cheaper than the prompt price (as on
+                            // OpenRouter): elsewhere a warm cache saves nothing.
                             let fine = |a: &Attempt| {
-                                ctx.ep(a.endpoint).is_some_and(|e| e.slug == slug && ctx.model_id(e) == model)
-                                    && cost_terms.iter().any(|(i, t)| *i == a.endpoint && !t.paused && !t.capped)
+                                ctx.ep(a.endpoint).is_some_and(|e| {
+                                    e.slug == slug && ctx.model_id(e) == model && e.pricing.caches_cheaper()
+                                }) && cost_terms.iter().any(|(i, t)| *i == a.endpoint && !t.paused && !t.capped)
                                     && !ctx.health(a.endpoint).cooling_down
                             };
                             if let Some(pos) = set.iter().position(fine) {

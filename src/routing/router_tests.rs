@@ -1609,9 +1609,20 @@ fn routing_cost_is_bypassed_by_order_and_sort_and_runs_after_only_and_ignore() {
 
 // A later turn of a conversation stays on the endpoint that served it, on every worker (the
 // entry is shared), unless that endpoint is in an outage; `order` ignores stickiness.
+/// `m/rc` with cache reads at a tenth of the prompt price on every endpoint.
+fn cached_cost_models() -> Vec<String> {
+    let ep = |slug: &str, price: f64| {
+        format!(
+            r#"{{"provider": "{slug}", "pricing": {{"prompt": {price}, "completion": {price}, "cached_prompt": {}}}}}"#,
+            price / 10.0
+        )
+    };
+    vec![model("m/rc", &[ep("aa", 1.0), ep("bb", 1.1), ep("cc", 3.0)])]
+}
+
 #[test]
 fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
-    let c = cost_catalog(&cost_models());
+    let c = cost_catalog(&cached_cost_models());
     let turn1 = r#"{"model": "m/rc", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}"#;
     let turn2 = r#"{"model": "m/rc", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]}"#;
     let conv = ok(&c, turn1, &NoHealthData).conversation.unwrap();
@@ -1633,6 +1644,20 @@ fn sticky_conversations_stay_on_their_endpoint_while_it_is_healthy() {
     assert_eq!(run_with(&c, other, &view(Stats::default()), &mut || 0.0).unwrap().strategy.to_string(), "routing_cost");
     let ordered = r#"{"model": "m/rc", "provider": {"order": ["aa"]}, "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}"#;
     assert_eq!(slugs(&c, &run_with(&c, ordered, &view(Stats::default()), &mut || 0.0).unwrap())[0], "aa");
+    // Cache reads no cheaper than the prompt (no `cached_prompt`, or one at the prompt price):
+    // nothing to keep warm, no stickiness.
+    let uncached = cost_catalog(&cost_models());
+    let p = run_with(&uncached, turn2, &view(Stats::default()), &mut || 0.99).unwrap();
+    assert_eq!(p.strategy.to_string(), "routing_cost");
+    let same_price = cost_catalog(&[model(
+        "m/rc",
+        &[
+            r#"{"provider": "aa", "pricing": {"prompt": 1, "completion": 1, "cached_prompt": 1}}"#.to_string(),
+            r#"{"provider": "cc", "pricing": {"prompt": 3, "completion": 3, "cached_prompt": 3}}"#.to_string(),
+        ],
+    )]);
+    let p = run_with(&same_price, turn2, &view(Stats::default()), &mut || 0.99).unwrap();
+    assert_eq!(p.strategy.to_string(), "routing_cost");
 }
 
 #[test]
