@@ -55,6 +55,9 @@ struct RawConfig {
     /// Mesh-wide limits: compiled by `limits::MeshLimits::from_json` against this catalog.
     #[serde(default, rename = "rate_limits")]
     _rate_limits: Option<serde_json::Value>,
+    /// Presets: compiled by `routing::presets::Presets::from_json` against this catalog.
+    #[serde(default, rename = "presets")]
+    _presets: Option<serde_json::Value>,
 }
 
 /// Caller headers forwarded to providers (see `forwarding`).

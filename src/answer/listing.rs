@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 use crate::answer::errors::ApiError;
 use crate::config::{Catalog, Endpoint, Model};
 use crate::routing::health::{HealthView, Percentiles};
+use crate::routing::presets::{Presets, PREFIX as PRESET_PREFIX};
 
 /// Which listing a GET path asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,13 +132,14 @@ fn percentiles_json(p: &Percentiles) -> Value {
 /// The JSON body for a listing (status 200), or the 404 for an unknown or hidden model.
 pub fn answer(
     catalog: &Catalog,
+    presets: &Presets,
     listing: &Listing,
     health: &dyn HealthView,
     allowed: &dyn Fn(&Endpoint) -> bool,
 ) -> Result<String, ApiError> {
     match listing {
         Listing::Models => {
-            let data: Vec<Value> = catalog
+            let mut data: Vec<Value> = catalog
                 .models
                 .iter()
                 .filter_map(|m| {
@@ -145,6 +147,27 @@ pub fn answer(
                     (!eps.is_empty()).then(|| model_json(m, &eps))
                 })
                 .collect();
+            // Presets after the models, as `@preset/<name>`: each that names a model the caller
+            // can reach (or the auto router, or none).
+            let reachable = |id: &str| {
+                crate::routing::auto::is_auto(id)
+                    || catalog
+                        .model(id.split(':').next().unwrap_or(id))
+                        .is_some_and(|m| !visible(catalog, m, allowed).is_empty())
+            };
+            for p in &presets.list {
+                let named: Vec<&str> = p.model.iter().chain(p.models.iter()).map(String::as_str).collect();
+                if named.is_empty() || named.iter().any(|m| reachable(m)) {
+                    data.push(json!({
+                        "id": format!("{PRESET_PREFIX}{}", p.name),
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "preset",
+                        "name": format!("Preset {}", p.name),
+                        "preset": {"model": p.model, "models": p.models},
+                    }));
+                }
+            }
             Ok(json!({"object": "list", "data": data}).to_string())
         }
         Listing::Model(id) => {
@@ -243,7 +266,10 @@ mod tests {
     #[test]
     fn model_list_is_openai_shaped_with_openrouter_extras() {
         let c = catalog();
-        let v: Value = serde_json::from_str(&answer(&c, &Listing::Models, &NoHealthData, &|_| true).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(
+            &answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Models, &NoHealthData, &|_| true).unwrap(),
+        )
+        .unwrap();
         assert_eq!(v["object"], "list");
         let data = v["data"].as_array().unwrap();
         assert_eq!(data.len(), 3);
@@ -261,7 +287,10 @@ mod tests {
         assert!(free["context_length"].is_null(), "an endpoint without a limit");
         // A policy that hides endpoints hides them here too (and models left without any).
         let only_b = |e: &Endpoint| e.slug.starts_with('b');
-        let v: Value = serde_json::from_str(&answer(&c, &Listing::Models, &NoHealthData, &only_b).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(
+            &answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Models, &NoHealthData, &only_b).unwrap(),
+        )
+        .unwrap();
         assert_eq!(v["data"].as_array().unwrap().len(), 1);
         assert_eq!(v["data"][0]["pricing"]["request"], "0.01");
     }
@@ -285,7 +314,8 @@ mod tests {
                 }
             }
         }
-        let body = answer(&c, &Listing::Endpoints("v/m".into()), &H, &|_| true).unwrap();
+        let body =
+            answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Endpoints("v/m".into()), &H, &|_| true).unwrap();
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["data"]["id"], "v/m");
         let eps = v["data"]["endpoints"].as_array().unwrap();
@@ -302,12 +332,16 @@ mod tests {
         assert_eq!(eps[1]["apis"], json!(["openai"]));
         assert!(eps[1]["stats"]["uptime"].is_null());
         assert_eq!(eps[1]["data_policy"]["retains_data"], true);
-        let e = answer(&c, &Listing::Endpoints("v/zzz".into()), &H, &|_| true).unwrap_err();
+        let e = answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Endpoints("v/zzz".into()), &H, &|_| true)
+            .unwrap_err();
         assert_eq!((e.status, e.code), (404, "model_not_found"));
-        let e = answer(&c, &Listing::Endpoints("v/m".into()), &H, &|_| false).unwrap_err();
+        let e = answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Endpoints("v/m".into()), &H, &|_| false)
+            .unwrap_err();
         assert_eq!(e.status, 404);
-        let one: Value =
-            serde_json::from_str(&answer(&c, &Listing::Model("v/m".into()), &H, &|_| true).unwrap()).unwrap();
+        let one: Value = serde_json::from_str(
+            &answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Model("v/m".into()), &H, &|_| true).unwrap(),
+        )
+        .unwrap();
         assert_eq!(one["id"], "v/m");
     }
 }

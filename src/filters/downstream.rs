@@ -292,7 +292,7 @@ impl<H: Host> Stream<H> {
         let allowed = |e: &crate::config::Endpoint| {
             !config.catalog.shadowed_by_byok(e) && policy.is_none_or(|p| policy_allows(p, &config.catalog, e))
         };
-        match listing::answer(&config.catalog, which, &health, &allowed) {
+        match listing::answer(&config.catalog, &config.presets, which, &health, &allowed) {
             Ok(body) => {
                 let mut headers = vec![("content-type", "application/json")];
                 if let Some(p) = policy {
@@ -324,9 +324,16 @@ impl<H: Host> Stream<H> {
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();
         let decided = span("decide", || {
-            decide_for(&config.catalog, policy, &surface, header.as_deref(), &body, &health, &mut || {
-                self.host.random_unit()
-            })
+            decide_for(
+                &config.catalog,
+                policy,
+                &config.presets,
+                &surface,
+                header.as_deref(),
+                &body,
+                &health,
+                &mut || self.host.random_unit(),
+            )
         });
         match decided {
             Ok(d) => {

@@ -27,6 +27,7 @@ use crate::config::Catalog;
 use crate::limits::MeshLimits;
 use crate::protocol::plan::fingerprint;
 use crate::routing::policy::Policies;
+use crate::routing::presets::Presets;
 use host::{Action, Host};
 
 /// The configured catalog plus its fingerprint (plans carry it so an upstream filter never
@@ -37,6 +38,8 @@ pub struct Configured {
     pub policies: Policies,
     /// Mesh-wide limits through the rate limit service (empty: no call is ever made).
     pub limits: MeshLimits,
+    /// Named routing settings callers use as `@preset/<name>`.
+    pub presets: Presets,
     pub id: u64,
 }
 
@@ -65,7 +68,8 @@ pub fn configure(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<C
     let catalog = Catalog::from_json(bytes, env).map_err(|e| e.to_string())?;
     let policies = Policies::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
     let limits = MeshLimits::from_json(bytes, &catalog, &policies).map_err(|e| e.to_string())?;
-    Ok(Configured { catalog, policies, limits, id: fingerprint(bytes) })
+    let presets = Presets::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
+    Ok(Configured { catalog, policies, limits, presets, id: fingerprint(bytes) })
 }
 
 /// The HTTP callbacks of a filter, as the adapter delivers them. Defaults: nothing to do.

@@ -12,6 +12,7 @@ use crate::protocol::rewrite::model_prefix;
 use crate::protocol::rewrite::upstream_body_for;
 use crate::routing::health::HealthView;
 use crate::routing::policy::Policy;
+use crate::routing::presets::{Presets, NO_PRESETS};
 use crate::routing::request::ChatRequest;
 use crate::routing::router::{cut_to_budget, plan_under, Plan};
 use crate::surface::without_caller_key;
@@ -53,21 +54,26 @@ pub fn decide_under(
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
-    decide_for(catalog, policy, &Surface::OPENAI, None, body, health, rand)
+    decide_for(catalog, policy, &NO_PRESETS, &Surface::OPENAI, None, body, health, rand)
 }
 
 /// As [`decide_under`], for a request of `surface`'s API with the optional routing header
 /// (`x-switchyard-routing`). Errors come in that API's shape.
-pub fn decide_for(
+// The request, its catalog, policy and presets: each is one of its inputs.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_for<'a>(
     catalog: &Catalog,
     policy: Option<&Policy>,
+    presets: &'a Presets,
     surface: &Surface,
     routing_header: Option<&str>,
-    body: &[u8],
+    body: &'a [u8],
     health: &dyn HealthView,
     rand: &mut dyn FnMut() -> f64,
 ) -> Result<Decision, ApiError> {
-    let req = ChatRequest::parse_for(body, surface, routing_header)?;
+    let mut req = ChatRequest::parse_for(body, surface, routing_header)?;
+    // A preset the request names is merged in before routing; the policy then bounds both.
+    presets.apply(&mut req).map_err(|e| e.for_api(surface.api))?;
     let plan = plan_under(catalog, &req, policy, health, rand).map_err(|e| e.for_api(surface.api))?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;

@@ -14,6 +14,7 @@ pub mod decision;
 pub mod health;
 pub mod outage;
 pub mod policy;
+pub mod presets;
 pub mod quality;
 pub mod request;
 pub mod router;

@@ -653,15 +653,27 @@ fn listings_show_only_what_the_policy_allows() {
     let allowed = |e: &crate::config::Endpoint| crate::routing::router::policy_allows(&p, &c, e);
     let visible: Vec<String> = c.endpoints.iter().filter(|e| allowed(e)).map(|e| e.slug.clone()).collect();
     assert_eq!(visible, vec!["alpha".to_string()], "only alpha is ZDR, tagged eu and within the price");
-    let models: serde_json::Value =
-        serde_json::from_str(&answer(&c, &Listing::Models, &NoHealthData, &allowed).unwrap()).unwrap();
+    let models: serde_json::Value = serde_json::from_str(
+        &answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Models, &NoHealthData, &allowed).unwrap(),
+    )
+    .unwrap();
     let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
     // m/b has no allowed endpoint; other/c is outside allowed_models.
     assert_eq!(ids, vec!["m/a"]);
-    let eps: serde_json::Value =
-        serde_json::from_str(&answer(&c, &Listing::Endpoints("m/a".into()), &NoHealthData, &allowed).unwrap()).unwrap();
+    let eps: serde_json::Value = serde_json::from_str(
+        &answer(&c, &crate::routing::presets::NO_PRESETS, &Listing::Endpoints("m/a".into()), &NoHealthData, &allowed)
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(eps["data"]["endpoints"].as_array().unwrap().len(), 1);
-    let hidden = answer(&c, &Listing::Endpoints("other/c".into()), &NoHealthData, &allowed).unwrap_err();
+    let hidden = answer(
+        &c,
+        &crate::routing::presets::NO_PRESETS,
+        &Listing::Endpoints("other/c".into()),
+        &NoHealthData,
+        &allowed,
+    )
+    .unwrap_err();
     assert_eq!(hidden.status, 404);
 }
 
@@ -695,7 +707,7 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     let google =
         |m: &str| Surface { api: Api::Google, path_model: Some(m.into()), method: Some(GoogleMethod::Generate) };
     let decide = |s: &Surface, pol: Option<&Policy>, body: &str| {
-        decide_for(&c, pol, s, None, body.as_bytes(), &NoHealthData, &mut || 0.0)
+        decide_for(&c, pol, &crate::routing::presets::NO_PRESETS, s, None, body.as_bytes(), &NoHealthData, &mut || 0.0)
     };
     let slug = |d: &crate::routing::decision::Decision| {
         d.plan.attempts.iter().filter_map(|a| c.endpoint(a.endpoint)).map(|e| e.slug.clone()).collect::<Vec<_>>()

@@ -16,10 +16,11 @@ use crate::config::{Quantization, MAX_MODELS};
 use crate::wiring::ROUTING_HEADER;
 
 /// Fields that steer routing and never reach a provider.
-pub const ROUTING_FIELDS: [&str; 5] = ["model", "models", "provider", "plugins", "route"];
+pub const ROUTING_FIELDS: [&str; 6] = ["model", "models", "provider", "plugins", "route", "preset"];
 /// On the Anthropic surface also `fallbacks` (OpenRouter's name for `models` there): Anthropic's
 /// own server-side fallbacks must not run behind Switchyard's.
-pub const ANTHROPIC_ROUTING_FIELDS: [&str; 6] = ["model", "models", "provider", "plugins", "route", "fallbacks"];
+pub const ANTHROPIC_ROUTING_FIELDS: [&str; 7] =
+    ["model", "models", "provider", "plugins", "route", "preset", "fallbacks"];
 
 /// The routing fields of `api`'s requests (removed before any attempt).
 pub fn routing_fields(api: Api) -> &'static [&'static str] {
@@ -31,8 +32,9 @@ pub fn routing_fields(api: Api) -> &'static [&'static str] {
 
 /// Top-level fields that are the request itself rather than optional parameters; everything
 /// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
-const NON_PARAMETERS: [&str; 14] = [
+pub const NON_PARAMETERS: [&str; 15] = [
     "model",
+    "preset",
     "models",
     "provider",
     "plugins",
@@ -176,6 +178,54 @@ pub struct ProviderPrefs {
     pub preferred_max_latency: Option<Cutoffs>,
 }
 
+impl ProviderPrefs {
+    /// These preferences (a preset's) narrowed by `request`'s: a restriction either sets holds
+    /// (`only` intersected, `ignore` and `quantizations` combined, the lower `max_price`,
+    /// `data_collection: deny`, `zdr`, `enforce_distillable_text`, `require_parameters`,
+    /// `allow_fallbacks: false` from either), an ordering or soft preference the request sets
+    /// replaces this one (`order`, `sort`, `preferred_*`).
+    pub fn narrowed_by(&self, request: &ProviderPrefs) -> ProviderPrefs {
+        let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        ProviderPrefs {
+            order: if request.order.is_empty() { self.order.clone() } else { request.order.clone() },
+            allow_fallbacks: self.allow_fallbacks && request.allow_fallbacks,
+            only: match (&self.only, &request.only) {
+                (Some(a), Some(b)) => Some(a.iter().filter(|s| b.contains(s)).cloned().collect()),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            },
+            ignore: self
+                .ignore
+                .iter()
+                .chain(request.ignore.iter().filter(|s| !self.ignore.contains(s)))
+                .cloned()
+                .collect(),
+            sort: request.sort.or(self.sort),
+            quantizations: match (&self.quantizations, &request.quantizations) {
+                (Some(a), Some(b)) => Some(a.iter().copied().filter(|q| b.contains(q)).collect()),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            },
+            data_collection_deny: self.data_collection_deny || request.data_collection_deny,
+            zdr: self.zdr || request.zdr,
+            enforce_distillable_text: self.enforce_distillable_text || request.enforce_distillable_text,
+            require_parameters: self.require_parameters || request.require_parameters,
+            max_price: MaxPrice {
+                prompt: min(self.max_price.prompt, request.max_price.prompt),
+                completion: min(self.max_price.completion, request.max_price.completion),
+                request: min(self.max_price.request, request.max_price.request),
+                image: min(self.max_price.image, request.max_price.image),
+            },
+            preferred_min_throughput: request
+                .preferred_min_throughput
+                .clone()
+                .or_else(|| self.preferred_min_throughput.clone()),
+            preferred_max_latency: request.preferred_max_latency.clone().or_else(|| self.preferred_max_latency.clone()),
+        }
+    }
+}
+
 impl Default for ProviderPrefs {
     fn default() -> Self {
         ProviderPrefs {
@@ -206,6 +256,11 @@ pub struct ChatRequest<'a> {
     /// The field that listed them: `models`, or `fallbacks` on the Anthropic surface (errors
     /// and the attempt log name it).
     pub models_field: &'static str,
+    /// The `preset` field (a preset named in `model` is read from there); after
+    /// `Presets::apply`, the preset that applied.
+    pub preset: Option<String>,
+    /// The request set `provider` (body or routing header): a preset's is then narrowed by it.
+    pub provider_set: bool,
     pub provider: ProviderPrefs,
     pub stream: bool,
     /// `max_tokens` / `max_completion_tokens` / `max_output_tokens`.
@@ -616,6 +671,8 @@ impl<'a> ChatRequest<'a> {
             model: None,
             models: Vec::new(),
             models_field: "models",
+            preset: None,
+            provider_set: false,
             provider: ProviderPrefs::default(),
             stream: false,
             max_tokens: None,
@@ -636,6 +693,16 @@ impl<'a> ChatRequest<'a> {
             match (key, api) {
                 ("models" | "provider", _) => req.routing_field(key, raw)?,
                 ("fallbacks", Api::Anthropic) => req.fallbacks_field(raw)?,
+                ("preset", _) => match parse_value(raw, "preset")? {
+                    Value::String(s) if !s.is_empty() => req.preset = Some(s),
+                    Value::Null => {}
+                    v => {
+                        return Err(bad(
+                            "preset",
+                            format!("`preset` must be a non-empty string, got {}", type_name(&v)),
+                        ))
+                    }
+                },
                 ("model", Api::Google) => {
                     return Err(bad(
                         "model",
@@ -768,6 +835,7 @@ impl<'a> ChatRequest<'a> {
             }
         } else {
             self.provider = parse_provider(&parse_value(raw, "provider")?)?;
+            self.provider_set = true;
         }
         Ok(())
     }

@@ -1836,6 +1836,7 @@ fn each_api_is_routed_only_to_endpoints_speaking_it() {
     let d = crate::routing::decision::decide_for(
         &c,
         None,
+        &crate::routing::presets::NO_PRESETS,
         &google,
         None,
         br#"{"contents":[]}"#,
@@ -1859,7 +1860,17 @@ fn google_decision_hands_off_a_model_free_body_and_per_attempt_paths() {
     let google =
         Surface { api: Api::Google, path_model: Some("m/gem".into()), method: Some(GoogleMethod::StreamGenerate) };
     let body = br#"{"contents":[{"parts":[{"text":"x"}]}],"provider":{"sort":"price"}}"#;
-    let d = crate::routing::decision::decide_for(&c, None, &google, None, body, &NoHealthData, &mut || 0.0).unwrap();
+    let d = crate::routing::decision::decide_for(
+        &c,
+        None,
+        &crate::routing::presets::NO_PRESETS,
+        &google,
+        None,
+        body,
+        &NoHealthData,
+        &mut || 0.0,
+    )
+    .unwrap();
     assert!(d.stream);
     assert_eq!(d.body, br#"{"contents":[{"parts":[{"text":"x"}]}]}"#);
     let h = hand_off(&c, 7, &d, "/v1beta/models/m%2Fgem:streamGenerateContent?alt=sse&key=CALLER");
