@@ -67,7 +67,16 @@ fuzz_target!(|body: &[u8]| {
         (google, "/v1beta/models/google%2Fgemini-2.5-flash:streamGenerateContent?alt=sse&key=caller"),
     ] {
         for h in [None, header] {
-            match decide_for(c, None, &surface, h, body, &NoHealthData, &mut rand) {
+            match decide_for(
+                c,
+                None,
+                &switchyard::routing::presets::NO_PRESETS,
+                &surface,
+                h,
+                body,
+                &NoHealthData,
+                &mut rand,
+            ) {
                 Ok(d) => {
                     for a in &d.plan.attempts {
                         let e = c.endpoint(a.endpoint).unwrap_or_else(|| panic!("planned endpoint missing"));
@@ -88,7 +97,16 @@ fuzz_target!(|body: &[u8]| {
     if let Ok(text) = std::str::from_utf8(body) {
         let (method, path) = text.split_once(' ').unwrap_or(("GET", text));
         if let Disposition::Route(surface) = disposition(method, path, c) {
-            let _ = decide_for(c, None, &surface, None, body, &NoHealthData, &mut rand);
+            let _ = decide_for(
+                c,
+                None,
+                &switchyard::routing::presets::NO_PRESETS,
+                &surface,
+                None,
+                body,
+                &NoHealthData,
+                &mut rand,
+            );
         }
     }
 });

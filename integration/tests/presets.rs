@@ -33,7 +33,8 @@ fn stack() -> &'static common::Stack {
 #[tokio::test]
 async fn a_preset_routes_and_sets_what_the_request_leaves_out() {
     let s = stack();
-    let r = s.chat("preset-model", json!({"model": "@preset/careful", "messages": msg("hi"), "temperature": 0.9})).await;
+    let r =
+        s.chat("preset-model", json!({"model": "@preset/careful", "messages": msg("hi"), "temperature": 0.9})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["model"], "p/one");
     // The preset's `only` excludes alpha (the cheapest); its sort picks gamma.
@@ -46,7 +47,8 @@ async fn a_preset_routes_and_sets_what_the_request_leaves_out() {
     assert!(sent.get("preset").is_none() && sent.get("provider").is_none(), "{sent}");
 
     // A `preset` field beside the request's own provider: the request narrows the preset.
-    let body = json!({"model": "p/one", "preset": "careful", "provider": {"only": ["alpha", "delta"]}, "messages": msg("hi")});
+    let body =
+        json!({"model": "p/one", "preset": "careful", "provider": {"only": ["alpha", "delta"]}, "messages": msg("hi")});
     let r = s.chat("preset-field", body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.only_receiver("preset-field").0, "delta", "only alpha∩{{gamma, delta}} = delta");

@@ -217,11 +217,8 @@ impl ProviderPrefs {
                 request: min(self.max_price.request, request.max_price.request),
                 image: min(self.max_price.image, request.max_price.image),
             },
-            preferred_min_throughput: request
-                .preferred_min_throughput
-                .clone()
-                .or_else(|| self.preferred_min_throughput.clone()),
-            preferred_max_latency: request.preferred_max_latency.clone().or_else(|| self.preferred_max_latency.clone()),
+            preferred_min_throughput: request.preferred_min_throughput.or(self.preferred_min_throughput),
+            preferred_max_latency: request.preferred_max_latency.or(self.preferred_max_latency),
         }
     }
 }
