@@ -46,6 +46,39 @@ pub struct Endpoint {
     /// Fails `degraded_error_rate` of requests until then (a provider recovering).
     pub degraded_until_s: Option<f64>,
     pub degraded_error_rate: f64,
+    /// Recurring bursts of total failure: every attempt that arrives in one fails.
+    pub bursts: Option<Bursts>,
+}
+
+/// Bursts of total failure on an endpoint's market clock: from `first_s`, every `every_s`,
+/// each `length_s` long; `reset_share` of the failed attempts have their connection reset, the
+/// others get a 503.
+#[derive(Clone, Copy, Debug)]
+pub struct Bursts {
+    pub first_s: f64,
+    pub every_s: f64,
+    pub length_s: f64,
+    pub reset_share: f64,
+}
+
+impl Bursts {
+    /// Seconds since the start of the burst `at_s` falls in, if it falls in one.
+    pub fn into_burst(&self, at_s: f64) -> Option<f64> {
+        if at_s < self.first_s || self.every_s <= 0.0 {
+            return None;
+        }
+        let since = (at_s - self.first_s) % self.every_s;
+        (since < self.length_s).then_some(since)
+    }
+
+    /// Seconds since the end of the last burst before `at_s` (None before the first ends).
+    pub fn since_end(&self, at_s: f64) -> Option<f64> {
+        if at_s < self.first_s + self.length_s || self.every_s <= 0.0 {
+            return None;
+        }
+        let since = (at_s - self.first_s) % self.every_s;
+        (since >= self.length_s).then_some(since - self.length_s)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +125,12 @@ impl Market {
                 outage: e.get("outage").map(|o| (num(o, "from_s", 0.0), num(o, "to_s", 0.0))),
                 degraded_until_s: e.get("degraded_until_s").and_then(Value::as_f64),
                 degraded_error_rate: num(e, "degraded_error_rate", 0.0),
+                bursts: e.get("bursts").map(|b| Bursts {
+                    first_s: num(b, "first_s", 10.0),
+                    every_s: num(b, "every_s", 10.0),
+                    length_s: num(b, "length_s", 1.5),
+                    reset_share: num(b, "reset_share", 0.5),
+                }),
             })
             .collect();
         Ok(Market {
@@ -246,6 +285,16 @@ async fn serve(
         if spec.degraded_until_s.is_some_and(|t| at_s < t) { spec.degraded_error_rate } else { spec.error_rate };
     if in_outage {
         tokio::time::sleep(Duration::from_millis(15)).await;
+        record(503, started.elapsed().as_secs_f64() * 1000.0);
+        return Ok(error(503, None));
+    }
+    if let Some(b) = spec.bursts.filter(|b| b.into_burst(at_s).is_some()) {
+        // Total failure, as a provider falling over looks: fast 503s and reset connections.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if rng.unit() < b.reset_share {
+            record(0, started.elapsed().as_secs_f64() * 1000.0);
+            return Err("market burst: connection reset".into());
+        }
         record(503, started.elapsed().as_secs_f64() * 1000.0);
         return Ok(error(503, None));
     }

@@ -308,6 +308,52 @@ fn main() {
         }
     }
     let _ = std::fs::write(out_dir.join("shares.csv"), &csv);
+    // A market whose endpoint fails in bursts: the share of first attempts it got, per phase
+    // around its bursts (measured requests only).
+    if let Some((name, bursts)) = m.endpoints.iter().find_map(|e| e.bursts.map(|b| (e.name.clone(), b))) {
+        let measured: HashMap<&str, bool> = outcomes.iter().map(|o| (o.id.as_str(), o.measured)).collect();
+        const PHASES: [&str; 4] = [
+            "steady (5 s after a burst until the next)",
+            "during a burst",
+            "0-2 s after a burst",
+            "2-5 s after a burst",
+        ];
+        let phase = |at_s: f64| match (bursts.into_burst(at_s), bursts.since_end(at_s)) {
+            (Some(_), _) => 1,
+            (None, Some(t)) if t < 2.0 => 2,
+            (None, Some(t)) if t < 5.0 => 3,
+            _ => 0,
+        };
+        // [policy][phase] = (first attempts, of which to the bursting endpoint)
+        let mut counts = [[(0u32, 0u32); 4]; 2];
+        for (id, a) in &first_attempt {
+            let (Some(&p), Some(true)) = (policy_of.get(id), measured.get(id).copied()) else { continue };
+            if let Some(c) = counts.get_mut(p).and_then(|row| row.get_mut(phase(a.at_s))) {
+                c.0 += 1;
+                if a.endpoint == name {
+                    c.1 += 1;
+                }
+            }
+        }
+        let mut t = format!(
+            "\nFirst attempts sent to `{name}` (fails every attempt for {} s every {} s from {} s; {:.0} % of them resets, the rest 503), by phase:\n\n| phase | price_weighted | routing_cost |\n|---|---|---|\n",
+            bursts.length_s, bursts.every_s, bursts.first_s, bursts.reset_share * 100.0
+        );
+        for (k, label) in PHASES.iter().enumerate() {
+            let cell = |p: usize| {
+                let (n, x) = counts[p][k];
+                if n == 0 {
+                    "-".to_string()
+                } else {
+                    format!("{:.1} % ({x} of {n})", f64::from(x) / f64::from(n) * 100.0)
+                }
+            };
+            t.push_str(&format!("| {label} | {} | {} |\n", cell(0), cell(1)));
+        }
+        println!("{t}");
+        table.push_str(&t);
+        let _ = std::fs::write(out_dir.join("results.md"), &table);
+    }
     println!("wrote {}/results.md and shares.csv", out_dir.display());
     drop(envoys);
 }
