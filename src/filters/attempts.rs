@@ -98,6 +98,7 @@ pub fn finished(
     let usage = if s.outcome == Outcome::Success { usage.priced(&pricing) } else { None };
     let f = Finished {
         outcome: s.outcome,
+        started_ms: timed.then(|| now_ms.saturating_sub(s.latency_ms)),
         ttft_ms: s.ttft_ms,
         tokens_per_s: s.tokens_per_s,
         retry_after_s: s.retry_after_s,

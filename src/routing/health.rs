@@ -87,6 +87,10 @@ pub struct MeasuredUsage {
 
 /// Failures in the outage window (or in a run) below this are never an outage.
 pub const OUTAGE_MIN_FAILURES: u32 = 3;
+/// The shortest run of consecutive failures that can pause an endpoint (when the peers are
+/// healthy: the improbability rule below decides), so a provider that falls over is paused
+/// after a couple of attempts rather than a window's worth.
+pub const OUTAGE_MIN_RUN: u32 = 2;
 /// The endpoint's own error rate over the window must reach this...
 pub const OUTAGE_ERROR_RATE: f64 = 0.5;
 /// ...and exceed its peers' pooled error rate by at least this much.
@@ -101,8 +105,9 @@ pub const OUTAGE_RUN_IMPROBABILITY: f64 = 0.01;
 /// Either rule makes an outage:
 /// - window: at least 3 failures, an error rate of at least 50 %, and at least 25 points above
 ///   the peers' rate;
-/// - run: at least 3 consecutive failures whose probability at the peers' error rate is below
-///   1 % (e.g. 3 when peers are healthy, 4 when peers fail 30 % of the time, 7 at 50 %).
+/// - run: at least 2 consecutive failures whose probability at the peers' error rate is below
+///   1 % (e.g. 2 when peers fail under 10 % of the time, 4 at 30 %, 7 at 50 %). Successes of
+///   attempts sent before the run began do not end it (`EndpointStats::finish`).
 ///
 /// So a dead endpoint is flagged within a few attempts, while under faults that hit every
 /// endpoint alike no endpoint is singled out (a fixed "N consecutive failures" saturates there:
@@ -114,8 +119,8 @@ pub fn significant_outage(own: &EndpointHealth, peer_failures: u32, peer_attempt
     let window = own.recent_failures >= OUTAGE_MIN_FAILURES
         && own_rate >= OUTAGE_ERROR_RATE
         && own_rate >= peer_rate + OUTAGE_PEER_MARGIN;
-    let run = own.failure_run >= OUTAGE_MIN_FAILURES
-        && peer_rate.powi(own.failure_run.min(64) as i32) < OUTAGE_RUN_IMPROBABILITY;
+    let run =
+        own.failure_run >= OUTAGE_MIN_RUN && peer_rate.powi(own.failure_run.min(64) as i32) < OUTAGE_RUN_IMPROBABILITY;
     window || run
 }
 
@@ -165,12 +170,14 @@ mod tests {
 
     #[test]
     fn a_dead_endpoint_among_healthy_peers_is_an_outage() {
-        // Three failures in a row, peers fine: flagged by the run rule at once.
+        // Two failures in a row, peers fine: flagged by the run rule at once.
+        assert!(significant_outage(&h(2, 2, 2), 0, 40));
         assert!(significant_outage(&h(3, 3, 3), 0, 40));
         // ...and with no peer data at all.
-        assert!(significant_outage(&h(3, 3, 3), 0, 0));
-        // Two are not enough.
-        assert!(!significant_outage(&h(2, 2, 2), 0, 40));
+        assert!(significant_outage(&h(2, 2, 2), 0, 0));
+        // One is not enough; nor are two when the peers fail 20 % of the time (4 % likely).
+        assert!(!significant_outage(&h(1, 1, 1), 0, 40));
+        assert!(!significant_outage(&h(2, 2, 2), 8, 40));
         // Mostly failing over the window, even if the last attempt succeeded.
         assert!(significant_outage(&h(10, 7, 0), 1, 40));
     }

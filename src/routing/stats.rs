@@ -40,7 +40,7 @@ struct Bucket {
 }
 
 const BUCKET_WORDS: usize = 5 + 11 + 10 + 8;
-const HEADER_WORDS: usize = 1 + 2 + 2 + 1 + 1 + 2;
+const HEADER_WORDS: usize = 1 + 2 + 2 + 1 + 1 + 2 + 2 + 1;
 /// A learned capacity grows back by one in-flight attempt per this long without a 429.
 pub const CAP_REGROW_MS: u64 = 5_000;
 pub const RECORD_BYTES: usize = 4 * (HEADER_WORDS + BUCKETS * BUCKET_WORDS);
@@ -59,12 +59,20 @@ pub struct EndpointStats {
     /// answers 429; 0 = not learned. Grows back after `cap_set_ms` (see `CAP_REGROW_MS`).
     cap_in_flight: u32,
     cap_set_ms: u64,
+    /// When the current run of consecutive failures began (its first failure was recorded). A
+    /// success of an attempt sent before then was in flight when the endpoint started failing:
+    /// it says nothing about the endpoint now and does not end the run.
+    run_began_ms: u64,
+    /// Of the attempts in flight, those sent before the current run began (not suspect).
+    stale_in_flight: u32,
 }
 
 /// One finished attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Finished {
     pub outcome: Outcome,
+    /// When the attempt was sent (ms), if known.
+    pub started_ms: Option<u64>,
     pub ttft_ms: Option<u32>,
     pub tokens_per_s: Option<f64>,
     pub retry_after_s: Option<u32>,
@@ -159,6 +167,10 @@ impl EndpointStats {
             self.cap_set_ms = now_ms;
         }
         self.in_flight = self.in_flight.saturating_sub(1);
+        if f.started_ms.is_some_and(|t| t < self.run_began_ms) {
+            self.stale_in_flight = self.stale_in_flight.saturating_sub(1);
+        }
+        self.stale_in_flight = self.stale_in_flight.min(self.in_flight);
         let Some(b) = self.bucket_mut(now_ms) else { return };
         if let (Outcome::Success, Some(u)) = (f.outcome, f.usage) {
             add(&mut b.prompt_tokens, u.prompt_tokens);
@@ -188,11 +200,19 @@ impl EndpointStats {
             }
         }
         match f.outcome {
-            Outcome::Success => self.consecutive_failures = 0,
+            // Only an attempt sent since the run began can end it (one sent before was already
+            // under way when the failures started; unknown start: it counts).
+            Outcome::Success if f.started_ms.is_none_or(|t| t >= self.run_began_ms) => {
+                self.consecutive_failures = 0;
+                self.stale_in_flight = 0;
+            }
             o if o.is_failure() => {
-                if now_ms >= self.failure_run_until_ms {
-                    // The previous run is older than the window: a new run starts.
+                if now_ms >= self.failure_run_until_ms || self.consecutive_failures == 0 {
+                    // No run, or the previous one is older than the window: a new run starts.
+                    // What is in flight now was sent before it.
                     self.consecutive_failures = 0;
+                    self.run_began_ms = now_ms;
+                    self.stale_in_flight = self.in_flight;
                 }
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
                 self.failure_run_until_ms = now_ms.saturating_add(outage_window_ms);
@@ -292,7 +312,14 @@ impl EndpointStats {
             recent_attempts,
             recent_failures,
             recent_rate_limited,
-            failure_run: if now_ms < self.failure_run_until_ms { self.consecutive_failures } else { 0 },
+            // Attempts sent since a run of failures began and still in flight are suspect:
+            // counted into the run, so a provider that falls over is paused once one of them is
+            // under way, not after it has come back failed too.
+            failure_run: if now_ms < self.failure_run_until_ms && self.consecutive_failures > 0 {
+                self.consecutive_failures.saturating_add(self.in_flight.saturating_sub(self.stale_in_flight))
+            } else {
+                0
+            },
             recent_outage: false,
             cooling_down: now_ms < self.cooldown_until_ms,
         }
@@ -310,6 +337,9 @@ impl EndpointStats {
         w(self.cap_in_flight);
         w(self.cap_set_ms as u32);
         w((self.cap_set_ms >> 32) as u32);
+        w(self.run_began_ms as u32);
+        w((self.run_began_ms >> 32) as u32);
+        w(self.stale_in_flight);
         for b in &self.buckets {
             for v in [b.epoch, b.attempts, b.successes, b.failures, b.rate_limited] {
                 w(v);
@@ -347,6 +377,8 @@ impl EndpointStats {
             in_flight: r(),
             cap_in_flight: r(),
             cap_set_ms: u64::from(r()) | (u64::from(r()) << 32),
+            run_began_ms: u64::from(r()) | (u64::from(r()) << 32),
+            stale_in_flight: r(),
             ..EndpointStats::default()
         };
         for b in s.buckets.iter_mut() {
@@ -503,6 +535,60 @@ mod tests {
         assert_eq!((v.recent_attempts, v.recent_failures, v.failure_run), (3, 1, 1));
     }
 
+    // A success of an attempt sent before the failures began (it was already under way) does
+    // not end the run; one sent since does.
+    #[test]
+    fn only_an_attempt_sent_since_the_run_began_ends_it() {
+        let mut s = EndpointStats::default();
+        let now = 90_000_000;
+        let sent = |t: u64, f: Finished| Finished { started_ms: Some(t), ..f };
+        s.finish(now, sent(now - 5, fail(Outcome::ServerError)), 30_000);
+        s.finish(now + 20, sent(now - 300, ok(100, 50.0)), 30_000);
+        assert_eq!(s.view(now + 21, 30_000).failure_run, 1, "a stale success leaves the run");
+        s.finish(now + 30, sent(now + 25, fail(Outcome::NoResponse)), 30_000);
+        assert_eq!(s.view(now + 31, 30_000).failure_run, 2);
+        s.finish(now + 60, sent(now + 40, ok(100, 50.0)), 30_000);
+        assert_eq!(s.view(now + 61, 30_000).failure_run, 0, "a probe sent since the run began ends it");
+        // Unknown start: counts as fresh.
+        s.finish(now + 70, sent(now + 65, fail(Outcome::ServerError)), 30_000);
+        s.finish(now + 80, ok(100, 50.0), 30_000);
+        assert_eq!(s.view(now + 81, 30_000).failure_run, 0);
+        // The run's start survives the shared-data round trip.
+        s.finish(now + 90, sent(now + 85, fail(Outcome::ServerError)), 30_000);
+        let mut back = EndpointStats::decode(&s.encode());
+        back.finish(now + 95, sent(now + 10, ok(100, 50.0)), 30_000);
+        assert_eq!(back.view(now + 96, 30_000).failure_run, 1);
+    }
+
+    // Attempts sent since a run began and still in flight count into it (suspects); those
+    // already under way when it began do not.
+    #[test]
+    fn attempts_sent_since_a_run_began_are_suspect() {
+        let mut s = EndpointStats::default();
+        let now = 95_000_000;
+        let sent = |t: u64, f: Finished| Finished { started_ms: Some(t), ..f };
+        for _ in 0..4 {
+            s.start();
+        }
+        // One of the four fails: a run of 1; the other three were sent before it began.
+        s.finish(now, sent(now - 20, fail(Outcome::ServerError)), 30_000);
+        assert_eq!(s.view(now + 1, 30_000).failure_run, 1);
+        // Two more are sent: suspects.
+        s.start();
+        s.start();
+        assert_eq!(s.view(now + 2, 30_000).failure_run, 3);
+        // A stale one succeeds: the run and its suspects stay.
+        s.finish(now + 5, sent(now - 30, ok(100, 50.0)), 30_000);
+        assert_eq!(s.view(now + 6, 30_000).failure_run, 3);
+        // A suspect fails: two failures, one suspect left.
+        s.finish(now + 8, sent(now + 2, fail(Outcome::NoResponse)), 30_000);
+        assert_eq!(s.view(now + 9, 30_000).failure_run, 3);
+        // The other suspect succeeds: the run ends.
+        s.finish(now + 12, sent(now + 2, ok(100, 50.0)), 30_000);
+        assert_eq!(s.view(now + 13, 30_000).failure_run, 0);
+        assert_eq!(EndpointStats::decode(&s.encode()), s);
+    }
+
     #[test]
     fn retry_after_sets_cooldown_and_429_is_not_an_outage() {
         let mut s = EndpointStats::default();
@@ -511,6 +597,7 @@ mod tests {
             now,
             Finished {
                 outcome: Outcome::RateLimited,
+                started_ms: None,
                 ttft_ms: None,
                 tokens_per_s: None,
                 retry_after_s: Some(5),
@@ -522,6 +609,7 @@ mod tests {
             now,
             Finished {
                 outcome: Outcome::RateLimited,
+                started_ms: None,
                 ttft_ms: None,
                 tokens_per_s: None,
                 retry_after_s: None,
