@@ -193,9 +193,9 @@ async fn the_debug_header_explains_the_choice() {
 async fn a_model_in_outage_ranks_after_healthy_ones() {
     let s = stack();
     let body = json!({"model": "auto", "messages": msg(CODE), "plugins": plugin(Some("max"), &["health/*"])});
-    // Three failing first picks: health/a's only endpoint is in a significant outage (a run of
-    // failures its peers make improbable; with no peers, three in a row).
-    for i in 0..3 {
+    // Two failing first picks: health/a's only endpoint is in a significant outage (a run of
+    // failures its peers make improbable; with no peers, two in a row).
+    for i in 0..2 {
         let id = format!("auto-health-{i}");
         let r = s.chat_with(&id, &[("x-mock-behavior", "alpha=503")], body.clone()).await;
         assert_eq!(r.header("x-switchyard-model"), Some("health/b"), "{id}: {}", r.text());
