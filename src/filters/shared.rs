@@ -27,14 +27,13 @@ pub fn read_stats(host: &dyn Host, key: &str) -> EndpointStats {
     }
 }
 
-/// Read-modify-write with CAS; retried when another worker wrote in between.
-pub fn update_stats(host: &dyn Host, key: &str, mut f: impl FnMut(&mut EndpointStats)) {
+/// Read-modify-write of an endpoint's record bytes with CAS (`f` gets the record as read, None
+/// when there is none, and returns what to write); retried when another worker wrote in between.
+fn cas_record(host: &dyn Host, key: &str, mut f: impl FnMut(Option<Vec<u8>>) -> Vec<u8>) {
     for _ in 0..CAS_ATTEMPTS {
         let (bytes, cas) = host.shared_data(key);
         let fresh = bytes.is_none();
-        let mut stats = bytes.map(|b| EndpointStats::decode(&b)).unwrap_or_default();
-        f(&mut stats);
-        match host.set_shared_data(key, &stats.encode(), cas) {
+        match host.set_shared_data(key, &f(bytes), cas) {
             0 => {
                 if fresh {
                     register_key(host, key);
@@ -51,12 +50,19 @@ pub fn update_stats(host: &dyn Host, key: &str, mut f: impl FnMut(&mut EndpointS
     log::warn!("switchyard: shared data contention on {key}; update dropped");
 }
 
+/// Read-modify-write of an endpoint's statistics with CAS.
+pub fn update_stats(host: &dyn Host, key: &str, mut f: impl FnMut(&mut EndpointStats)) {
+    cas_record(host, key, |bytes| {
+        let mut stats = bytes.map(|b| EndpointStats::decode(&b)).unwrap_or_default();
+        f(&mut stats);
+        stats.encode()
+    });
+}
+
 /// An attempt's start (`up`) or its take-back on an endpoint's record: the in-flight word is
 /// changed in place (see `EndpointStats::step_in_flight`), the rest copied as it is.
 pub fn step_in_flight(host: &dyn Host, key: &str, up: bool) {
-    for _ in 0..CAS_ATTEMPTS {
-        let (bytes, cas) = host.shared_data(key);
-        let fresh = bytes.is_none();
+    cas_record(host, key, |bytes| {
         let mut bytes = bytes.unwrap_or_default();
         if !EndpointStats::step_in_flight(&mut bytes, up) {
             // No record yet (or not one of ours): written whole.
@@ -68,21 +74,8 @@ pub fn step_in_flight(host: &dyn Host, key: &str, up: bool) {
             }
             bytes = stats.encode();
         }
-        match host.set_shared_data(key, &bytes, cas) {
-            0 => {
-                if fresh {
-                    register_key(host, key);
-                }
-                return;
-            }
-            CAS_MISMATCH => continue,
-            status => {
-                log::warn!("switchyard: shared data write failed (status {status})");
-                return;
-            }
-        }
-    }
-    log::warn!("switchyard: shared data contention on {key}; update dropped");
+        bytes
+    });
 }
 
 fn register_key(host: &dyn Host, key: &str) {
