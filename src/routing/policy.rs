@@ -309,7 +309,7 @@ pub fn intersect_slugs(a: &[String], b: &[String]) -> Vec<String> {
     out
 }
 
-fn min_price(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+pub fn min_price(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (x, None) => x,

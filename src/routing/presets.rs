@@ -12,7 +12,8 @@ use serde_json::Value;
 use crate::answer::errors::ApiError;
 use crate::config::{Catalog, ConfigError};
 use crate::routing::auto::is_auto;
-use crate::routing::request::{parse_provider, ChatRequest, ProviderPrefs, NON_PARAMETERS};
+use crate::routing::policy::{intersect_slugs, min_price};
+use crate::routing::request::{parse_provider, ChatRequest, MaxPrice, ProviderPrefs, NON_PARAMETERS};
 
 /// The model-id form of a preset reference: `@preset/<name>`, alone or after a model id.
 pub const PREFIX: &str = "@preset/";
@@ -119,7 +120,7 @@ impl Presets {
     /// - `model`: the request's own model (`<model>@preset/<name>`, or `model` beside a `preset`
     ///   field), else the preset's;
     /// - `models`: the request's if it lists any, else the preset's;
-    /// - `provider`: the preset's, narrowed by the request's (`ProviderPrefs::narrowed_by`);
+    /// - `provider`: the preset's, narrowed by the request's (`narrowed_by`);
     /// - `plugins`: the request's if present, else the preset's;
     /// - `parameters`: each one the request does not set is added to the body.
     ///
@@ -152,7 +153,7 @@ impl Presets {
             req.models = preset.models.clone();
         }
         if let Some(p) = &preset.provider {
-            req.provider = if req.provider_set { p.narrowed_by(&req.provider) } else { p.clone() };
+            req.provider = if req.provider_set { narrowed_by(p, &req.provider) } else { p.clone() };
         }
         if req.fields.get("plugins").is_none() {
             if let Some(plugins) = &preset.plugins {
@@ -169,6 +170,46 @@ impl Presets {
         }
         req.preset = Some(preset.name.clone());
         Ok(())
+    }
+}
+
+/// A preset's provider preferences narrowed by the request's: a restriction either sets holds
+/// (`only` intersected as a policy intersects it, so `openai` and `openai/byok` meet in
+/// `openai/byok`; `ignore` and `quantizations` combined; the lower `max_price`;
+/// `data_collection: deny`, `zdr`, `enforce_distillable_text`, `require_parameters`,
+/// `allow_fallbacks: false` from either), an ordering or soft preference the request sets
+/// replaces the preset's (`order`, `sort`, `preferred_*`).
+pub fn narrowed_by(preset: &ProviderPrefs, request: &ProviderPrefs) -> ProviderPrefs {
+    ProviderPrefs {
+        order: if request.order.is_empty() { preset.order.clone() } else { request.order.clone() },
+        allow_fallbacks: preset.allow_fallbacks && request.allow_fallbacks,
+        only: match (&preset.only, &request.only) {
+            (Some(a), Some(b)) => Some(intersect_slugs(a, b)),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        },
+        ignore: preset
+            .ignore
+            .iter()
+            .chain(request.ignore.iter().filter(|s| !preset.ignore.contains(s)))
+            .cloned()
+            .collect(),
+        sort: request.sort.or(preset.sort),
+        quantizations: match (&preset.quantizations, &request.quantizations) {
+            (Some(a), Some(b)) => Some(a.iter().copied().filter(|q| b.contains(q)).collect()),
+            (a, b) => a.clone().or_else(|| b.clone()),
+        },
+        data_collection_deny: preset.data_collection_deny || request.data_collection_deny,
+        zdr: preset.zdr || request.zdr,
+        enforce_distillable_text: preset.enforce_distillable_text || request.enforce_distillable_text,
+        require_parameters: preset.require_parameters || request.require_parameters,
+        max_price: MaxPrice {
+            prompt: min_price(preset.max_price.prompt, request.max_price.prompt),
+            completion: min_price(preset.max_price.completion, request.max_price.completion),
+            request: min_price(preset.max_price.request, request.max_price.request),
+            image: min_price(preset.max_price.image, request.max_price.image),
+        },
+        preferred_min_throughput: request.preferred_min_throughput.or(preset.preferred_min_throughput),
+        preferred_max_latency: request.preferred_max_latency.or(preset.preferred_max_latency),
     }
 }
 

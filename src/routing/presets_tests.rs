@@ -63,6 +63,10 @@ fn the_request_narrows_the_preset_and_keeps_its_own_model() {
         Some(SortBy::Latency),
         "an ordering the request sets replaces the preset's"
     );
+    // `only` meets as a policy's does: a base name and one of its variants meet in the variant.
+    let v = presets(r#"{"v": {"model": "m/one", "provider": {"only": ["aa", "cc"]}}}"#).unwrap();
+    let r = applied(&v, r#"{"model": "@preset/v", "messages": [], "provider": {"only": ["aa/fast", "bb"]}}"#).unwrap();
+    assert_eq!(r.provider.only, Some(vec!["aa/fast".to_string()]));
     // The request's own fallbacks replace the preset's.
     let r = applied(&p, r#"{"model": "@preset/writer", "models": ["m/one"], "messages": []}"#).unwrap();
     assert_eq!(r.models, vec!["m/one".to_string()]);

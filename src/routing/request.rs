@@ -178,51 +178,6 @@ pub struct ProviderPrefs {
     pub preferred_max_latency: Option<Cutoffs>,
 }
 
-impl ProviderPrefs {
-    /// These preferences (a preset's) narrowed by `request`'s: a restriction either sets holds
-    /// (`only` intersected, `ignore` and `quantizations` combined, the lower `max_price`,
-    /// `data_collection: deny`, `zdr`, `enforce_distillable_text`, `require_parameters`,
-    /// `allow_fallbacks: false` from either), an ordering or soft preference the request sets
-    /// replaces this one (`order`, `sort`, `preferred_*`).
-    pub fn narrowed_by(&self, request: &ProviderPrefs) -> ProviderPrefs {
-        let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        };
-        ProviderPrefs {
-            order: if request.order.is_empty() { self.order.clone() } else { request.order.clone() },
-            allow_fallbacks: self.allow_fallbacks && request.allow_fallbacks,
-            only: match (&self.only, &request.only) {
-                (Some(a), Some(b)) => Some(a.iter().filter(|s| b.contains(s)).cloned().collect()),
-                (a, b) => a.clone().or_else(|| b.clone()),
-            },
-            ignore: self
-                .ignore
-                .iter()
-                .chain(request.ignore.iter().filter(|s| !self.ignore.contains(s)))
-                .cloned()
-                .collect(),
-            sort: request.sort.or(self.sort),
-            quantizations: match (&self.quantizations, &request.quantizations) {
-                (Some(a), Some(b)) => Some(a.iter().copied().filter(|q| b.contains(q)).collect()),
-                (a, b) => a.clone().or_else(|| b.clone()),
-            },
-            data_collection_deny: self.data_collection_deny || request.data_collection_deny,
-            zdr: self.zdr || request.zdr,
-            enforce_distillable_text: self.enforce_distillable_text || request.enforce_distillable_text,
-            require_parameters: self.require_parameters || request.require_parameters,
-            max_price: MaxPrice {
-                prompt: min(self.max_price.prompt, request.max_price.prompt),
-                completion: min(self.max_price.completion, request.max_price.completion),
-                request: min(self.max_price.request, request.max_price.request),
-                image: min(self.max_price.image, request.max_price.image),
-            },
-            preferred_min_throughput: request.preferred_min_throughput.or(self.preferred_min_throughput),
-            preferred_max_latency: request.preferred_max_latency.or(self.preferred_max_latency),
-        }
-    }
-}
-
 impl Default for ProviderPrefs {
     fn default() -> Self {
         ProviderPrefs {
