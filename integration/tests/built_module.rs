@@ -173,13 +173,13 @@ fn a_failover_sends_each_provider_its_own_key_and_the_caller_one_rewritten_answe
             "get_resp_body",
             "set_resp_body",
             "set_resp_header content-length=",
-            "count switchyard.requests.result.served",
+            "count switchyard.requests_total.result.served",
         ],
     );
     let body: serde_json::Value = serde_json::from_slice(&vm.state().response_body).unwrap();
     assert_eq!(body["provider"], "beta");
     assert!(body["usage"]["cost"].as_f64().is_some_and(|c| c > 0.0), "{body}");
-    assert_eq!(vm.state().counters.get("switchyard.fallbacks.kind.provider"), Some(&1));
+    assert_eq!(vm.state().counters.get("switchyard.fallbacks_total.kind.provider"), Some(&1));
     assert!(vm.unimplemented().is_empty(), "{:?}", vm.unimplemented());
 }
 

@@ -359,7 +359,7 @@ async fn health_counters_are_exact_across_workers() {
     let line = |outcome: &str| {
         prom.lines()
             .find(|l| {
-                l.contains("switchyard_attempts{")
+                l.contains("switchyard_attempts_total{")
                     && l.contains("model=\"fo_stats\"")
                     && l.contains("endpoint=\"alpha\"")
                     && l.contains(&format!("outcome=\"{outcome}\""))

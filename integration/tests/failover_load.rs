@@ -93,7 +93,7 @@ async fn a_failover_envoy_refuses_is_reported_as_cut_short_not_as_all_endpoints_
     let got: Vec<String> = s.received("short-overflow").into_iter().map(|(p, _)| p).collect();
     assert_eq!(got, vec!["alpha"]);
     assert!(retry_overflows(s) >= 1);
-    assert_eq!(counter(s, "switchyard_failover_incomplete", &[("reason", "retry_limit")]), Some(1));
+    assert_eq!(counter(s, "switchyard_failover_incomplete_total", &[("reason", "retry_limit")]), Some(1));
 }
 
 // An Envoy whose route timeout (1.5 s) ends the request while the second of three attempts runs.
@@ -119,7 +119,7 @@ async fn a_failover_cut_short_by_the_route_timeout_says_so() {
     assert_eq!(e["code"], "failover_incomplete", "{e}");
     assert_eq!(e["metadata"]["reason"], "timeout", "{e}");
     assert_eq!(e["metadata"]["attempts"].as_array().map(Vec::len), Some(2), "{e}");
-    assert_eq!(counter(s, "switchyard_failover_incomplete", &[("reason", "timeout")]), Some(1));
+    assert_eq!(counter(s, "switchyard_failover_incomplete_total", &[("reason", "timeout")]), Some(1));
 }
 
 fn sse_events(r: &Reply) -> Vec<String> {
@@ -148,9 +148,9 @@ async fn a_stream_that_ends_without_its_final_event_gets_an_error_event_and_coun
     assert_eq!(last["error"]["metadata"]["endpoint"], "alpha");
     assert!(!r.text().contains("[DONE]"));
     let labels = [("model", "fo_cut"), ("endpoint", "alpha"), ("outcome", "interrupted")];
-    assert_eq!(counter(s, "switchyard_attempts", &labels), Some(1));
-    assert_eq!(counter(s, "switchyard_attempts", &[("model", "fo_cut"), ("outcome", "success")]), None);
-    assert!(counter(s, "switchyard_requests", &[("result", "interrupted")]).unwrap_or(0) >= 1);
+    assert_eq!(counter(s, "switchyard_attempts_total", &labels), Some(1));
+    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo_cut"), ("outcome", "success")]), None);
+    assert!(counter(s, "switchyard_requests_total", &[("result", "interrupted")]).unwrap_or(0) >= 1);
     // The health record saw a failure, not a success.
     let r = s
         .chat_with(
@@ -184,12 +184,12 @@ async fn a_stream_reset_mid_way_reaches_the_caller_as_an_error_and_counts_as_fai
     // on_done runs when Envoy tears the attempt down; give it a moment.
     let mut seen = None;
     for _ in 0..50 {
-        seen = counter(s, "switchyard_attempts", &labels);
+        seen = counter(s, "switchyard_attempts_total", &labels);
         if seen.is_some() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(seen, Some(1));
-    assert_eq!(counter(s, "switchyard_attempts", &[("model", "fo_abort"), ("outcome", "success")]), None);
+    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo_abort"), ("outcome", "success")]), None);
 }

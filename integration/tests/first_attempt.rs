@@ -27,7 +27,7 @@ fn attempts_metric(s: &Stack, model: &str, endpoint: &str, outcome: &str) -> u64
     let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
     prom.lines()
         .find(|l| {
-            l.starts_with("switchyard_attempts{")
+            l.starts_with("switchyard_attempts_total{")
                 && l.contains(&format!("model=\"{model}\""))
                 && l.contains(&format!("endpoint=\"{endpoint}\""))
                 && l.contains(&format!("outcome=\"{outcome}\""))

@@ -120,8 +120,8 @@ fn cluster_requests(admin: SocketAddr, slug: &str, first: bool) -> u64 {
     stat(admin, &format!("cluster.{cluster}.upstream_rq_total"))
 }
 
-/// The `switchyard_attempts` metric of an endpoint with an outcome, over every model (this
-/// bootstrap, like Istio's, has no tag rules for it: the raw name `wasmcustom.switchyard.attempts.
+/// The `switchyard_attempts_total` metric of an endpoint with an outcome, over every model (this
+/// bootstrap, like Istio's, has no tag rules for it: the raw name `wasmcustom.switchyard.attempts_total.
 /// model.<m>.endpoint.<e>.outcome.<o>`).
 fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
     let (_, stats) = http_get(stack().admin, "/stats").unwrap();
@@ -129,7 +129,7 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
         .lines()
         .filter_map(|l| l.split_once(": "))
         .filter(|(name, _)| {
-            name.starts_with("wasmcustom.switchyard.attempts.")
+            name.starts_with("wasmcustom.switchyard.attempts_total.")
                 && name.contains(&format!(".endpoint.{endpoint}."))
                 && name.ends_with(&format!(".outcome.{outcome}"))
         })

@@ -433,8 +433,8 @@ async fn decision_is_in_the_access_log_and_metrics_count_per_policy() {
     let value = |prefix: &str| -> f64 {
         stats.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
     };
-    assert!(value(r#"switchyard_policy_requests{policy="reports"}"#) >= 1.0, "{stats}");
-    assert!(value(r#"switchyard_policy_denials{code="policy_denied",policy="finance"}"#) >= 1.0, "{stats}");
+    assert!(value(r#"switchyard_policy_requests_total{policy="reports"}"#) >= 1.0, "{stats}");
+    assert!(value(r#"switchyard_policy_denials_total{code="policy_denied",policy="finance"}"#) >= 1.0, "{stats}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ async fn a_learned_capacity_stops_overloading_a_provider() {
     let limited = [("model", "rc_cap"), ("endpoint", "delta"), ("outcome", "rate_limited")];
     let statuses = wave(s, "cap-learn", 16, Duration::ZERO).await;
     assert!(statuses.iter().all(|&c| c == 200), "{statuses:?}");
-    let learned_429 = counter(s, "switchyard_attempts", &limited);
+    let learned_429 = counter(s, "switchyard_attempts_total", &limited);
     assert!(learned_429 >= 1, "the burst should exceed the capacity: {learned_429}");
     // Let the 429s' Retry-After cool-down (1 s) pass: from here on only the learned cap holds
     // the provider back.
@@ -129,7 +129,7 @@ async fn a_learned_capacity_stops_overloading_a_provider() {
     let before_429 = learned_429;
     let statuses = wave(s, "cap-steady", 24, Duration::from_millis(30)).await;
     assert!(statuses.iter().all(|&c| c == 200), "{statuses:?}");
-    let new_429 = counter(s, "switchyard_attempts", &limited) - before_429;
+    let new_429 = counter(s, "switchyard_attempts_total", &limited) - before_429;
     // (How much it still serves is random: its recent 429s also back it off for a while.)
     assert!(new_429 <= 2, "after learning its capacity, 429s from it: {new_429} (burst had {learned_429})");
     let r = s
@@ -162,8 +162,8 @@ async fn malformed_tool_calls_are_counted_from_whole_and_streamed_answers() {
             }
         }
     }
-    assert_eq!(counter(s, "switchyard_bad_responses", &[("model", "rc_tools"), ("endpoint", "alpha")]), 6);
-    assert_eq!(counter(s, "switchyard_bad_responses", &[("model", "rc_tools"), ("endpoint", "beta")]), 0);
+    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc_tools"), ("endpoint", "alpha")]), 6);
+    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc_tools"), ("endpoint", "beta")]), 0);
     let r = s
         .chat_with("tools-debug", &[("x-switchyard-debug", "1")], json!({"model": "rc/tools", "messages": msg("x")}))
         .await;

@@ -615,7 +615,7 @@ async fn google_retry_after_cools_the_endpoint_down_and_metrics_count_the_surfac
         assert_eq!(receivers(s, &id), vec!["delta"], "request {i}");
     }
     let (_, stats) =
-        switchyard_integration::envoy::http_get(s.admin, "/stats?filter=switchyard.attempts").unwrap_or_default();
+        switchyard_integration::envoy::http_get(s.admin, "/stats?filter=switchyard.attempts_total").unwrap_or_default();
     let count = |needle: &str| {
         stats
             .lines()

@@ -114,9 +114,9 @@ pub fn finished(
         });
     }
     let tags = || format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
-    let attempts = || format!("switchyard.attempts.{}.outcome.{}", tags(), s.outcome.name());
-    let ttft = || format!("switchyard.ttft_ms.{}", tags());
-    let latency = || format!("switchyard.latency_ms.{}", tags());
+    let attempts = || format!("switchyard.attempts_total.{}.outcome.{}", tags(), s.outcome.name());
+    let ttft = || format!("switchyard.gen_ai_server_time_to_first_token_milliseconds.{}", tags());
+    let latency = || format!("switchyard.attempt_duration_milliseconds.{}", tags());
     let Some(index) = catalog.find_endpoint(of.model, of.slug) else {
         // Planned before a reload that removed the endpoint: named on each use.
         count(host, &attempts());

@@ -89,7 +89,7 @@ struct PreparedFirst {
     verdict: Option<Verdict>,
 }
 
-/// How a routed request ended, counted once in `on_log` (`switchyard_requests{result}`).
+/// How a routed request ended, counted once in `on_log` (`switchyard_requests_total{result}`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum RequestResult {
     /// A 2xx/3xx answer; becomes `interrupted` if its body broke off.
@@ -212,7 +212,7 @@ impl<H: Host> Stream<H> {
         if let Some(sel) = policies.select(&mut HostFacts { host: &self.host, headers }) {
             self.policy = policies.list.iter().position(|p| std::ptr::eq(p, sel.policy));
             self.selected_by = Some(sel.by);
-            count(&self.host, &format!("switchyard.policy_requests.policy.{}", tag(&sel.policy.name)));
+            count(&self.host, &format!("switchyard.policy_requests_total.policy.{}", tag(&sel.policy.name)));
         }
         // Trusted selection headers are for Switchyard only: no provider sees them.
         for h in &policies.trusted_headers {
@@ -244,13 +244,13 @@ impl<H: Host> Stream<H> {
         if carried {
             self.carried_400 = true;
         }
-        count(&self.host, &format!("switchyard.requests.result.rejected.code.{}", e.code));
+        count(&self.host, &format!("switchyard.requests_total.result.rejected.code.{}", e.code));
         let constraint = e.metadata.get("constraint").and_then(|v| v.as_str());
         let policy = self.policy_name();
         if let Some(name) = policy {
             // Denials by the policy itself (403, or a 404 whose emptying constraint is the policy's).
             if e.code == "policy_denied" || constraint.is_some_and(|c| c.starts_with("policy:")) {
-                count(&self.host, &format!("switchyard.policy_denials.policy.{}.code.{}", tag(name), e.code));
+                count(&self.host, &format!("switchyard.policy_denials_total.policy.{}.code.{}", tag(name), e.code));
             }
         }
         self.audit(Audit {
@@ -488,7 +488,7 @@ impl<H: Host> Stream<H> {
                 update_stats(&self.host, &stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
             }
             if v.bad {
-                count(&self.host, &format!("switchyard.bad_responses.model.{}.endpoint.{}", tag(model), tag(slug)));
+                count(&self.host, &format!("switchyard.bad_responses_total.model.{}.endpoint.{}", tag(model), tag(slug)));
             }
         }
     }
@@ -717,7 +717,7 @@ impl<H: Host> Filter for Stream<H> {
         let Some(slug) = slug else { return Action::Continue };
         if records.len() > 1 && status < 400 {
             let kind = if served_model != primary_model { "model" } else { "provider" };
-            count(&self.host, &format!("switchyard.fallbacks.kind.{kind}"));
+            count(&self.host, &format!("switchyard.fallbacks_total.kind.{kind}"));
         }
         self.take_answer(&headers, status, served_model, slug, end_of_stream, now)
     }
@@ -908,7 +908,7 @@ impl<H: Host> Stream<H> {
                 cut.planned,
                 cut.reason.name()
             );
-            count(&self.host, &format!("switchyard.failover_incomplete.reason.{}", cut.reason.name()));
+            count(&self.host, &format!("switchyard.failover_incomplete_total.reason.{}", cut.reason.name()));
         }
         self.result = Some(RequestResult::Failed);
         let attempts = audit.attempts.to_string();
@@ -1148,7 +1148,7 @@ impl<H: Host> Stream<H> {
         }
     }
 
-    /// How the routed request ended, counted once (`switchyard_requests{result}`).
+    /// How the routed request ended, counted once (`switchyard_requests_total{result}`).
     fn count_result(&mut self) {
         let name = match self.result {
             Some(RequestResult::Served) => {
@@ -1162,13 +1162,13 @@ impl<H: Host> Stream<H> {
                             self.sse_response && self.host.property(&[INTERRUPTED_PROPERTY]).is_some()
                         }));
                 if interrupted {
-                    "switchyard.requests.result.interrupted"
+                    "switchyard.requests_total.result.interrupted"
                 } else {
-                    "switchyard.requests.result.served"
+                    "switchyard.requests_total.result.served"
                 }
             }
-            Some(RequestResult::ProviderError) => "switchyard.requests.result.provider_error",
-            Some(RequestResult::Failed) => "switchyard.requests.result.failed",
+            Some(RequestResult::ProviderError) => "switchyard.requests_total.result.provider_error",
+            Some(RequestResult::Failed) => "switchyard.requests_total.result.failed",
             None => return,
         };
         count(&self.host, name);

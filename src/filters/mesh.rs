@@ -86,7 +86,7 @@ pub fn admit(
 
 /// The service did not answer usefully: each limit's failure mode decides.
 fn failed(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], why: &str) -> AdmissionState {
-    count(host, &format!("switchyard.rate_limit.failure.reason.{why}"));
+    count(host, &format!("switchyard.rate_limit.failure_total.reason.{why}"));
     let closed = applied.iter().filter_map(|a| limits.limit(a)).find(|l| l.fail_closed);
     match closed {
         Some(l) => {
@@ -166,7 +166,7 @@ pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u
                 Kind::Tokens => ("rate_limited", "token limit"),
                 Kind::Requests => ("rate_limited", "request limit"),
             };
-            count(host, &format!("switchyard.rate_limit.refused.limit.{}.code.{code}", tag(&limit.name)));
+            count(host, &format!("switchyard.rate_limit.refused_total.limit.{}.code.{code}", tag(&limit.name)));
             let mut e = ApiError::new(
                 429,
                 "rate_limit_error",
@@ -207,7 +207,7 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
                 Kind::Spend => (cost_usd.max(0.0) * crate::limits::SPEND_UNITS_PER_USD).round() as u64,
                 _ => tokens,
             };
-            let metric = format!("switchyard.rate_limit.charged.limit.{}.kind.{}", tag(&l.name), l.kind.name());
+            let metric = format!("switchyard.rate_limit.charged_total.limit.{}.kind.{}", tag(&l.name), l.kind.name());
             count_by(host, &metric, used);
         }
         p.drain()
@@ -215,7 +215,7 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
         if !host.grpc_call_detached(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
-            count(host, "switchyard.rate_limit.failure.reason.settlement");
+            count(host, "switchyard.rate_limit.failure_total.reason.settlement");
         }
     }
 }
@@ -267,12 +267,12 @@ impl Ticker {
         let charges = PENDING.with(|p| p.borrow_mut().drain());
         for (descriptor, hits) in charges {
             if self.calls.len() >= MAX_ROOT_CALLS {
-                count(host, "switchyard.rate_limit.failure.reason.backlog");
+                count(host, "switchyard.rate_limit.failure_total.reason.backlog");
                 continue;
             }
             match call(host, service, std::slice::from_ref(&descriptor), hits) {
                 Some(token) => self.calls.push((token, RootCall::Charge(descriptor))),
-                None => count(host, "switchyard.rate_limit.failure.reason.refused"),
+                None => count(host, "switchyard.rate_limit.failure_total.reason.refused"),
             }
         }
         if limits.share_cooldowns && self.calls.len() < MAX_ROOT_CALLS {
@@ -299,7 +299,7 @@ impl Ticker {
         let Some(i) = self.calls.iter().position(|(t, _)| *t == token) else { return };
         let (_, call) = self.calls.swap_remove(i);
         let Some(r) = decoded(host, status, size) else {
-            count(host, "switchyard.rate_limit.failure.reason.charge");
+            count(host, "switchyard.rate_limit.failure_total.reason.charge");
             return;
         };
         if r.overall != Code::OverLimit {
@@ -312,7 +312,7 @@ impl Ticker {
                     return;
                 };
                 if key == crate::limits::CAPACITY_KEY {
-                    count(host, &format!("switchyard.rate_limit.capped.provider.{}", tag(provider)));
+                    count(host, &format!("switchyard.rate_limit.capped_total.provider.{}", tag(provider)));
                     let until = now_ms.saturating_add(reset.unwrap_or(60).saturating_mul(1000));
                     host.set_shared_data(&capped_key(provider), &until.to_le_bytes(), 0);
                 }
@@ -321,7 +321,7 @@ impl Ticker {
                 let slot_end_ms = slot.saturating_add(1).saturating_mul(COOLDOWN_SLOT_S).saturating_mul(1000);
                 for (p, s) in providers.iter().zip(&r.statuses) {
                     if s.code == Code::OverLimit {
-                        count(host, &format!("switchyard.rate_limit.shared_cooldown.provider.{}", tag(p)));
+                        count(host, &format!("switchyard.rate_limit.shared_cooldown_total.provider.{}", tag(p)));
                         cool_provider(host, config, p, slot_end_ms);
                     }
                 }

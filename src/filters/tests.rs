@@ -173,10 +173,10 @@ fn a_failover_gives_each_attempt_only_its_own_key_and_the_caller_the_second_answ
     assert!(host.state().refused_writes.is_empty(), "{:?}", host.state().refused_writes);
 
     // Outcomes: one failure on alpha, one success on beta, counted in the metrics.
-    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.alpha.outcome.server_error"), 1);
-    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.beta.outcome.success"), 1);
-    assert_eq!(host.counter("switchyard.fallbacks.kind.provider"), 1);
-    assert_eq!(host.counter("switchyard.requests.result.served"), 1);
+    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.alpha.outcome.server_error"), 1);
+    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.beta.outcome.success"), 1);
+    assert_eq!(host.counter("switchyard.fallbacks_total.kind.provider"), 1);
+    assert_eq!(host.counter("switchyard.requests_total.result.served"), 1);
     assert!(host.state().shared.contains_key("sy/h/m|alpha") && host.state().shared.contains_key("sy/h/m|beta"));
 }
 
@@ -204,7 +204,7 @@ fn when_every_attempt_fails_the_caller_gets_one_error_in_its_shape() {
     let body = json(&host.state().response_body);
     assert!(body["error"]["message"].is_string(), "{body}");
     stream.on_log();
-    assert_eq!(host.counter("switchyard.requests.result.failed"), 1);
+    assert_eq!(host.counter("switchyard.requests_total.result.failed"), 1);
 }
 
 #[test]
@@ -229,7 +229,7 @@ fn a_prepared_first_attempt_carries_no_key_and_is_recorded_by_the_decision_filte
     assert_eq!(stream.on_response_body(ANSWER.len(), true), Action::Continue);
     assert_eq!(json(&host.state().response_body)["provider"], "alpha");
     stream.on_log();
-    assert_eq!(host.counter("switchyard.attempts.model.m.endpoint.alpha.outcome.success"), 1);
+    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.alpha.outcome.success"), 1);
 }
 
 #[test]
@@ -438,7 +438,7 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
     assert_eq!(calls.len(), 2, "{calls:?}");
     let (_, descriptors, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
     assert_eq!((descriptors, hits), (vec![crate::limits::limit_descriptor("tpm", "all")], 999_999));
-    assert_eq!(host.counter("switchyard.rate_limit.charged.limit.tpm.kind.tokens"), 1_000_000);
+    assert_eq!(host.counter("switchyard.rate_limit.charged_total.limit.tpm.kind.tokens"), 1_000_000);
     assert_eq!(
         host.take_calls().last().map(String::as_str),
         Some(format!("grpc_call {} ShouldRateLimit 30ms", crate::limits::grpc_target("rls")).as_str())

@@ -19,7 +19,7 @@
 //!   charges' answers: a pod keeps sending to a provider over its cap until its next charge
 //!   comes back over limit (one tick).
 //! - **The service failing** (unreachable, slow past `timeout_ms`, a malformed answer): each
-//!   limit's `failure_mode` decides; `open` serves and counts `switchyard.rate_limit.failure`,
+//!   limit's `failure_mode` decides; `open` serves and counts `switchyard.rate_limit.failure_total`,
 //!   `closed` refuses with 503. Settlement and capacity failures are counted and dropped.
 //!
 //! This module is pure: which limits apply, their descriptors, the charges, the cool-down slots.
