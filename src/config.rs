@@ -58,6 +58,9 @@ struct RawConfig {
     /// Presets: compiled by `routing::presets::Presets::from_json` against this catalog.
     #[serde(default, rename = "presets")]
     _presets: Option<serde_json::Value>,
+    /// Metrics, traces and access-log attributes: compiled by `telemetry::Telemetry::from_json`.
+    #[serde(default, rename = "telemetry")]
+    _telemetry: Option<serde_json::Value>,
 }
 
 /// Caller headers forwarded to providers (see `forwarding`).

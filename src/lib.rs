@@ -11,6 +11,7 @@
 //!   retries (the plan, its slots, the per-attempt rewrite, the route mark)
 //! - `answer/`: what the caller sees (answers, streams, usage and cost, errors, listings)
 //! - `limits/`: mesh-wide budgets and provider capacity through a rate limit service
+//! - `telemetry`: the usage metrics' names and labels, the span and access-log attributes
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
 //! - `filters/`: the two filters over the `Host` seam, with a mock host for native tests
 //! - `host/` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, SDK callbacks)
@@ -27,6 +28,7 @@ pub mod limits;
 pub mod protocol;
 pub mod routing;
 pub mod surface;
+pub mod telemetry;
 #[cfg(test)]
 mod test_support;
 pub mod wiring;

@@ -5,7 +5,8 @@
 
 use super::host::{Host, MetricKind};
 use super::shared::{
-    count, endpoint_metric, observe, stats_key, step_in_flight, tag, update_stats, LATENCY_SERIES, TTFT_SERIES,
+    count, endpoint_metric, observe, stats_key, step_in_flight, tag, update_stats, LATENCY_SERIES, OUTPUT_RATE_SERIES,
+    TTFT_SERIES,
 };
 use super::Configured;
 use crate::answer::ending::{collect_records, MAX_RECORDED_ATTEMPTS};
@@ -113,10 +114,17 @@ pub fn finished(
             }
         });
     }
-    let tags = || format!("model.{}.endpoint.{}", tag(of.model), tag(of.slug));
+    // The provider's slug, or the endpoint slug's provider part when the endpoint left the catalog.
+    let provider = endpoint
+        .and_then(|e| catalog.provider_of(e))
+        .map_or_else(|| of.slug.split('/').next().unwrap_or(of.slug), |p| p.slug.as_str());
+    let tags = || format!("model.{}.endpoint.{}.gen_ai_provider_name.{}", tag(of.model), tag(of.slug), tag(provider));
     let attempts = || format!("switchyard.attempts_total.{}.outcome.{}", tags(), s.outcome.name());
     let ttft = || format!("switchyard.gen_ai_server_time_to_first_token_milliseconds.{}", tags());
     let latency = || format!("switchyard.attempt_duration_milliseconds.{}", tags());
+    let rate = || format!("switchyard.output_tokens_per_second.{}", tags());
+    // Whole tokens per second of a successful attempt (the health statistics' throughput).
+    let tokens_per_s = s.tokens_per_s.filter(|t| t.is_finite() && *t >= 0.0).map(|t| t.round() as u64);
     let Some(index) = catalog.find_endpoint(of.model, of.slug) else {
         // Planned before a reload that removed the endpoint: named on each use.
         count(host, &attempts());
@@ -125,6 +133,9 @@ pub fn finished(
         }
         if timed {
             observe(host, &latency(), s.latency_ms);
+        }
+        if let Some(t) = tokens_per_s {
+            observe(host, &rate(), t);
         }
         return;
     };
@@ -137,5 +148,8 @@ pub fn finished(
     }
     if let Some(m) = timed.then(|| id(LATENCY_SERIES, MetricKind::Histogram, &latency)).flatten() {
         host.record_metric(m, s.latency_ms);
+    }
+    if let Some((t, m)) = tokens_per_s.and_then(|t| Some((t, id(OUTPUT_RATE_SERIES, MetricKind::Histogram, &rate)?))) {
+        host.record_metric(m, t);
     }
 }

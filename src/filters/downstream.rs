@@ -7,6 +7,7 @@ use super::caller::HostFacts;
 use super::host::{find, span, status_of, Action, Host};
 use super::mesh::{self, Admission, AdmissionState};
 use super::shared::{count, stats_key, step_in_flight, stick, tag, update_stats, SharedHealth};
+use super::usage::{self, Attributes, UsageKey, Used};
 use super::{Configured, Filter};
 use crate::answer::ending::{ending, Ending};
 use crate::answer::errors::ApiError;
@@ -27,6 +28,7 @@ use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Dec
 use crate::routing::quality::{judge_body, StreamJudge, Verdict};
 use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
+use crate::telemetry::strategy_metric_name;
 use crate::wiring::{
     ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER, INTERNAL_PREFIX, LIMITS_HEADER,
     MODEL_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER, ROUTING_HEADER,
@@ -155,9 +157,17 @@ pub struct Stream<H: Host> {
     admission: Option<Admission>,
     /// Routed and held until the admission answers.
     held: bool,
-    /// The served answer's usage, read for the limits' settlement (the prepared first
-    /// attempt's own watch serves when it answered).
+    /// The served answer's usage, read for the usage metrics and the limits' settlement (the
+    /// prepared first attempt's own watch serves when it answered).
     usage_watch: Option<AttemptWatch>,
+    /// `telemetry.caller`'s label index for this caller, when configured.
+    caller: Option<usize>,
+    /// Catalog model index the caller asked for (the number of models for `auto`).
+    request_model: usize,
+    /// The span and access-log attributes were written (once, at the answer's end).
+    attributes_written: bool,
+    /// The caller's `x-request-id`, kept for the attributes (providers never see it).
+    request_id: Option<String>,
 }
 
 impl<H: Host> Stream<H> {
@@ -196,6 +206,10 @@ impl<H: Host> Stream<H> {
             admission: None,
             held: false,
             usage_watch: None,
+            caller: None,
+            request_model: 0,
+            attributes_written: false,
+            request_id: None,
         }
     }
 
@@ -262,6 +276,7 @@ impl<H: Host> Stream<H> {
             ..Audit::default()
         });
         let body = e.body();
+        let code = e.code;
         let mut headers: Vec<(&str, &str)> = vec![("content-type", "application/json")];
         if let Some(name) = policy {
             headers.push((POLICY_HEADER, name));
@@ -276,6 +291,7 @@ impl<H: Host> Stream<H> {
             self.host.set_req_header(OWN_REPLY_HEADER, Some("1"));
         }
         self.host.reply(status, &headers, body.as_bytes());
+        self.write_attributes(Some(code));
         Action::Pause
     }
 
@@ -387,6 +403,12 @@ impl<H: Host> Stream<H> {
         d.body = Vec::new();
         self.planned = clusters.len();
         self.decided_ms = now;
+        let models = &self.config.catalog.models;
+        self.request_model = match d.plan.auto {
+            Some(_) => models.len(),
+            None => models.iter().position(|m| m.id == d.model).unwrap_or(models.len()),
+        };
+        count(&self.host, &strategy_metric_name(&tag(&d.plan.strategy.to_string())));
         self.decision = Some(d);
     }
 
@@ -488,7 +510,10 @@ impl<H: Host> Stream<H> {
                 update_stats(&self.host, &stats_key(model, slug), |s| s.judge(now, v.bad, v.tool));
             }
             if v.bad {
-                count(&self.host, &format!("switchyard.bad_responses_total.model.{}.endpoint.{}", tag(model), tag(slug)));
+                count(
+                    &self.host,
+                    &format!("switchyard.bad_responses_total.model.{}.endpoint.{}", tag(model), tag(slug)),
+                );
             }
         }
     }
@@ -535,6 +560,12 @@ impl<H: Host> Filter for Stream<H> {
             self.host.set_req_header(name, None);
         }
         self.select_policy(&headers);
+        if let Some(c) = &self.config.telemetry.caller {
+            self.caller = Some(c.index(find(&headers, &c.header)));
+        }
+        if self.config.telemetry.request_attributes {
+            self.request_id = find(&headers, "x-request-id").map(str::to_string);
+        }
         let catalog = &self.config.catalog;
         self.caller_credentials =
             catalog.credential_headers.iter().filter(|h| find(&headers, h).is_some()).cloned().collect();
@@ -719,7 +750,11 @@ impl<H: Host> Filter for Stream<H> {
             let kind = if served_model != primary_model { "model" } else { "provider" };
             count(&self.host, &format!("switchyard.fallbacks_total.kind.{kind}"));
         }
-        self.take_answer(&headers, status, served_model, slug, end_of_stream, now)
+        let action = self.take_answer(&headers, status, served_model, slug, end_of_stream, now);
+        if end_of_stream {
+            self.write_attributes(None);
+        }
+        action
     }
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -757,6 +792,9 @@ impl<H: Host> Filter for Stream<H> {
         if end_of_stream && self.watching_first() {
             span("record_outcome", || self.finish_first(now));
         }
+        if end_of_stream && self.decision.is_some() {
+            self.write_attributes(None);
+        }
         action
     }
 
@@ -771,6 +809,7 @@ impl<H: Host> Filter for Stream<H> {
             }
         }
         self.count_result();
+        self.record_usage();
         self.settle_limits();
     }
 
@@ -836,18 +875,72 @@ impl<H: Host> Stream<H> {
         }
         let Some((model, slug)) = &self.served else { return };
         let pricing = self.config.catalog.endpoint_of(model, slug).map(|e| e.pricing).unwrap_or_default();
-        let usage = match self.first.as_ref().filter(|f| f.answered) {
-            Some(f) => f.watch.usage,
-            None => self.usage_watch.as_ref().map(|w| w.usage).unwrap_or_default(),
-        };
         // An answer that reported no usage (a stream cut before its usage event): its prompt,
         // estimated from the body that was sent, at the prompt price.
         let estimate = self.decision.as_ref().map_or(0, |d| (d.body.len() as u64).div_ceil(4));
-        let (tokens, cost) = match usage.priced(&pricing) {
-            Some(u) => (u.prompt_tokens + u.completion_tokens, u.cost_usd),
+        let (tokens, cost) = match self.served_usage() {
+            Some(u) => (u.input_tokens + u.output_tokens, u.cost_usd),
             None => (estimate, pricing.cost_usd(estimate, 0, 0)),
         };
         mesh::settle(&self.host, &self.config.limits, &adm.applied, tokens, cost);
+    }
+
+    /// What the served answer reported, priced as its `usage.cost` (None: no answer served, or
+    /// it reported no complete usage).
+    fn served_usage(&self) -> Option<Used> {
+        let (model, slug) = self.served.as_ref()?;
+        let pricing = self.config.catalog.endpoint_of(model, slug)?.pricing;
+        let usage = match self.first.as_ref().filter(|f| f.answered) {
+            Some(f) => f.watch.usage,
+            None => self.usage_watch.as_ref()?.usage,
+        };
+        let priced = usage.priced(&pricing)?;
+        Some(Used {
+            input_tokens: priced.prompt_tokens,
+            output_tokens: priced.completion_tokens,
+            cache_read_tokens: usage.cached_tokens.unwrap_or(0).min(priced.prompt_tokens),
+            cost_usd: priced.cost_usd,
+        })
+    }
+
+    /// The served request's usage and duration in the metrics (served attempt only; a
+    /// provider's error or a failed failover used nothing billable here).
+    fn record_usage(&self) {
+        if !matches!(self.result, Some(RequestResult::Served)) {
+            return;
+        }
+        let Some(endpoint) = self.served.as_ref().and_then(|(m, s)| self.config.catalog.find_endpoint(m, s)) else {
+            return;
+        };
+        let key = UsageKey { request_model: self.request_model, endpoint, policy: self.policy, caller: self.caller };
+        let duration = self.host.now_ms().saturating_sub(self.decided_ms);
+        usage::record(&self.host, &self.config, key, self.served_usage(), duration);
+    }
+
+    /// The request's span and access-log attributes, once, when its answer ends (Envoy
+    /// finishes the span and writes the log before the filter's own log callback).
+    fn write_attributes(&mut self, error: Option<&str>) {
+        if !self.config.telemetry.request_attributes || self.attributes_written {
+            return;
+        }
+        self.attributes_written = true;
+        let config = Rc::clone(&self.config);
+        let served = self.served.as_ref().and_then(|(m, s)| config.catalog.endpoint_of(m, s));
+        let used = self.served_usage();
+        let path = self.path.split('?').next().filter(|p| !p.is_empty());
+        let caller = self.caller.zip(config.telemetry.caller.as_ref()).map(|(i, c)| c.name(i));
+        usage::write_attributes(
+            &self.host,
+            &Attributes {
+                request_model: self.decision.as_ref().map(|_| usage::request_model_name(&config, self.request_model)),
+                provider: served.and_then(|e| config.catalog.provider_of(e)).map(|p| p.slug.as_str()),
+                used,
+                caller,
+                path,
+                error,
+                request_id: self.request_id.as_deref(),
+            },
+        );
     }
 
     /// The attempts' records, in order, as far as they are known when the answer's headers
@@ -913,6 +1006,7 @@ impl<H: Host> Stream<H> {
         self.result = Some(RequestResult::Failed);
         let attempts = audit.attempts.to_string();
         self.audit(Audit { status: e.status, error: Some(e.code), ..audit });
+        self.write_attributes(Some(e.code));
         // Rebound so it may also borrow what this function owns.
         let mut own: Vec<(&str, &str)> = own.into_iter().collect();
         own.push(("content-type", "application/json"));
@@ -972,14 +1066,10 @@ impl<H: Host> Stream<H> {
             stick(&self.host, conv, &served_model, &slug, now.saturating_add(ttl_ms));
         }
         self.served = Some((served_model.clone(), slug.clone()));
-        let charged = self.admission.as_ref().is_some_and(|a| {
-            a.applied
-                .iter()
-                .filter_map(|x| self.config.limits.limit(x))
-                .any(|l| l.kind != crate::limits::Kind::Requests)
-        });
         let stream = self.decision.as_ref().is_some_and(|d| d.stream);
-        if charged && !self.first.as_ref().is_some_and(|f| f.answered) {
+        // The served attempt's usage, for the metrics (and the limits): the prepared first
+        // attempt's watch has it when it served.
+        if !self.first.as_ref().is_some_and(|f| f.answered) {
             self.usage_watch = Some(AttemptWatch::new(self.api, stream, now));
         }
         if end_of_stream {

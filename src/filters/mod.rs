@@ -21,6 +21,7 @@ pub mod shared;
 #[cfg(test)]
 mod tests;
 pub mod upstream;
+mod usage;
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;
@@ -28,6 +29,7 @@ use crate::limits::MeshLimits;
 use crate::protocol::plan::fingerprint;
 use crate::routing::policy::Policies;
 use crate::routing::presets::Presets;
+use crate::telemetry::Telemetry;
 use host::{Action, Host};
 
 /// The configured catalog plus its fingerprint (plans carry it so an upstream filter never
@@ -40,6 +42,8 @@ pub struct Configured {
     pub limits: MeshLimits,
     /// Named routing settings callers use as `@preset/<name>`.
     pub presets: Presets,
+    /// The usage metrics' caller label and the per-request attributes for spans and logs.
+    pub telemetry: Telemetry,
     pub id: u64,
 }
 
@@ -69,7 +73,8 @@ pub fn configure(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<C
     let policies = Policies::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
     let limits = MeshLimits::from_json(bytes, &catalog, &policies).map_err(|e| e.to_string())?;
     let presets = Presets::from_json(bytes, &catalog).map_err(|e| e.to_string())?;
-    Ok(Configured { catalog, policies, limits, presets, id: fingerprint(bytes) })
+    let telemetry = Telemetry::from_json(bytes).map_err(|e| e.to_string())?;
+    Ok(Configured { catalog, policies, limits, presets, telemetry, id: fingerprint(bytes) })
 }
 
 /// The HTTP callbacks of a filter, as the adapter delivers them. Defaults: nothing to do.

@@ -245,7 +245,8 @@ pub fn tag(v: &str) -> String {
     v.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
+/// The id of metric `name`, defined on its first use on this worker.
+pub fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
     METRICS.with(|m| {
         if let Some(id) = m.borrow().get(name) {
             return Some(*id);
@@ -261,10 +262,12 @@ fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
     })
 }
 
-/// Series kept per catalog endpoint: attempts by outcome (`Outcome::index`), then TTFT and latency.
-pub const ENDPOINT_SERIES: usize = 8;
+/// Series kept per catalog endpoint: attempts by outcome (`Outcome::index`), then TTFT,
+/// latency and output speed.
+pub const ENDPOINT_SERIES: usize = 9;
 pub const TTFT_SERIES: usize = 6;
 pub const LATENCY_SERIES: usize = 7;
+pub const OUTPUT_RATE_SERIES: usize = 8;
 
 thread_local! {
     /// Metric ids per catalog endpoint (by index) and series, for the configuration `.0`: a

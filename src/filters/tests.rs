@@ -173,10 +173,20 @@ fn a_failover_gives_each_attempt_only_its_own_key_and_the_caller_the_second_answ
     assert!(host.state().refused_writes.is_empty(), "{:?}", host.state().refused_writes);
 
     // Outcomes: one failure on alpha, one success on beta, counted in the metrics.
-    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.alpha.outcome.server_error"), 1);
-    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.beta.outcome.success"), 1);
+    let attempts = "switchyard.attempts_total.model.m.endpoint";
+    assert_eq!(host.counter(&format!("{attempts}.alpha.gen_ai_provider_name.alpha.outcome.server_error")), 1);
+    assert_eq!(host.counter(&format!("{attempts}.beta.gen_ai_provider_name.beta.outcome.success")), 1);
     assert_eq!(host.counter("switchyard.fallbacks_total.kind.provider"), 1);
     assert_eq!(host.counter("switchyard.requests_total.result.served"), 1);
+    // The served attempt's usage, the numbers behind the body's usage.cost (2 USD in nano-USD),
+    // by the model asked for and the endpoint that served; the failed attempt used nothing.
+    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.beta.endpoint.beta";
+    let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
+    assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1_000_000);
+    assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 0);
+    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 2_000_000_000);
+    assert_eq!(host.counter(&format!("{tokens}.input.{}", labels.replace("beta", "alpha"))), 0);
+    assert_eq!(host.counter("switchyard.requests_by_strategy_total.strategy.sort_price"), 1);
     assert!(host.state().shared.contains_key("sy/h/m|alpha") && host.state().shared.contains_key("sy/h/m|beta"));
 }
 
@@ -229,7 +239,13 @@ fn a_prepared_first_attempt_carries_no_key_and_is_recorded_by_the_decision_filte
     assert_eq!(stream.on_response_body(ANSWER.len(), true), Action::Continue);
     assert_eq!(json(&host.state().response_body)["provider"], "alpha");
     stream.on_log();
-    assert_eq!(host.counter("switchyard.attempts_total.model.m.endpoint.alpha.outcome.success"), 1);
+    assert_eq!(
+        host.counter("switchyard.attempts_total.model.m.endpoint.alpha.gen_ai_provider_name.alpha.outcome.success"),
+        1
+    );
+    // The prepared first attempt's own watch read the usage.
+    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.alpha.endpoint.alpha";
+    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_000_000_000);
 }
 
 #[test]
