@@ -17,6 +17,8 @@ pub enum Action {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
     Counter,
+    /// Set with `record_metric` (the last value recorded is the value).
+    Gauge,
     Histogram,
 }
 

@@ -130,6 +130,11 @@ impl MockHost {
     pub fn counter(&self, name: &str) -> i64 {
         self.0.borrow().metrics.get(&metric_id(name)).map_or(0, |m| m.0)
     }
+
+    /// The values recorded into the metric named `name` (histogram samples, gauge settings).
+    pub fn recorded(&self, name: &str) -> Vec<u64> {
+        self.0.borrow().metrics.get(&metric_id(name)).map(|m| m.1.clone()).unwrap_or_default()
+    }
 }
 
 impl Host for MockHost {

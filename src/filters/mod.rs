@@ -13,6 +13,7 @@
 mod attempts;
 mod caller;
 pub mod downstream;
+pub mod gauges;
 pub mod host;
 pub mod mesh;
 #[cfg(test)]

@@ -263,11 +263,12 @@ pub fn metric(host: &dyn Host, kind: MetricKind, name: &str) -> Option<u32> {
 }
 
 /// Series kept per catalog endpoint: attempts by outcome (`Outcome::index`), then TTFT,
-/// latency and output speed.
-pub const ENDPOINT_SERIES: usize = 9;
+/// latency, output speed and the cool-down gauge.
+pub const ENDPOINT_SERIES: usize = 10;
 pub const TTFT_SERIES: usize = 6;
 pub const LATENCY_SERIES: usize = 7;
 pub const OUTPUT_RATE_SERIES: usize = 8;
+pub const COOLING_DOWN_SERIES: usize = 9;
 
 thread_local! {
     /// Metric ids per catalog endpoint (by index) and series, for the configuration `.0`: a

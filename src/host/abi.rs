@@ -29,6 +29,7 @@ const PLUGIN_CONFIGURATION: u32 = 7;
 const REQUEST_HEADERS: u32 = 0;
 const RESPONSE_HEADERS: u32 = 2;
 const COUNTER: u32 = 0;
+const GAUGE: u32 = 1;
 const HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
@@ -346,6 +347,7 @@ impl Host for ProxyWasm {
         define_metric(
             match kind {
                 MetricKind::Counter => COUNTER,
+                MetricKind::Gauge => GAUGE,
                 MetricKind::Histogram => HISTOGRAM,
             },
             name,

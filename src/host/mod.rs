@@ -15,6 +15,7 @@ use std::rc::Rc;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, ContextType, LogLevel};
 
+use crate::filters::gauges;
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::prune_stale_keys;
 use crate::filters::{configure, downstream, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
@@ -23,7 +24,7 @@ use abi::ProxyWasm;
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
     proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
-        abi::set_root_context(context_id); Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default() }) });
+        abi::set_root_context(context_id); Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default(), gauges_ms: 0 }) });
 }}
 
 thread_local! {
@@ -54,11 +55,15 @@ struct Root {
     config: Option<Rc<Configured>>,
     /// Sends the worker's queued mesh-wide charges and polls shared cool-downs.
     ticker: Ticker,
+    /// When the health gauges were last published (ms).
+    gauges_ms: u64,
 }
 
 /// How often queued charges go to the rate limit service (and cool-downs are polled): the
 /// delay a mesh-wide cap or cool-down takes to reach the other pods, at most.
 const TICK_MS: u32 = 100;
+/// The tick without mesh-wide limits: the health gauges' interval.
+const GAUGE_TICK_MS: u32 = gauges::GAUGE_INTERVAL_MS as u32;
 
 impl Context for Root {
     fn on_grpc_call_response(&mut self, token_id: u32, status_code: u32, response_size: usize) {
@@ -93,9 +98,9 @@ impl RootContext for Root {
                 );
                 if self.role == Role::Downstream {
                     prune_stale_keys(&ProxyWasm, &configured.catalog);
-                    if configured.limits.service.is_some() {
-                        abi::set_tick_period_ms(TICK_MS);
-                    }
+                    // The mesh-wide charges need the short tick; the health gauges the long one.
+                    let tick = if configured.limits.service.is_some() { TICK_MS } else { GAUGE_TICK_MS };
+                    abi::set_tick_period_ms(tick);
                 }
                 self.config = Some(Rc::new(configured));
                 true
@@ -123,7 +128,12 @@ impl RootContext for Root {
 
     fn on_tick(&mut self) {
         if let Some(config) = &self.config {
-            self.ticker.tick(&ProxyWasm, config, abi::now_ms());
+            let now = abi::now_ms();
+            self.ticker.tick(&ProxyWasm, config, now);
+            if now.saturating_sub(self.gauges_ms) >= gauges::GAUGE_INTERVAL_MS {
+                self.gauges_ms = now;
+                gauges::publish(&ProxyWasm, config, now);
+            }
         }
     }
 

@@ -1,0 +1,68 @@
+//! Gauges of what the shared health statistics say now, published from each worker's root
+//! context on a timer (every worker reads the same shared data, so they write the same values):
+//! which endpoints are cooling down (a 429's `Retry-After`, a mesh-wide capacity cap, another
+//! pod's shared cool-down). An alert on "every endpoint of a model is cooling down" needs the
+//! state itself, not the attempts: a cooling endpoint gets none.
+
+use super::host::{Host, MetricKind};
+use super::shared::{endpoint_metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
+use super::Configured;
+
+/// How often the gauges are published (Envoy's default stats flush interval).
+pub const GAUGE_INTERVAL_MS: u64 = 5_000;
+
+/// Sets `switchyard_endpoint_cooling_down{model, endpoint, gen_ai_provider_name}` to 1 or 0
+/// for every catalog endpoint: one shared-data read each.
+pub fn publish(host: &dyn Host, config: &Configured, now_ms: u64) {
+    let catalog = &config.catalog;
+    let window = catalog.routing.outage_window_s.saturating_mul(1000);
+    for (index, ep) in catalog.endpoints.iter().enumerate() {
+        let Some(model) = catalog.models.get(ep.model) else { continue };
+        let provider = catalog.provider_of(ep).map_or(ep.base_slug(), |p| p.slug.as_str());
+        let name = || {
+            format!(
+                "switchyard.endpoint_cooling_down.model.{}.endpoint.{}.gen_ai_provider_name.{}",
+                tag(&model.id),
+                tag(&ep.slug),
+                tag(provider)
+            )
+        };
+        let cooling = read_stats(host, &stats_key(&model.id, &ep.slug)).view(now_ms, window).cooling_down;
+        if let Some(id) = endpoint_metric(host, config.id, index, COOLING_DOWN_SERIES, MetricKind::Gauge, name) {
+            host.record_metric(id, u64::from(cooling));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filters::configure;
+    use crate::filters::mock::MockHost;
+    use crate::filters::shared::update_stats;
+
+    #[test]
+    fn a_cooling_endpoint_reads_one_and_the_others_zero() {
+        let config = configure(
+            br#"{"providers": {"a": {"cluster": "ca", "authority": "a", "credential": {"value": "k"}},
+                               "b": {"cluster": "cb", "authority": "b", "credential": {"value": "k"}}},
+                 "models": {"m/x": {"endpoints": [{"provider": "a", "pricing": {"prompt": 1, "completion": 1}},
+                                                  {"provider": "b", "pricing": {"prompt": 1, "completion": 1}}]}}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let host = MockHost::new();
+        update_stats(&host, &stats_key("m/x", "a"), |s| s.cool_down_until(10_000));
+        publish(&host, &config, 1_000);
+        let gauge = |slug: &str| {
+            let name =
+                format!("switchyard.endpoint_cooling_down.model.m_x.endpoint.{slug}.gen_ai_provider_name.{slug}");
+            host.recorded(&name)
+        };
+        assert_eq!(gauge("a"), vec![1]);
+        assert_eq!(gauge("b"), vec![0]);
+        // Once the cool-down is over the gauge reads 0 again.
+        publish(&host, &config, 10_001);
+        assert_eq!(gauge("a"), vec![1, 0]);
+    }
+}
