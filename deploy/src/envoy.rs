@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+
+use crate::telemetry::{access_log, hcm_tracing, otlp_cluster, stats_config, with_request_attributes};
+pub use crate::telemetry::{AccessLog, Tracing};
 use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY};
 use switchyard::protocol::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
 use switchyard::wiring::{
@@ -84,8 +87,11 @@ pub struct StackConfig {
     pub policy_routes: Vec<PolicyRoute>,
     /// Terminate TLS on the listener and require a client certificate (mTLS callers).
     pub tls: Option<TlsSpec>,
-    /// Access log to Envoy's stdout, with Switchyard's audit record (`%FILTER_STATE%`).
-    pub access_log: bool,
+    /// Access log to Envoy's stdout: a text line with Switchyard's audit record, or one JSON
+    /// object per request with the decision, tokens and cost (`telemetry::AccessLog`).
+    pub access_log: AccessLog,
+    /// Traces to an OTLP/gRPC collector with Envoy's OpenTelemetry tracer.
+    pub tracing: Option<Tracing>,
     /// Route timeout: bounds the whole request, every attempt and a whole stream included.
     pub route_timeout_ms: u32,
     /// Concurrent requests (and connections, pending requests) per provider cluster.
@@ -307,12 +313,6 @@ pub struct TlsSpec {
     pub client_ca: PathBuf,
 }
 
-/// The access-log line: request, status, and Switchyard's audit record of the decision.
-/// (Not `%REQ(:PATH)%`: the per-attempt filter rewrites the path for the provider; the record
-/// carries the caller's path.)
-pub const ACCESS_LOG_FORMAT: &str =
-    "[%START_TIME%] %REQ(:METHOD)% %RESPONSE_CODE% %DURATION%ms switchyard=%FILTER_STATE(wasm.switchyard_decision:PLAIN)%\n";
-
 impl StackConfig {
     /// A Switchyard stack with the defaults tests and tools use: any free ports, 1 MiB buffer
     /// limit, 4 attempts, 2 ms back-off, 60 s per-attempt idle timeout.
@@ -333,7 +333,8 @@ impl StackConfig {
             per_try_idle_timeout_ms: 60_000,
             policy_routes: Vec::new(),
             tls: None,
-            access_log: false,
+            access_log: AccessLog::Off,
+            tracing: None,
             jwt: None,
             route_timeout_ms: 300_000,
             max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
@@ -404,6 +405,10 @@ fn plugin_json(cfg: &StackConfig) -> String {
     let generated = generated_cluster_names(cfg);
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &generated, &first_attempt_cluster_name);
     with_injected_keys(&mut config, &cfg.sds_keyed());
+    // The custom tags and the JSON log read the attributes the filter writes.
+    if cfg.tracing.is_some() || cfg.access_log == AccessLog::Json {
+        with_request_attributes(&mut config);
+    }
     serde_json::to_string_pretty(&config).unwrap_or_else(|_| config.to_string())
 }
 
@@ -896,6 +901,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         clusters.push(cluster(pt));
     }
     clusters.extend(crate::ratelimit::service_cluster(&cfg.plugin_config, cfg.rate_limit_service.as_ref()));
+    clusters.extend(cfg.tracing.as_ref().map(otlp_cluster));
     let names: Vec<&str> = generated.iter().copied().chain(twin_names.iter().map(String::as_str)).collect();
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.
@@ -936,12 +942,11 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     // specifier reads (see `cluster_matcher`).
     virtual_hosts
         .push(json!({"name": "llm", "domains": ["*"], "routes": routes(None), "include_request_attempt_count": true}));
-    let tag = |name: &str| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")});
     let mut boot = json!({
         // SDS (the key files) needs a node identity.
         "node": {"id": "switchyard", "cluster": "switchyard"},
         // Switchyard metrics carry model/endpoint/outcome as `.name.value` segments.
-        "stats_config": {"stats_tags": [tag("model"), tag("endpoint"), tag("outcome"), tag("kind"), tag("code"), tag("result"), tag("reason"), tag("policy"), tag("limit"), tag("provider")]},
+        "stats_config": stats_config(),
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": cfg.admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -982,14 +987,11 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         }
     });
     let chain = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0];
-    if cfg.access_log {
-        chain["filters"][0]["typed_config"]["access_log"] = json!([{
-            "name": "envoy.access_loggers.stdout",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
-                "log_format": {"text_format_source": {"inline_string": ACCESS_LOG_FORMAT}}
-            }
-        }]);
+    if let Some(log) = access_log(cfg.access_log) {
+        chain["filters"][0]["typed_config"]["access_log"] = log;
+    }
+    if let Some(t) = &cfg.tracing {
+        chain["filters"][0]["typed_config"]["tracing"] = hcm_tracing(t);
     }
     if let Some(jwt) = &cfg.jwt {
         let authn = json!({"name": "envoy.filters.http.jwt_authn", "typed_config": {

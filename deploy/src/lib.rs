@@ -1,5 +1,5 @@
 //! What Switchyard ships besides the filter: the Envoy and Istio configuration generator
-//! (`envoy`, `istio`), the deployment catalog (`catalog`), `make render` (`render`) and the OCI
+//! (`envoy`, `istio`; what observers get in `telemetry`), the deployment catalog (`catalog`), `make render` (`render`) and the OCI
 //! image writer (`oci`). Only what writing configuration needs: no async runtime, no HTTP or TLS.
 #![recursion_limit = "256"]
 
@@ -9,3 +9,4 @@ pub mod istio;
 pub mod oci;
 pub mod ratelimit;
 pub mod render;
+pub mod telemetry;

@@ -189,7 +189,7 @@ fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_port
         PolicyRoute { domain: "finance.llm.local".into(), policy: "finance".into() },
         PolicyRoute { domain: "eu.llm.local".into(), policy: "eu".into() },
     ];
-    cfg.access_log = true;
+    cfg.access_log = switchyard_deploy::envoy::AccessLog::Text;
     cfg
 }
 

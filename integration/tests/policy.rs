@@ -138,7 +138,7 @@ fn start(tag: &'static str, make: fn(&[MockProvider]) -> (StackConfig, Vec<(Stri
     keep_running(tag, PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
         let (mut cfg, clients) = make(&providers);
         cfg.per_try_idle_timeout_ms = 1_000;
-        cfg.access_log = true;
+        cfg.access_log = switchyard_deploy::envoy::AccessLog::Text;
         let envoy = match Envoy::start(&cfg, tag) {
             Ok(e) => e,
             Err(e) => panic!("envoy: {e}"),

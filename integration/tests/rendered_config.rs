@@ -87,3 +87,35 @@ fn a_catalog_with_mesh_limits_renders_and_validates_in_envoy() {
         assert!(out.status.success() && log.contains("OK"), "Envoy {version}: {log}");
     }
 }
+
+/// Tracing (the OpenTelemetry tracer, upstream spans, the GenAI custom tags) and the JSON access
+/// log, as the generator renders them, are accepted by every Envoy of the matrix: the custom
+/// tags' `value` formatters and the JSON log's `%FILTER_STATE%` fields included.
+#[test]
+fn tracing_and_the_json_access_log_validate_in_envoy() {
+    use switchyard_integration::envoy::{bootstrap, to_yaml, work_dir, AccessLog, Tracing};
+    let catalog = Catalog::load(&default_catalog_path()).unwrap();
+    let mut cfg =
+        catalog.envoy_stack(repo_root().join("target/wasm32-wasip1/release/switchyard.wasm"), &Default::default());
+    cfg.access_log = AccessLog::Json;
+    cfg.tracing = Some(Tracing {
+        collector: ("otel-collector.observability.svc.cluster.local".into(), 4317),
+        service_name: "switchyard".into(),
+        sampling_percent: 1.0,
+    });
+    let boot = bootstrap(&cfg);
+    let yaml = to_yaml(&boot);
+    assert!(yaml.contains("envoy.tracers.opentelemetry") && yaml.contains("gen_ai.usage.input_tokens"));
+    let file = work_dir("tracing-render").join("switchyard.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    for version in ENVOY_MATRIX {
+        let mut cmd = Command::new(envoy_release(version));
+        cmd.args(["--mode", "validate", "-c"]).arg(&file).args(["--base-id", "31980", "--disable-hot-restart"]);
+        for k in catalog.env_keys() {
+            cmd.env(k, "validation-placeholder");
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("Envoy {version}: {e} (run `make envoy-matrix`)"));
+        let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && log.contains("OK"), "Envoy {version}: {log}");
+    }
+}

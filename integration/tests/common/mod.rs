@@ -241,7 +241,7 @@ pub fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
         launch("routing-tests", test_catalog(), |cfg| {
             cfg.per_try_idle_timeout_ms = 1_000;
-            cfg.access_log = true;
+            cfg.access_log = switchyard_deploy::envoy::AccessLog::Text;
         })
     })
 }

@@ -1,0 +1,282 @@
+//! What the generated Envoy configuration tells observers, in one place so the bootstrap, the
+//! Istio files and the tests read the same names: the `stats_tags` that turn Switchyard's
+//! stats names into Prometheus labels, the per-request attributes (OpenTelemetry GenAI names)
+//! that become tracing custom tags and JSON access-log fields, the tracer and its collector
+//! cluster, and the two access-log formats.
+
+use serde_json::{json, Map, Value};
+use switchyard::telemetry::attribute;
+use switchyard::wiring::{
+    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, MODEL_HEADER, POLICY_HEADER, PROVIDER_HEADER, STRATEGY_HEADER,
+};
+
+/// The labels Switchyard's stats carry as `.name.value` segments (see `switchyard::filters::
+/// shared::tag`), each a `stats_tags` rule of the bootstrap.
+pub const STAT_TAGS: [&str; 16] = [
+    "model",
+    "endpoint",
+    "outcome",
+    "kind",
+    "code",
+    "result",
+    "reason",
+    "policy",
+    "limit",
+    "provider",
+    "gen_ai_provider_name",
+    "gen_ai_request_model",
+    "gen_ai_response_model",
+    "gen_ai_token_type",
+    "caller",
+    "strategy",
+];
+
+/// The bootstrap's `stats_config`.
+pub fn stats_config() -> Value {
+    let tags: Vec<Value> =
+        STAT_TAGS.iter().map(|name| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")})).collect();
+    json!({"stats_tags": tags})
+}
+
+/// Where a request attribute's value comes from in Envoy's substitution format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A response header Switchyard sets on every routed answer.
+    ResponseHeader(&'static str),
+    /// A filter-state value the filter writes at the answer's end (`telemetry.request_attributes`).
+    FilterState(&'static str),
+    /// A fixed value.
+    Literal(&'static str),
+}
+
+impl Source {
+    /// The substitution format string that reads it.
+    pub fn format(&self) -> String {
+        match self {
+            Source::ResponseHeader(h) => format!("%RESP({h})%"),
+            Source::FilterState(key) => format!("%FILTER_STATE(wasm.{key}:PLAIN)%"),
+            Source::Literal(v) => (*v).to_string(),
+        }
+    }
+}
+
+/// One per-request attribute: its span attribute (OpenTelemetry GenAI name where one exists),
+/// its access-log field, and its source.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestAttribute {
+    pub span: &'static str,
+    pub log: &'static str,
+    pub source: Source,
+}
+
+const fn attr(span: &'static str, log: &'static str, source: Source) -> RequestAttribute {
+    RequestAttribute { span, log, source }
+}
+
+/// Every attribute a routed request's span and access-log line carry.
+pub const REQUEST_ATTRIBUTES: [RequestAttribute; 15] = [
+    attr("gen_ai.operation.name", "operation", Source::Literal("chat")),
+    attr("gen_ai.request.model", "request_model", Source::FilterState(attribute::REQUEST_MODEL)),
+    attr("gen_ai.response.model", "response_model", Source::ResponseHeader(MODEL_HEADER)),
+    attr("gen_ai.provider.name", "provider", Source::FilterState(attribute::PROVIDER)),
+    attr("switchyard.endpoint", "endpoint", Source::ResponseHeader(PROVIDER_HEADER)),
+    attr("switchyard.strategy", "strategy", Source::ResponseHeader(STRATEGY_HEADER)),
+    attr("switchyard.policy", "policy", Source::ResponseHeader(POLICY_HEADER)),
+    attr("switchyard.attempts", "attempts", Source::ResponseHeader(ATTEMPTS_HEADER)),
+    attr("switchyard.attempt_log", "attempt_log", Source::ResponseHeader(ATTEMPT_LOG_HEADER)),
+    attr("gen_ai.usage.input_tokens", "input_tokens", Source::FilterState(attribute::INPUT_TOKENS)),
+    attr("gen_ai.usage.output_tokens", "output_tokens", Source::FilterState(attribute::OUTPUT_TOKENS)),
+    attr(
+        "gen_ai.usage.cache_read.input_tokens",
+        "cache_read_tokens",
+        Source::FilterState(attribute::CACHE_READ_TOKENS),
+    ),
+    attr("switchyard.cost_usd", "cost_usd", Source::FilterState(attribute::COST_USD)),
+    attr("switchyard.caller", "caller", Source::FilterState(attribute::CALLER)),
+    attr("error.type", "error", Source::FilterState(attribute::ERROR)),
+];
+
+/// The HCM's `tracing.custom_tags`: one tag per request attribute.
+pub fn custom_tags() -> Vec<Value> {
+    REQUEST_ATTRIBUTES
+        .iter()
+        .map(|a| match a.source {
+            Source::Literal(v) => json!({"tag": a.span, "literal": {"value": v}}),
+            s => json!({"tag": a.span, "value": s.format()}),
+        })
+        .collect()
+}
+
+/// The JSON access log's fields: Envoy's own facts, then every request attribute.
+pub fn json_log_format() -> Value {
+    let mut fields = Map::new();
+    for (k, v) in [
+        ("start_time", "%START_TIME%"),
+        ("method", "%REQ(:METHOD)%"),
+        ("path", &Source::FilterState(attribute::PATH).format()),
+        ("status", "%RESPONSE_CODE%"),
+        ("duration_ms", "%DURATION%"),
+        ("bytes_received", "%BYTES_RECEIVED%"),
+        ("bytes_sent", "%BYTES_SENT%"),
+        ("response_flags", "%RESPONSE_FLAGS%"),
+        ("trace_id", "%TRACE_ID%"),
+        // The caller's `x-request-id` as the filter saw it (it is removed before providers, so
+        // `%REQ(X-REQUEST-ID)%` is empty by the time the line is written).
+        ("request_id", &Source::FilterState(attribute::REQUEST_ID).format()),
+    ] {
+        fields.insert(k.to_string(), json!(v));
+    }
+    for a in REQUEST_ATTRIBUTES.iter().filter(|a| !matches!(a.source, Source::Literal(_))) {
+        fields.insert(a.log.to_string(), json!(a.source.format()));
+    }
+    Value::Object(fields)
+}
+
+/// The text access-log line: request, status, and Switchyard's audit record of the decision.
+/// (Not `%REQ(:PATH)%`: the per-attempt filter rewrites the path for the provider; the record
+/// carries the caller's path.)
+pub const TEXT_LOG_FORMAT: &str =
+    "[%START_TIME%] %REQ(:METHOD)% %RESPONSE_CODE% %DURATION%ms switchyard=%FILTER_STATE(wasm.switchyard_decision:PLAIN)%\n";
+
+/// The access log the listener writes (to Envoy's stdout).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccessLog {
+    #[default]
+    Off,
+    /// One text line with the decision's audit record (`TEXT_LOG_FORMAT`).
+    Text,
+    /// One JSON object per line (`json_log_format`).
+    Json,
+}
+
+/// The HCM's `access_log`, or None when off.
+pub fn access_log(kind: AccessLog) -> Option<Value> {
+    let format = match kind {
+        AccessLog::Off => return None,
+        AccessLog::Text => json!({"text_format_source": {"inline_string": TEXT_LOG_FORMAT}}),
+        AccessLog::Json => json!({"json_format": json_log_format()}),
+    };
+    Some(json!([{
+        "name": "envoy.access_loggers.stdout",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+            "log_format": format
+        }
+    }]))
+}
+
+/// Traces with Envoy's OpenTelemetry tracer to an OTLP/gRPC collector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tracing {
+    /// The collector's host (an IP or a DNS name) and port (OTLP/gRPC, usually 4317).
+    pub collector: (String, u16),
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// Requests traced without a sampled parent, percent (a caller's sampled `traceparent` is
+    /// always continued).
+    pub sampling_percent: f64,
+}
+
+/// The generated collector cluster's name.
+pub const OTLP_CLUSTER: &str = "switchyard_otlp";
+
+/// The HCM's `tracing`: the tracer, the sampling, one span per upstream attempt (named after
+/// its provider's cluster), and the request attributes as custom tags.
+pub fn hcm_tracing(t: &Tracing) -> Value {
+    json!({
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+                "grpc_service": {"envoy_grpc": {"cluster_name": OTLP_CLUSTER}, "timeout": "1s"},
+                "service_name": t.service_name
+            }
+        },
+        "random_sampling": {"value": t.sampling_percent},
+        "spawn_upstream_span": true,
+        "custom_tags": custom_tags()
+    })
+}
+
+/// The collector's cluster (HTTP/2, as OTLP/gRPC needs).
+pub fn otlp_cluster(t: &Tracing) -> Value {
+    let (host, port) = &t.collector;
+    let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
+    json!({
+        "name": OTLP_CLUSTER,
+        "type": kind,
+        "connect_timeout": "1s",
+        "lb_policy": "ROUND_ROBIN",
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}}}},
+        "load_assignment": {"cluster_name": OTLP_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
+            {"socket_address": {"address": host, "port_value": port}}}}]}]}
+    })
+}
+
+/// The plugin configuration with `telemetry.request_attributes` on (what the custom tags and
+/// the JSON log read), unless the operator set it.
+pub fn with_request_attributes(config: &mut Value) {
+    if let Some(obj) = config.as_object_mut() {
+        let t = obj.entry("telemetry").or_insert_with(|| json!({}));
+        if let Some(t) = t.as_object_mut() {
+            t.entry("request_attributes").or_insert(json!(true));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_filter_state_attribute_is_read_and_every_read_is_written() {
+        let read: Vec<&str> = REQUEST_ATTRIBUTES
+            .iter()
+            .filter_map(|a| match a.source {
+                Source::FilterState(k) => Some(k),
+                _ => None,
+            })
+            .chain([attribute::PATH, attribute::REQUEST_ID])
+            .collect();
+        for k in attribute::ALL {
+            assert!(read.contains(&k), "{k} is written but no tag or log field reads it");
+        }
+        for k in &read {
+            assert!(attribute::ALL.contains(k), "{k} is read but the filter never writes it");
+        }
+    }
+
+    #[test]
+    fn the_json_log_has_one_field_per_attribute_and_tags_one_per_attribute() {
+        let log = json_log_format();
+        let fields = log.as_object().unwrap();
+        for a in REQUEST_ATTRIBUTES.iter().filter(|a| !matches!(a.source, Source::Literal(_))) {
+            assert_eq!(fields[a.log], json!(a.source.format()), "{}", a.log);
+        }
+        assert_eq!(custom_tags().len(), REQUEST_ATTRIBUTES.len());
+        assert_eq!(fields["path"], "%FILTER_STATE(wasm.switchyard.path:PLAIN)%");
+    }
+
+    #[test]
+    fn stats_tags_cover_every_label_the_filter_writes() {
+        let tags = stats_config();
+        let names: Vec<&str> =
+            tags["stats_tags"].as_array().unwrap().iter().map(|t| t["tag_name"].as_str().unwrap()).collect();
+        let usage = switchyard::telemetry::usage_metric_names(&switchyard::telemetry::UsageLabels {
+            request_model: "a",
+            response_model: "b",
+            provider: "c",
+            endpoint: "d",
+            policy: Some("e"),
+            caller: Some("f"),
+        });
+        for name in usage.iter().chain([&switchyard::telemetry::strategy_metric_name("s")]) {
+            let segments: Vec<&str> = name.split('.').skip(2).collect();
+            for pair in segments.chunks(2) {
+                assert!(names.contains(&pair[0]), "{name}: label {} has no stats_tags rule", pair[0]);
+            }
+        }
+    }
+}

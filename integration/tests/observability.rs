@@ -1,0 +1,217 @@
+//! What a platform team watches, on a real Envoy: the usage metrics count what the answers'
+//! `usage` says (tokens, cached tokens, `usage.cost`) per model, endpoint and caller, streams
+//! included; the JSON access log has one parseable line per request with the decision, tokens
+//! and cost; the traces reach a real OTLP receiver with the GenAI attributes, continuing the
+//! caller's trace.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{launch, msg, test_catalog, Stack};
+use serde_json::{json, Value};
+use switchyard_integration::envoy::http_get;
+
+/// The stack of this binary: the test catalog with a `caller` label, the JSON access log.
+fn stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        let mut catalog = test_catalog();
+        catalog["telemetry"] = json!({"caller": {"header": "x-team", "values": ["usage", "stream", "log", "traced"]}});
+        launch("observability", catalog, |cfg| {
+            cfg.access_log = switchyard_deploy::envoy::AccessLog::Json;
+        })
+    })
+}
+
+/// Sum of a Prometheus series' samples whose labels include all of `labels`.
+fn sum(s: &Stack, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+    prom.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// The `usage` object of an answer: the body's, or a stream's last event that has one.
+fn usage_of(text: &str) -> Value {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return v["usage"].clone();
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| v["usage"].is_object())
+        .last()
+        .map(|v| v["usage"].clone())
+        .unwrap_or(Value::Null)
+}
+
+const TOKENS: &str = "switchyard_gen_ai_client_token_usage_tokens_total";
+const CACHE_READ: &str = "switchyard_gen_ai_usage_cache_read_input_tokens_total";
+const COST: &str = "switchyard_gen_ai_usage_cost_nano_usd_total";
+
+#[tokio::test]
+async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoint() {
+    let s = stack();
+    // A whole answer with cached prompt tokens, a failover (alpha fails, beta serves), and a
+    // stream, all from the team `usage`.
+    let team = [("x-team", "usage")];
+    let mut answers = Vec::new();
+    for (id, behavior, body) in [
+        (
+            "obs-json",
+            "alpha=ok+cached3+ttft30",
+            json!({"model": "test/basic", "provider": {"sort": "price"}, "messages": msg("count me")}),
+        ),
+        (
+            "obs-fail",
+            "alpha=503",
+            json!({"model": "test/basic", "provider": {"sort": "price"}, "messages": msg("fail over")}),
+        ),
+        (
+            "obs-sse",
+            "alpha=ok+ttft30+interval5",
+            json!({"model": "test/basic", "provider": {"sort": "price"}, "stream": true,
+                   "stream_options": {"include_usage": true}, "messages": msg("stream me")}),
+        ),
+    ] {
+        let headers = [team[0], ("x-mock-behavior", behavior)];
+        let r = s.chat_with(id, &headers, body).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        let usage = usage_of(&r.text());
+        assert!(usage["cost"].is_number(), "{id}: no usage.cost in {}", r.text());
+        answers.push((r.header("x-switchyard-provider").unwrap_or_default().to_string(), usage));
+    }
+    assert_eq!(answers.iter().map(|a| a.0.as_str()).collect::<Vec<_>>(), ["alpha", "beta", "alpha"]);
+    // The counters are read after the requests ended (the filter counts at the stream's end).
+    let expect = |endpoint: &str, field: &str| -> f64 {
+        answers.iter().filter(|a| a.0 == endpoint).map(|a| a.1[field].as_f64().unwrap_or(0.0)).sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for endpoint in ["alpha", "beta"] {
+        let labels = |t: &'static str| {
+            vec![
+                ("caller", "usage"),
+                ("endpoint", endpoint),
+                ("gen_ai_provider_name", endpoint),
+                ("gen_ai_request_model", "test_basic"),
+                ("gen_ai_response_model", "test_basic"),
+                ("gen_ai_token_type", t),
+            ]
+        };
+        let want_in = expect(endpoint, "prompt_tokens");
+        while sum(s, TOKENS, &labels("input")) < want_in && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(sum(s, TOKENS, &labels("input")), want_in, "{endpoint} input tokens");
+        assert_eq!(sum(s, TOKENS, &labels("output")), expect(endpoint, "completion_tokens"), "{endpoint} output");
+        let without_type: Vec<_> = labels("input").into_iter().filter(|l| l.0 != "gen_ai_token_type").collect();
+        // The cost counter is the answers' usage.cost in nano-USD (each rounded once).
+        let cost = sum(s, COST, &without_type) / 1e9;
+        assert!((cost - expect(endpoint, "cost")).abs() < 1e-8, "{endpoint}: {cost} vs {}", expect(endpoint, "cost"));
+        let cached: f64 = answers
+            .iter()
+            .filter(|a| a.0 == endpoint)
+            .map(|a| a.1["prompt_tokens_details"]["cached_tokens"].as_f64().unwrap_or(0.0))
+            .sum();
+        assert_eq!(sum(s, CACHE_READ, &without_type), cached, "{endpoint} cache reads");
+    }
+    // The failed attempt on alpha used nothing billable: alpha's counters hold only its two answers.
+    assert!(expect("alpha", "prompt_tokens") > 0.0);
+    // Requests by strategy, TTFT and tokens per second per endpoint, the operation's duration
+    // (histograms reach /stats/prometheus at Envoy's next stats flush).
+    assert!(sum(s, "switchyard_requests_by_strategy_total", &[("strategy", "sort_price")]) >= 3.0);
+    for (name, labels, at_least) in [
+        ("switchyard_gen_ai_server_time_to_first_token_milliseconds_count", [("endpoint", "alpha")], 2.0),
+        ("switchyard_output_tokens_per_second_count", [("endpoint", "alpha")], 2.0),
+        ("switchyard_gen_ai_client_operation_duration_milliseconds_count", [("caller", "usage")], 3.0),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while sum(s, name, &labels) < at_least && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(sum(s, name, &labels) >= at_least, "{name}{labels:?}");
+    }
+}
+
+#[tokio::test]
+async fn unlisted_and_absent_callers_share_two_labels() {
+    let s = stack();
+    for (id, team) in [("obs-other", Some("billing")), ("obs-other2", Some("growth")), ("obs-none", None)] {
+        let headers: Vec<(&str, &str)> = team.map(|t| ("x-team", t)).into_iter().collect();
+        let r = s.chat_with(id, &headers, json!({"model": "test/distill", "messages": msg("who am i")})).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let count = |caller: &str| {
+        sum(
+            s,
+            "switchyard_gen_ai_client_operation_duration_milliseconds_count",
+            &[("caller", caller), ("gen_ai_request_model", "test_distill")],
+        )
+    };
+    while count("none") < 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(count("other"), 2.0, "both unlisted teams are `other`");
+    assert_eq!(count("none"), 1.0);
+    let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+    assert!(!prom.contains("caller=\"billing\"") && !prom.contains("caller=\"growth\""), "caller text became a label");
+}
+
+#[tokio::test]
+async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_tokens_and_cost() {
+    let s = stack();
+    let r = s
+        .chat_with(
+            "obs-log",
+            &[("x-team", "log"), ("x-request-id", "obs-log-rid"), ("x-mock-behavior", "alpha=503")],
+            json!({"model": "test/basic", "provider": {"sort": "price"}, "messages": msg("log me")}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let usage = usage_of(&r.text());
+    let refused = s
+        .chat_with("obs-log-400", &[("x-request-id", "obs-log-400")], json!({"model": "no/such", "messages": msg("x")}))
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let path = s.log_dir.join("envoy.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let find = |rid: &str| -> Option<Value> {
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.starts_with('{'))
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["request_id"] == rid)
+    };
+    let (line, refusal) = loop {
+        if let (Some(a), Some(b)) = (find("obs-log-rid"), find("obs-log-400")) {
+            break (a, b);
+        }
+        assert!(Instant::now() < deadline, "no JSON access-log lines in {}", path.display());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(line["status"], 200, "{line}");
+    assert_eq!(line["method"], "POST", "{line}");
+    assert_eq!(line["path"], "/v1/chat/completions", "{line}");
+    assert_eq!(line["request_model"], "test/basic", "{line}");
+    assert_eq!(line["response_model"], "test/basic", "{line}");
+    assert_eq!(line["provider"], "beta", "{line}");
+    assert_eq!(line["endpoint"], "beta", "{line}");
+    assert_eq!(line["strategy"], "sort:price", "{line}");
+    assert_eq!(line["attempts"], "2", "{line}");
+    assert_eq!(line["attempt_log"], "alpha:503,beta:200", "{line}");
+    assert_eq!(line["caller"], "log", "{line}");
+    assert_eq!(line["input_tokens"], usage["prompt_tokens"].to_string(), "{line}");
+    assert_eq!(line["output_tokens"], usage["completion_tokens"].to_string(), "{line}");
+    let cost: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{line} vs {usage}");
+    assert!(line["duration_ms"].is_number(), "{line}");
+    // A refusal Switchyard answered: its error code, no provider.
+    assert_eq!(refusal["status"], 400, "{refusal}");
+    assert_eq!(refusal["error"], "model_not_found", "{refusal}");
+    assert!(refusal["provider"].is_null() || refusal["provider"] == "", "{refusal}");
+}
