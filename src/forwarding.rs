@@ -10,7 +10,7 @@ use crate::routing::wildcard;
 
 /// Never forwarded to a provider, whatever the configuration says: caller credentials,
 /// cookies, client identity, and the mesh's tracing and Envoy-internal headers.
-pub const DEFAULT_DENY: [&str; 24] = [
+pub const DEFAULT_DENY: [&str; 25] = [
     "authorization",
     "proxy-authorization",
     "cookie",
@@ -26,6 +26,8 @@ pub const DEFAULT_DENY: [&str; 24] = [
     "x-request-id",
     "traceparent",
     "tracestate",
+    // W3C baggage: caller key-values (user and tenant ids) that travel with the trace.
+    "baggage",
     "b3",
     "x-b3-*",
     "x-ot-span-context",
