@@ -13,6 +13,7 @@ pub mod market;
 pub mod memory;
 pub mod mesh;
 pub mod mock;
+pub mod otlp;
 pub mod procfs;
 pub mod rng;
 pub mod soak;

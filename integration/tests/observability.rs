@@ -215,3 +215,111 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
     assert_eq!(refusal["error"], "model_not_found", "{refusal}");
     assert!(refusal["provider"].is_null() || refusal["provider"] == "", "{refusal}");
 }
+
+/// The OTLP receiver the traced stack exports to (started before its Envoy).
+fn receiver() -> &'static switchyard_integration::otlp::OtlpReceiver {
+    static RECEIVER: OnceLock<switchyard_integration::otlp::OtlpReceiver> = OnceLock::new();
+    RECEIVER.get_or_init(|| switchyard_integration::otlp::start().expect("OTLP receiver"))
+}
+
+/// A stack with Envoy's OpenTelemetry tracer exporting to `receiver()`, every request sampled.
+fn traced_stack() -> &'static Stack {
+    static STACK: OnceLock<Stack> = OnceLock::new();
+    STACK.get_or_init(|| {
+        receiver();
+        let mut catalog = test_catalog();
+        catalog["telemetry"] = json!({"caller": {"header": "x-team", "values": ["traced"]}});
+        launch("observability-traced", catalog, |cfg| {
+            let addr = receiver().addr();
+            cfg.tracing = Some(switchyard_deploy::envoy::Tracing {
+                collector: (addr.ip().to_string(), addr.port()),
+                service_name: "switchyard-test".into(),
+                sampling_percent: 100.0,
+            });
+        })
+    })
+}
+
+const SPAN_KIND_SERVER: i32 = 2;
+const SPAN_KIND_CLIENT: i32 = 3;
+
+#[tokio::test]
+async fn a_routed_request_is_traced_with_genai_attributes_continuing_the_callers_trace() {
+    let s = traced_stack();
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let traceparent = format!("00-{trace}-{parent}-01");
+    let r = s
+        .chat_with(
+            "obs-trace",
+            &[
+                ("traceparent", &traceparent),
+                ("tracestate", "caller=opaque"),
+                ("baggage", "user=alice,tenant=blue"),
+                ("x-team", "traced"),
+                ("x-mock-behavior", "alpha=503"),
+            ],
+            json!({"model": "test/basic", "provider": {"sort": "price"}, "messages": msg("trace me")}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let usage = usage_of(&r.text());
+    let spans =
+        receiver().wait_for(Duration::from_secs(20), |spans| spans.iter().filter(|s| s.trace_id == trace).count() >= 3);
+    let ours: Vec<_> = spans.iter().filter(|s| s.trace_id == trace).collect();
+    let server = ours
+        .iter()
+        .find(|s| s.kind == SPAN_KIND_SERVER)
+        .unwrap_or_else(|| panic!("no server span in trace {trace}: {ours:#?}"));
+    // The caller's trace is continued: its span is the parent, its trace id kept.
+    assert_eq!(server.parent_span_id, parent, "{server:#?}");
+    assert_eq!(server.service_name.as_deref(), Some("switchyard-test"));
+    let a = &server.attributes;
+    for (k, v) in [
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.request.model", "test/basic"),
+        ("gen_ai.response.model", "test/basic"),
+        ("gen_ai.provider.name", "beta"),
+        ("switchyard.endpoint", "beta"),
+        ("switchyard.strategy", "sort:price"),
+        ("switchyard.attempts", "2"),
+        ("switchyard.attempt_log", "alpha:503,beta:200"),
+        ("switchyard.caller", "traced"),
+    ] {
+        assert_eq!(a.get(k).map(String::as_str), Some(v), "{k} in {a:#?}");
+    }
+    assert_eq!(a.get("gen_ai.usage.input_tokens"), Some(&usage["prompt_tokens"].to_string()), "{a:#?}");
+    assert_eq!(a.get("gen_ai.usage.output_tokens"), Some(&usage["completion_tokens"].to_string()), "{a:#?}");
+    let cost: f64 = a.get("switchyard.cost_usd").and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{a:#?} vs {usage}");
+    // One upstream span per attempt, a child of the request's span, naming its provider's cluster.
+    let mut upstream: Vec<_> = ours.iter().filter(|s| s.kind == SPAN_KIND_CLIENT).collect();
+    upstream.sort_by_key(|s| s.name.contains("c_beta"));
+    assert_eq!(upstream.len(), 2, "{ours:#?}");
+    for (span, cluster) in upstream.iter().zip(["c_alpha", "c_beta"]) {
+        assert_eq!(span.parent_span_id, server.span_id, "{span:#?}");
+        assert!(
+            span.name.contains(cluster) || span.attributes.get("upstream_cluster").is_some_and(|c| c == cluster),
+            "{cluster}: {span:#?}"
+        );
+    }
+    // What the providers saw of it: at most the W3C trace context Envoy's tracer propagates
+    // (a traceparent of this trace naming Envoy's span, and the trace state with it), never
+    // the caller's baggage nor any other tracing header.
+    let received = s.received("obs-trace");
+    assert_eq!(received.len(), 2, "{:?}", received.iter().map(|r| &r.0).collect::<Vec<_>>());
+    for (provider, req) in &received {
+        assert_eq!(req.header("baggage"), None, "{provider} got the caller's baggage");
+        match req.header("traceparent") {
+            Some(tp) => assert!(tp.contains(trace) && !tp.contains(parent), "{provider}: {tp}"),
+            None => assert_eq!(req.header("tracestate"), None, "{provider}: trace state without its trace"),
+        }
+        let tracing_headers: Vec<_> = req
+            .headers
+            .iter()
+            .filter(|(k, _)| {
+                k.starts_with("x-b3") || k == "b3" || k.contains("trace") && k != "traceparent" && k != "tracestate"
+            })
+            .collect();
+        assert!(tracing_headers.is_empty(), "{provider}: {tracing_headers:?}");
+    }
+}
