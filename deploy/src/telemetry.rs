@@ -12,7 +12,7 @@ use switchyard::wiring::{
 
 /// The labels Switchyard's stats carry as `.name.value` segments (see `switchyard::filters::
 /// shared::tag`), each a `stats_tags` rule of the bootstrap.
-pub const STAT_TAGS: [&str; 16] = [
+pub const STAT_TAGS: [&str; 18] = [
     "model",
     "endpoint",
     "outcome",
@@ -29,6 +29,8 @@ pub const STAT_TAGS: [&str; 16] = [
     "gen_ai_token_type",
     "caller",
     "strategy",
+    "per",
+    "window",
 ];
 
 /// The bootstrap's `stats_config`.

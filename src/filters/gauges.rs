@@ -2,11 +2,13 @@
 //! context on a timer (every worker reads the same shared data, so they write the same values):
 //! which endpoints are cooling down (a 429's `Retry-After`, a mesh-wide capacity cap, another
 //! pod's shared cool-down). An alert on "every endpoint of a model is cooling down" needs the
-//! state itself, not the attempts: a cooling endpoint gets none.
+//! state itself, not the attempts: a cooling endpoint gets none. Also each mesh-wide limit's
+//! size, so an alert can compare what was charged with it.
 
 use super::host::{Host, MetricKind};
-use super::shared::{endpoint_metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
+use super::shared::{endpoint_metric, metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
 use super::Configured;
+use crate::limits::Subject;
 
 /// How often the gauges are published (Envoy's default stats flush interval).
 pub const GAUGE_INTERVAL_MS: u64 = 5_000;
@@ -30,6 +32,24 @@ pub fn publish(host: &dyn Host, config: &Configured, now_ms: u64) {
         let cooling = read_stats(host, &stats_key(&model.id, &ep.slug)).view(now_ms, window).cooling_down;
         if let Some(id) = endpoint_metric(host, config.id, index, COOLING_DOWN_SERIES, MetricKind::Gauge, name) {
             host.record_metric(id, u64::from(cooling));
+        }
+    }
+    for l in &config.limits.limits {
+        let per = match l.per {
+            Subject::All => "all",
+            Subject::Policy => "policy",
+            Subject::PeerUriSan => "peer_uri_san",
+            Subject::Header(_) => "header",
+            Subject::JwtClaim { .. } => "jwt_claim",
+        };
+        let name = format!(
+            "switchyard.rate_limit_budget.limit.{}.kind.{}.per.{per}.window.{}",
+            tag(&l.name),
+            l.kind.name(),
+            l.window.name()
+        );
+        if let Some(id) = metric(host, MetricKind::Gauge, &name) {
+            host.record_metric(id, l.amount);
         }
     }
 }
@@ -64,5 +84,24 @@ mod tests {
         // Once the cool-down is over the gauge reads 0 again.
         publish(&host, &config, 10_001);
         assert_eq!(gauge("a"), vec![1, 0]);
+    }
+
+    #[test]
+    fn each_limit_publishes_its_size_in_the_units_it_charges() {
+        let config = configure(
+            br#"{"providers": {"a": {"cluster": "ca", "authority": "a", "credential": {"value": "k"}}},
+                 "models": {"m": {"endpoints": [{"provider": "a", "pricing": {"prompt": 1, "completion": 1}}]}},
+                 "rate_limits": {"service": {"cluster": "rl"},
+                                 "limits": {"all-tokens": {"tokens": 5000, "window": "hour"},
+                                            "spend": {"spend_usd": 2.5, "window": "day"}}}}"#,
+            &|_| None,
+        )
+        .unwrap();
+        let host = MockHost::new();
+        publish(&host, &config, 1_000);
+        let gauge = |name: &str| host.recorded(&format!("switchyard.rate_limit_budget.{name}"));
+        assert_eq!(gauge("limit.all-tokens.kind.tokens.per.all.window.hour"), vec![5000]);
+        // Spend in the units `switchyard_rate_limit_charged_total` counts ($0.0001).
+        assert_eq!(gauge("limit.spend.kind.spend.per.all.window.day"), vec![25_000]);
     }
 }
