@@ -4,11 +4,53 @@
 //! pod's shared cool-down). An alert on "every endpoint of a model is cooling down" needs the
 //! state itself, not the attempts: a cooling endpoint gets none. Also each mesh-wide limit's
 //! size, so an alert can compare what was charged with it.
+//!
+//! The counters alerts watch for rare events are created at zero on the first tick: a counter
+//! that first appears with a value has no increase in Prometheus's eyes (`rate`, `increase`
+//! need a sample before the event).
+
+use std::cell::Cell;
 
 use super::host::{Host, MetricKind};
-use super::shared::{endpoint_metric, metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
+use super::mesh::{charged_metric, refused_metric, FAILURE_REASONS};
+use super::shared::{count_by, endpoint_metric, metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
 use super::Configured;
-use crate::limits::Subject;
+use crate::limits::{Kind, Subject};
+
+thread_local! {
+    /// The configuration whose counters were created at zero on this worker.
+    static ZEROED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Creates the rare-event counters at zero, once per configuration and worker.
+fn zero_counters(host: &dyn Host, config: &Configured) {
+    if ZEROED.with(|z| z.replace(config.id)) == config.id {
+        return;
+    }
+    let mut names: Vec<String> = ["retry_limit", "timeout", "stopped"]
+        .iter()
+        .map(|r| format!("switchyard.failover_incomplete_total.reason.{r}"))
+        .chain(["provider", "model"].iter().map(|k| format!("switchyard.fallbacks_total.kind.{k}")))
+        .chain(
+            ["served", "interrupted", "provider_error", "failed"]
+                .iter()
+                .map(|r| format!("switchyard.requests_total.result.{r}")),
+        )
+        .collect();
+    let limits = &config.limits;
+    if limits.service.is_some() {
+        names.extend(FAILURE_REASONS.iter().map(|r| format!("switchyard.rate_limit.failure_total.reason.{r}")));
+        for l in &limits.limits {
+            names.push(refused_metric(l));
+            if l.kind != Kind::Requests {
+                names.push(charged_metric(l));
+            }
+        }
+    }
+    for n in &names {
+        count_by(host, n, 0);
+    }
+}
 
 /// How often the gauges are published (Envoy's default stats flush interval).
 pub const GAUGE_INTERVAL_MS: u64 = 5_000;
@@ -16,6 +58,7 @@ pub const GAUGE_INTERVAL_MS: u64 = 5_000;
 /// Sets `switchyard_endpoint_cooling_down{model, endpoint, gen_ai_provider_name}` to 1 or 0
 /// for every catalog endpoint: one shared-data read each.
 pub fn publish(host: &dyn Host, config: &Configured, now_ms: u64) {
+    zero_counters(host, config);
     let catalog = &config.catalog;
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     for (index, ep) in catalog.endpoints.iter().enumerate() {
@@ -103,5 +146,15 @@ mod tests {
         assert_eq!(gauge("limit.all-tokens.kind.tokens.per.all.window.hour"), vec![5000]);
         // Spend in the units `switchyard_rate_limit_charged_total` counts ($0.0001).
         assert_eq!(gauge("limit.spend.kind.spend.per.all.window.day"), vec![25_000]);
+        // The rare-event counters exist at zero from the first tick, once.
+        let defined = |name: &str| host.state().calls.iter().filter(|c| *c == &format!("define_metric {name}")).count();
+        assert_eq!(defined("switchyard.rate_limit.failure_total.reason.unavailable"), 1);
+        assert_eq!(defined("switchyard.rate_limit.charged_total.limit.spend.kind.spend"), 1);
+        assert_eq!(defined("switchyard.rate_limit.refused_total.limit.all-tokens.code.rate_limited"), 1);
+        assert_eq!(host.counter("switchyard.failover_incomplete_total.reason.timeout"), 0);
+        let increments = host.state().calls.iter().filter(|c| c.starts_with("increment_metric")).count();
+        publish(&host, &config, 6_000);
+        let again = host.state().calls.iter().filter(|c| c.starts_with("increment_metric")).count();
+        assert_eq!(again, increments, "zeroed once per configuration");
     }
 }

@@ -12,7 +12,7 @@ use crate::answer::errors::ApiError;
 use crate::limits::rls::{self, Code, Descriptor};
 use crate::limits::{
     capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, settlement, Applied,
-    Kind, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
+    Kind, Limit, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
 };
 use crate::routing::policy::CallerFacts;
 
@@ -161,12 +161,13 @@ pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u
                 .max()
                 .unwrap_or(limit.window.seconds())
                 .max(1);
-            let (code, what) = match limit.kind {
-                Kind::Spend => ("budget_exceeded", "spend budget"),
-                Kind::Tokens => ("rate_limited", "token limit"),
-                Kind::Requests => ("rate_limited", "request limit"),
+            let code = refusal_code(limit.kind);
+            let what = match limit.kind {
+                Kind::Spend => "spend budget",
+                Kind::Tokens => "token limit",
+                Kind::Requests => "request limit",
             };
-            count(host, &format!("switchyard.rate_limit.refused_total.limit.{}.code.{code}", tag(&limit.name)));
+            count(host, &refused_metric(limit));
             let mut e = ApiError::new(
                 429,
                 "rate_limit_error",
@@ -207,8 +208,7 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
                 Kind::Spend => (cost_usd.max(0.0) * crate::limits::SPEND_UNITS_PER_USD).round() as u64,
                 _ => tokens,
             };
-            let metric = format!("switchyard.rate_limit.charged_total.limit.{}.kind.{}", tag(&l.name), l.kind.name());
-            count_by(host, &metric, used);
+            count_by(host, &charged_metric(l), used);
         }
         p.drain()
     });
@@ -329,6 +329,28 @@ impl Ticker {
         }
     }
 }
+
+/// The error code of a request a limit of this kind refused.
+pub fn refusal_code(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Spend => "budget_exceeded",
+        Kind::Tokens | Kind::Requests => "rate_limited",
+    }
+}
+
+/// The counter of what served requests charged to a token or spend limit.
+pub fn charged_metric(l: &Limit) -> String {
+    format!("switchyard.rate_limit.charged_total.limit.{}.kind.{}", tag(&l.name), l.kind.name())
+}
+
+/// The counter of requests a limit refused.
+pub fn refused_metric(l: &Limit) -> String {
+    format!("switchyard.rate_limit.refused_total.limit.{}.code.{}", tag(&l.name), refusal_code(l.kind))
+}
+
+/// Every `reason` of `switchyard_rate_limit_failure_total`.
+pub const FAILURE_REASONS: [&str; 9] =
+    ["timeout", "unavailable", "error", "malformed", "unknown", "refused", "settlement", "charge", "backlog"];
 
 fn capped_key(provider: &str) -> String {
     format!("switchyard.capped.{provider}")
