@@ -15,6 +15,7 @@ pub mod mesh;
 pub mod mock;
 pub mod otlp;
 pub mod procfs;
+pub mod prometheus;
 pub mod rng;
 pub mod soak;
 pub mod tls;
