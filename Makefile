@@ -9,7 +9,7 @@ WASM       := target/wasm32-wasip1/release/switchyard.wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools
+.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -76,6 +76,19 @@ mesh-tools:
 	  [ -e /usr/lib/x86_64-linux-gnu/libsnappy.a ] && ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server librocksdb-dev libsnappy-dev libclang-dev)
 
+# The dashboard test's real Prometheus and promtool (Debian's prometheus package; only the
+# binaries are used, nothing is started as a service).
+observability-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus)
+
+# The picture of the dashboard's main panels in docs/observability.md, drawn from the query
+# results of one run of the dashboard test (Grafana itself does not install here).
+dashboard-picture: wasm mesh-tools observability-tools
+	cargo test -p switchyard-integration --test dashboard
+	$(VENV)/bin/python -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
+	$(VENV)/bin/python observability/plot_panels.py target/observability/panels.json docs/observability-dashboard.png
+
 # The demo stops with make: Ctrl-C, or a TERM/KILL to make itself (the demo asks the kernel for
 # SIGTERM when its parent dies, and Envoy dies with the demo).
 run: wasm
@@ -99,7 +112,7 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm registry-tools mesh-tools envoy-matrix
+integration: wasm registry-tools mesh-tools observability-tools envoy-matrix
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	# The rate limit service the mesh-wide limit tests start (ratelimit/), and its own tests.
 	cargo build -p switchyard-ratelimit
