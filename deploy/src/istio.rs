@@ -483,6 +483,23 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
 /// keychain, which reads `$DOCKER_CONFIG/config.json`.
 pub const DOCKER_CONFIG_MOUNT: &str = "/etc/switchyard/docker";
 
+/// The pod annotation naming a ConfigMap with a bootstrap override, and the key its file must
+/// have: Istio 1.31's injection templates (sidecar and gateway) mount that ConfigMap at
+/// `/etc/istio/custom-bootstrap` and point `ISTIO_BOOTSTRAP_OVERRIDE` at
+/// `custom_bootstrap.json` in it; istio-agent then starts Envoy with `--config-yaml` (its
+/// `pkg/envoy/proxy.go`).
+pub const BOOTSTRAP_OVERRIDE_ANNOTATION: &str = "sidecar.istio.io/bootstrapOverride";
+pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
+/// The ConfigMap holding Switchyard's bootstrap override (its `stats_tags`).
+pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
+
+/// The bootstrap override (the metrics' label rules) as the ConfigMap the annotation names.
+pub fn bootstrap_config_map(c: &Catalog) -> Value {
+    let file = crate::telemetry::istio_bootstrap_override().to_string();
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(BOOTSTRAP_CONFIG_MAP, c),
+           "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
+}
+
 pub fn keys_patch(c: &Catalog) -> Value {
     // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
     // is mounted instead (a Secret update then reaches the proxy without a restart).
@@ -506,7 +523,11 @@ pub fn keys_patch(c: &Catalog) -> Value {
     if !env.is_empty() {
         proxy["env"] = json!(env);
     }
-    json!({"spec": {"template": {"spec": {"containers": [proxy], "volumes": volumes}}}})
+    // The metrics' label rules: Istio mounts the ConfigMap the annotation names and hands its
+    // file to Envoy (see `BOOTSTRAP_OVERRIDE_ANNOTATION`).
+    json!({"spec": {"template": {
+        "metadata": {"annotations": {BOOTSTRAP_OVERRIDE_ANNOTATION: BOOTSTRAP_CONFIG_MAP}},
+        "spec": {"containers": [proxy], "volumes": volumes}}}})
 }
 
 /// Every file under `k8s/` as (relative path, content).
@@ -525,18 +546,18 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg)];
+        let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg), bootstrap_config_map(c)];
         main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml) and the entry point.")
+            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, named by keys-patch.yaml's annotation) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
             format!("{}/keys-patch.yaml", v.dir()),
             header(match v {
-                Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
-                Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
+                Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy, and the bootstrap override annotation (the metrics' labels): kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
+                Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar, and the bootstrap override annotation (the metrics' labels): merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
             }) + &crate::envoy::to_yaml(&keys_patch(c)),
         ));
     }

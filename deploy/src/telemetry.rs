@@ -40,6 +40,14 @@ pub fn stats_config() -> Value {
     json!({"stats_tags": tags})
 }
 
+/// On Istio, the bootstrap override that adds the `stats_tags` (istio-agent passes the file to
+/// Envoy as `--config-yaml`, which Envoy merges into Istio's bootstrap: the rules are appended
+/// to Istio's own). Istio's bootstrap already exports `wasmcustom.*` (its required stats
+/// inclusion prefix `wasm`); without these rules the labels stay in the names.
+pub fn istio_bootstrap_override() -> Value {
+    json!({"stats_config": stats_config()})
+}
+
 /// Where a request attribute's value comes from in Envoy's substitution format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {

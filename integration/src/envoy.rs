@@ -140,6 +140,19 @@ impl Envoy {
         env: &[(&str, &str)],
         concurrency: u32,
     ) -> Result<Envoy, String> {
+        Envoy::start_binary_with_args(binary, boot, tag, env, concurrency, &[])
+    }
+
+    /// As `start_binary`, with more command-line arguments (istio-agent's `--config-yaml`
+    /// bootstrap override).
+    pub fn start_binary_with_args(
+        binary: &Path,
+        boot: &Value,
+        tag: &str,
+        env: &[(&str, &str)],
+        concurrency: u32,
+        args: &[String],
+    ) -> Result<Envoy, String> {
         let dir = work_dir(tag);
         let config_path = dir.join("envoy.yaml");
         let admin_path = dir.join("admin.txt");
@@ -161,6 +174,7 @@ impl Envoy {
             .arg("info")
             .arg("--component-log-level")
             .arg("wasm:info")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);

@@ -642,3 +642,24 @@ mod tests {
         assert_eq!(e["typed_config"]["config"]["vm_config"]["code"], json!({"local": {"filename": "/m.wasm"}}));
     }
 }
+
+/// What istio-agent adds to Envoy's command line for a pod annotated with a bootstrap override
+/// (Istio 1.31, read from its source): the injection template mounts the ConfigMap that
+/// `sidecar.istio.io/bootstrapOverride` names and sets `ISTIO_BOOTSTRAP_OVERRIDE` to its
+/// `custom_bootstrap.json`; istio-agent passes that file's JSON as `--config-yaml`
+/// (`pkg/envoy/proxy.go`), which Envoy merges into the bootstrap. Fails when the pod patch names
+/// no override, or names a ConfigMap that is not rendered or has no such file.
+pub fn bootstrap_override_args(pod_patch: &Value, config_maps: &[Value]) -> Result<Vec<String>, String> {
+    let name = pod_patch["spec"]["template"]["metadata"]["annotations"]["sidecar.istio.io/bootstrapOverride"]
+        .as_str()
+        .ok_or("the pod patch has no sidecar.istio.io/bootstrapOverride annotation")?;
+    let map = config_maps
+        .iter()
+        .find(|m| m["kind"] == "ConfigMap" && m["metadata"]["name"] == name)
+        .ok_or_else(|| format!("no ConfigMap {name} is rendered"))?;
+    let file = map["data"]["custom_bootstrap.json"]
+        .as_str()
+        .ok_or_else(|| format!("ConfigMap {name} has no custom_bootstrap.json (the file istio-agent reads)"))?;
+    let parsed: Value = serde_json::from_str(file).map_err(|e| format!("custom_bootstrap.json: {e}"))?;
+    Ok(vec!["--config-yaml".to_string(), parsed.to_string()])
+}

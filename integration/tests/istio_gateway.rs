@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
-use switchyard_integration::istio::Variant;
+use switchyard_integration::istio::{bootstrap_config_map, keys_patch, Variant};
 use switchyard_integration::istio_sim::{
-    gateway_config, istio_envoy, proxy_config, proxy_config_with_services, serve_extensions_from_files, test_secret,
-    MeshService,
+    bootstrap_override_args, gateway_config, istio_envoy, proxy_config, proxy_config_with_services,
+    serve_extensions_from_files, test_secret, MeshService,
 };
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
@@ -75,8 +75,11 @@ fn stack() -> &'static Stack {
                     .unwrap();
             serve_extensions_from_files(&mut boot, &extensions, &dir.join("ecds")).unwrap();
 
-            // No key in the environment: the keys come from the mounted Secret.
-            let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-gateway", &[], 2).unwrap();
+            // No key in the environment: the keys come from the mounted Secret. The pod patch's
+            // bootstrap override (the metrics' label rules) as istio-agent hands it to Envoy.
+            let config_maps = [bootstrap_config_map(&local)];
+            let args = bootstrap_override_args(&keys_patch(&local), &config_maps).unwrap();
+            let envoy = Envoy::start_binary_with_args(&istio_envoy(), &boot, "istio-gateway", &[], 2, &args).unwrap();
             tx.send(Stack {
                 addr: envoy.addr(),
                 admin: envoy.admin,
@@ -135,6 +138,37 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
         })
         .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
         .sum()
+}
+
+/// The rendered bootstrap override (the pod patch's annotation, its ConfigMap, as istio-agent
+/// passes it to Envoy) gives the metrics their labels on Istio's proxy, as the generated
+/// bootstrap does on plain Envoy: the dashboard's queries work on both.
+#[tokio::test]
+async fn the_bootstrap_override_labels_the_metrics_on_istios_proxy() {
+    let r = chat("istio-labels", &[], json!({"model": "meta-llama/llama-4-maverick", "messages": msg()})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let endpoint = r.header("x-switchyard-provider").unwrap_or_default().replace('/', "_");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, prom) = http_get(stack().admin, "/stats/prometheus").unwrap();
+        let labelled = prom.lines().find(|l| {
+            l.starts_with("switchyard_attempts_total{")
+                && l.contains(&format!("endpoint=\"{endpoint}\""))
+                && l.contains("outcome=\"success\"")
+                && l.contains("gen_ai_provider_name=")
+        });
+        if labelled.is_some() {
+            assert!(
+                prom.lines().any(|l| l.starts_with("switchyard_gen_ai_client_token_usage_tokens_total{")
+                    && l.contains("gen_ai_token_type=\"input\"")),
+                "no labelled usage counter"
+            );
+            assert!(!prom.contains("switchyard_attempts_total_model_"), "labels left in a name");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no labelled switchyard_attempts_total:\n{prom}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]
