@@ -91,6 +91,9 @@ pub struct IstioSettings {
     pub sidecar_labels: BTreeMap<String, String>,
     /// The host applications call (`http://<service_host>/v1/chat/completions`).
     pub service_host: String,
+    /// Render a Telemetry resource putting the GenAI attributes on the proxy's spans (and turn
+    /// on the filter's `telemetry.request_attributes`, which they read).
+    pub tracing: bool,
 }
 
 /// Plain Envoy settings of the catalog (`deployment.envoy`).
@@ -187,6 +190,7 @@ impl Catalog {
                 "gateway_labels",
                 "sidecar_labels",
                 "service_host",
+                "tracing",
             ];
             if !known.contains(&key.as_str()) {
                 return Err(format!("{p}.{key}: unknown field"));
@@ -221,6 +225,10 @@ impl Catalog {
             gateway_labels: labels(&i, p, "gateway_labels", &[("istio", "egressgateway")])?,
             sidecar_labels: labels(&i, p, "sidecar_labels", &[("switchyard.io/llm-client", "true")])?,
             service_host: field_str(&i, p, "service_host", Some("llm.switchyard.internal"))?,
+            tracing: match i.get("tracing") {
+                None => false,
+                Some(v) => v.as_bool().ok_or_else(|| format!("{p}.tracing: expected true or false"))?,
+            },
         };
         if !is_dns_name(&istio.service_host) {
             return Err(format!("{p}.service_host: not a DNS name: {:?}", istio.service_host));
@@ -428,6 +436,9 @@ mod tests {
         v["models"]["m/x"]["endpoints"][0]["quantization"] = json!("fp9");
         let e = Catalog::parse(&v.to_string()).unwrap_err();
         assert!(e.contains("quantization") && e.contains("fp9"), "{e}");
+        let mut v = minimal();
+        v["deployment"]["istio"]["tracing"] = json!("yes");
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.tracing"));
         let mut v = minimal();
         v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));

@@ -205,7 +205,33 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
     };
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &refs, &twin);
     with_injected_keys(&mut config, &keyed_clusters(c));
+    if c.istio.tracing {
+        crate::telemetry::with_request_attributes(&mut config);
+    }
     config
+}
+
+/// With `deployment.istio.tracing`: a Telemetry resource for the variant's workloads whose
+/// tracing custom tags are the request attributes (the same table as the plain-Envoy tracer's;
+/// Istio 1.29+ turns a `formatter` tag into Envoy's `value` tag, read at release-1.31 in
+/// `pilot/pkg/networking/core/tracing.go`). No provider is named: the mesh's default tracing
+/// provider (or a namespace Telemetry's) is inherited, and so is its sampling. Istio replaces,
+/// not merges, custom tags set at the mesh or namespace level for these workloads.
+pub fn telemetry_resource(c: &Catalog, v: Variant) -> Value {
+    let mut tags = serde_json::Map::new();
+    for a in crate::telemetry::REQUEST_ATTRIBUTES {
+        let tag = match a.source {
+            crate::telemetry::Source::Literal(value) => json!({"literal": {"value": value}}),
+            s => json!({"formatter": {"value": s.format()}}),
+        };
+        tags.insert(a.span.to_string(), tag);
+    }
+    json!({
+        "apiVersion": "telemetry.istio.io/v1",
+        "kind": "Telemetry",
+        "metadata": metadata("switchyard-genai", c),
+        "spec": {"selector": {"matchLabels": v.labels(c)}, "tracing": [{"customTags": tags}]}
+    })
 }
 
 /// Every provider's ServiceEntry + DestinationRule for a variant.
@@ -547,6 +573,9 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
                 + &documents(&providers),
         ));
         let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg), bootstrap_config_map(c)];
+        if c.istio.tracing {
+            main.push(telemetry_resource(c, v));
+        }
         main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
@@ -703,5 +732,41 @@ mod tests {
         let ef = envoy_filter(&c, v, &cfg, "d");
         assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("suppress_envoy_headers"));
         assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);
+    }
+
+    #[test]
+    fn tracing_renders_the_telemetry_and_turns_the_attributes_on_only_when_asked() {
+        let off = catalog();
+        let cfg = off.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+        let kinds = |c: &Catalog| -> Vec<String> {
+            render_k8s(c, &cfg, "sha")
+                .iter()
+                .filter(|(p, _)| p.ends_with("switchyard.yaml"))
+                .flat_map(|(_, t)| {
+                    t.lines().filter(|l| l.starts_with("kind: ")).map(str::to_string).collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        assert!(!kinds(&off).iter().any(|k| k == "kind: Telemetry"));
+        assert!(plugin_config(&off, &cfg).get("telemetry").is_none());
+        let on = Catalog::parse(
+            &json!({
+                "deployment": {"istio": {"image": "oci://registry.example/switchyard:1", "tracing": true}},
+                "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+                "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(kinds(&on).iter().filter(|k| *k == "kind: Telemetry").count(), 2, "one per variant");
+        assert_eq!(plugin_config(&on, &cfg)["telemetry"]["request_attributes"], true);
+        let t = telemetry_resource(&on, Variant::Sidecar);
+        let tags = &t["spec"]["tracing"][0]["customTags"];
+        assert_eq!(
+            tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
+            "%FILTER_STATE(wasm.switchyard.output_tokens:PLAIN)%"
+        );
+        assert_eq!(tags["gen_ai.operation.name"]["literal"]["value"], "chat");
+        assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
     }
 }

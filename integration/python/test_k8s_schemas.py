@@ -103,7 +103,11 @@ def test_sds_config_map_is_mounted_and_holds_no_key():
     """The key files' SDS resources: in the ConfigMap, naming a file of the mounted key Secret
     (keys: files, the default) and never holding a key; the keys patch mounts both."""
     for variant in ("egress-gateway", "sidecar"):
-        maps = [d for n, d in DOCS if n.startswith(variant + "/") and d["kind"] == "ConfigMap"]
+        maps = [
+            d
+            for n, d in DOCS
+            if n.startswith(variant + "/") and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "switchyard-sds"
+        ]
         assert len(maps) == 1, variant
         assert maps[0]["data"], variant
         for file, text in maps[0]["data"].items():
@@ -119,3 +123,57 @@ def test_sds_config_map_is_mounted_and_holds_no_key():
         assert mounts["switchyard-keys"] == "/etc/switchyard/keys"
         # No key as an environment variable of the proxy.
         assert patch["containers"][0].get("env", []) == [], variant
+
+
+def test_bootstrap_override_is_named_by_the_pod_annotation_and_holds_the_label_rules():
+    """Istio mounts the ConfigMap the pod's sidecar.istio.io/bootstrapOverride names and hands
+    its custom_bootstrap.json to Envoy: it must exist beside the other resources and carry the
+    metrics' stats_tags."""
+    for variant in ("egress-gateway", "sidecar"):
+        template = yaml.safe_load((K8S / variant / "keys-patch.yaml").read_text())["spec"]["template"]
+        name = template["metadata"]["annotations"]["sidecar.istio.io/bootstrapOverride"]
+        maps = [d for n, d in DOCS if n.startswith(variant + "/") and d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+        assert len(maps) == 1, variant
+        override = json.loads(maps[0]["data"]["custom_bootstrap.json"])
+        tags = {t["tag_name"] for t in override["stats_config"]["stats_tags"]}
+        assert {"model", "endpoint", "gen_ai_provider_name", "gen_ai_token_type", "caller"} <= tags, tags
+        assert list(override) == ["stats_config"], "the override changes nothing but the label rules"
+
+
+def test_telemetry_selects_the_workloads_the_envoyfilter_patches():
+    """The GenAI span attributes go to exactly the proxies that run the filters, and read only
+    what the filter writes (its filter state) or sets (its response headers)."""
+    for variant in ("egress-gateway", "sidecar"):
+        docs = [d for n, d in DOCS if n.startswith(variant + "/")]
+        telemetry = [d for d in docs if d["kind"] == "Telemetry"]
+        if not telemetry:
+            continue
+        (t,) = telemetry
+        (ef,) = [d for d in docs if d["kind"] == "EnvoyFilter"]
+        assert t["spec"]["selector"]["matchLabels"] == ef["spec"]["workloadSelector"]["labels"], variant
+        tags = t["spec"]["tracing"][0]["customTags"]
+        assert "providers" not in t["spec"]["tracing"][0], "the mesh's tracing provider is inherited"
+        for name, tag in tags.items():
+            kind, value = next(iter(tag.items()))
+            assert kind in ("formatter", "literal"), name
+            if kind == "formatter":
+                v = value["value"]
+                assert v.startswith("%FILTER_STATE(wasm.switchyard.") or v.startswith("%RESP(x-switchyard-"), (name, v)
+        assert {"gen_ai.request.model", "gen_ai.response.model", "gen_ai.provider.name", "gen_ai.usage.input_tokens"} <= set(tags)
+        # Every plugin configuration the EnvoyFilter carries (JSON strings) turns the attributes on.
+        configs = []
+
+        def walk(node):
+            if isinstance(node, dict):
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+            elif isinstance(node, str) and node.startswith("{") and '"providers"' in node:
+                configs.append(json.loads(node))
+
+        walk(ef)
+        assert configs, variant
+        for c in configs:
+            assert c["telemetry"]["request_attributes"] is True, "the filter must write what the tags read"
