@@ -374,8 +374,11 @@ async fn health_counters_are_exact_across_workers() {
         prom.lines().filter(|l| l.contains("switchyard_")).collect::<Vec<_>>().join("\n")
     );
     assert_eq!(line("server_error").as_deref(), Some("10"));
-    assert!(prom.contains("switchyard_ttft_ms_bucket{"), "TTFT histogram missing");
-    assert!(prom.contains("switchyard_latency_ms_bucket{"), "latency histogram missing");
+    assert!(
+        prom.contains("switchyard_gen_ai_server_time_to_first_token_milliseconds_bucket{"),
+        "TTFT histogram missing"
+    );
+    assert!(prom.contains("switchyard_attempt_duration_milliseconds_bucket{"), "latency histogram missing");
 }
 
 #[tokio::test]
