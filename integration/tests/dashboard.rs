@@ -164,7 +164,9 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
     // whose every endpoint answers 429 with a long Retry-After.
     let mut ads_refused = 0;
     for round in 0..40 {
-        let flaky = if round % 3 == 0 { "alpha=503" } else { "alpha=ok+ttft20+cached4" };
+        // Half of the search team's requests fail on alpha (its error share stays well over the
+        // alert's 20 % with the ads team's successes on it too).
+        let flaky = if round % 2 == 1 { "alpha=503" } else { "alpha=ok+ttft20+cached4" };
         let r = chat(addr, "search", flaky, ask("m/chat", round % 2 == 0, &format!("search {round}"))).await;
         assert_eq!(r.status, 200, "{}", r.text());
         let r = chat(addr, "ads", "alpha=ok+ttft10", ask("m/chat", false, &format!("ads {round}"))).await;
