@@ -624,8 +624,8 @@ async fn google_retry_after_cools_the_endpoint_down_and_metrics_count_the_surfac
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert!(count("model.go_cd.endpoint.delta.outcome.success") >= 4, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.outcome.rate_limited"), 1, "{stats}");
+    assert!(count("model.go_cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success") >= 4, "{stats}");
+    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 1, "{stats}");
 }
 
 #[tokio::test]
