@@ -13,8 +13,14 @@ use switchyard::limits::{
 pub fn service_cluster(plugin_config: &Value, address: Option<&(String, u16)>) -> Option<Value> {
     let name = plugin_config["rate_limits"]["service"]["cluster"].as_str()?;
     let (host, port) = address?;
+    Some(grpc_cluster(name, host, *port))
+}
+
+/// A cluster for a gRPC service at `host:port` (HTTP/2; an IP is STATIC, a name STRICT_DNS):
+/// the rate limit service's, the OTLP collector's.
+pub fn grpc_cluster(name: &str, host: &str, port: u16) -> Value {
     let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
-    Some(json!({
+    json!({
         "name": name,
         "type": kind,
         "connect_timeout": "1s",
@@ -24,7 +30,7 @@ pub fn service_cluster(plugin_config: &Value, address: Option<&(String, u16)>) -
             "explicit_http_config": {"http2_protocol_options": {}}}},
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
             {"socket_address": {"address": host, "port_value": port}}}}]}]}
-    }))
+    })
 }
 
 /// The plugin configuration as the filter loads it (environment keys read as placeholders).

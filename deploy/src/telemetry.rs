@@ -210,19 +210,7 @@ pub fn hcm_tracing(t: &Tracing) -> Value {
 
 /// The collector's cluster (HTTP/2, as OTLP/gRPC needs).
 pub fn otlp_cluster(t: &Tracing) -> Value {
-    let (host, port) = &t.collector;
-    let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
-    json!({
-        "name": OTLP_CLUSTER,
-        "type": kind,
-        "connect_timeout": "1s",
-        "lb_policy": "ROUND_ROBIN",
-        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-            "explicit_http_config": {"http2_protocol_options": {}}}},
-        "load_assignment": {"cluster_name": OTLP_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
-            {"socket_address": {"address": host, "port_value": port}}}}]}]}
-    })
+    crate::ratelimit::grpc_cluster(OTLP_CLUSTER, &t.collector.0, t.collector.1)
 }
 
 /// The plugin configuration with `telemetry.request_attributes` on (what the custom tags and

@@ -76,15 +76,21 @@ fn a_catalog_with_mesh_limits_renders_and_validates_in_envoy() {
     assert!(yaml.contains("outbound|8081||ratelimit.limits.svc.cluster.local"), "no service cluster");
     let file = work_dir("mesh-limits-render").join("switchyard.yaml");
     std::fs::write(&file, yaml).unwrap();
+    validates_on_the_matrix(&catalog, &file, "31979");
+}
+
+/// `envoy --mode validate` of `file` passes on every Envoy of the matrix (the catalog's
+/// environment keys set to placeholders).
+fn validates_on_the_matrix(catalog: &Catalog, file: &std::path::Path, base_id: &str) {
     for version in ENVOY_MATRIX {
         let mut cmd = Command::new(envoy_release(version));
-        cmd.args(["--mode", "validate", "-c"]).arg(&file).args(["--base-id", "31979", "--disable-hot-restart"]);
+        cmd.args(["--mode", "validate", "-c"]).arg(file).args(["--base-id", base_id, "--disable-hot-restart"]);
         for k in catalog.env_keys() {
             cmd.env(k, "validation-placeholder");
         }
         let out = cmd.output().unwrap_or_else(|e| panic!("Envoy {version}: {e} (run `make envoy-matrix`)"));
         let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && log.contains("OK"), "Envoy {version}: {log}");
+        assert!(out.status.success() && log.contains("OK"), "Envoy {version}, {}: {log}", file.display());
     }
 }
 
@@ -108,14 +114,5 @@ fn tracing_and_the_json_access_log_validate_in_envoy() {
     assert!(yaml.contains("envoy.tracers.opentelemetry") && yaml.contains("gen_ai.usage.input_tokens"));
     let file = work_dir("tracing-render").join("switchyard.yaml");
     std::fs::write(&file, yaml).unwrap();
-    for version in ENVOY_MATRIX {
-        let mut cmd = Command::new(envoy_release(version));
-        cmd.args(["--mode", "validate", "-c"]).arg(&file).args(["--base-id", "31980", "--disable-hot-restart"]);
-        for k in catalog.env_keys() {
-            cmd.env(k, "validation-placeholder");
-        }
-        let out = cmd.output().unwrap_or_else(|e| panic!("Envoy {version}: {e} (run `make envoy-matrix`)"));
-        let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && log.contains("OK"), "Envoy {version}: {log}");
-    }
+    validates_on_the_matrix(&catalog, &file, "31980");
 }
