@@ -814,6 +814,12 @@ impl Catalog {
         self.providers.get(ep.provider)
     }
 
+    /// The provider slug an endpoint is labelled with (`gen_ai.provider.name`): its provider's,
+    /// else its slug's base.
+    pub fn provider_name<'a>(&'a self, ep: &'a Endpoint) -> &'a str {
+        self.provider_of(ep).map_or(ep.base_slug(), |p| p.slug.as_str())
+    }
+
     /// The endpoint is at a shared (non-BYOK) provider whose provider has a `byok_always` key:
     /// it is never planned, nor listed.
     pub fn shadowed_by_byok(&self, ep: &Endpoint) -> bool {

@@ -114,10 +114,8 @@ pub fn finished(
             }
         });
     }
-    // The provider's slug, or the endpoint slug's provider part when the endpoint left the catalog.
-    let provider = endpoint
-        .and_then(|e| catalog.provider_of(e))
-        .map_or_else(|| of.slug.split('/').next().unwrap_or(of.slug), |p| p.slug.as_str());
+    // The provider's slug, or the endpoint slug's base when the endpoint left the catalog.
+    let provider = endpoint.map_or_else(|| crate::config::base_of(of.slug), |e| catalog.provider_name(e));
     let tags = || format!("model.{}.endpoint.{}.gen_ai_provider_name.{}", tag(of.model), tag(of.slug), tag(provider));
     let attempts = || format!("switchyard.attempts_total.{}.outcome.{}", tags(), s.outcome.name());
     let ttft = || format!("switchyard.gen_ai_server_time_to_first_token_milliseconds.{}", tags());

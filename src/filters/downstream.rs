@@ -403,10 +403,12 @@ impl<H: Host> Stream<H> {
         d.body = Vec::new();
         self.planned = clusters.len();
         self.decided_ms = now;
-        let models = &self.config.catalog.models;
-        self.request_model = match d.plan.auto {
-            Some(_) => models.len(),
-            None => models.iter().position(|m| m.id == d.model).unwrap_or(models.len()),
+        // The first planned endpoint's model (`d.model`), or `auto`.
+        let catalog = &self.config.catalog;
+        let first_model = d.plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).map(|e| e.model);
+        self.request_model = match (&d.plan.auto, first_model) {
+            (None, Some(m)) => m,
+            _ => catalog.models.len(),
         };
         count(&self.host, &strategy_metric_name(&tag(&d.plan.strategy.to_string())));
         self.decision = Some(d);
@@ -933,7 +935,7 @@ impl<H: Host> Stream<H> {
             &self.host,
             &Attributes {
                 request_model: self.decision.as_ref().map(|_| usage::request_model_name(&config, self.request_model)),
-                provider: served.and_then(|e| config.catalog.provider_of(e)).map(|p| p.slug.as_str()),
+                provider: served.map(|e| config.catalog.provider_name(e)),
                 used,
                 caller,
                 path,

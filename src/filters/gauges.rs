@@ -63,7 +63,7 @@ pub fn publish(host: &dyn Host, config: &Configured, now_ms: u64) {
     let window = catalog.routing.outage_window_s.saturating_mul(1000);
     for (index, ep) in catalog.endpoints.iter().enumerate() {
         let Some(model) = catalog.models.get(ep.model) else { continue };
-        let provider = catalog.provider_of(ep).map_or(ep.base_slug(), |p| p.slug.as_str());
+        let provider = catalog.provider_name(ep);
         let name = || {
             format!(
                 "switchyard.endpoint_cooling_down.model.{}.endpoint.{}.gen_ai_provider_name.{}",

@@ -60,7 +60,7 @@ fn ids(host: &dyn Host, config: &Configured, key: UsageKey) -> Option<UsageIds> 
     let catalog = &config.catalog;
     let ep = catalog.endpoint(key.endpoint)?;
     let response_model = catalog.models.get(ep.model).map(|m| m.id.as_str())?;
-    let provider = catalog.provider_of(ep).map_or(ep.base_slug(), |p| p.slug.as_str());
+    let provider = catalog.provider_name(ep);
     let policy = key.policy.and_then(|i| config.policies.list.get(i)).map(|p| tag(&p.name));
     let caller = key.caller.zip(config.telemetry.caller.as_ref()).map(|(i, c)| c.name(i).to_string());
     let names = usage_metric_names(&UsageLabels {
