@@ -811,8 +811,10 @@ impl<H: Host> Filter for Stream<H> {
             }
         }
         self.count_result();
-        self.record_usage();
-        self.settle_limits();
+        // Priced once for both: the usage metrics and the limits' settlement.
+        let used = self.served_usage();
+        self.record_usage(used);
+        self.settle_limits(used);
     }
 
     fn on_grpc_response(&mut self, token: u32, status: u32, size: usize) {
@@ -869,8 +871,9 @@ impl<H: Host> Stream<H> {
         }
     }
 
-    /// Queues what an admitted, served request used against its limits.
-    fn settle_limits(&mut self) {
+    /// Queues what an admitted, served request used (`used`: its priced usage) against its
+    /// limits.
+    fn settle_limits(&mut self, used: Option<Used>) {
         let Some(adm) = &self.admission else { return };
         if !adm.admitted() || self.result != Some(RequestResult::Served) {
             return;
@@ -880,7 +883,7 @@ impl<H: Host> Stream<H> {
         // An answer that reported no usage (a stream cut before its usage event): its prompt,
         // estimated from the body that was sent, at the prompt price.
         let estimate = self.decision.as_ref().map_or(0, |d| (d.body.len() as u64).div_ceil(4));
-        let (tokens, cost) = match self.served_usage() {
+        let (tokens, cost) = match used {
             Some(u) => (u.input_tokens + u.output_tokens, u.cost_usd),
             None => (estimate, pricing.cost_usd(estimate, 0, 0)),
         };
@@ -907,7 +910,7 @@ impl<H: Host> Stream<H> {
 
     /// The served request's usage and duration in the metrics (served attempt only; a
     /// provider's error or a failed failover used nothing billable here).
-    fn record_usage(&self) {
+    fn record_usage(&self, used: Option<Used>) {
         if !matches!(self.result, Some(RequestResult::Served)) {
             return;
         }
@@ -916,7 +919,7 @@ impl<H: Host> Stream<H> {
         };
         let key = UsageKey { request_model: self.request_model, endpoint, policy: self.policy, caller: self.caller };
         let duration = self.host.now_ms().saturating_sub(self.decided_ms);
-        usage::record(&self.host, &self.config, key, self.served_usage(), duration);
+        usage::record(&self.host, &self.config, key, used, duration);
     }
 
     /// The request's span and access-log attributes, once, when its answer ends (Envoy
