@@ -19,7 +19,7 @@ use crate::answer::sse::interrupted_event_for;
 use crate::answer::watch::AttemptWatch;
 use crate::api::{Api, Surface};
 use crate::protocol::bytes::u64_at;
-use crate::protocol::outcome::{AttemptRecord, CutShort};
+use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
 use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::attempt_rewrite;
 use crate::protocol::scope;
@@ -89,6 +89,29 @@ struct PreparedFirst {
     recorded: bool,
     /// The served answer's quality, recorded with the outcome.
     verdict: Option<Verdict>,
+}
+
+/// `switchyard_requests_total{result}` of routed requests as they end, and
+/// `switchyard_fallbacks_total{kind}` (the gauges' first tick creates each at zero).
+pub const SERVED_METRIC: &str = "switchyard.requests_total.result.served";
+pub const INTERRUPTED_METRIC: &str = "switchyard.requests_total.result.interrupted";
+pub const PROVIDER_ERROR_METRIC: &str = "switchyard.requests_total.result.provider_error";
+pub const FAILED_METRIC: &str = "switchyard.requests_total.result.failed";
+pub const FALLBACK_PROVIDER_METRIC: &str = "switchyard.fallbacks_total.kind.provider";
+pub const FALLBACK_MODEL_METRIC: &str = "switchyard.fallbacks_total.kind.model";
+/// The counters above, every one.
+pub const END_METRICS: [&str; 6] = [
+    SERVED_METRIC,
+    INTERRUPTED_METRIC,
+    PROVIDER_ERROR_METRIC,
+    FAILED_METRIC,
+    FALLBACK_PROVIDER_METRIC,
+    FALLBACK_MODEL_METRIC,
+];
+
+/// `switchyard_failover_incomplete_total{reason}`.
+pub fn failover_incomplete_metric(reason: StopReason) -> String {
+    format!("switchyard.failover_incomplete_total.reason.{}", reason.name())
 }
 
 /// How a routed request ended, counted once in `on_log` (`switchyard_requests_total{result}`).
@@ -749,8 +772,8 @@ impl<H: Host> Filter for Stream<H> {
         });
         let Some(slug) = slug else { return Action::Continue };
         if records.len() > 1 && status < 400 {
-            let kind = if served_model != primary_model { "model" } else { "provider" };
-            count(&self.host, &format!("switchyard.fallbacks_total.kind.{kind}"));
+            let metric = if served_model != primary_model { FALLBACK_MODEL_METRIC } else { FALLBACK_PROVIDER_METRIC };
+            count(&self.host, metric);
         }
         let action = self.take_answer(&headers, status, served_model, slug, end_of_stream, now);
         if end_of_stream {
@@ -1006,7 +1029,7 @@ impl<H: Host> Stream<H> {
                 cut.planned,
                 cut.reason.name()
             );
-            count(&self.host, &format!("switchyard.failover_incomplete_total.reason.{}", cut.reason.name()));
+            count(&self.host, &failover_incomplete_metric(cut.reason));
         }
         self.result = Some(RequestResult::Failed);
         let attempts = audit.attempts.to_string();
@@ -1257,13 +1280,13 @@ impl<H: Host> Stream<H> {
                             self.sse_response && self.host.property(&[INTERRUPTED_PROPERTY]).is_some()
                         }));
                 if interrupted {
-                    "switchyard.requests_total.result.interrupted"
+                    INTERRUPTED_METRIC
                 } else {
-                    "switchyard.requests_total.result.served"
+                    SERVED_METRIC
                 }
             }
-            Some(RequestResult::ProviderError) => "switchyard.requests_total.result.provider_error",
-            Some(RequestResult::Failed) => "switchyard.requests_total.result.failed",
+            Some(RequestResult::ProviderError) => PROVIDER_ERROR_METRIC,
+            Some(RequestResult::Failed) => FAILED_METRIC,
             None => return,
         };
         count(&self.host, name);

@@ -11,11 +11,13 @@
 
 use std::cell::Cell;
 
+use super::downstream::{failover_incomplete_metric, END_METRICS};
 use super::host::{Host, MetricKind};
-use super::mesh::{charged_metric, refused_metric, FAILURE_REASONS};
+use super::mesh::{charged_metric, failure_metric, refused_metric, FAILURE_REASONS};
 use super::shared::{count_by, endpoint_metric, metric, read_stats, stats_key, tag, COOLING_DOWN_SERIES};
 use super::Configured;
 use crate::limits::{Kind, Subject};
+use crate::protocol::outcome::StopReason;
 
 thread_local! {
     /// The configuration whose counters were created at zero on this worker.
@@ -27,19 +29,14 @@ fn zero_counters(host: &dyn Host, config: &Configured) {
     if ZEROED.with(|z| z.replace(config.id)) == config.id {
         return;
     }
-    let mut names: Vec<String> = ["retry_limit", "timeout", "stopped"]
-        .iter()
-        .map(|r| format!("switchyard.failover_incomplete_total.reason.{r}"))
-        .chain(["provider", "model"].iter().map(|k| format!("switchyard.fallbacks_total.kind.{k}")))
-        .chain(
-            ["served", "interrupted", "provider_error", "failed"]
-                .iter()
-                .map(|r| format!("switchyard.requests_total.result.{r}")),
-        )
+    let mut names: Vec<String> = StopReason::ALL
+        .into_iter()
+        .map(failover_incomplete_metric)
+        .chain(END_METRICS.iter().map(|n| n.to_string()))
         .collect();
     let limits = &config.limits;
     if limits.service.is_some() {
-        names.extend(FAILURE_REASONS.iter().map(|r| format!("switchyard.rate_limit.failure_total.reason.{r}")));
+        names.extend(FAILURE_REASONS.iter().map(|r| failure_metric(r)));
         for l in &limits.limits {
             names.push(refused_metric(l));
             if l.kind != Kind::Requests {

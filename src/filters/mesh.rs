@@ -86,7 +86,7 @@ pub fn admit(
 
 /// The service did not answer usefully: each limit's failure mode decides.
 fn failed(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], why: &str) -> AdmissionState {
-    count(host, &format!("switchyard.rate_limit.failure_total.reason.{why}"));
+    count(host, &failure_metric(why));
     let closed = applied.iter().filter_map(|a| limits.limit(a)).find(|l| l.fail_closed);
     match closed {
         Some(l) => {
@@ -215,7 +215,7 @@ pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens:
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);
         if !host.grpc_call_detached(&service.target, rls::SERVICE, rls::METHOD, &message, service.timeout_ms) {
-            count(host, "switchyard.rate_limit.failure_total.reason.settlement");
+            count(host, &failure_metric("settlement"));
         }
     }
 }
@@ -267,12 +267,12 @@ impl Ticker {
         let charges = PENDING.with(|p| p.borrow_mut().drain());
         for (descriptor, hits) in charges {
             if self.calls.len() >= MAX_ROOT_CALLS {
-                count(host, "switchyard.rate_limit.failure_total.reason.backlog");
+                count(host, &failure_metric("backlog"));
                 continue;
             }
             match call(host, service, std::slice::from_ref(&descriptor), hits) {
                 Some(token) => self.calls.push((token, RootCall::Charge(descriptor))),
-                None => count(host, "switchyard.rate_limit.failure_total.reason.refused"),
+                None => count(host, &failure_metric("refused")),
             }
         }
         if limits.share_cooldowns && self.calls.len() < MAX_ROOT_CALLS {
@@ -299,7 +299,7 @@ impl Ticker {
         let Some(i) = self.calls.iter().position(|(t, _)| *t == token) else { return };
         let (_, call) = self.calls.swap_remove(i);
         let Some(r) = decoded(host, status, size) else {
-            count(host, "switchyard.rate_limit.failure_total.reason.charge");
+            count(host, &failure_metric("charge"));
             return;
         };
         if r.overall != Code::OverLimit {
@@ -346,6 +346,11 @@ pub fn charged_metric(l: &Limit) -> String {
 /// The counter of requests a limit refused.
 pub fn refused_metric(l: &Limit) -> String {
     format!("switchyard.rate_limit.refused_total.limit.{}.code.{}", tag(&l.name), refusal_code(l.kind))
+}
+
+/// `switchyard_rate_limit_failure_total{reason}`: `reason` one of `FAILURE_REASONS`.
+pub fn failure_metric(reason: &str) -> String {
+    format!("switchyard.rate_limit.failure_total.reason.{reason}")
 }
 
 /// Every `reason` of `switchyard_rate_limit_failure_total`.

@@ -105,6 +105,9 @@ pub const FLAG_UPSTREAM_REQUEST_TIMEOUT: u64 = 1 << 2;
 pub const FLAG_UPSTREAM_OVERFLOW: u64 = 1 << 7;
 
 impl StopReason {
+    /// Every reason (the metrics create their counters at zero).
+    pub const ALL: [StopReason; 3] = [StopReason::RetryLimit, StopReason::Timeout, StopReason::Other];
+
     pub fn from_response_flags(flags: u64) -> StopReason {
         if flags & FLAG_UPSTREAM_OVERFLOW != 0 {
             StopReason::RetryLimit
