@@ -7,6 +7,10 @@
 pub const DECISION_ROOT_ID: &str = "switchyard";
 /// The plugin `root_id` of the per-attempt filter (each provider cluster's upstream filter).
 pub const ATTEMPT_ROOT_ID: &str = "switchyard_upstream";
+/// The plugin `root_id` of the first-attempt filter (each first-attempt cluster's upstream
+/// filter, in place of the per-attempt filter): it takes Envoy's and Switchyard's headers off the
+/// attempt, names attempt 1 on the answer and notes a failure for the next attempt's filter.
+pub const FIRST_ATTEMPT_ROOT_ID: &str = "switchyard_first";
 /// The `vm_id` both roles share: one VM per worker, hence one set of shared data (statistics,
 /// cool-downs) for the decision and the attempts.
 pub const VM_ID: &str = "switchyard";
@@ -23,8 +27,9 @@ pub const INTERNAL_PREFIX: &str = "x-switchyard-";
 
 // Request headers Switchyard writes for the Envoy configuration around it.
 
-/// Attempt k's cluster is named by the slot header `<prefix><k>`, read by the route's matcher.
-pub const SLOT_HEADER_PREFIX: &str = "x-switchyard-slot-";
+/// Names the next attempt's cluster by its token, read by the route's matcher before each
+/// attempt (see `protocol::slots`): the decision filter writes the first, each attempt the next.
+pub const NEXT_CLUSTER_HEADER: &str = "x-switchyard-next";
 
 // Response headers the caller sees.
 
@@ -56,12 +61,14 @@ pub const ATTEMPTS_HEADER: &str = "x-switchyard-attempts";
 /// Request header marking a local reply Switchyard already shaped: the listener's
 /// `local_reply_config` leaves such replies alone.
 pub const OWN_REPLY_HEADER: &str = "x-switchyard-own-reply";
+/// Request header naming the provider host of a first attempt the decision filter prepared: the
+/// routed route's `host_rewrite_header` makes it that attempt's `:authority` once the route is
+/// chosen (changing `:authority` earlier would change the virtual host). The attempt's filter
+/// takes it off with every other internal header.
+pub const AUTHORITY_HEADER: &str = "x-switchyard-authority";
 /// Request header set to `routing.passthrough_cluster` on unrouted requests; the generated route
 /// sends a request carrying exactly that value to that cluster (and removes the header).
 pub const PASSTHROUGH_HEADER: &str = "x-switchyard-passthrough";
-/// Dynamic metadata key (namespace `switchyard`) where the first-attempt hook notes a failed
-/// answer's `<status>,<retry-after>` for the next attempt's filter.
-pub const FIRST_ATTEMPT_METADATA: &str = "first_attempt";
 
 #[cfg(test)]
 mod tests {
@@ -73,7 +80,7 @@ mod tests {
         for h in [
             DEBUG_HEADER,
             ROUTING_HEADER,
-            SLOT_HEADER_PREFIX,
+            NEXT_CLUSTER_HEADER,
             STRATEGY_HEADER,
             ATTEMPT_LOG_HEADER,
             WARNING_HEADER,
@@ -87,6 +94,7 @@ mod tests {
             ATTEMPTS_HEADER,
             OWN_REPLY_HEADER,
             PASSTHROUGH_HEADER,
+            AUTHORITY_HEADER,
         ] {
             assert!(h.starts_with(INTERNAL_PREFIX), "{h}");
             assert!(doc.contains(&format!("`{h}")), "{h} is not in docs/metrics.md");

@@ -8,11 +8,12 @@ use serde_json::{json, Value};
 
 use crate::telemetry::{access_log, hcm_tracing, otlp_cluster, stats_config, with_request_attributes};
 pub use crate::telemetry::{AccessLog, Tracing};
+use switchyard::protocol::plan::{plan_state_prefix, PLAN_STATE_KEY};
 use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY};
-use switchyard::protocol::slots::{slot_header, slot_token, ATTEMPT_COUNT_HEADER};
+use switchyard::protocol::slots::slot_token;
 use switchyard::wiring::{
-    ATTEMPTS_HEADER, ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_METADATA, OWN_REPLY_HEADER, PASSTHROUGH_HEADER,
-    VM_ID,
+    ATTEMPT_ROOT_ID, AUTHORITY_HEADER, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, NEXT_CLUSTER_HEADER, OWN_REPLY_HEADER,
+    PASSTHROUGH_HEADER, VM_ID,
 };
 
 /// Repository root (the integration crate lives one level below it).
@@ -462,8 +463,8 @@ fn parsed_for_generator(plugin_config: &Value) -> Option<switchyard::config::Cat
 }
 
 /// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
-/// own parser: those whose providers agree on one `authority` (the route's `auto_host_rewrite`
-/// sets a twin's attempts' `:authority` from it), serve exactly one API and have the same key
+/// own parser: those whose providers agree on one `authority` (the decision filter names it for
+/// the route's `host_rewrite_header`), serve exactly one API and have the same key
 /// (the twin injects one key header). A configuration the filter would refuse gets none.
 pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin> {
     let Some(catalog) = parsed_for_generator(plugin_config) else { return Vec::new() };
@@ -564,55 +565,31 @@ pub fn with_first_attempt_clusters(config: &mut Value, on: bool, clusters: &[&st
     }
 }
 
-/// The hook on a first-attempt cluster (in place of the per-attempt Wasm): it names attempt 1
-/// on the answer for the decision filter and, when the answer is a failure Envoy may retry,
-/// notes its status and `Retry-After` in the request's dynamic metadata, where the next
-/// attempt's filter reads them to record the failure (statistics, cool-down).
-pub fn first_attempt_hook() -> String {
-    format!(
-        r#"function envoy_on_response(handle)
-  local headers = handle:headers()
-  headers:replace("{ATTEMPTS_HEADER}", "1")
-  local status = headers:get(":status") or "0"
-  if status:sub(1, 1) ~= "2" then
-    handle:streamInfo():dynamicMetadata():set("{METADATA_NAMESPACE}", "{FIRST_ATTEMPT_METADATA}", status .. "," .. (headers:get("retry-after") or ""))
-  end
-end
-"#
-    )
-}
+/// The first-attempt filter's configuration: it needs none (the decision filter prepared the
+/// attempt), so it gets an empty object rather than a second copy of the catalog.
+pub const FIRST_ATTEMPT_CONFIGURATION: &str = "{}";
 
-/// The upstream filters of a first-attempt cluster: the hook, the provider's key (`key`: its
+/// The upstream filters of a first-attempt cluster: the first-attempt filter (`first`: the
+/// module's `switchyard_first` role, which takes every internal header off the attempt and notes
+/// a failed answer for the next attempt's filter), the provider's key (`key`: its
 /// `credential_injector`), then the codec.
-pub fn first_attempt_filters(key: Option<Value>) -> Value {
-    let hook = json!({"name": "envoy.filters.http.lua", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-        "default_source_code": {"inline_string": first_attempt_hook()}
-    }});
+pub fn first_attempt_filters(first: Value, key: Option<Value>) -> Value {
+    let first = json!({"name": "envoy.filters.http.wasm", "typed_config": first});
     let codec = json!({"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}});
-    Value::Array([Some(hook), key, Some(codec)].into_iter().flatten().collect())
+    Value::Array([Some(first), key, Some(codec)].into_iter().flatten().collect())
 }
 
 /// A provider cluster's first-attempt twin: the same cluster (address, TLS, limits) under
-/// another name, its endpoints named by the provider's host (for `auto_host_rewrite`), with
-/// the hook and the provider's key injector instead of the per-attempt Wasm.
-fn first_attempt_twin(regular: &Value, twin: &Twin, http2: bool, secret: Value) -> Value {
-    let authority = twin.authority.as_str();
+/// another name, with the first-attempt filter and the provider's key injector instead of the
+/// per-attempt Wasm.
+fn first_attempt_twin(cfg: &StackConfig, regular: &Value, twin: &Twin, http2: bool, secret: Value) -> Value {
     let mut v = regular.clone();
     let name = first_attempt_cluster_name(regular["name"].as_str().unwrap_or_default());
     v["name"] = json!(name);
     v["load_assignment"]["cluster_name"] = json!(name);
-    if let Some(eps) = v["load_assignment"]["endpoints"].as_array_mut() {
-        for group in eps {
-            if let Some(lbs) = group["lb_endpoints"].as_array_mut() {
-                for lb in lbs {
-                    lb["endpoint"]["hostname"] = json!(authority);
-                }
-            }
-        }
-    }
     let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
-    v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters(injector));
+    let first = wasm_filter(cfg, FIRST_ATTEMPT_ROOT_ID, FIRST_ATTEMPT_CONFIGURATION, false);
+    v["typed_extension_protocol_options"] = provider_protocol_options(http2, first_attempt_filters(first, injector));
     v
 }
 
@@ -730,6 +707,10 @@ pub fn unrouted_route() -> Value {
     r
 }
 
+/// The decision filter's name in the HTTP filter chain (the generated Envoy configuration and
+/// the Istio EnvoyFilter's ECDS resource alike).
+pub const DECISION_FILTER: &str = "switchyard-decision";
+
 /// Marks a route as Switchyard's (route metadata `switchyard.route`, see the filter's `scope`
 /// module): the decision filter acts only on requests whose route carries it. `policy` also
 /// labels it for route-selected operator policies (`switchyard.policy`).
@@ -741,46 +722,34 @@ pub fn mark_route(route: &mut Value, policy: Option<&str>) {
     route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
 }
 
-/// The cluster specifier of the routed route: Envoy's matcher picks attempt k's cluster from the
-/// slot header k the decision filter wrote (see the filter's `slots` module). The route is
-/// resolved before the first attempt, without `x-envoy-attempt-count`: slot 1. Before each retry
-/// `refresh_cluster_on_retry` runs it again with the count of the attempt that failed, k: slot
-/// k + 1. Each slot maps exactly the tokens of the configuration's clusters; anything else
-/// matches none.
-pub fn cluster_matcher(cluster_names: &[&str], max_attempts: u32) -> Value {
-    let slot = |k: u32| -> Value {
-        let map: serde_json::Map<String, Value> = cluster_names
-            .iter()
-            .map(|c| {
-                let action = json!({"action": {"name": "cluster", "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
-                    "cluster": c}}});
-                (slot_token(c), action)
-            })
-            .collect();
-        json!({"matcher_tree": {
-            "input": {"name": "slot", "typed_config": {
-                "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
-                "header_name": slot_header(k as usize)}},
-            "exact_match_map": {"map": map}
-        }})
-    };
-    let retries: serde_json::Map<String, Value> =
-        (1..max_attempts.max(1)).map(|k| (k.to_string(), json!({"matcher": slot(k + 1)}))).collect();
-    json!({
-        "matcher_tree": {
-            "input": {"name": "attempt", "typed_config": {
-                "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
-                "header_name": ATTEMPT_COUNT_HEADER}},
-            "exact_match_map": {"map": retries}
-        },
-        "on_no_match": {"matcher": slot(1)}
-    })
+/// The cluster specifier of the routed route: Envoy's matcher picks the cluster the request's
+/// `x-switchyard-next` names by its token (see the filter's `slots` module): the decision filter
+/// writes the first attempt's, each attempt's filter the next one's, and
+/// `refresh_cluster_on_retry` reads it again before every retry. It maps exactly the tokens of
+/// the configuration's clusters; anything else matches none.
+pub fn cluster_matcher(cluster_names: &[&str]) -> Value {
+    let map: serde_json::Map<String, Value> = cluster_names
+        .iter()
+        .map(|c| {
+            let action = json!({"action": {"name": "cluster", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
+                "cluster": c}}});
+            (slot_token(c), action)
+        })
+        .collect();
+    json!({"matcher_tree": {
+        "input": {"name": "next", "typed_config": {
+            "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+            "header_name": NEXT_CLUSTER_HEADER}},
+        "exact_match_map": {"map": map}
+    }})
 }
 
-/// The route for requests the filter routed (it wrote slot 1): the matcher cluster specifier and
-/// Envoy's retry policy, which moves from one slot to the next. Slot 1 is removed here (the first
-/// cluster is chosen by then); later slots stay for the retries that read them.
+/// The route for requests the filter routed: it named the first cluster in `x-switchyard-next`
+/// and wrote the plan in filter state, which the match requires. Only the decision filter writes
+/// that filter state, so a request it did not plan (the filter absent, skipped or failed open)
+/// matches no route to a provider, whatever headers it forges: it falls through to the marked
+/// 404. The matcher cluster specifier and Envoy's retry policy move from one cluster to the next.
 pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     let mut retry_policy = json!({
         "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
@@ -792,26 +761,27 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     if cfg.per_try_idle_timeout_ms > 0 {
         retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
     }
-    let first_slot = slot_header(1);
     json!(
         {
-            "match": {"prefix": "/", "headers": [{"name": first_slot, "present_match": true}]},
+            "match": {"prefix": "/", "headers": [{"name": NEXT_CLUSTER_HEADER, "present_match": true}],
+                "filter_state": [{"key": PLAN_STATE_KEY, "string_match": {"prefix": plan_state_prefix()}}]},
             "route": {
                 "inline_cluster_specifier_plugin": {"extension": {
                     "name": "envoy.router.cluster_specifier_plugin.matcher",
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.MatcherClusterSpecifier",
-                        "cluster_matcher": cluster_matcher(cluster_names, cfg.max_attempts)
+                        "cluster_matcher": cluster_matcher(cluster_names)
                     }
                 }},
                 "timeout": format!("{}s", f64::from(cfg.route_timeout_ms) / 1000.0),
                 // A first attempt on a first-attempt cluster gets the provider's host from the
-                // cluster's endpoint (the decision filter must not change `:authority` before
-                // the route is resolved); the per-attempt filter sets the same on the others.
-                "auto_host_rewrite": true,
+                // header the decision filter wrote (it must not change `:authority` before the
+                // route is resolved); the per-attempt filter sets the same on the others. Not
+                // `auto_host_rewrite`: at connection time it adds `x-envoy-original-host`, after
+                // the attempt's filter could take it off.
+                "host_rewrite_header": AUTHORITY_HEADER,
                 "retry_policy": retry_policy
-            },
-            "request_headers_to_remove": [first_slot]
+            }
         }
     )
 }
@@ -893,7 +863,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                     json!({"name": twin_secret_name(&twin.cluster)})
                 }
             };
-            clusters.push(first_attempt_twin(&regular, twin, http2, secret));
+            clusters.push(first_attempt_twin(cfg, &regular, twin, http2, secret));
             twin_names.push(first_attempt_cluster_name(&twin.cluster));
         }
     }
@@ -929,8 +899,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         .policy_routes
         .iter()
         .map(|r| {
-            json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy)),
-            "include_request_attempt_count": true})
+            json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy))})
         })
         .collect();
     for o in &cfg.other_hosts {
@@ -938,10 +907,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
             "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]}));
         clusters.push(cluster(&o.cluster));
     }
-    // The router writes each attempt's number on the request, which the retries' cluster
-    // specifier reads (see `cluster_matcher`).
-    virtual_hosts
-        .push(json!({"name": "llm", "domains": ["*"], "routes": routes(None), "include_request_attempt_count": true}));
+    virtual_hosts.push(json!({"name": "llm", "domains": ["*"], "routes": routes(None)}));
     let mut boot = json!({
         // SDS (the key files) needs a node identity.
         "node": {"id": "switchyard", "cluster": "switchyard"},
@@ -973,11 +939,10 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                                     "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}
                             }},
                             // 1. Parse the body, plan the endpoints, write the slot headers.
-                            {"name": "envoy.filters.http.wasm", "typed_config": wasm_filter(cfg, DECISION_ROOT_ID, &plugin_json(cfg), true)},
-                            // Adds no x-envoy-* headers: a first attempt has no per-attempt filter
-                            // to remove them before the provider sees the request.
-                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
-                                "suppress_envoy_headers": true}}
+                            {"name": DECISION_FILTER, "typed_config": wasm_filter(cfg, DECISION_ROOT_ID, &plugin_json(cfg), true)},
+                            // Every attempt's upstream filter (per-attempt or first-attempt) takes
+                            // the router's x-envoy-* headers off before the provider sees them.
+                            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
                         ]
                     }
                 }]}]

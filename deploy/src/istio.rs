@@ -20,7 +20,7 @@
 //!   (`first_attempt_cluster`).
 
 use serde_json::{json, Value};
-use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID};
+use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID};
 
 use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
@@ -28,6 +28,7 @@ use crate::envoy::{
     credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
     mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed, twin_secret,
     unrouted_route, upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin,
+    DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -362,7 +363,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     }))});
     // The decision filter holds the request headers until the body is complete, which Envoy
     // honours only with `allow_on_headers_stop_iteration`.
-    let mut decision = wasm_extension(c, "switchyard-decision", DECISION_ROOT_ID, &plugin, sha256);
+    let mut decision = wasm_extension(c, DECISION_FILTER, DECISION_ROOT_ID, &plugin, sha256);
     decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
     let mut patches = vec![
         json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
@@ -370,7 +371,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
         // Right before the router: after Istio's authentication and authorization (a caller is
         // admitted before its body is buffered and before keys are attached) and its stats.
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter("switchyard-decision")}}),
+        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter(DECISION_FILTER)}}),
     ];
     patches.extend([
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
@@ -384,12 +385,13 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     ]);
     let firsts = first_attempt_providers(c, cfg);
     if !firsts.is_empty() {
-        // A first attempt has no per-attempt filter to remove the router's `x-envoy-*` headers
-        // before the provider sees the request (as in the plain-Envoy configuration).
-        patches.push(json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "MERGE", "value": {
-            "name": "envoy.filters.http.router",
-            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router", "suppress_envoy_headers": true}
-        }}}));
+        // The first-attempt clusters' filter (configuration-free: it takes the internal headers
+        // off the attempt and notes a failure for the next attempt's filter).
+        patches.insert(
+            2,
+            json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
+                "value": wasm_extension(c, "switchyard-first", FIRST_ATTEMPT_ROOT_ID, FIRST_ATTEMPT_CONFIGURATION, sha256)}}),
+        );
     }
     let names: Vec<String> =
         provider_cluster_names(c).into_iter().chain(firsts.iter().map(|(p, _)| p.first_attempt_cluster())).collect();
@@ -400,13 +402,6 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     let mut routed = routed_route(&refs, cfg);
     mark_route(&mut routed, None);
     let routes = [routed, unrouted_route()];
-    // The router writes each attempt's number on the request for the retries' cluster specifier
-    // (a VirtualService cannot set it).
-    patches.push(json!({
-        "applyTo": "VIRTUAL_HOST",
-        "match": {"context": ctx, "routeConfiguration": {"vhost": {"name": format!("{}:80", v.entry_host(c))}}},
-        "patch": {"operation": "MERGE", "value": {"include_request_attempt_count": true}}
-    }));
     // INSERT_FIRST puts each route before the others: in reverse, they keep their order.
     for route in routes.into_iter().rev() {
         patches.push(json!({
@@ -440,15 +435,15 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         }));
     }
     for (p, twin) in &firsts {
-        // The first-attempt twin (the subset's cluster): the hook and the provider's key
-        // injector instead of the Wasm.
+        // The first-attempt twin (the subset's cluster): the first-attempt filter and the
+        // provider's key injector instead of the per-attempt filter.
         let secret = sds_secret_ref(&twin.cluster, watched_for(c, &twin.cluster));
         let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, first_attempt_filters(injector))}}
+                provider_protocol_options(p.http2, first_attempt_filters_ecds(injector))}}
         }));
     }
     json!({
@@ -464,6 +459,15 @@ fn upstream_filters_ecds() -> Value {
     let mut f = upstream_filters(Value::Null);
     if let Some(first) = f.get_mut(0) {
         *first = ecds_filter("switchyard-upstream");
+    }
+    f
+}
+
+/// A first-attempt cluster's filters with the first-attempt filter delivered by ECDS.
+fn first_attempt_filters_ecds(injector: Option<Value>) -> Value {
+    let mut f = first_attempt_filters(Value::Null, injector);
+    if let Some(first) = f.get_mut(0) {
+        *first = ecds_filter("switchyard-first");
     }
     f
 }
@@ -630,7 +634,7 @@ mod tests {
             })
             .unwrap();
         let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
-            ["cluster_matcher"]["on_no_match"]["matcher"]["matcher_tree"]["exact_match_map"]["map"]
+            ["cluster_matcher"]["matcher_tree"]["exact_match_map"]["map"]
             .as_object()
             .unwrap()
             .values()
@@ -653,18 +657,20 @@ mod tests {
             let ef = envoy_filter(&c, v, &cfg, "d");
             let (patched, routed) = patched_and_routed(&ef);
             assert_eq!(patched, ["outbound|443||api.p.example", twin]);
-            assert_eq!(routed, [twin, "outbound|443||api.p.example"], "sorted: every slot maps both");
+            assert_eq!(routed, [twin, "outbound|443||api.p.example"], "sorted: the matcher maps both");
             let patches = ef["spec"]["configPatches"].as_array().unwrap();
             let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
                 ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
-            // The hook, then the provider's key injector reading its SDS file, then the codec.
+            // The first-attempt filter, then the provider's key injector reading its SDS file,
+            // then the codec.
             let (_, t) = &first_attempt_providers(&c, &cfg)[0];
             let key = t.key.clone().unwrap();
             assert_eq!(key.source, crate::envoy::KeySource::Env { name: "P_KEY".into(), prefix: "Bearer ".into() });
             assert_eq!(
                 *hook,
-                first_attempt_filters(Some(credential_injector(&key, sds_secret_ref(&t.cluster, KEYS_MOUNT))))
+                first_attempt_filters_ecds(Some(credential_injector(&key, sds_secret_ref(&t.cluster, KEYS_MOUNT))))
             );
+            assert_eq!(hook[0]["name"], "switchyard-first");
             let path = hook[1]["typed_config"]["credential"]["typed_config"]["credential"]["sds_config"]
                 ["path_config_source"]["path"]
                 .as_str()
@@ -709,8 +715,18 @@ mod tests {
                 names,
                 ["envoy.filters.http.credential_injector", "switchyard-upstream", "envoy.filters.http.upstream_codec"]
             );
-            assert!(patches.iter().any(|p| p["patch"]["operation"] == "MERGE"
-                && p["patch"]["value"]["typed_config"]["suppress_envoy_headers"] == true));
+            // The first-attempt filter's extension config: its role, no catalog.
+            let first = patches
+                .iter()
+                .find(|p| p["applyTo"] == "EXTENSION_CONFIG" && p["patch"]["value"]["name"] == "switchyard-first")
+                .unwrap();
+            let config = &first["patch"]["value"]["typed_config"]["config"];
+            assert_eq!(
+                (config["root_id"].as_str(), config["configuration"]["value"].as_str()),
+                (Some("switchyard_first"), Some("{}"))
+            );
+            // No listener-wide router setting: the upstream filters keep x-envoy-* off attempts.
+            assert!(!ef.to_string().contains("suppress_envoy_headers"));
         }
         // The fallback, keys as environment variables: the filter reads them, the twin's SDS
         // file names the variable, nothing is mounted but the ConfigMap.
@@ -730,7 +746,7 @@ mod tests {
         assert!(providers_resources(&c, v, &cfg)[1]["spec"].get("subsets").is_none());
         assert!(plugin_config(&c, &cfg)["providers"]["p"].get("first_attempt_cluster").is_none());
         let ef = envoy_filter(&c, v, &cfg, "d");
-        assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("suppress_envoy_headers"));
+        assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("switchyard-first"));
         assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);
     }
 

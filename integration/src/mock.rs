@@ -24,7 +24,6 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
-use switchyard::protocol::slots::{slot_of, ATTEMPT_COUNT_HEADER};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -158,7 +157,20 @@ pub struct Received {
     pub version: String,
     /// Received over TLS.
     pub tls: bool,
+    /// Arrival order across every mock provider of the process (attempts of one request in the
+    /// order they reached their providers; providers never see Envoy's attempt count).
+    pub seq: u64,
 }
+
+/// A cluster token as `slots::slot_token` writes it: 16 lower-case hex digits.
+fn is_token(v: &str) -> bool {
+    v.len() == 16 && v.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The next arrival number (`Received::seq`).
+use switchyard::wiring::NEXT_CLUSTER_HEADER;
+
+static ARRIVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Received {
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -184,23 +196,21 @@ impl Received {
 }
 
 impl Received {
-    /// The `x-envoy-*` and `x-switchyard-*` headers this attempt carried beyond the failover
-    /// wiring a provider is documented to see (the filter's `slots` module): the router's
-    /// `x-envoy-attempt-count`, and the slot headers of later attempts, each an opaque token.
-    /// Empty for a clean attempt.
+    /// The `x-envoy-*` and `x-switchyard-*` headers this attempt carried beyond the one a
+    /// retried attempt must carry (`next_token`, see the filter's `slots` module). Empty for a
+    /// clean attempt.
     pub fn internal_headers(&self) -> Vec<(String, String)> {
-        let attempt: usize = self.header(ATTEMPT_COUNT_HEADER).and_then(|v| v.parse().ok()).unwrap_or(0);
-        let token = |v: &str| v.len() == 16 && v.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
         self.headers
             .iter()
             .filter(|(k, _)| k.starts_with("x-envoy-") || k.starts_with(switchyard::wiring::INTERNAL_PREFIX))
-            .filter(|(k, v)| {
-                let wiring = (k == ATTEMPT_COUNT_HEADER && attempt > 0)
-                    || slot_of(k).is_some_and(|j| j > attempt && attempt > 0 && token(v));
-                !wiring
-            })
+            .filter(|(k, v)| !(k == NEXT_CLUSTER_HEADER && is_token(v)))
             .cloned()
             .collect()
+    }
+
+    /// The next attempt's cluster token this attempt carried (None: nothing could follow it).
+    pub fn next_token(&self) -> Option<&str> {
+        self.header(NEXT_CLUSTER_HEADER)
     }
 
     /// How this request differs from what a caller sent through a proxy that must leave it
@@ -243,6 +253,13 @@ impl Received {
 /// Every (provider name, request) the `providers` received for this test id.
 pub fn received_by(providers: &[MockProvider], test_id: &str) -> Vec<(String, Received)> {
     providers.iter().flat_map(|p| p.received_for(test_id).into_iter().map(move |r| (p.name.clone(), r))).collect()
+}
+
+/// As `received_by`, in arrival order (a request's attempts in the order they were sent).
+pub fn received_in_order(providers: &[MockProvider], test_id: &str) -> Vec<(String, Received)> {
+    let mut got = received_by(providers, test_id);
+    got.sort_by_key(|(_, r)| r.seq);
+    got
 }
 
 /// The raw value of `name` in a query string (`a=1&key=v`), not percent-decoded.
@@ -698,6 +715,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             body: body.clone(),
             version: format!("{:?}", parts.version),
             tls,
+            seq: ARRIVALS.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
         });
     }
     // Anthropic and Google turn away a request without their credential before anything else.

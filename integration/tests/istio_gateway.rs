@@ -287,8 +287,9 @@ fn filter_chain_order_is_decision_then_router() {
             "envoy.filters.http.router"
         ]
     );
-    // The router adds no x-envoy-* headers (a first attempt has no per-attempt filter to drop them).
-    assert_eq!(filters[3]["typed_config"]["suppress_envoy_headers"], true);
+    // The router is Istio's own: no listener-wide setting of Switchyard's (every attempt's
+    // upstream filter keeps the router's x-envoy-* headers from providers).
+    assert!(filters[3]["typed_config"].get("suppress_envoy_headers").is_none(), "{}", filters[3]);
     // The flag and the failure policy are on the decision filter that runs (delivered by ECDS).
     let (_, ecds) =
         switchyard_integration::envoy::http_get(stack().admin, "/config_dump?resource=ecds_filters").unwrap();
@@ -305,11 +306,11 @@ fn filter_chain_order_is_decision_then_router() {
 }
 
 /// The clusters istiod builds from the rendered DestinationRules: a first-attempt twin per
-/// provider that serves one API, with the hook and its key injector instead of the per-attempt
+/// provider that serves one API, with the first-attempt filter and its key injector instead of the per-attempt
 /// Wasm, the same TLS and limits otherwise. A provider serving several APIs has none (a twin
 /// injects one key header): every attempt to it runs the per-attempt filter.
 #[test]
-fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
+fn every_provider_has_a_first_attempt_cluster_with_its_filter_and_the_same_tls() {
     let (_, dump) =
         switchyard_integration::envoy::http_get(stack().admin, "/config_dump?resource=static_clusters").unwrap();
     let v: Value = serde_json::from_str(&dump).unwrap();
@@ -344,7 +345,7 @@ fn every_provider_has_a_first_attempt_cluster_with_the_hook_and_the_same_tls() {
             by_name(&p.first_attempt_cluster()).unwrap_or_else(|| panic!("no cluster {}", p.first_attempt_cluster()));
         assert_eq!(
             filters(twin),
-            ["envoy.filters.http.lua", "envoy.filters.http.credential_injector", "envoy.filters.http.upstream_codec"],
+            ["switchyard-first", "envoy.filters.http.credential_injector", "envoy.filters.http.upstream_codec"],
             "{}",
             p.slug
         );

@@ -81,7 +81,9 @@ fn stat(s: &Stack, name: &str) -> u64 {
 }
 
 /// Headers Envoy itself adds to any proxied request (none of them Switchyard's).
-const ENVOY_ADDS: [&str; 2] = ["x-forwarded-proto", "x-request-id"];
+/// What plain Envoy's router adds to any request: Switchyard changes no router setting of the
+/// listener, so another host's requests get exactly these.
+const ENVOY_ADDS: [&str; 3] = ["x-forwarded-proto", "x-request-id", "x-envoy-expected-rq-timeout-ms"];
 
 fn assert_no_switchyard_headers(r: &Reply) {
     for (k, _) in &r.headers {

@@ -23,16 +23,16 @@ use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
 use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::attempt_rewrite;
 use crate::protocol::scope;
-use crate::protocol::slots::{slot_header, slot_token};
+use crate::protocol::slots::{encode_slots, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::routing::quality::{judge_body, StreamJudge, Verdict};
 use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
 use crate::telemetry::strategy_metric_name;
 use crate::wiring::{
-    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER, INTERNAL_PREFIX, LIMITS_HEADER,
-    MODEL_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER, ROUTING_HEADER,
-    STRATEGY_HEADER, WARNING_HEADER,
+    ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTHORITY_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER,
+    INTERNAL_PREFIX, LIMITS_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER,
+    ROUTING_HEADER, STRATEGY_HEADER, WARNING_HEADER,
 };
 
 /// Envoy drains an HTTP/1 connection after any local reply with status 400 (it assumes a
@@ -387,9 +387,9 @@ impl<H: Host> Stream<H> {
         }
     }
 
-    /// Hands the ranked list to Envoy: one slot header per attempt naming its cluster (the
-    /// route's matcher picks attempt k's cluster from slot k, see `slots`), the retry count, and
-    /// the plan the upstream filter reads.
+    /// Hands the ranked list to Envoy: the first attempt's cluster in `x-switchyard-next` (the
+    /// route's matcher reads it; each attempt's filter names the next from the slots in filter
+    /// state, see `slots`), the retry count, and the plan the upstream filter reads.
     fn apply(&mut self, mut d: Decision) {
         // One clock reading for the hand-off: when it was decided, and the prepared first
         // attempt's start (each reading is a host call).
@@ -412,8 +412,10 @@ impl<H: Host> Stream<H> {
         }
         let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
         self.host.set_property(&[PLAN_PROPERTY], &plan.encode());
-        for (k, cluster) in clusters.iter().enumerate() {
-            self.host.set_req_header(&slot_header(k + 1), Some(&slot_token(cluster)));
+        // The order for Envoy's retries: the first cluster now, each attempt's filter the next.
+        self.host.set_property(&[SLOTS_PROPERTY], encode_slots(&clusters).as_bytes());
+        if let Some(first) = clusters.first() {
+            self.host.set_req_header(NEXT_CLUSTER_HEADER, Some(&slot_token(first)));
         }
         self.host.set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.
@@ -442,8 +444,9 @@ impl<H: Host> Stream<H> {
     /// counts the attempt as started. The provider's key is never written here: this is the
     /// downstream request, which any route could send anywhere; the first-attempt cluster's own
     /// upstream filter (`credential_injector`) adds it on the way to that provider only.
-    /// `:authority` is left to the route (`auto_host_rewrite` from the first-attempt cluster's
-    /// host name): changing it here would change the virtual host the route is resolved in.
+    /// `:authority` is named in `x-switchyard-authority`, which the routed route's
+    /// `host_rewrite_header` applies once the route is chosen: changing `:authority` here would
+    /// change the virtual host the route is resolved in.
     fn prepare_first(&mut self, plan: &AttemptPlan, stream: bool, now_ms: u64) -> bool {
         let config = Rc::clone(&self.config);
         let catalog = &config.catalog;
@@ -456,6 +459,7 @@ impl<H: Host> Stream<H> {
         if rw.path != self.path {
             self.host.set_req_header(":path", Some(&rw.path));
         }
+        self.host.set_req_header(AUTHORITY_HEADER, Some(&rw.authority));
         let of = AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: rw.endpoint.is_some() };
         started(&self.host, &of);
         self.first = Some(PreparedFirst {

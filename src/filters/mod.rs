@@ -7,14 +7,18 @@
 //!   the ranked endpoints, hand the order to Envoy's retry policy, shape the response.
 //! - `upstream` (`switchyard_upstream`, an upstream HTTP filter on each provider cluster):
 //!   rewrite each attempt for its provider and record its outcome.
+//! - `first` (`switchyard_first`, on each first-attempt cluster instead): the first attempt the
+//!   decision filter prepared, with nothing internal sent and its failure noted.
 //!
 //! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
 
 mod attempts;
 mod caller;
 pub mod downstream;
+pub mod first;
 pub mod gauges;
 pub mod host;
+mod internals;
 pub mod mesh;
 #[cfg(test)]
 pub mod mock;
@@ -53,6 +57,8 @@ pub struct Configured {
 pub enum Role {
     Downstream,
     Upstream,
+    /// Needs no configuration (see `first`).
+    FirstAttempt,
 }
 
 /// The role of a plugin `root_id`. An error for a root id that no longer exists: the
@@ -61,6 +67,7 @@ pub enum Role {
 pub fn role_of(root_id: &str) -> Result<Role, String> {
     match root_id {
         crate::wiring::ATTEMPT_ROOT_ID => Ok(Role::Upstream),
+        crate::wiring::FIRST_ATTEMPT_ROOT_ID => Ok(Role::FirstAttempt),
         "switchyard_clear" => {
             Err("root_id switchyard_clear: removed with the priority_group wiring; remove this filter".to_string())
         }

@@ -13,7 +13,7 @@ use super::upstream::Attempt;
 use super::{configure, role_of, Configured, Filter, Role, Unconfigured};
 use crate::protocol::plan::{AttemptPlan, PLAN_PROPERTY};
 use crate::protocol::scope::route_mark_path;
-use crate::protocol::slots::{slot_header, slot_token};
+use crate::protocol::slots::{encode_slots, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 
 /// Two endpoints of one model: alpha (cheaper, `authorization`) and beta (`x-api-key`).
@@ -105,8 +105,8 @@ fn the_decision_hands_the_ranked_clusters_to_envoy_and_removes_the_callers_key()
     let config = configured(CONFIG);
     let host = MockHost::new();
     decide(&host, &config);
-    assert_eq!(host.request_header_value(&slot_header(1)), Some(slot_token("c_alpha")));
-    assert_eq!(host.request_header_value(&slot_header(2)), Some(slot_token("c_beta")));
+    assert_eq!(host.request_header_value(NEXT_CLUSTER_HEADER), Some(slot_token("c_alpha")));
+    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha", "c_beta"]).into_bytes()));
     assert_eq!(host.request_header_value("x-envoy-max-retries").as_deref(), Some("1"));
     assert_eq!(host.request_header_value("accept-encoding").as_deref(), Some("identity"));
     assert_eq!(host.request_header_value("authorization"), None, "the caller's key reaches no provider");
@@ -222,8 +222,8 @@ fn a_prepared_first_attempt_carries_no_key_and_is_recorded_by_the_decision_filte
     let config = configured(FIRST_ATTEMPT_CONFIG);
     let host = MockHost::new();
     let mut stream = decide(&host, &config);
-    assert_eq!(host.request_header_value(&slot_header(1)), Some(slot_token("c_alpha_first")));
-    assert_eq!(host.request_header_value(&slot_header(2)), Some(slot_token("c_beta")));
+    assert_eq!(host.request_header_value(NEXT_CLUSTER_HEADER), Some(slot_token("c_alpha_first")));
+    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha_first", "c_beta"]).into_bytes()));
     let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("plan");
     assert!(plan.first_prepared);
     // The downstream request never holds a provider key: the first-attempt cluster adds it.
@@ -302,6 +302,7 @@ fn without_a_configuration_every_request_gets_a_503_in_its_api_shape() {
 fn the_removed_clear_role_is_refused_and_other_root_ids_decide() {
     assert!(role_of("switchyard_clear").is_err());
     assert_eq!(role_of("switchyard_upstream"), Ok(Role::Upstream));
+    assert_eq!(role_of("switchyard_first"), Ok(Role::FirstAttempt));
     assert_eq!(role_of("switchyard"), Ok(Role::Downstream));
     assert_eq!(role_of(""), Ok(Role::Downstream));
 }
@@ -358,7 +359,7 @@ fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answe
     );
     // The body completes before the answer: routed, then held.
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
-    assert!(host.request_header_value(&slot_header(1)).is_some(), "routed while held");
+    assert!(host.request_header_value(NEXT_CLUSTER_HEADER).is_some(), "routed while held");
     let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: None }; 2] };
     let n = rls_answer(&host, &ok);
     stream.on_grpc_response(1, 0, n);
@@ -394,7 +395,7 @@ fn over_a_limit_is_a_429_in_the_callers_shape_with_retry_after_and_no_provider()
     assert_eq!(body["error"]["code"], "rate_limited");
     assert_eq!(body["error"]["metadata"]["limit"], "tpm");
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue);
-    assert!(host.request_header_value(&slot_header(1)).is_none(), "no attempt planned");
+    assert!(host.request_header_value(NEXT_CLUSTER_HEADER).is_none(), "no attempt planned");
 }
 
 #[test]

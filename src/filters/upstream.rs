@@ -7,6 +7,7 @@ use std::rc::Rc;
 
 use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
+use super::internals::{hand_on, is_internal};
 use super::{Configured, Filter};
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
@@ -14,13 +15,9 @@ use crate::answer::watch::{AttemptWatch, Summary};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
-use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
+use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{attempt_rewrite, AttemptError};
-use crate::protocol::scope::METADATA_NAMESPACE;
-use crate::protocol::slots::needed_by_later_attempts;
-use crate::wiring::{
-    ATTEMPTS_HEADER, FIRST_ATTEMPT_METADATA, MODEL_FAILURE_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PROVIDER_HEADER,
-};
+use crate::wiring::{ATTEMPTS_HEADER, MODEL_FAILURE_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PROVIDER_HEADER};
 
 pub struct Attempt<H: Host> {
     host: H,
@@ -111,17 +108,14 @@ impl<H: Host> Attempt<H> {
 
     /// The second attempt of a plan whose first attempt the decision filter prepared: that
     /// attempt ran without this filter, so its failure is recorded here, from what the hook on
-    /// its cluster noted (`<status>,<retry-after>`; nothing if it got no answer at all).
+    /// its cluster's filter noted (`<status>,<retry-after>`; nothing if it got no answer at all).
     fn record_prepared_first(&self, plan: &AttemptPlan) {
         if read_record(&self.host, 1).is_some() {
             return;
         }
         let (Some(&planned), Some(r)) = (plan.endpoints.first(), plan.refs.first()) else { return };
-        let noted = self
-            .host
-            .property(&["metadata", "filter_metadata", METADATA_NAMESPACE, FIRST_ATTEMPT_METADATA])
-            .and_then(|b| String::from_utf8(b).ok())
-            .unwrap_or_default();
+        let noted =
+            self.host.property(&[FIRST_ATTEMPT_PROPERTY]).and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
         let (status, retry_after) = noted.split_once(',').unwrap_or((noted.as_str(), ""));
         let status: u16 = status.trim().parse().unwrap_or(0);
         let cap = self.config.catalog.routing.max_retry_after_s;
@@ -181,16 +175,16 @@ impl<H: Host> Filter for Attempt<H> {
         // By model id: valid whichever configuration made the plan.
         self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
         self.in_catalog = rw.endpoint.is_some();
-        // Caller headers a third party must not see (the default deny set and the operator's
-        // upstream_headers policy), then every credential header, then this provider's own.
+        // Nothing of Envoy's or Switchyard's own goes to the provider but the next attempt's
+        // cluster token (see `internals`); then the caller headers a third party must not see
+        // (the default deny set and the operator's upstream_headers policy), every credential
+        // header, and this provider's own.
         let headers = self.host.req_headers();
-        // What later retries read (the attempt count, later slots) stays: header changes here
-        // persist into them (see `slots`).
+        hand_on(&self.host, &headers, self.attempt);
         // The key the provider's cluster injected for this attempt's API (it ran before this
-        // filter) stays too.
-        let attempt = self.attempt;
+        // filter) stays.
         let injected = rw.injected_header.as_deref();
-        let kept = |k: &str| needed_by_later_attempts(k, attempt) || Some(k) == injected;
+        let kept = |k: &str| is_internal(k) || Some(k) == injected;
         let swept = catalog.upstream_headers.to_remove(headers.iter().map(|(k, _)| k.as_str()).filter(|k| !kept(k)));
         for h in &swept {
             self.host.set_req_header(h, None);

@@ -18,7 +18,7 @@ use proxy_wasm::types::{Action, ContextType, LogLevel};
 use crate::filters::gauges;
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::prune_stale_keys;
-use crate::filters::{configure, downstream, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
+use crate::filters::{configure, downstream, first, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use abi::ProxyWasm;
 
 proxy_wasm::main! {{
@@ -83,6 +83,10 @@ impl RootContext for Root {
                 return false;
             }
         };
+        if self.role == Role::FirstAttempt {
+            // Configuration-free: the decision filter prepared the attempt.
+            return true;
+        }
         let Some(bytes) = abi::plugin_configuration() else {
             log::error!("switchyard: invalid plugin configuration: <root>: configuration is empty");
             return false;
@@ -121,6 +125,9 @@ impl RootContext for Root {
             }
             (Role::Upstream, Some(c)) => {
                 boxed(Adapter { filter: upstream::Attempt::new(ProxyWasm, c), id: context_id }, 1)
+            }
+            (Role::FirstAttempt, _) => {
+                boxed(Adapter { filter: first::FirstAttempt::new(ProxyWasm), id: context_id }, 1)
             }
             (_, None) => boxed(Adapter { filter: Unconfigured { host: ProxyWasm }, id: context_id }, 0),
         })

@@ -13,6 +13,17 @@ use crate::protocol::bytes::Reader;
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
 /// upstream filters of every attempt share).
 pub const PLAN_PROPERTY: &str = "switchyard_plan";
+/// The plan's key in Envoy's filter state: the routed route matches only requests that carry it
+/// (`plan_state_prefix`), so a request the decision filter did not plan (the filter absent from
+/// the chain, skipped on that route, or failed open) matches no route to a provider, whatever
+/// slot headers it forges. Only a filter can write filter state; a caller cannot.
+pub const PLAN_STATE_KEY: &str = "wasm.switchyard_plan";
+
+/// What every encoded plan starts with (its version byte), as the route's filter-state string
+/// matcher reads it: a prefix match is the cheapest presence check Envoy's `StringMatcher` has.
+pub fn plan_state_prefix() -> String {
+    char::from(PLAN_VERSION).to_string()
+}
 /// Attempt k's record is `switchyard_attempt_<k>`: one key per attempt, so an attempt writes its
 /// record without reading the others first.
 pub const ATTEMPT_PROPERTY_PREFIX: &str = "switchyard_attempt_";
@@ -20,6 +31,10 @@ pub const ATTEMPT_PROPERTY_PREFIX: &str = "switchyard_attempt_";
 pub fn attempt_property(attempt: usize) -> String {
     format!("{ATTEMPT_PROPERTY_PREFIX}{attempt}")
 }
+/// Set by the first-attempt filter when the first attempt's answer is a failure Envoy may
+/// retry: `<status>,<retry-after>`, which the second attempt's filter records (that attempt ran
+/// without the per-attempt filter).
+pub const FIRST_ATTEMPT_PROPERTY: &str = "switchyard_first_attempt";
 /// Set by the serving attempt when its answer broke off after the first byte: the downstream
 /// filter ends the caller's stream with an error event (value: the SSE event to append).
 pub const INTERRUPTED_PROPERTY: &str = "switchyard_interrupted";

@@ -49,6 +49,26 @@ fn plan_round_trips() {
     assert_eq!(AttemptPlan::decode(b""), None);
 }
 
+// The routed route matches the plan's filter state by this prefix: every plan the decision
+// filter writes must start with it, or no routed request would reach a provider.
+#[test]
+fn every_plan_starts_with_the_prefix_the_route_matches() {
+    let p = AttemptPlan {
+        catalog_id: u64::MAX,
+        stream: false,
+        body_len: 0,
+        prefix_len: 0,
+        path: String::new(),
+        endpoints: vec![],
+        refs: vec![],
+        first_prepared: true,
+    };
+    let prefix = plan_state_prefix();
+    assert_eq!(prefix.len(), 1);
+    assert!(p.encode().starts_with(prefix.as_bytes()));
+    assert_eq!(PLAN_STATE_KEY, format!("wasm.{PLAN_PROPERTY}"));
+}
+
 #[test]
 fn records_round_trip() {
     let r = vec![

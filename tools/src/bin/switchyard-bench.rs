@@ -412,7 +412,12 @@ fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
     if let Some(filters) = hcm["http_filters"].as_array_mut() {
         filters.retain(|f| {
             let name = f["name"].as_str().unwrap_or("");
-            ["envoy.filters.http.wasm", "envoy.filters.http.router", "envoy.filters.http.compressor"].contains(&name)
+            [
+                switchyard_integration::envoy::DECISION_FILTER,
+                "envoy.filters.http.router",
+                "envoy.filters.http.compressor",
+            ]
+            .contains(&name)
         });
     }
     let mut rerouted = 0;
@@ -421,7 +426,8 @@ fn downstream_wasm_only(boot: &Value) -> Result<Value, String> {
             if let Some(routes) = vh["routes"].as_array_mut() {
                 for r in routes {
                     if r["route"].get("inline_cluster_specifier_plugin").is_some() {
-                        r["route"] = json!({"cluster": twin, "timeout": "300s", "auto_host_rewrite": true});
+                        r["route"] = json!({"cluster": twin, "timeout": "300s",
+                            "host_rewrite_header": switchyard::wiring::AUTHORITY_HEADER});
                         rerouted += 1;
                     }
                 }

@@ -16,7 +16,7 @@
 //! - `noop-N`: the same N clusters with the no-op module;
 //! - `sy@PATH`: `sy` with the module at PATH (another build); `mod@PATH`: any other proxy-wasm
 //!   module at PATH loaded like `noop`;
-//! - any variant with `-nolua` appended: without the first-attempt clusters' Lua hook;
+//! - any variant with `-nofirst` appended: without the first-attempt clusters' filter;
 //! - `sy-demo`: the repository's catalog (`catalog/switchyard.json`, its 11 providers as plain
 //!   clusters on the mock);
 //! - `sy-release`: `sy` with tcmalloc asked to return freed memory to the system
@@ -95,24 +95,38 @@ struct Variant {
     model: String,
 }
 
-/// Removes the Lua upstream hook of the first-attempt clusters (measurement only: a failed first
-/// attempt then goes unrecorded).
-fn strip_lua_hooks(boot: &mut Value) {
+/// Removes the first-attempt clusters' filter (measurement only: a failed first attempt then
+/// goes unrecorded, and its provider sees the internal headers).
+fn strip_first_attempt_filters(boot: &mut Value) {
     if let Some(clusters) = boot["static_resources"]["clusters"].as_array_mut() {
         for c in clusters {
             let opts =
                 &mut c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
             if let Some(filters) = opts["http_filters"].as_array_mut() {
-                filters.retain(|f| f["name"] != "envoy.filters.http.lua");
+                filters.retain(|f| f["typed_config"]["config"]["root_id"] != switchyard::wiring::FIRST_ATTEMPT_ROOT_ID);
             }
         }
     }
 }
 
+/// Lets the routed route take requests no decision filter planned (measurement only: a module
+/// that does not route writes no plan, so its requests would match no route to a provider).
+fn without_plan_requirement(mut boot: Value) -> Value {
+    let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+    for vh in hcm["route_config"]["virtual_hosts"].as_array_mut().into_iter().flatten() {
+        for r in vh["routes"].as_array_mut().into_iter().flatten() {
+            if let Some(m) = r["match"].as_object_mut() {
+                m.remove("filter_state");
+            }
+        }
+    }
+    boot
+}
+
 fn variant(name: &str, port: u16, noop_path: &std::path::Path) -> Result<Variant, String> {
-    if let Some(base) = name.strip_suffix("-nolua") {
+    if let Some(base) = name.strip_suffix("-nofirst") {
         let mut v = variant(base, port, noop_path)?;
-        strip_lua_hooks(&mut v.boot);
+        strip_first_attempt_filters(&mut v.boot);
         return Ok(v);
     }
     let plain = Variant { boot: Value::Null, env: Vec::new(), headers: Vec::new(), model: MODEL.into() };
@@ -153,13 +167,13 @@ fn variant(name: &str, port: u16, noop_path: &std::path::Path) -> Result<Variant
             // Any other proxy-wasm module in the same three roles, loaded like `noop`.
             let mut cfg = bench_stack(port, 2);
             cfg.wasm = n.trim_start_matches("mod@").into();
-            Variant { boot: bootstrap(&cfg), headers: first_slot(&cfg), ..plain }
+            Variant { boot: without_plan_requirement(bootstrap(&cfg)), headers: first_slot(&cfg), ..plain }
         }
         n if n.starts_with("sy") => Variant { boot: bootstrap(&bench_stack(port, clusters("sy")?)), ..plain },
         n if n.starts_with("noop") => {
             let mut cfg = bench_stack(port, clusters("noop")?);
             cfg.wasm = noop_path.to_path_buf();
-            Variant { boot: bootstrap(&cfg), headers: first_slot(&cfg), ..plain }
+            Variant { boot: without_plan_requirement(bootstrap(&cfg)), headers: first_slot(&cfg), ..plain }
         }
         other => return Err(format!("unknown variant {other}")),
     })
@@ -280,9 +294,9 @@ async fn measure() -> Result<(), String> {
     Ok(())
 }
 
-/// The slot header a module that does not route (a no-op) needs for the routed route to send its
-/// requests to the first provider cluster, as the decision filter would.
+/// The next-cluster header a module that does not route (a no-op) needs for the routed route to
+/// send its requests to the first provider cluster, as the decision filter would.
 fn first_slot(cfg: &switchyard_integration::envoy::StackConfig) -> Vec<(String, String)> {
     let first = cfg.clusters.first().map(|c| c.name.as_str()).unwrap_or_default();
-    vec![(switchyard::protocol::slots::slot_header(1), switchyard::protocol::slots::slot_token(first))]
+    vec![(switchyard::wiring::NEXT_CLUSTER_HEADER.to_string(), switchyard::protocol::slots::slot_token(first))]
 }

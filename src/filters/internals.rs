@@ -1,0 +1,83 @@
+//! What no provider may see: Envoy's and Switchyard's own request headers (`x-envoy-*`,
+//! `x-switchyard-*`: the router's attempt count and timeout hints, the decision filter's markers,
+//! the first attempt's authority). Each attempt's upstream filter takes them all off before the
+//! codec sends the attempt, then writes the one a retry needs: the next attempt's cluster token
+//! (see `protocol::slots` for why that one must stay on the request).
+
+use super::host::Host;
+use crate::protocol::slots::{next_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
+use crate::wiring::INTERNAL_PREFIX;
+
+/// Envoy's own request headers start so.
+pub const ENVOY_PREFIX: &str = "x-envoy-";
+
+/// A header Switchyard or Envoy put on the request for itself.
+pub fn is_internal(name: &str) -> bool {
+    name.starts_with(ENVOY_PREFIX) || name.starts_with(INTERNAL_PREFIX)
+}
+
+/// Removes every internal header in `headers` (the request's, as attempt `attempt` found it)
+/// and names the next planned attempt's cluster for the router's retry (no header after the
+/// last: nothing follows).
+pub fn hand_on<H: Host>(host: &H, headers: &[(String, String)], attempt: usize) {
+    let slots = host.property(&[SLOTS_PROPERTY]).unwrap_or_default();
+    let next = next_token(&slots, attempt);
+    for (k, _) in headers.iter().filter(|(k, _)| is_internal(k)) {
+        if next.is_none() || k != NEXT_CLUSTER_HEADER {
+            host.set_req_header(k, None);
+        }
+    }
+    if let Some(token) = next {
+        host.set_req_header(NEXT_CLUSTER_HEADER, Some(token));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filters::mock::MockHost;
+    use crate::protocol::slots::{encode_slots, slot_token};
+
+    fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn attempt(k: usize) -> Vec<(String, String)> {
+        let host = MockHost::new();
+        host.with_request_headers(&[
+            (":path", "/v1/chat/completions"),
+            ("x-envoy-attempt-count", "2"),
+            ("x-envoy-expected-rq-timeout-ms", "300000"),
+            ("x-switchyard-next", "stale"),
+            ("x-switchyard-authority", "alpha.example"),
+            ("x-switchyard-own-reply", "1"),
+            ("x-test", "kept"),
+        ]);
+        host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a", "c_b", "c_c"]).as_bytes());
+        let found = host.req_headers();
+        hand_on(&host, &found, k);
+        let mut sent = host.req_headers();
+        sent.sort();
+        sent
+    }
+
+    #[test]
+    fn an_attempt_carries_only_the_next_clusters_token_and_the_last_nothing() {
+        let next = slot_token("c_c");
+        assert_eq!(
+            attempt(2),
+            headers(&[(":path", "/v1/chat/completions"), ("x-switchyard-next", next.as_str()), ("x-test", "kept")])
+        );
+        assert_eq!(attempt(3), headers(&[(":path", "/v1/chat/completions"), ("x-test", "kept")]));
+    }
+
+    #[test]
+    fn internal_means_envoys_and_switchyards_own_prefixes() {
+        for name in ["x-envoy-attempt-count", "x-envoy-peer-metadata", "x-switchyard-next", "x-switchyard-debug"] {
+            assert!(is_internal(name), "{name}");
+        }
+        for name in ["x-request-id", "x-forwarded-proto", "authorization", "x-envoyish", "x-switchyardx"] {
+            assert!(!is_internal(name), "{name}");
+        }
+    }
+}
