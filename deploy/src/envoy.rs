@@ -707,19 +707,35 @@ pub fn unrouted_route() -> Value {
     r
 }
 
+/// What enables the decision filter on a route: Envoy enables a filter held `disabled` where a
+/// route carries a valid per-route configuration for it, and the Wasm filter reads none. So the
+/// configuration is one Envoy always builds and the Wasm filter ignores: RBAC's per-route
+/// configuration, denying every request. It takes effect only if the filter under that name is
+/// RBAC: the deny-all filter istio-agent substitutes for a module it could not pull, which then
+/// refuses Switchyard's routes, as it would anyway, and no other host's.
+pub fn decision_filter_enabled() -> Value {
+    json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+        "rbac": {"rules": {"action": "DENY", "policies": {"switchyard-module-unavailable": {
+            "permissions": [{"any": true}], "principals": [{"any": true}]}}}}})
+}
+
 /// The decision filter's name in the HTTP filter chain (the generated Envoy configuration and
 /// the Istio EnvoyFilter's ECDS resource alike).
 pub const DECISION_FILTER: &str = "switchyard-decision";
 
 /// Marks a route as Switchyard's (route metadata `switchyard.route`, see the filter's `scope`
 /// module): the decision filter acts only on requests whose route carries it. `policy` also
-/// labels it for route-selected operator policies (`switchyard.policy`).
+/// labels it for route-selected operator policies (`switchyard.policy`). It also enables the
+/// decision filter, which the listener's chain holds disabled (`HttpFilter.disabled`): other
+/// hosts on the listener never run it, and an extension config that did not arrive (a failed
+/// module pull) fails only Switchyard's routes.
 pub fn mark_route(route: &mut Value, policy: Option<&str>) {
     let mut ours = json!({ROUTE_MARK_KEY: ROUTE_MARK_VALUE});
     if let Some(p) = policy {
         ours[ROUTE_POLICY_KEY] = json!(p);
     }
     route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
+    route["typed_per_filter_config"] = json!({DECISION_FILTER: decision_filter_enabled()});
 }
 
 /// The cluster specifier of the routed route: Envoy's matcher picks the cluster the request's
@@ -939,7 +955,10 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                                     "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}
                             }},
                             // 1. Parse the body, plan the endpoints, write the slot headers.
-                            {"name": DECISION_FILTER, "typed_config": wasm_filter(cfg, DECISION_ROOT_ID, &plugin_json(cfg), true)},
+                            //    Disabled but on Switchyard's own routes (`mark_route` enables it): no
+                            //    other host on the listener runs it.
+                            {"name": DECISION_FILTER, "disabled": true,
+                             "typed_config": wasm_filter(cfg, DECISION_ROOT_ID, &plugin_json(cfg), true)},
                             // Every attempt's upstream filter (per-attempt or first-attempt) takes
                             // the router's x-envoy-* headers off before the provider sees them.
                             {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}

@@ -336,6 +336,12 @@ pub fn ecds_filter(name: &str) -> Value {
     json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
 }
 
+/// An HTTP filter that runs only where a route enables it.
+fn disabled(mut filter: Value) -> Value {
+    filter["disabled"] = json!(true);
+    filter
+}
+
 /// The listener port a variant's Switchyard traffic arrives on: a sidecar's outbound listener
 /// for port 80, the egress gateway's listener for its port-80 server (the gateway pod's port
 /// 8080, `0.0.0.0_8080`).
@@ -371,7 +377,10 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
         // Right before the router: after Istio's authentication and authorization (a caller is
         // admitted before its body is buffered and before keys are attached) and its stats.
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": ecds_filter(DECISION_FILTER)}}),
+        // Disabled but on Switchyard's marked routes (`mark_route` enables it there): other
+        // hosts on the listener never run it, and if its extension config does not arrive (a
+        // failed module pull), only Switchyard's routes fail.
+        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": disabled(ecds_filter(DECISION_FILTER))}}),
     ];
     patches.extend([
         // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's

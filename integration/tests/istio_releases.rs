@@ -14,8 +14,10 @@ use switchyard_integration::istio::{envoy_filter, Variant, ISTIO_RELEASES, ISTIO
 
 /// The Envoy extension each Any type of the rendered patches belongs to ("core": compiled into
 /// every Envoy, not in istio-proxy's extension list).
-const EXTENSION_OF: [(&str, &str); 13] = [
+const EXTENSION_OF: [(&str, &str); 14] = [
     ("envoy.extensions.filters.http.wasm.v3.Wasm", "envoy.filters.http.wasm"),
+    // What enables the decision filter on Switchyard's routes (see `decision_filter_enabled`).
+    ("envoy.extensions.filters.http.rbac.v3.RBACPerRoute", "envoy.filters.http.rbac"),
     ("envoy.extensions.filters.http.lua.v3.Lua", "envoy.filters.http.lua"),
     (
         "envoy.extensions.filters.http.credential_injector.v3.CredentialInjector",
