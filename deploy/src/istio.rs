@@ -31,6 +31,10 @@ use crate::envoy::{
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+/// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
+/// (`pkg/wasm/convert.go` at release-1.31): the same name with an HTTP RBAC filter, deny-all
+/// (`rules: {}`, stat prefix `wasm-default-deny`) unless the config is `FAIL_OPEN`.
+pub const RBAC_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 /// The Istio releases the manifests are for, each with the Envoy release inside its istio-proxy
 /// (the version-matrix test runs the Istio-shaped configuration on that Envoy). 1.28-1.29 build
 /// no matcher cluster specifier, and 1.30's Envoy 1.38 has no `refresh_cluster_on_retry`.
@@ -90,7 +94,11 @@ impl Variant {
 }
 
 fn metadata(name: &str, c: &Catalog) -> Value {
-    json!({"name": name, "namespace": c.istio.namespace, "labels": {"app.kubernetes.io/part-of": "switchyard"}})
+    metadata_in(name, &c.istio.namespace)
+}
+
+fn metadata_in(name: &str, namespace: &str) -> Value {
+    json!({"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "switchyard"}})
 }
 
 /// Provider cluster settings shared by the plain Envoy config and the DestinationRule.
@@ -157,9 +165,10 @@ fn sds_secret_ref(cluster: &str, watched: &str) -> Value {
     sds_file_secret(cluster, &format!("{SDS_MOUNT}/{}", sds_file(cluster)), watched)
 }
 
-/// The ConfigMap of SDS files: one per keyed cluster (naming its key file), and one per other
-/// first-attempt twin (naming the environment variable).
-pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
+/// The ConfigMap of SDS files in `namespace` (the proxy's: a pod mounts ConfigMaps from its own
+/// namespace): one per keyed cluster (naming its key file), and one per other first-attempt twin
+/// (naming the environment variable).
+pub fn sds_config_map(c: &Catalog, cfg: &StackConfig, namespace: &str) -> Value {
     let mut data = serde_json::Map::new();
     let keyed = keyed_clusters(c);
     for k in &keyed {
@@ -174,7 +183,7 @@ pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
             data.insert(sds_file(&twin.cluster), json!(json!({"resources": [secret]}).to_string()));
         }
     }
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(SDS_CONFIG_MAP, c), "data": data})
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(SDS_CONFIG_MAP, namespace), "data": data})
 }
 
 /// What an SDS file's watch follows: the key Secret's mount for keyed clusters (a rotated key
@@ -216,8 +225,11 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
 /// Istio 1.29+ turns a `formatter` tag into Envoy's `value` tag, read at release-1.31 in
 /// `pilot/pkg/networking/core/tracing.go`). No provider is named: the mesh's default tracing
 /// provider (or a namespace Telemetry's) is inherited, and so is its sampling. Istio replaces,
-/// not merges, custom tags set at the mesh or namespace level for these workloads.
-pub fn telemetry_resource(c: &Catalog, v: Variant) -> Value {
+/// not merges, custom tags set at the mesh or namespace level for these workloads. In
+/// `namespace`, the proxy's: istiod reads a Telemetry with a selector only in the proxy's own
+/// namespace (`pilot/pkg/model/telemetry.go` at release-1.31; the root namespace's apply
+/// mesh-wide only without a selector).
+pub fn telemetry_resource(c: &Catalog, v: Variant, namespace: &str) -> Value {
     let mut tags = serde_json::Map::new();
     for a in crate::telemetry::REQUEST_ATTRIBUTES {
         let tag = match a.source {
@@ -229,7 +241,7 @@ pub fn telemetry_resource(c: &Catalog, v: Variant) -> Value {
     json!({
         "apiVersion": "telemetry.istio.io/v1",
         "kind": "Telemetry",
-        "metadata": metadata("switchyard-genai", c),
+        "metadata": metadata_in("switchyard-genai", namespace),
         "spec": {"selector": {"matchLabels": v.labels(c)}, "tracing": [{"customTags": tags}]}
     })
 }
@@ -502,8 +514,6 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
     out
 }
 
-/// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
-/// merge patch for the gateway Deployment or the application's pod template.
 /// Where a private registry's pull secret is mounted in the proxy (`DOCKER_CONFIG`): istio-agent
 /// pulls a Wasm config without a pull secret of its own (as the EnvoyFilter's are) with its default
 /// keychain, which reads `$DOCKER_CONFIG/config.json`.
@@ -519,14 +529,17 @@ pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
 /// The ConfigMap holding Switchyard's bootstrap override (its `stats_tags`).
 pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
 
-/// The bootstrap override (the metrics' label rules) as the ConfigMap the annotation names.
-pub fn bootstrap_config_map(c: &Catalog) -> Value {
+/// The bootstrap override (the metrics' label rules) as the ConfigMap the annotation names, in
+/// the proxy's namespace.
+pub fn bootstrap_config_map(namespace: &str) -> Value {
     let file = crate::telemetry::istio_bootstrap_override().to_string();
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(BOOTSTRAP_CONFIG_MAP, c),
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(BOOTSTRAP_CONFIG_MAP, namespace),
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
 
-pub fn keys_patch(c: &Catalog) -> Value {
+/// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
+/// merge patch for the gateway Deployment or the application's pod template.
+pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
     // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
     // is mounted instead (a Secret update then reaches the proxy without a restart).
     let mut env: Vec<Value> = vm_env_keys(c)
@@ -556,6 +569,27 @@ pub fn keys_patch(c: &Catalog) -> Value {
         "spec": {"containers": [proxy], "volumes": volumes}}}})
 }
 
+/// What one variant renders: the providers file's resources, the main file's, the keys patch.
+pub struct VariantManifests {
+    pub providers: Vec<Value>,
+    pub main: Vec<Value>,
+    pub keys_patch: Value,
+}
+
+/// Every resource of a variant, as `render_k8s` writes them (the simulation reads these).
+pub fn variant_manifests(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> VariantManifests {
+    let mut main = vec![envoy_filter(c, v, cfg, sha256)];
+    for ns in [c.istio.namespace.clone()] {
+        main.push(sds_config_map(c, cfg, &ns));
+        main.push(bootstrap_config_map(&ns));
+        if c.istio.tracing {
+            main.push(telemetry_resource(c, v, &ns));
+        }
+    }
+    main.extend(entry_resources(c, v));
+    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: keys_patch(c, v) }
+}
+
 /// Every file under `k8s/` as (relative path, content).
 pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, String)> {
     let header = |what: &str| {
@@ -566,17 +600,12 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
     };
     let mut files = Vec::new();
     for v in [Variant::EgressGateway, Variant::Sidecar] {
-        let providers = providers_resources(c, v, cfg);
+        let VariantManifests { providers, main, keys_patch } = variant_manifests(c, v, cfg, sha256);
         files.push((
             format!("{}/providers.yaml", v.dir()),
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg), bootstrap_config_map(c)];
-        if c.istio.tracing {
-            main.push(telemetry_resource(c, v));
-        }
-        main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
             header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, named by keys-patch.yaml's annotation) and the entry point.")
@@ -587,7 +616,8 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             header(match v {
                 Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy, and the bootstrap override annotation (the metrics' labels): kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
                 Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar, and the bootstrap override annotation (the metrics' labels): merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
-            }) + &crate::envoy::to_yaml(&keys_patch(c)),
+
+            }) + &crate::envoy::to_yaml(&keys_patch),
         ));
     }
     files
@@ -673,7 +703,7 @@ mod tests {
             // in it), and the keys patch mounts both where the paths point; the filter holds no
             // key and reads no key variable.
             let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
-            let cm = sds_config_map(&c, &cfg);
+            let cm = sds_config_map(&c, &cfg, "ns");
             let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
             assert_eq!(sds["resources"][0]["name"], crate::envoy::twin_secret_name(&t.cluster));
             assert_eq!(
@@ -681,7 +711,7 @@ mod tests {
                 json!({"filename": "/etc/switchyard/keys/P_KEY"})
             );
             assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
-            let patch = keys_patch(&c);
+            let patch = keys_patch(&c, v);
             let spec = &patch["spec"]["template"]["spec"];
             assert!(spec["containers"][0].get("env").is_none(), "no key in the proxy's environment");
             let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
@@ -717,11 +747,11 @@ mod tests {
         let mut env = c.clone();
         env.istio.keys = KeyDelivery::Env;
         assert_eq!(plugin_config(&env, &cfg)["providers"]["p"]["credential"], json!({"env": "P_KEY"}));
-        let cm = sds_config_map(&env, &cfg);
+        let cm = sds_config_map(&env, &cfg, "ns");
         let (_, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
         let sds: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
         assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
-        let patch = keys_patch(&env);
+        let patch = keys_patch(&env, Variant::EgressGateway);
         assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
         assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 1);
         // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
@@ -760,7 +790,8 @@ mod tests {
         .unwrap();
         assert_eq!(kinds(&on).iter().filter(|k| *k == "kind: Telemetry").count(), 2, "one per variant");
         assert_eq!(plugin_config(&on, &cfg)["telemetry"]["request_attributes"], true);
-        let t = telemetry_resource(&on, Variant::Sidecar);
+        let t = telemetry_resource(&on, Variant::Sidecar, "apps");
+        assert_eq!(t["metadata"]["namespace"], "apps");
         let tags = &t["spec"]["tracing"][0]["customTags"];
         assert_eq!(
             tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
