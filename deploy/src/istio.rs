@@ -347,13 +347,19 @@ pub fn ecds_filter(name: &str) -> Value {
     json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
 }
 
-/// The listener port a variant's Switchyard traffic arrives on: a sidecar's outbound listener
-/// for port 80, the egress gateway's listener for its port-80 server (the gateway pod's port
-/// 8080, `0.0.0.0_8080`).
-pub fn listener_port(v: Variant) -> u16 {
+/// The listener port the listener patches match, if any. A sidecar: its outbound listener for
+/// port 80 (the entry ServiceEntry's port). An egress gateway: none, because the port its
+/// listener binds depends on the chart: a gateway listener binds the target port of the
+/// gateway Service's port (`pilot/pkg/model/gateway.go` at release-1.31), 80 with the Helm
+/// `gateway` chart (Service 80 -> 80) and 8080 with istioctl's `istio-egress` chart (80 ->
+/// 8080). Without `portNumber` istiod matches every listener of the context
+/// (`listenerMatch` in `pilot/pkg/networking/core/envoyfilter/listener_patch.go`); the HCM
+/// filter match keeps the patches on HTTP listeners, and the decision filter acts only on
+/// Switchyard's marked routes.
+pub fn listener_port(v: Variant) -> Option<u16> {
     match v {
-        Variant::EgressGateway => 8080,
-        Variant::Sidecar => 80,
+        Variant::EgressGateway => None,
+        Variant::Sidecar => Some(80),
     }
 }
 
@@ -365,9 +371,16 @@ pub fn listener_port(v: Variant) -> u16 {
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
     let plugin = serde_json::to_string(&plugin_config(c, cfg)).unwrap_or_default();
-    // Only the listener applications reach Switchyard on: the filters never touch a workload's
-    // other traffic (the route mark scopes it further to Switchyard's own host).
-    let listener = |filter: Value| json!({"portNumber": listener_port(v), "filterChain": {"filter": filter}});
+    // Sidecars: only the outbound listener applications reach Switchyard on. Gateways: every
+    // HTTP listener of the selected gateway pods, whichever port the chart binds (see
+    // `listener_port`). The route mark scopes the decision filter to Switchyard's own host.
+    let listener = |filter: Value| {
+        let mut l = json!({"filterChain": {"filter": filter}});
+        if let Some(port) = listener_port(v) {
+            l["portNumber"] = json!(port);
+        }
+        l
+    };
     let before_router = json!({"context": ctx, "listener": listener(json!({
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
