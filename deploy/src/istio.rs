@@ -532,17 +532,22 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
 /// keychain, which reads `$DOCKER_CONFIG/config.json`.
 pub const DOCKER_CONFIG_MOUNT: &str = "/etc/switchyard/docker";
 
-/// The pod annotation naming a ConfigMap with a bootstrap override, and the key its file must
-/// have: Istio 1.31's injection templates (sidecar and gateway) mount that ConfigMap at
-/// `/etc/istio/custom-bootstrap` and point `ISTIO_BOOTSTRAP_OVERRIDE` at
-/// `custom_bootstrap.json` in it; istio-agent then starts Envoy with `--config-yaml` (its
-/// `pkg/envoy/proxy.go`).
-pub const BOOTSTRAP_OVERRIDE_ANNOTATION: &str = "sidecar.istio.io/bootstrapOverride";
+/// Where the bootstrap override is mounted, the file istio-agent reads in it, and the
+/// ConfigMap holding it (the metrics' label rules, `stats_tags`). istio-agent starts Envoy with
+/// `--config-yaml <the file>` when its environment has `ISTIO_BOOTSTRAP_OVERRIDE`
+/// (`pkg/envoy/proxy.go` at release-1.31); Envoy merges it into Istio's bootstrap. The keys
+/// patch sets that variable and mounts the ConfigMap itself rather than annotating the pod
+/// `sidecar.istio.io/bootstrapOverride`: the annotation works only through injection (the
+/// injection templates add the variable and the volume), and istioctl's `istio-egress` chart is
+/// not injected (`sidecar.istio.io/inject: "false"` in
+/// `manifests/charts/gateways/istio-egress/templates/deployment.yaml`). On injected pods the
+/// container overlay keeps the variable (no annotation: the template sets none).
+pub const BOOTSTRAP_OVERRIDE_ENV: &str = "ISTIO_BOOTSTRAP_OVERRIDE";
+pub const BOOTSTRAP_MOUNT: &str = "/etc/switchyard/bootstrap";
 pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
-/// The ConfigMap holding Switchyard's bootstrap override (its `stats_tags`).
 pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
 
-/// The bootstrap override (the metrics' label rules) as the ConfigMap the annotation names, in
+/// The bootstrap override (the metrics' label rules) as the ConfigMap the keys patch mounts, in
 /// the proxy's namespace.
 pub fn bootstrap_config_map(namespace: &str) -> Value {
     let file = crate::telemetry::istio_bootstrap_override().to_string();
@@ -550,8 +555,10 @@ pub fn bootstrap_config_map(namespace: &str) -> Value {
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
 
-/// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
-/// merge patch for the gateway Deployment or the application's pod template.
+/// The strategic merge patch of the proxy container (`istio-proxy`) for the gateway Deployment
+/// or the application's pod template: it mounts the key Secret (or puts the keys in the
+/// environment, `keys: env`), the SDS ConfigMap, the bootstrap override and a private registry's
+/// pull secret (`DOCKER_CONFIG`).
 pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
     // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
     // is mounted instead (a Secret update then reaches the proxy without a restart).
@@ -559,8 +566,15 @@ pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
         .iter()
         .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
         .collect();
-    let mut mounts = vec![json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true})];
-    let mut volumes = vec![json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}})];
+    env.push(json!({"name": BOOTSTRAP_OVERRIDE_ENV, "value": format!("{BOOTSTRAP_MOUNT}/{BOOTSTRAP_OVERRIDE_KEY}")}));
+    let mut mounts = vec![
+        json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true}),
+        json!({"name": BOOTSTRAP_CONFIG_MAP, "mountPath": BOOTSTRAP_MOUNT, "readOnly": true}),
+    ];
+    let mut volumes = vec![
+        json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}}),
+        json!({"name": BOOTSTRAP_CONFIG_MAP, "configMap": {"name": BOOTSTRAP_CONFIG_MAP}}),
+    ];
     if !keyed_clusters(c).is_empty() {
         mounts.push(json!({"name": "switchyard-keys", "mountPath": KEYS_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-keys", "secret": {"secretName": c.istio.keys_secret}}));
@@ -571,15 +585,8 @@ pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}}));
     }
-    let mut proxy = json!({"name": "istio-proxy", "volumeMounts": mounts});
-    if !env.is_empty() {
-        proxy["env"] = json!(env);
-    }
-    // The metrics' label rules: Istio mounts the ConfigMap the annotation names and hands its
-    // file to Envoy (see `BOOTSTRAP_OVERRIDE_ANNOTATION`).
-    json!({"spec": {"template": {
-        "metadata": {"annotations": {BOOTSTRAP_OVERRIDE_ANNOTATION: BOOTSTRAP_CONFIG_MAP}},
-        "spec": {"containers": [proxy], "volumes": volumes}}}})
+    let proxy = json!({"name": "istio-proxy", "env": env, "volumeMounts": mounts});
+    json!({"spec": {"template": {"spec": {"containers": [proxy], "volumes": volumes}}}})
 }
 
 /// What one variant renders: the providers file's resources, the main file's, the keys patch.
@@ -621,15 +628,14 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
         ));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, named by keys-patch.yaml's annotation) and the entry point.")
+            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, mounted by keys-patch.yaml with ISTIO_BOOTSTRAP_OVERRIDE) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
             format!("{}/keys-patch.yaml", v.dir()),
             header(match v {
-                Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy, and the bootstrap override annotation (the metrics' labels): kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
-                Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar, and the bootstrap override annotation (the metrics' labels): merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
-
+                Variant::EgressGateway => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the egress gateway's proxy, with either chart: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
+                Variant::Sidecar => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
             }) + &crate::envoy::to_yaml(&keys_patch),
         ));
     }
@@ -726,16 +732,19 @@ mod tests {
             assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
             let patch = keys_patch(&c, v);
             let spec = &patch["spec"]["template"]["spec"];
-            assert!(spec["containers"][0].get("env").is_none(), "no key in the proxy's environment");
+            let env = spec["containers"][0]["env"].as_array().unwrap();
+            assert_eq!(env.len(), 1, "no key in the proxy's environment: {env:?}");
+            assert_eq!(env[0]["name"], BOOTSTRAP_OVERRIDE_ENV);
             let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|m| m["mountPath"].as_str().unwrap())
                 .collect();
-            assert_eq!(mounts, [SDS_MOUNT, KEYS_MOUNT]);
+            assert_eq!(mounts, [SDS_MOUNT, BOOTSTRAP_MOUNT, KEYS_MOUNT]);
             assert_eq!(spec["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
-            assert_eq!(spec["volumes"][1]["secret"]["secretName"], c.istio.keys_secret);
+            assert_eq!(spec["volumes"][1]["configMap"]["name"], BOOTSTRAP_CONFIG_MAP);
+            assert_eq!(spec["volumes"][2]["secret"]["secretName"], c.istio.keys_secret);
             // The regular cluster: its key injector, then the per-attempt filter.
             let regular = patches
                 .iter()
@@ -766,7 +775,7 @@ mod tests {
         assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
         let patch = keys_patch(&env, Variant::EgressGateway);
         assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
-        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 1);
+        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2, "the two ConfigMaps");
         // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
         cfg.first_attempt_clusters = false;
         let v = Variant::EgressGateway;
