@@ -555,11 +555,14 @@ pub fn bootstrap_config_map(namespace: &str) -> Value {
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
 
-/// The strategic merge patch of the proxy container (`istio-proxy`) for the gateway Deployment
-/// or the application's pod template: it mounts the key Secret (or puts the keys in the
-/// environment, `keys: env`), the SDS ConfigMap, the bootstrap override and a private registry's
-/// pull secret (`DOCKER_CONFIG`).
-pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
+/// The strategic merge patch of the proxy container (`istio-proxy`): the gateway Deployment's
+/// (it has the container: the Helm chart's with `image: auto`, istioctl's with its image) or the
+/// application's pod template (sidecars: the container is new there, so it carries
+/// `image: auto`, which the injector replaces by its proxy image, `AutoImage` in
+/// `pkg/kube/inject/webhook.go` at release-1.31; the API server refuses a container without an
+/// image). It mounts the key Secret (or puts the keys in the environment, `keys: env`), the SDS
+/// ConfigMap, the bootstrap override and a private registry's pull secret (`DOCKER_CONFIG`).
+pub fn keys_patch(c: &Catalog, v: Variant) -> Value {
     // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
     // is mounted instead (a Secret update then reaches the proxy without a restart).
     let mut env: Vec<Value> = vm_env_keys(c)
@@ -585,7 +588,10 @@ pub fn keys_patch(c: &Catalog, _v: Variant) -> Value {
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}}));
     }
-    let proxy = json!({"name": "istio-proxy", "env": env, "volumeMounts": mounts});
+    let mut proxy = json!({"name": "istio-proxy", "env": env, "volumeMounts": mounts});
+    if v == Variant::Sidecar {
+        proxy["image"] = json!("auto");
+    }
     json!({"spec": {"template": {"spec": {"containers": [proxy], "volumes": volumes}}}})
 }
 
@@ -635,7 +641,7 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             format!("{}/keys-patch.yaml", v.dir()),
             header(match v {
                 Variant::EgressGateway => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the egress gateway's proxy, with either chart: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
-                Variant::Sidecar => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the application's sidecar: merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
+                Variant::Sidecar => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the application's sidecar: merge into the pod template (image auto: Istio's injector merges a container named istio-proxy into the injected one and sets its image)",
             }) + &crate::envoy::to_yaml(&keys_patch),
         ));
     }
@@ -735,6 +741,9 @@ mod tests {
             let env = spec["containers"][0]["env"].as_array().unwrap();
             assert_eq!(env.len(), 1, "no key in the proxy's environment: {env:?}");
             assert_eq!(env[0]["name"], BOOTSTRAP_OVERRIDE_ENV);
+            // The API server needs an image: a sidecar's container is new in the pod template
+            // (the injector replaces `auto`); the gateways' Deployments have theirs.
+            assert_eq!(spec["containers"][0].get("image"), (v == Variant::Sidecar).then(|| json!("auto")).as_ref());
             let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
                 .as_array()
                 .unwrap()
