@@ -80,6 +80,15 @@ impl Variant {
         }
     }
 
+    /// The namespaces the proxies run in, where what they mount (the ConfigMaps) and a
+    /// selector-based Telemetry must be: the gateway's, or each application namespace.
+    pub fn proxy_namespaces(self, c: &Catalog) -> Vec<String> {
+        match self {
+            Variant::EgressGateway => vec![c.istio.namespace.clone()],
+            Variant::Sidecar => c.istio.sidecar_namespaces.clone(),
+        }
+    }
+
     fn labels(self, c: &Catalog) -> Value {
         match self {
             Variant::EgressGateway => json!(c.istio.gateway_labels),
@@ -605,7 +614,7 @@ pub struct VariantManifests {
 /// Every resource of a variant, as `render_k8s` writes them (the simulation reads these).
 pub fn variant_manifests(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> VariantManifests {
     let mut main = vec![envoy_filter(c, v, cfg, sha256)];
-    for ns in [c.istio.namespace.clone()] {
+    for ns in v.proxy_namespaces(c) {
         main.push(sds_config_map(c, cfg, &ns));
         main.push(bootstrap_config_map(&ns));
         if c.istio.tracing {
@@ -634,7 +643,7 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
         ));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, mounted by keys-patch.yaml with ISTIO_BOOTSTRAP_OVERRIDE) and the entry point.")
+            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files and the metrics' label rules (ConfigMaps in the proxies' namespace, mounted by keys-patch.yaml), the span attributes (Telemetry, also there) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
