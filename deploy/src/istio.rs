@@ -71,12 +71,16 @@ impl Variant {
         }
     }
 
-    /// Visibility of the ServiceEntries/DestinationRules: the gateway lives in this namespace;
-    /// sidecars in any namespace must see them.
-    fn export_to(self) -> Value {
+    /// Visibility of the ServiceEntries, DestinationRules and the entry point: the gateway lives
+    /// in their namespace; sidecars see them in the namespaces listed in
+    /// `deployment.istio.sidecar_namespaces` only (istiod builds a proxy's clusters from the
+    /// ServiceEntries exported to its namespace: `exportTo`, read in
+    /// `pilot/pkg/model/push_context.go` at release-1.31). Any other workload of the mesh keeps
+    /// calling the providers with its own TLS on 443.
+    fn export_to(self, c: &Catalog) -> Value {
         match self {
             Variant::EgressGateway => json!(["."]),
-            Variant::Sidecar => json!(["*"]),
+            Variant::Sidecar => json!(c.istio.sidecar_namespaces),
         }
     }
 
@@ -282,7 +286,7 @@ pub fn provider_resources(
             // Plain HTTP inside the proxy: the DestinationRule originates TLS, so the filters
             // see (and rewrite) the request before it is encrypted.
             "ports": [{"number": p.port, "name": "http-provider", "protocol": "HTTP"}],
-            "exportTo": v.export_to()
+            "exportTo": v.export_to(c)
         }
     });
     let mut http = json!({
@@ -301,7 +305,7 @@ pub fn provider_resources(
         "metadata": metadata(&name, c),
         "spec": {
             "host": p.host,
-            "exportTo": v.export_to(),
+            "exportTo": v.export_to(c),
             "trafficPolicy": {
                 "connectionPool": {"tcp": {"maxConnections": limits.max_requests}, "http": http},
                 "portLevelSettings": [{
@@ -522,13 +526,14 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
         }
         Variant::Sidecar => {
             // A mesh-internal name with no workload behind it: the sidecar answers it.
+            vs_spec["exportTo"] = v.export_to(c);
             out.push(json!({
                 "apiVersion": "networking.istio.io/v1",
                 "kind": "ServiceEntry",
                 "metadata": metadata("switchyard-entry", c),
                 "spec": {"hosts": [host], "location": "MESH_INTERNAL", "resolution": "STATIC",
                          "addresses": ["240.240.0.1"], "endpoints": [{"address": "240.240.0.1"}],
-                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": v.export_to()}
+                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": v.export_to(c)}
             }));
         }
     }

@@ -147,6 +147,26 @@ def test_bootstrap_override_is_mounted_and_named_by_istio_bootstrap_override():
             assert list(override) == ["stats_config"], "the override changes nothing but the label rules"
 
 
+def test_sidecar_patch_container_has_an_image_and_its_mounts_live_where_the_pods_do():
+    """The sidecar patch adds istio-proxy to an application pod template: the API server refuses a
+    container without image, and `auto` is what Istio's injector replaces (pkg/kube/inject/webhook.go).
+    The gateway patch names no image (the charts' Deployments have theirs; istioctl's is not
+    injected, so `auto` would stay). What the sidecar mounts, and the selector-based Telemetry,
+    are in the namespaces the ServiceEntries are exported to, never only in istio-system."""
+    side = yaml.safe_load((K8S / "sidecar" / "keys-patch.yaml").read_text())["spec"]["template"]["spec"]
+    assert side["containers"][0]["image"] == "auto"
+    gw = yaml.safe_load((K8S / "egress-gateway" / "keys-patch.yaml").read_text())["spec"]["template"]["spec"]
+    assert "image" not in gw["containers"][0]
+    docs = [d for n, d in DOCS if n.startswith("sidecar/")]
+    exported = {tuple(d["spec"]["exportTo"]) for d in docs if d["kind"] in ("ServiceEntry", "DestinationRule", "VirtualService")}
+    assert len(exported) == 1, exported
+    (namespaces,) = exported
+    assert "*" not in namespaces and "." not in namespaces, namespaces
+    for kind, name in (("ConfigMap", "switchyard-sds"), ("ConfigMap", "switchyard-bootstrap"), ("Telemetry", "switchyard-genai")):
+        found = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+        assert found == sorted(namespaces), (kind, name, found)
+
+
 def test_telemetry_selects_the_workloads_the_envoyfilter_patches():
     """The GenAI span attributes go to exactly the proxies that run the filters, and read only
     what the filter writes (its filter state) or sets (its response headers)."""
