@@ -355,9 +355,12 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
     })
 }
 
-/// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS).
+/// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS). Envoy accepts
+/// only the listed types for it and rejects any other update, so the list holds the Wasm type and
+/// the RBAC type istio-agent substitutes when it cannot fetch the module (`RBAC_TYPE_URL`):
+/// without it Envoy refuses the substitute and the filter stays without a configuration.
 pub fn ecds_filter(name: &str) -> Value {
-    json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
+    json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL, RBAC_TYPE_URL]}})
 }
 
 /// The listener port the listener patches match, if any. A sidecar: its outbound listener for
