@@ -149,9 +149,11 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
         .sum()
 }
 
-/// The rendered bootstrap override (the pod patch's annotation, its ConfigMap, as istio-agent
-/// passes it to Envoy) gives the metrics their labels on Istio's proxy, as the generated
-/// bootstrap does on plain Envoy: the dashboard's queries work on both.
+/// The rendered bootstrap override (the ConfigMap the keys patch mounts and names in
+/// `ISTIO_BOOTSTRAP_OVERRIDE`, as istio-agent passes it to Envoy) gives the metrics their labels
+/// on istioctl's uninjected egress gateway, as the generated bootstrap does on plain Envoy: the
+/// dashboard's queries work on both (the other install paths:
+/// `the_helm_gateway_and_the_sidecar_route_fail_over_and_label_their_metrics`).
 #[tokio::test]
 async fn the_bootstrap_override_labels_the_metrics_on_istios_proxy() {
     let r = chat("istio-labels", &[], json!({"model": "meta-llama/llama-4-maverick", "messages": msg()})).await;
