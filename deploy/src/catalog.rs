@@ -89,6 +89,12 @@ pub struct IstioSettings {
     pub gateway_labels: BTreeMap<String, String>,
     /// Labels of the application pods whose sidecars route (sidecar variant).
     pub sidecar_labels: BTreeMap<String, String>,
+    /// The namespaces of those application pods (sidecar variant, default `["default"]`): the
+    /// ConfigMaps the sidecar mounts and the selector-based Telemetry are rendered into each
+    /// (Istio's injected volumes mount from the pod's own namespace, and a Telemetry with a
+    /// selector applies only in its own namespace), and the provider ServiceEntries,
+    /// DestinationRules and the entry point are exported to exactly these namespaces.
+    pub sidecar_namespaces: Vec<String>,
     /// The host applications call (`http://<service_host>/v1/chat/completions`).
     pub service_host: String,
     /// Render a Telemetry resource putting the GenAI attributes on the proxy's spans (and turn
@@ -148,6 +154,27 @@ fn labels(v: &Value, path: &str, key: &str, default: &[(&str, &str)]) -> Result<
     }
 }
 
+/// A list of Kubernetes namespace names (DNS labels), non-empty and without repeats.
+fn namespaces(v: &Value, path: &str, key: &str, default: &str) -> Result<Vec<String>, String> {
+    let Some(x) = v.get(key) else { return Ok(vec![default.to_string()]) };
+    let list = x
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| format!("{path}.{key}: expected a non-empty list of namespace names, got {x}"))?;
+    let mut out: Vec<String> = Vec::new();
+    for (i, n) in list.iter().enumerate() {
+        let name = n
+            .as_str()
+            .filter(|s| is_dns_name(s) && !s.contains('.') && s.len() <= 63)
+            .ok_or_else(|| format!("{path}.{key}[{i}]: not a namespace name: {n}"))?;
+        if out.iter().any(|o| o == name) {
+            return Err(format!("{path}.{key}[{i}]: {name} is listed twice"));
+        }
+        out.push(name.to_string());
+    }
+    Ok(out)
+}
+
 fn is_dns_name(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 253
@@ -189,6 +216,7 @@ impl Catalog {
                 "keys_secret",
                 "gateway_labels",
                 "sidecar_labels",
+                "sidecar_namespaces",
                 "service_host",
                 "tracing",
             ];
@@ -224,6 +252,7 @@ impl Catalog {
             keys_secret: field_str(&i, p, "keys_secret", Some("switchyard-provider-keys"))?,
             gateway_labels: labels(&i, p, "gateway_labels", &[("istio", "egressgateway")])?,
             sidecar_labels: labels(&i, p, "sidecar_labels", &[("switchyard.io/llm-client", "true")])?,
+            sidecar_namespaces: namespaces(&i, p, "sidecar_namespaces", "default")?,
             service_host: field_str(&i, p, "service_host", Some("llm.switchyard.internal"))?,
             tracing: match i.get("tracing") {
                 None => false,
@@ -439,6 +468,16 @@ mod tests {
         let mut v = minimal();
         v["deployment"]["istio"]["tracing"] = json!("yes");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.tracing"));
+        let mut v = minimal();
+        v["deployment"]["istio"]["sidecar_namespaces"] = json!(["apps", "Bad_NS"]);
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.sidecar_namespaces[1]"));
+        v["deployment"]["istio"]["sidecar_namespaces"] = json!([]);
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.sidecar_namespaces"));
+        v["deployment"]["istio"]["sidecar_namespaces"] = json!(["apps", "apps"]);
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("twice"));
+        v["deployment"]["istio"]["sidecar_namespaces"] = json!(["apps", "ml"]);
+        assert_eq!(Catalog::parse(&v.to_string()).unwrap().istio.sidecar_namespaces, ["apps", "ml"]);
+        assert_eq!(Catalog::parse(&minimal().to_string()).unwrap().istio.sidecar_namespaces, ["default"]);
         let mut v = minimal();
         v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));

@@ -32,6 +32,10 @@ use crate::envoy::{
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+/// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
+/// (`pkg/wasm/convert.go` at release-1.31): the same name with an HTTP RBAC filter, deny-all
+/// (`rules: {}`, stat prefix `wasm-default-deny`) unless the config is `FAIL_OPEN`.
+pub const RBAC_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 /// The Istio releases the manifests are for, each with the Envoy release inside its istio-proxy
 /// (the version-matrix test runs the Istio-shaped configuration on that Envoy). 1.28-1.29 build
 /// no matcher cluster specifier, and 1.30's Envoy 1.38 has no `refresh_cluster_on_retry`.
@@ -68,12 +72,25 @@ impl Variant {
         }
     }
 
-    /// Visibility of the ServiceEntries/DestinationRules: the gateway lives in this namespace;
-    /// sidecars in any namespace must see them.
-    fn export_to(self) -> Value {
+    /// Visibility of the ServiceEntries, DestinationRules and the entry point: the gateway lives
+    /// in their namespace; sidecars see them in the namespaces listed in
+    /// `deployment.istio.sidecar_namespaces` only (istiod builds a proxy's clusters from the
+    /// ServiceEntries exported to its namespace: `exportTo`, read in
+    /// `pilot/pkg/model/push_context.go` at release-1.31). Any other workload of the mesh keeps
+    /// calling the providers with its own TLS on 443.
+    fn export_to(self, c: &Catalog) -> Value {
         match self {
             Variant::EgressGateway => json!(["."]),
-            Variant::Sidecar => json!(["*"]),
+            Variant::Sidecar => json!(c.istio.sidecar_namespaces),
+        }
+    }
+
+    /// The namespaces the proxies run in, where what they mount (the ConfigMaps) and a
+    /// selector-based Telemetry must be: the gateway's, or each application namespace.
+    pub fn proxy_namespaces(self, c: &Catalog) -> Vec<String> {
+        match self {
+            Variant::EgressGateway => vec![c.istio.namespace.clone()],
+            Variant::Sidecar => c.istio.sidecar_namespaces.clone(),
         }
     }
 
@@ -91,7 +108,11 @@ impl Variant {
 }
 
 fn metadata(name: &str, c: &Catalog) -> Value {
-    json!({"name": name, "namespace": c.istio.namespace, "labels": {"app.kubernetes.io/part-of": "switchyard"}})
+    metadata_in(name, &c.istio.namespace)
+}
+
+fn metadata_in(name: &str, namespace: &str) -> Value {
+    json!({"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "switchyard"}})
 }
 
 /// Provider cluster settings shared by the plain Envoy config and the DestinationRule.
@@ -158,9 +179,10 @@ fn sds_secret_ref(cluster: &str, watched: &str) -> Value {
     sds_file_secret(cluster, &format!("{SDS_MOUNT}/{}", sds_file(cluster)), watched)
 }
 
-/// The ConfigMap of SDS files: one per keyed cluster (naming its key file), and one per other
-/// first-attempt twin (naming the environment variable).
-pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
+/// The ConfigMap of SDS files in `namespace` (the proxy's: a pod mounts ConfigMaps from its own
+/// namespace): one per keyed cluster (naming its key file), and one per other first-attempt twin
+/// (naming the environment variable).
+pub fn sds_config_map(c: &Catalog, cfg: &StackConfig, namespace: &str) -> Value {
     let mut data = serde_json::Map::new();
     let keyed = keyed_clusters(c);
     for k in &keyed {
@@ -175,7 +197,7 @@ pub fn sds_config_map(c: &Catalog, cfg: &StackConfig) -> Value {
             data.insert(sds_file(&twin.cluster), json!(json!({"resources": [secret]}).to_string()));
         }
     }
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(SDS_CONFIG_MAP, c), "data": data})
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(SDS_CONFIG_MAP, namespace), "data": data})
 }
 
 /// What an SDS file's watch follows: the key Secret's mount for keyed clusters (a rotated key
@@ -217,8 +239,11 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
 /// Istio 1.29+ turns a `formatter` tag into Envoy's `value` tag, read at release-1.31 in
 /// `pilot/pkg/networking/core/tracing.go`). No provider is named: the mesh's default tracing
 /// provider (or a namespace Telemetry's) is inherited, and so is its sampling. Istio replaces,
-/// not merges, custom tags set at the mesh or namespace level for these workloads.
-pub fn telemetry_resource(c: &Catalog, v: Variant) -> Value {
+/// not merges, custom tags set at the mesh or namespace level for these workloads. In
+/// `namespace`, the proxy's: istiod reads a Telemetry with a selector only in the proxy's own
+/// namespace (`pilot/pkg/model/telemetry.go` at release-1.31; the root namespace's apply
+/// mesh-wide only without a selector).
+pub fn telemetry_resource(c: &Catalog, v: Variant, namespace: &str) -> Value {
     let mut tags = serde_json::Map::new();
     for a in crate::telemetry::REQUEST_ATTRIBUTES {
         let tag = match a.source {
@@ -230,7 +255,7 @@ pub fn telemetry_resource(c: &Catalog, v: Variant) -> Value {
     json!({
         "apiVersion": "telemetry.istio.io/v1",
         "kind": "Telemetry",
-        "metadata": metadata("switchyard-genai", c),
+        "metadata": metadata_in("switchyard-genai", namespace),
         "spec": {"selector": {"matchLabels": v.labels(c)}, "tracing": [{"customTags": tags}]}
     })
 }
@@ -262,7 +287,7 @@ pub fn provider_resources(
             // Plain HTTP inside the proxy: the DestinationRule originates TLS, so the filters
             // see (and rewrite) the request before it is encrypted.
             "ports": [{"number": p.port, "name": "http-provider", "protocol": "HTTP"}],
-            "exportTo": v.export_to()
+            "exportTo": v.export_to(c)
         }
     });
     let mut http = json!({
@@ -281,7 +306,7 @@ pub fn provider_resources(
         "metadata": metadata(&name, c),
         "spec": {
             "host": p.host,
-            "exportTo": v.export_to(),
+            "exportTo": v.export_to(c),
             "trafficPolicy": {
                 "connectionPool": {"tcp": {"maxConnections": limits.max_requests}, "http": http},
                 "portLevelSettings": [{
@@ -331,9 +356,12 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
     })
 }
 
-/// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS).
+/// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS). Envoy accepts
+/// only the listed types for it and rejects any other update, so the list holds the Wasm type and
+/// the RBAC type istio-agent substitutes when it cannot fetch the module (`RBAC_TYPE_URL`):
+/// without it Envoy refuses the substitute and the filter stays without a configuration.
 pub fn ecds_filter(name: &str) -> Value {
-    json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL]}})
+    json!({"name": name, "config_discovery": {"config_source": {"ads": {}, "initial_fetch_timeout": "0s"}, "type_urls": [WASM_TYPE_URL, RBAC_TYPE_URL]}})
 }
 
 /// An HTTP filter that runs only where a route enables it.
@@ -342,13 +370,19 @@ fn disabled(mut filter: Value) -> Value {
     filter
 }
 
-/// The listener port a variant's Switchyard traffic arrives on: a sidecar's outbound listener
-/// for port 80, the egress gateway's listener for its port-80 server (the gateway pod's port
-/// 8080, `0.0.0.0_8080`).
-pub fn listener_port(v: Variant) -> u16 {
+/// The listener port the listener patches match, if any. A sidecar: its outbound listener for
+/// port 80 (the entry ServiceEntry's port). An egress gateway: none, because the port its
+/// listener binds depends on the chart: a gateway listener binds the target port of the
+/// gateway Service's port (`pilot/pkg/model/gateway.go` at release-1.31), 80 with the Helm
+/// `gateway` chart (Service 80 -> 80) and 8080 with istioctl's `istio-egress` chart (80 ->
+/// 8080). Without `portNumber` istiod matches every listener of the context
+/// (`listenerMatch` in `pilot/pkg/networking/core/envoyfilter/listener_patch.go`); the HCM
+/// filter match keeps the patches on HTTP listeners, and the decision filter acts only on
+/// Switchyard's marked routes.
+pub fn listener_port(v: Variant) -> Option<u16> {
     match v {
-        Variant::EgressGateway => 8080,
-        Variant::Sidecar => 80,
+        Variant::EgressGateway => None,
+        Variant::Sidecar => Some(80),
     }
 }
 
@@ -360,9 +394,16 @@ pub fn listener_port(v: Variant) -> u16 {
 pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> Value {
     let ctx = v.context();
     let plugin = serde_json::to_string(&plugin_config(c, cfg)).unwrap_or_default();
-    // Only the listener applications reach Switchyard on: the filters never touch a workload's
-    // other traffic (the route mark scopes it further to Switchyard's own host).
-    let listener = |filter: Value| json!({"portNumber": listener_port(v), "filterChain": {"filter": filter}});
+    // Sidecars: only the outbound listener applications reach Switchyard on. Gateways: every
+    // HTTP listener of the selected gateway pods, whichever port the chart binds (see
+    // `listener_port`). The route mark scopes the decision filter to Switchyard's own host.
+    let listener = |filter: Value| {
+        let mut l = json!({"filterChain": {"filter": filter}});
+        if let Some(port) = listener_port(v) {
+            l["portNumber"] = json!(port);
+        }
+        l
+    };
     let before_router = json!({"context": ctx, "listener": listener(json!({
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
@@ -501,13 +542,14 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
         }
         Variant::Sidecar => {
             // A mesh-internal name with no workload behind it: the sidecar answers it.
+            vs_spec["exportTo"] = v.export_to(c);
             out.push(json!({
                 "apiVersion": "networking.istio.io/v1",
                 "kind": "ServiceEntry",
                 "metadata": metadata("switchyard-entry", c),
                 "spec": {"hosts": [host], "location": "MESH_INTERNAL", "resolution": "STATIC",
                          "addresses": ["240.240.0.1"], "endpoints": [{"address": "240.240.0.1"}],
-                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": v.export_to()}
+                         "ports": [{"number": 80, "name": "http-switchyard", "protocol": "HTTP"}], "exportTo": v.export_to(c)}
             }));
         }
     }
@@ -515,39 +557,57 @@ pub fn entry_resources(c: &Catalog, v: Variant) -> Vec<Value> {
     out
 }
 
-/// Adds the provider keys from the Secret to the proxy container (`istio-proxy`): a strategic
-/// merge patch for the gateway Deployment or the application's pod template.
 /// Where a private registry's pull secret is mounted in the proxy (`DOCKER_CONFIG`): istio-agent
 /// pulls a Wasm config without a pull secret of its own (as the EnvoyFilter's are) with its default
 /// keychain, which reads `$DOCKER_CONFIG/config.json`.
 pub const DOCKER_CONFIG_MOUNT: &str = "/etc/switchyard/docker";
 
-/// The pod annotation naming a ConfigMap with a bootstrap override, and the key its file must
-/// have: Istio 1.31's injection templates (sidecar and gateway) mount that ConfigMap at
-/// `/etc/istio/custom-bootstrap` and point `ISTIO_BOOTSTRAP_OVERRIDE` at
-/// `custom_bootstrap.json` in it; istio-agent then starts Envoy with `--config-yaml` (its
-/// `pkg/envoy/proxy.go`).
-pub const BOOTSTRAP_OVERRIDE_ANNOTATION: &str = "sidecar.istio.io/bootstrapOverride";
+/// Where the bootstrap override is mounted, the file istio-agent reads in it, and the
+/// ConfigMap holding it (the metrics' label rules, `stats_tags`). istio-agent starts Envoy with
+/// `--config-yaml <the file>` when its environment has `ISTIO_BOOTSTRAP_OVERRIDE`
+/// (`pkg/envoy/proxy.go` at release-1.31); Envoy merges it into Istio's bootstrap. The keys
+/// patch sets that variable and mounts the ConfigMap itself rather than annotating the pod
+/// `sidecar.istio.io/bootstrapOverride`: the annotation works only through injection (the
+/// injection templates add the variable and the volume), and istioctl's `istio-egress` chart is
+/// not injected (`sidecar.istio.io/inject: "false"` in
+/// `manifests/charts/gateways/istio-egress/templates/deployment.yaml`). On injected pods the
+/// container overlay keeps the variable (no annotation: the template sets none).
+pub const BOOTSTRAP_OVERRIDE_ENV: &str = "ISTIO_BOOTSTRAP_OVERRIDE";
+pub const BOOTSTRAP_MOUNT: &str = "/etc/switchyard/bootstrap";
 pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
-/// The ConfigMap holding Switchyard's bootstrap override (its `stats_tags`).
 pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
 
-/// The bootstrap override (the metrics' label rules) as the ConfigMap the annotation names.
-pub fn bootstrap_config_map(c: &Catalog) -> Value {
+/// The bootstrap override (the metrics' label rules) as the ConfigMap the keys patch mounts, in
+/// the proxy's namespace.
+pub fn bootstrap_config_map(namespace: &str) -> Value {
     let file = crate::telemetry::istio_bootstrap_override().to_string();
-    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(BOOTSTRAP_CONFIG_MAP, c),
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(BOOTSTRAP_CONFIG_MAP, namespace),
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
 
-pub fn keys_patch(c: &Catalog) -> Value {
+/// The strategic merge patch of the proxy container (`istio-proxy`): the gateway Deployment's
+/// (it has the container: the Helm chart's with `image: auto`, istioctl's with its image) or the
+/// application's pod template (sidecars: the container is new there, so it carries
+/// `image: auto`, which the injector replaces by its proxy image, `AutoImage` in
+/// `pkg/kube/inject/webhook.go` at release-1.31; the API server refuses a container without an
+/// image). It mounts the key Secret (or puts the keys in the environment, `keys: env`), the SDS
+/// ConfigMap, the bootstrap override and a private registry's pull secret (`DOCKER_CONFIG`).
+pub fn keys_patch(c: &Catalog, v: Variant) -> Value {
     // Keys the Wasm filter still reads come from the environment; with `keys: files` the Secret
     // is mounted instead (a Secret update then reaches the proxy without a restart).
     let mut env: Vec<Value> = vm_env_keys(c)
         .iter()
         .map(|k| json!({"name": k, "valueFrom": {"secretKeyRef": {"name": c.istio.keys_secret, "key": k}}}))
         .collect();
-    let mut mounts = vec![json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true})];
-    let mut volumes = vec![json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}})];
+    env.push(json!({"name": BOOTSTRAP_OVERRIDE_ENV, "value": format!("{BOOTSTRAP_MOUNT}/{BOOTSTRAP_OVERRIDE_KEY}")}));
+    let mut mounts = vec![
+        json!({"name": SDS_CONFIG_MAP, "mountPath": SDS_MOUNT, "readOnly": true}),
+        json!({"name": BOOTSTRAP_CONFIG_MAP, "mountPath": BOOTSTRAP_MOUNT, "readOnly": true}),
+    ];
+    let mut volumes = vec![
+        json!({"name": SDS_CONFIG_MAP, "configMap": {"name": SDS_CONFIG_MAP}}),
+        json!({"name": BOOTSTRAP_CONFIG_MAP, "configMap": {"name": BOOTSTRAP_CONFIG_MAP}}),
+    ];
     if !keyed_clusters(c).is_empty() {
         mounts.push(json!({"name": "switchyard-keys", "mountPath": KEYS_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-keys", "secret": {"secretName": c.istio.keys_secret}}));
@@ -558,15 +618,32 @@ pub fn keys_patch(c: &Catalog) -> Value {
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
             "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}}));
     }
-    let mut proxy = json!({"name": "istio-proxy", "volumeMounts": mounts});
-    if !env.is_empty() {
-        proxy["env"] = json!(env);
+    let mut proxy = json!({"name": "istio-proxy", "env": env, "volumeMounts": mounts});
+    if v == Variant::Sidecar {
+        proxy["image"] = json!("auto");
     }
-    // The metrics' label rules: Istio mounts the ConfigMap the annotation names and hands its
-    // file to Envoy (see `BOOTSTRAP_OVERRIDE_ANNOTATION`).
-    json!({"spec": {"template": {
-        "metadata": {"annotations": {BOOTSTRAP_OVERRIDE_ANNOTATION: BOOTSTRAP_CONFIG_MAP}},
-        "spec": {"containers": [proxy], "volumes": volumes}}}})
+    json!({"spec": {"template": {"spec": {"containers": [proxy], "volumes": volumes}}}})
+}
+
+/// What one variant renders: the providers file's resources, the main file's, the keys patch.
+pub struct VariantManifests {
+    pub providers: Vec<Value>,
+    pub main: Vec<Value>,
+    pub keys_patch: Value,
+}
+
+/// Every resource of a variant, as `render_k8s` writes them (the simulation reads these).
+pub fn variant_manifests(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) -> VariantManifests {
+    let mut main = vec![envoy_filter(c, v, cfg, sha256)];
+    for ns in v.proxy_namespaces(c) {
+        main.push(sds_config_map(c, cfg, &ns));
+        main.push(bootstrap_config_map(&ns));
+        if c.istio.tracing {
+            main.push(telemetry_resource(c, v, &ns));
+        }
+    }
+    main.extend(entry_resources(c, v));
+    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: keys_patch(c, v) }
 }
 
 /// Every file under `k8s/` as (relative path, content).
@@ -579,28 +656,23 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
     };
     let mut files = Vec::new();
     for v in [Variant::EgressGateway, Variant::Sidecar] {
-        let providers = providers_resources(c, v, cfg);
+        let VariantManifests { providers, main, keys_patch } = variant_manifests(c, v, cfg, sha256);
         files.push((
             format!("{}/providers.yaml", v.dir()),
             header("One ServiceEntry + DestinationRule per provider (DNS, TLS origination, circuit breakers, the first-attempt subset).")
                 + &documents(&providers),
         ));
-        let mut main = vec![envoy_filter(c, v, cfg, sha256), sds_config_map(c, cfg), bootstrap_config_map(c)];
-        if c.istio.tracing {
-            main.push(telemetry_resource(c, v));
-        }
-        main.extend(entry_resources(c, v));
         files.push((
             format!("{}/switchyard.yaml", v.dir()),
-            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files (ConfigMap, mounted by keys-patch.yaml), the metrics' label rules (bootstrap override ConfigMap, named by keys-patch.yaml's annotation) and the entry point.")
+            header("The Switchyard filters and their failover wiring (EnvoyFilter), the first-attempt clusters' key files and the metrics' label rules (ConfigMaps in the proxies' namespace, mounted by keys-patch.yaml), the span attributes (Telemetry, also there) and the entry point.")
                 + &documents(&main),
         ));
         files.push((
             format!("{}/keys-patch.yaml", v.dir()),
             header(match v {
-                Variant::EgressGateway => "The provider key Secret and the key files' SDS ConfigMap, mounted into the egress gateway's proxy, and the bootstrap override annotation (the metrics' labels): kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
-                Variant::Sidecar => "The provider key Secret and the key files' SDS ConfigMap, mounted into the application's sidecar, and the bootstrap override annotation (the metrics' labels): merge into the pod template (Istio merges a container named istio-proxy into the injected one)",
-            }) + &crate::envoy::to_yaml(&keys_patch(c)),
+                Variant::EgressGateway => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the egress gateway's proxy, with either chart: kubectl -n <ns> patch deployment istio-egressgateway --patch-file keys-patch.yaml",
+                Variant::Sidecar => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the application's sidecar: merge into the pod template (image auto: Istio's injector merges a container named istio-proxy into the injected one and sets its image)",
+            }) + &crate::envoy::to_yaml(&keys_patch),
         ));
     }
     files
@@ -688,7 +760,7 @@ mod tests {
             // in it), and the keys patch mounts both where the paths point; the filter holds no
             // key and reads no key variable.
             let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
-            let cm = sds_config_map(&c, &cfg);
+            let cm = sds_config_map(&c, &cfg, "ns");
             let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
             assert_eq!(sds["resources"][0]["name"], crate::envoy::twin_secret_name(&t.cluster));
             assert_eq!(
@@ -696,18 +768,24 @@ mod tests {
                 json!({"filename": "/etc/switchyard/keys/P_KEY"})
             );
             assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
-            let patch = keys_patch(&c);
+            let patch = keys_patch(&c, v);
             let spec = &patch["spec"]["template"]["spec"];
-            assert!(spec["containers"][0].get("env").is_none(), "no key in the proxy's environment");
+            let env = spec["containers"][0]["env"].as_array().unwrap();
+            assert_eq!(env.len(), 1, "no key in the proxy's environment: {env:?}");
+            assert_eq!(env[0]["name"], BOOTSTRAP_OVERRIDE_ENV);
+            // The API server needs an image: a sidecar's container is new in the pod template
+            // (the injector replaces `auto`); the gateways' Deployments have theirs.
+            assert_eq!(spec["containers"][0].get("image"), (v == Variant::Sidecar).then(|| json!("auto")).as_ref());
             let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|m| m["mountPath"].as_str().unwrap())
                 .collect();
-            assert_eq!(mounts, [SDS_MOUNT, KEYS_MOUNT]);
+            assert_eq!(mounts, [SDS_MOUNT, BOOTSTRAP_MOUNT, KEYS_MOUNT]);
             assert_eq!(spec["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
-            assert_eq!(spec["volumes"][1]["secret"]["secretName"], c.istio.keys_secret);
+            assert_eq!(spec["volumes"][1]["configMap"]["name"], BOOTSTRAP_CONFIG_MAP);
+            assert_eq!(spec["volumes"][2]["secret"]["secretName"], c.istio.keys_secret);
             // The regular cluster: its key injector, then the per-attempt filter.
             let regular = patches
                 .iter()
@@ -742,13 +820,13 @@ mod tests {
         let mut env = c.clone();
         env.istio.keys = KeyDelivery::Env;
         assert_eq!(plugin_config(&env, &cfg)["providers"]["p"]["credential"], json!({"env": "P_KEY"}));
-        let cm = sds_config_map(&env, &cfg);
+        let cm = sds_config_map(&env, &cfg, "ns");
         let (_, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
         let sds: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
         assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
-        let patch = keys_patch(&env);
+        let patch = keys_patch(&env, Variant::EgressGateway);
         assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
-        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 1);
+        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2, "the two ConfigMaps");
         // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
         cfg.first_attempt_clusters = false;
         let v = Variant::EgressGateway;
@@ -785,7 +863,8 @@ mod tests {
         .unwrap();
         assert_eq!(kinds(&on).iter().filter(|k| *k == "kind: Telemetry").count(), 2, "one per variant");
         assert_eq!(plugin_config(&on, &cfg)["telemetry"]["request_attributes"], true);
-        let t = telemetry_resource(&on, Variant::Sidecar);
+        let t = telemetry_resource(&on, Variant::Sidecar, "apps");
+        assert_eq!(t["metadata"]["namespace"], "apps");
         let tags = &t["spec"]["tracing"][0]["customTags"];
         assert_eq!(
             tags["gen_ai.usage.output_tokens"]["formatter"]["value"],

@@ -121,23 +121,50 @@ def test_sds_config_map_is_mounted_and_holds_no_key():
         assert mounts["switchyard-sds"] == "/etc/switchyard/sds"
         assert "secretName" in volumes["switchyard-keys"]["secret"]
         assert mounts["switchyard-keys"] == "/etc/switchyard/keys"
-        # No key as an environment variable of the proxy.
-        assert patch["containers"][0].get("env", []) == [], variant
+        # No key as an environment variable of the proxy (only the bootstrap override's path).
+        assert [e["name"] for e in patch["containers"][0].get("env", [])] == ["ISTIO_BOOTSTRAP_OVERRIDE"], variant
 
 
-def test_bootstrap_override_is_named_by_the_pod_annotation_and_holds_the_label_rules():
-    """Istio mounts the ConfigMap the pod's sidecar.istio.io/bootstrapOverride names and hands
-    its custom_bootstrap.json to Envoy: it must exist beside the other resources and carry the
-    metrics' stats_tags."""
+def test_bootstrap_override_is_mounted_and_named_by_istio_bootstrap_override():
+    """istio-agent hands Envoy the file ISTIO_BOOTSTRAP_OVERRIDE names (pkg/envoy/proxy.go at
+    release-1.31). The keys patch sets the variable and mounts the ConfigMap itself, with no
+    sidecar.istio.io/bootstrapOverride annotation: only injection reads that, and istioctl's
+    istio-egress chart is not injected. The ConfigMap carries the metrics' stats_tags only."""
     for variant in ("egress-gateway", "sidecar"):
         template = yaml.safe_load((K8S / variant / "keys-patch.yaml").read_text())["spec"]["template"]
-        name = template["metadata"]["annotations"]["sidecar.istio.io/bootstrapOverride"]
+        assert "sidecar.istio.io/bootstrapOverride" not in template.get("metadata", {}).get("annotations", {}), variant
+        (proxy,) = template["spec"]["containers"]
+        path = {e["name"]: e.get("value") for e in proxy["env"]}["ISTIO_BOOTSTRAP_OVERRIDE"]
+        mount = next(m for m in proxy["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+        volume = next(v for v in template["spec"]["volumes"] if v["name"] == mount["name"])
+        name = volume["configMap"]["name"]
         maps = [d for n, d in DOCS if n.startswith(variant + "/") and d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
-        assert len(maps) == 1, variant
-        override = json.loads(maps[0]["data"]["custom_bootstrap.json"])
-        tags = {t["tag_name"] for t in override["stats_config"]["stats_tags"]}
-        assert {"model", "endpoint", "gen_ai_provider_name", "gen_ai_token_type", "caller"} <= tags, tags
-        assert list(override) == ["stats_config"], "the override changes nothing but the label rules"
+        assert maps, variant
+        for m in maps:
+            override = json.loads(m["data"][path[len(mount["mountPath"]) + 1 :]])
+            tags = {t["tag_name"] for t in override["stats_config"]["stats_tags"]}
+            assert {"model", "endpoint", "gen_ai_provider_name", "gen_ai_token_type", "caller"} <= tags, tags
+            assert list(override) == ["stats_config"], "the override changes nothing but the label rules"
+
+
+def test_sidecar_patch_container_has_an_image_and_its_mounts_live_where_the_pods_do():
+    """The sidecar patch adds istio-proxy to an application pod template: the API server refuses a
+    container without image, and `auto` is what Istio's injector replaces (pkg/kube/inject/webhook.go).
+    The gateway patch names no image (the charts' Deployments have theirs; istioctl's is not
+    injected, so `auto` would stay). What the sidecar mounts, and the selector-based Telemetry,
+    are in the namespaces the ServiceEntries are exported to, never only in istio-system."""
+    side = yaml.safe_load((K8S / "sidecar" / "keys-patch.yaml").read_text())["spec"]["template"]["spec"]
+    assert side["containers"][0]["image"] == "auto"
+    gw = yaml.safe_load((K8S / "egress-gateway" / "keys-patch.yaml").read_text())["spec"]["template"]["spec"]
+    assert "image" not in gw["containers"][0]
+    docs = [d for n, d in DOCS if n.startswith("sidecar/")]
+    exported = {tuple(d["spec"]["exportTo"]) for d in docs if d["kind"] in ("ServiceEntry", "DestinationRule", "VirtualService")}
+    assert len(exported) == 1, exported
+    (namespaces,) = exported
+    assert "*" not in namespaces and "." not in namespaces, namespaces
+    for kind, name in (("ConfigMap", "switchyard-sds"), ("ConfigMap", "switchyard-bootstrap"), ("Telemetry", "switchyard-genai")):
+        found = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+        assert found == sorted(namespaces), (kind, name, found)
 
 
 def test_telemetry_selects_the_workloads_the_envoyfilter_patches():

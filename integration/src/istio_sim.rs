@@ -1,22 +1,50 @@
-//! A model of what Istio generates from the rendered manifests, to run real Envoy on it (no
-//! Kubernetes API server or istiod can run here): an Envoy bootstrap shaped like an Istio egress
-//! gateway's (cluster names `outbound|<port>||<host>`, TLS origination as a DestinationRule
-//! produces it, Istio's HTTP filter order, the virtual host `<host>:80`), the EnvoyFilter's
-//! patches applied with Istio's semantics (a patch that matches nothing is an error here), and
-//! the ConfigMap mounted as the keys patch mounts it. Extension configs arrive by ECDS from files (Istio sends them over ADS; istio-agent
-//! has replaced the OCI URL by the pulled module's path after checking its digest).
+//! A model of what Istio 1.31 makes of the rendered manifests, to run real Envoy on it (no
+//! Kubernetes API server, istiod or istio-agent can run here). Each rule below was read in
+//! istio/istio at release-1.31 (the file is named where the rule is applied), and the model
+//! refuses what the real thing would refuse rather than guess:
+//!
+//! - Three install paths (`Install`): the Helm `gateway` chart (injected, its listener binds the
+//!   Service's target port 80: `0.0.0.0_80`), istioctl's `istio-egress` chart (not injected,
+//!   `0.0.0.0_8080`) and an injected application sidecar (outbound `0.0.0.0_80`), each a pod in
+//!   its own namespace with the chart's labels.
+//! - The keys patch applied to the pod template as a strategic merge patch, then checked as the
+//!   API server would (a container needs an image), then injection (only where the chart
+//!   injects: `image: auto` replaced, the bootstrap override annotation honoured), then the
+//!   kubelet's mounts (a ConfigMap or Secret volume from the pod's own namespace, not optional).
+//! - istio-agent: `ISTIO_BOOTSTRAP_OVERRIDE` -> `--config-yaml` (read from the mounted file),
+//!   the Wasm module fetched and checked against `sha256`, or the deny-all RBAC substitute when
+//!   it cannot be fetched.
+//! - istiod: clusters from the ServiceEntries and DestinationRules exported to the proxy's
+//!   namespace (host, port, TLS mode, SNI, subjectAltNames, circuit breakers, HTTP/2, subsets,
+//!   all read from the manifests), the virtual host from the Gateway or the entry ServiceEntry
+//!   and the VirtualService, EnvoyFilters selected by namespace (the root namespace applies
+//!   everywhere, another only there) and `workloadSelector`, Telemetry by namespace.
+//! - The EnvoyFilter's patches applied with istiod's semantics (listener `portNumber` against
+//!   the listener's port, context, filter names). Stricter than istiod in two ways, both
+//!   deliberate: a patch that matches nothing is an error here (istiod skips it silently, which
+//!   is exactly how a wrong port went unnoticed), and so is an `HTTP_FILTER` `MERGE` on a filter
+//!   without `typed_config` (istiod skips that too).
+//!
+//! Extension configs arrive by ECDS from files (Istio sends them over ADS).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::catalog::{istio_subset_cluster, Catalog};
-use crate::envoy::upstream_tls;
-use crate::istio::Variant;
+use crate::catalog::Catalog;
+use crate::istio::{Variant, VariantManifests};
 
 /// The extension configs (ECDS) a proxy receives, by name.
 pub type Extensions = BTreeMap<String, Value>;
+
+/// The mesh's root namespace (Istio's default `rootNamespace`): its EnvoyFilters apply to every
+/// proxy (`PushContext::EnvoyFilters`, `pilot/pkg/model/push_context.go`).
+pub const ROOT_NAMESPACE: &str = "istio-system";
+/// The namespace the modelled application pod runs in (sidecar install path).
+pub const APP_NAMESPACE: &str = "apps";
+/// The proxy image the injector puts where a pod says `image: auto`.
+const PROXY_IMAGE: &str = "docker.io/istio/proxyv2:1.31.0";
 
 /// What istio-agent does before Envoy sees an extension config: fetch the OCI image, check
 /// its digest against `sha256`, point the config at the local module file.
@@ -33,85 +61,480 @@ pub fn agent_localize(ext: &mut Value, image_digest: &str, module: &Path) -> Res
     Ok(())
 }
 
-/// A proxy's configuration before EnvoyFilter patches, as istiod would generate it for the
-/// rendered ServiceEntries, DestinationRules (`destination_rules`: a cluster per subset too,
-/// `outbound|<port>|<subset>|<host>`) and Gateway/VirtualService: the egress
-/// gateway's HTTP listener (`0.0.0.0_8080`, route `http.80`) or a sidecar's outbound HTTP
-/// listener (`0.0.0.0_80`, route `80`). Provider endpoints are 127.0.0.1 at each catalog port
-/// (stand-ins for DNS) named by the provider's host, as the hosts of Istio's DNS clusters are
-/// (Envoy names a host a STRICT_DNS/LOGICAL_DNS cluster resolved by its DNS name, the
-/// ServiceEntry host: what the route's `auto_host_rewrite` sends as `:authority`).
-#[allow(clippy::too_many_arguments)]
-pub fn proxy_bootstrap(
-    c: &Catalog,
-    v: Variant,
-    ca_file: &str,
-    max_retries: u32,
-    host: &str,
-    destination_rules: &[Value],
-    services: &[MeshService],
-) -> Value {
-    let (node, listener, route) = match v {
-        Variant::EgressGateway => (
-            json!({"id": "router~127.0.0.1~istio-egressgateway-0.istio-system~istio-system.svc.cluster.local", "cluster": "istio-egressgateway.istio-system"}),
-            "0.0.0.0_8080",
-            "http.80",
-        ),
-        Variant::Sidecar => (
-            json!({"id": "sidecar~127.0.0.1~llm-app-0.apps~apps.svc.cluster.local", "cluster": "llm-app.apps"}),
-            "0.0.0.0_80",
-            "80",
-        ),
+/// What istio-agent sends Envoy instead of a Wasm extension config whose module it cannot fetch
+/// (`MaybeConvertWasmExtensionConfig`, `pkg/wasm/convert.go`): the same name, an HTTP RBAC filter
+/// that denies everything (`rules: {}`), or allows everything for a `FAIL_OPEN` config.
+pub fn agent_failed_pull(ext: &Value) -> Value {
+    let fail_open = ext.pointer("/typed_config/config/failure_policy") == Some(&json!("FAIL_OPEN"));
+    let rbac = if fail_open {
+        json!({"@type": crate::istio::RBAC_TYPE_URL, "rules_stat_prefix": "wasm-default-allow"})
+    } else {
+        json!({"@type": crate::istio::RBAC_TYPE_URL, "rules": {}, "rules_stat_prefix": "wasm-default-deny"})
     };
-    let mut clusters: Vec<Value> = c
-        .providers
-        .iter()
-        .map(|p| {
-            // DestinationRule: SIMPLE TLS with SNI and subjectAltNames; h2UpgradePolicy UPGRADE
-            // makes the cluster HTTP/2; connectionPool -> circuit breakers.
-            let http = if p.http2 {
-                json!({"http2_protocol_options": {}})
-            } else {
-                json!({"http_protocol_options": {}})
-            };
-            json!({
-                "name": p.cluster(),
-                "type": "STATIC",
-                "connect_timeout": "10s",
-                "lb_policy": "LEAST_REQUEST",
-                "load_assignment": {"cluster_name": p.cluster(), "endpoints": [{"lb_endpoints": [{"endpoint": {
-                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": p.port}},
-                    "hostname": p.host
-                }}]}]},
-                "circuit_breakers": {"thresholds": [{"max_connections": 1024, "max_pending_requests": 1024, "max_requests": 1024, "max_retries": max_retries}]},
-                "transport_socket": upstream_tls(&p.host, ca_file, p.http2),
-                "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                    "common_http_protocol_options": {"idle_timeout": "3600s"},
-                    "explicit_http_config": http
-                }}
-            })
-        })
-        .collect();
-    // A DestinationRule subset without labels: the same cluster (endpoints, TLS, limits: the
-    // subset inherits the rule's traffic policy) under the subset's name.
-    let mut subsets = Vec::new();
-    for dr in destination_rules.iter().filter(|d| d["kind"] == "DestinationRule") {
-        let Some(host) = dr["spec"]["host"].as_str() else { continue };
-        for subset in dr["spec"]["subsets"].as_array().into_iter().flatten() {
-            let Some(subset) = subset["name"].as_str() else { continue };
-            for p in c.providers.iter().filter(|p| p.host == host) {
-                if let Some(parent) = clusters.iter().find(|x| x["name"] == json!(p.cluster())) {
-                    let name = istio_subset_cluster(&p.host, p.port, subset);
-                    let mut twin = parent.clone();
-                    twin["name"] = json!(name);
-                    twin["load_assignment"]["cluster_name"] = json!(name);
-                    subsets.push(twin);
+    json!({"name": ext["name"], "typed_config": rbac})
+}
+
+/// Where the proxy runs: the chart or the sidecar that carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Install {
+    /// The Helm `gateway` chart (`manifests/charts/gateway`): Service 80 -> target 80, the
+    /// gateway's listener binds 80; the Deployment's `istio-proxy` is `image: auto` and
+    /// injected with the gateway template.
+    HelmGateway,
+    /// istioctl's `istio-egress` chart (`manifests/charts/gateways/istio-egress`): Service 80 ->
+    /// 8080, the listener binds 8080; the pod is not injected (`sidecar.istio.io/inject:
+    /// "false"`) and its `istio-proxy` names its image.
+    IstioctlGateway,
+    /// An application pod in `APP_NAMESPACE` with an injected sidecar (outbound listener 80).
+    Sidecar,
+}
+
+impl Install {
+    pub const ALL: [Install; 3] = [Install::HelmGateway, Install::IstioctlGateway, Install::Sidecar];
+
+    pub fn variant(self) -> Variant {
+        match self {
+            Install::HelmGateway | Install::IstioctlGateway => Variant::EgressGateway,
+            Install::Sidecar => Variant::Sidecar,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Install::HelmGateway => "helm-gateway",
+            Install::IstioctlGateway => "istioctl-egress",
+            Install::Sidecar => "sidecar",
+        }
+    }
+
+    /// The listener Switchyard's host is served on and its route configuration's name: a
+    /// gateway's named by the bound port (the Service's target port,
+    /// `pilot/pkg/model/gateway.go`), a sidecar's outbound HTTP listener by the service port.
+    pub fn listener(self) -> (u16, &'static str) {
+        match self {
+            Install::HelmGateway => (80, "http.80"),
+            Install::IstioctlGateway => (8080, "http.8080"),
+            Install::Sidecar => (80, "80"),
+        }
+    }
+
+    fn injected(self) -> bool {
+        self != Install::IstioctlGateway
+    }
+
+    /// The pod as its chart (or the application) declares it, before the keys patch: its
+    /// namespace, labels and containers. The gateways' labels are the charts' defaults for an
+    /// egress gateway (`istio: egressgateway`), the application's the ones docs/istio.md asks
+    /// for; none is read from the catalog, so a selector that does not match them fails.
+    pub fn pod(self) -> Value {
+        match self {
+            Install::HelmGateway => json!({
+                "metadata": {"namespace": ROOT_NAMESPACE,
+                             "labels": {"app": "istio-egressgateway", "istio": "egressgateway", "sidecar.istio.io/inject": "true"},
+                             "annotations": {"inject.istio.io/templates": "gateway"}},
+                "spec": {"containers": [{"name": "istio-proxy", "image": "auto"}]}
+            }),
+            Install::IstioctlGateway => json!({
+                "metadata": {"namespace": ROOT_NAMESPACE,
+                             "labels": {"app": "istio-egressgateway", "istio": "egressgateway", "sidecar.istio.io/inject": "false"},
+                             "annotations": {"sidecar.istio.io/inject": "false"}},
+                "spec": {"containers": [{"name": "istio-proxy", "image": PROXY_IMAGE, "args": ["proxy", "router"]}]}
+            }),
+            Install::Sidecar => json!({
+                "metadata": {"namespace": APP_NAMESPACE,
+                             "labels": {"app": "llm-app", "switchyard.io/llm-client": "true"}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example/llm-app:1"}]}
+            }),
+        }
+    }
+}
+
+/// A strategic merge patch of a pod template (`kubectl patch`, and the injector's container
+/// overlay): maps merge, `containers` merge by `name`, a container's `env` and `volumes` by
+/// `name`, `volumeMounts` by `mountPath`; other lists and scalars are replaced.
+pub fn strategic_merge(dst: &mut Value, patch: &Value) {
+    fn key_of(field: &str) -> Option<&'static str> {
+        match field {
+            "containers" | "initContainers" | "env" | "volumes" => Some("name"),
+            "volumeMounts" => Some("mountPath"),
+            _ => None,
+        }
+    }
+    match (dst, patch) {
+        (Value::Object(d), Value::Object(p)) => {
+            for (k, v) in p {
+                match (d.get_mut(k), key_of(k), v) {
+                    (Some(Value::Array(existing)), Some(key), Value::Array(items)) => {
+                        for item in items {
+                            match existing.iter_mut().find(|e| e.get(key).is_some() && e.get(key) == item.get(key)) {
+                                Some(e) => strategic_merge(e, item),
+                                None => existing.push(item.clone()),
+                            }
+                        }
+                    }
+                    (Some(existing), _, _) if existing.is_object() && v.is_object() => strategic_merge(existing, v),
+                    _ => {
+                        d.insert(k.clone(), v.clone());
+                    }
                 }
             }
         }
+        (d, p) => *d = p.clone(),
     }
-    clusters.extend(subsets);
+}
+
+/// The pod after the keys patch, as the API server admits it and the injector completes it.
+fn admitted_pod(install: Install, keys_patch: &Value) -> Result<Value, String> {
+    let mut pod = install.pod();
+    let template = keys_patch.pointer("/spec/template").ok_or("the keys patch has no spec.template")?;
+    strategic_merge(&mut pod, template);
+    // The API server: every container needs an image ("spec.containers[i].image: Required value").
+    for (i, c) in pod["spec"]["containers"].as_array().into_iter().flatten().enumerate() {
+        if c["image"].as_str().is_none_or(str::is_empty) {
+            return Err(format!(
+                "{}: spec.template.spec.containers[{i}].image: Required value (container {})",
+                install.name(),
+                c["name"]
+            ));
+        }
+    }
+    if !install.injected() {
+        // Nothing replaces `auto` on a pod the injector skips: the kubelet would try to pull it.
+        if let Some(c) = pod["spec"]["containers"].as_array().into_iter().flatten().find(|c| c["image"] == "auto") {
+            return Err(format!(
+                "{}: container {} has image auto but the pod is not injected",
+                install.name(),
+                c["name"]
+            ));
+        }
+        return Ok(pod);
+    }
+    // Injection (`pkg/kube/inject/webhook.go`): the template's istio-proxy, overlaid by the pod's
+    // own container of that name (its `auto` image dropped), and the bootstrap override
+    // annotation's variable, mount and volume (the injection templates).
+    let mut proxy = json!({"name": "istio-proxy", "image": PROXY_IMAGE, "env": [], "volumeMounts": []});
+    let annotation = pod.pointer("/metadata/annotations/sidecar.istio.io~1bootstrapOverride").cloned();
+    if let Some(name) = &annotation {
+        proxy["env"] =
+            json!([{"name": "ISTIO_BOOTSTRAP_OVERRIDE", "value": "/etc/istio/custom-bootstrap/custom_bootstrap.json"}]);
+        proxy["volumeMounts"] =
+            json!([{"name": "custom-bootstrap-volume", "mountPath": "/etc/istio/custom-bootstrap"}]);
+        strategic_merge(
+            &mut pod,
+            &json!({"spec": {"volumes": [{"name": "custom-bootstrap-volume", "configMap": {"name": name}}]}}),
+        );
+    }
+    let containers = pod["spec"]["containers"].as_array_mut().ok_or("a pod without containers")?;
+    match containers.iter().position(|c| c["name"] == "istio-proxy") {
+        Some(at) => {
+            let mut overlay = containers.remove(at);
+            if overlay["image"] == "auto" {
+                if let Some(o) = overlay.as_object_mut() {
+                    o.remove("image");
+                }
+            }
+            strategic_merge(&mut proxy, &overlay);
+            containers.insert(at, proxy);
+        }
+        None => containers.push(proxy),
+    }
+    Ok(pod)
+}
+
+/// The kubelet's mounts of the pod's `istio-proxy`: every ConfigMap and Secret volume from the
+/// pod's own namespace, none optional (a missing one keeps the pod from starting). Secrets are
+/// the key Secret's `secret` data (the operator creates it there, as docs/istio.md says).
+fn proxy_volumes(pod: &Value, resources: &[Value], secret: &[(String, String)]) -> Result<Vec<Volume>, String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let proxy = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "istio-proxy")
+        .ok_or("the pod has no istio-proxy container")?;
+    let mut out = Vec::new();
+    for m in proxy["volumeMounts"].as_array().into_iter().flatten() {
+        let name = m["name"].as_str().unwrap_or_default();
+        let volume = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == name)
+            .ok_or_else(|| format!("volumeMount {name}: no such volume in the pod"))?;
+        let mount = m["mountPath"].as_str().unwrap_or_default().to_string();
+        if let Some(map) = volume["configMap"]["name"].as_str() {
+            let cm = resources
+                .iter()
+                .find(|r| r["kind"] == "ConfigMap" && r["metadata"]["name"] == map && r["metadata"]["namespace"] == ns)
+                .ok_or_else(|| {
+                    format!("volume {name}: configmap \"{map}\" not found in namespace {ns} (the pod does not start)")
+                })?;
+            let files = cm["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect();
+            out.push(Volume { mount, files });
+        } else if volume["secret"].is_object() {
+            out.push(Volume { mount, files: secret.to_vec() });
+        } else {
+            return Err(format!("volume {name}: a kind the model does not know"));
+        }
+    }
+    Ok(out)
+}
+
+/// istio-agent's bootstrap override: with `ISTIO_BOOTSTRAP_OVERRIDE` in the proxy's environment,
+/// the file's JSON is passed to Envoy as `--config-yaml` (`pkg/envoy/proxy.go`). The file must be
+/// in a mounted volume (the agent logs a warning and starts Envoy without it otherwise: an error
+/// here).
+fn agent_override_args(pod: &Value, volumes: &[Volume]) -> Result<Vec<String>, String> {
+    let proxy = pod["spec"]["containers"].as_array().into_iter().flatten().find(|c| c["name"] == "istio-proxy");
+    let Some(path) = proxy
+        .and_then(|p| p["env"].as_array())
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "ISTIO_BOOTSTRAP_OVERRIDE")
+        .and_then(|e| e["value"].as_str())
+    else {
+        return Ok(Vec::new());
+    };
+    let file = volumes
+        .iter()
+        .find_map(|v| {
+            let name = path.strip_prefix(v.mount.as_str())?.strip_prefix('/')?;
+            v.files.iter().find(|(n, _)| n == name).map(|(_, text)| text.clone())
+        })
+        .ok_or_else(|| format!("ISTIO_BOOTSTRAP_OVERRIDE={path}: no such file in the proxy's mounts"))?;
+    let parsed: Value = serde_json::from_str(&file).map_err(|e| format!("{path}: {e}"))?;
+    Ok(vec!["--config-yaml".to_string(), parsed.to_string()])
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    selector.as_object().into_iter().flatten().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Whether a resource's `exportTo` lets a proxy in `ns` see it (absent: everywhere; `.`: its own
+/// namespace; `*`: everywhere; else the namespaces named).
+fn exported_to(resource: &Value, ns: &str) -> bool {
+    let Some(list) = resource["spec"]["exportTo"].as_array() else { return true };
+    let own = resource["metadata"]["namespace"].as_str().unwrap_or_default();
+    list.iter().filter_map(Value::as_str).any(|e| e == "*" || e == ns || (e == "." && own == ns))
+}
+
+/// The EnvoyFilters istiod applies to a proxy (`PushContext::EnvoyFilters`): those of the root
+/// namespace and of the proxy's own namespace whose `workloadSelector` matches the pod's labels.
+pub fn envoy_filters_for<'a>(pod: &Value, resources: &'a [Value]) -> Vec<&'a Value> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    resources
+        .iter()
+        .filter(|r| r["kind"] == "EnvoyFilter")
+        .filter(|r| {
+            let at = r["metadata"]["namespace"].as_str().unwrap_or_default();
+            at == ROOT_NAMESPACE || at == ns
+        })
+        .filter(|r| labels_match(&r["spec"]["workloadSelector"]["labels"], &pod["metadata"]["labels"]))
+        .collect()
+}
+
+/// The Telemetry resources istiod applies to a proxy (`pilot/pkg/model/telemetry.go`): the root
+/// namespace's without a selector, and those of the proxy's namespace without a selector or whose
+/// selector matches the pod. A selector-based Telemetry elsewhere applies to nobody.
+pub fn telemetries_for<'a>(pod: &Value, resources: &'a [Value]) -> Vec<&'a Value> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    resources
+        .iter()
+        .filter(|r| r["kind"] == "Telemetry")
+        .filter(|r| {
+            let at = r["metadata"]["namespace"].as_str().unwrap_or_default();
+            let selector = &r["spec"]["selector"]["matchLabels"];
+            let unselected = selector.as_object().is_none_or(|o| o.is_empty());
+            (at == ROOT_NAMESPACE && unselected)
+                || (at == ns && (unselected || labels_match(selector, &pod["metadata"]["labels"])))
+        })
+        .collect()
+}
+
+/// The clusters istiod builds for a proxy in `ns` from the ServiceEntries and DestinationRules
+/// exported there (`pilot/pkg/networking/core/cluster_builder.go`, `cluster_traffic_policy.go`):
+/// `outbound|<port>||<host>` per ServiceEntry host and port, one more per DestinationRule subset
+/// (`outbound|<port>|<subset>|<host>`, the same policy), TLS origination from the port's `tls`
+/// (`SIMPLE`: `sni`, `subjectAltNames`, the CA bundle: `ca_file` stands for the system one),
+/// HTTP/2 with `h2UpgradePolicy: UPGRADE`, and the circuit breakers of `connectionPool`
+/// (istiod's defaults are unlimited once a connection pool is set; Envoy's, 3 retries, without).
+/// A `resolution: DNS` endpoint is 127.0.0.1 at the ServiceEntry's port, named by its host (as
+/// Envoy names the host of a DNS cluster); the host and port come from the manifests only.
+pub fn clusters_from_manifests(resources: &[Value], ns: &str, ca_file: &str) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for se in resources.iter().filter(|r| r["kind"] == "ServiceEntry" && exported_to(r, ns)) {
+        let spec = &se["spec"];
+        for host in spec["hosts"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            for port in spec["ports"].as_array().into_iter().flatten() {
+                let number =
+                    port["number"].as_u64().ok_or_else(|| format!("ServiceEntry {host}: a port without number"))?;
+                let endpoint = match spec["resolution"].as_str() {
+                    Some("DNS") => {
+                        json!({"address": {"socket_address": {"address": "127.0.0.1", "port_value": number}}, "hostname": host})
+                    }
+                    Some("STATIC") => {
+                        let address = spec["endpoints"][0]["address"]
+                            .as_str()
+                            .ok_or("a STATIC ServiceEntry without endpoints")?;
+                        json!({"address": {"socket_address": {"address": address, "port_value": number}}})
+                    }
+                    other => return Err(format!("ServiceEntry {host}: resolution {other:?} is not modelled")),
+                };
+                let dr = resources
+                    .iter()
+                    .find(|r| r["kind"] == "DestinationRule" && r["spec"]["host"] == host && exported_to(r, ns));
+                let name = crate::catalog::istio_cluster(host, number as u16);
+                let mut cluster = json!({
+                    "name": name, "type": "STATIC", "connect_timeout": "10s", "lb_policy": "LEAST_REQUEST",
+                    "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": endpoint}]}]},
+                    "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                        "common_http_protocol_options": {"idle_timeout": "3600s"},
+                        "explicit_http_config": {"http_protocol_options": {}}}}
+                });
+                let mut subsets = Vec::new();
+                if let Some(dr) = dr {
+                    let policy = &dr["spec"]["trafficPolicy"];
+                    let pool = &policy["connectionPool"];
+                    if pool.is_object() {
+                        let pick = |v: &Value| v.as_u64().filter(|n| *n > 0).unwrap_or(u64::from(u32::MAX));
+                        cluster["circuit_breakers"] = json!({"thresholds": [{
+                            "max_connections": pick(&pool["tcp"]["maxConnections"]),
+                            "max_pending_requests": pick(&pool["http"]["http1MaxPendingRequests"]),
+                            "max_requests": pick(&pool["http"]["http2MaxRequests"]),
+                            "max_retries": pick(&pool["http"]["maxRetries"])
+                        }]});
+                    }
+                    let http2 = pool["http"]["h2UpgradePolicy"] == "UPGRADE";
+                    if http2 {
+                        cluster["typed_extension_protocol_options"]
+                            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"] =
+                            json!({"http2_protocol_options": {}});
+                    }
+                    let port_tls = policy["portLevelSettings"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|s| s["port"]["number"].as_u64() == Some(number))
+                        .map(|s| &s["tls"])
+                        .filter(|t| t.is_object())
+                        .unwrap_or(&policy["tls"]);
+                    match port_tls["mode"].as_str() {
+                        None | Some("DISABLE") => {}
+                        Some("SIMPLE") => {
+                            let sans: Vec<Value> = port_tls["subjectAltNames"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .map(|s| json!({"san_type": "DNS", "matcher": {"exact": s}}))
+                                .collect();
+                            let mut validation = json!({"trusted_ca": {"filename": ca_file}});
+                            if !sans.is_empty() {
+                                validation["match_typed_subject_alt_names"] = json!(sans);
+                            }
+                            let alpn = if http2 { json!(["h2", "http/1.1"]) } else { json!(["http/1.1"]) };
+                            let mut tls = json!({
+                                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                                "common_tls_context": {"alpn_protocols": alpn, "validation_context": validation}
+                            });
+                            if let Some(sni) = port_tls["sni"].as_str() {
+                                tls["sni"] = json!(sni);
+                            }
+                            cluster["transport_socket"] =
+                                json!({"name": "envoy.transport_sockets.tls", "typed_config": tls});
+                        }
+                        Some(other) => return Err(format!("DestinationRule {host}: tls mode {other} is not modelled")),
+                    }
+                    for subset in dr["spec"]["subsets"].as_array().into_iter().flatten() {
+                        if subset.get("labels").is_some() || subset.get("trafficPolicy").is_some() {
+                            return Err(format!(
+                                "DestinationRule {host}: a subset with labels or its own policy is not modelled"
+                            ));
+                        }
+                        let sub = subset["name"].as_str().ok_or("a subset without a name")?;
+                        let sub_name = crate::catalog::istio_subset_cluster(host, number as u16, sub);
+                        let mut twin = cluster.clone();
+                        twin["name"] = json!(sub_name);
+                        twin["load_assignment"]["cluster_name"] = json!(sub_name);
+                        subsets.push(twin);
+                    }
+                }
+                out.push(cluster);
+                out.extend(subsets);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Switchyard's virtual host on the proxy: the VirtualService's host (exported to the proxy) as
+/// istiod names it, `<host>:<port>` with the Gateway server's port (a gateway, whose Gateway must
+/// select the pod and be the one the VirtualService names) or the entry ServiceEntry's port (a
+/// sidecar, which must see that ServiceEntry). The VirtualService's direct response becomes its
+/// route.
+fn entry_virtual_host(install: Install, pod: &Value, resources: &[Value]) -> Result<Value, String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let vs = resources
+        .iter()
+        .find(|r| r["kind"] == "VirtualService" && exported_to(r, ns))
+        .ok_or_else(|| format!("{}: no VirtualService is exported to namespace {ns}", install.name()))?;
+    let host = vs["spec"]["hosts"][0].as_str().ok_or("a VirtualService without hosts")?;
+    let port = match install.variant() {
+        Variant::EgressGateway => {
+            let gw_name = vs["spec"]["gateways"][0].as_str().ok_or("the VirtualService names no gateway")?;
+            let gw = resources
+                .iter()
+                .find(|r| {
+                    r["kind"] == "Gateway"
+                        && r["metadata"]["name"] == gw_name
+                        && r["metadata"]["namespace"] == vs["metadata"]["namespace"]
+                })
+                .ok_or_else(|| format!("no Gateway {gw_name} beside the VirtualService"))?;
+            if !labels_match(&gw["spec"]["selector"], &pod["metadata"]["labels"]) {
+                return Err(format!("{}: Gateway {gw_name} does not select the gateway pod", install.name()));
+            }
+            gw["spec"]["servers"][0]["port"]["number"].as_u64().ok_or("a Gateway server without a port")?
+        }
+        Variant::Sidecar => resources
+            .iter()
+            .find(|r| r["kind"] == "ServiceEntry" && exported_to(r, ns) && r["spec"]["hosts"][0] == host)
+            .and_then(|se| se["spec"]["ports"][0]["number"].as_u64())
+            .ok_or_else(|| format!("{}: no ServiceEntry for {host} is exported to namespace {ns}", install.name()))?,
+    };
+    let direct = &vs["spec"]["http"][0]["directResponse"];
+    let route = json!({"name": vs["spec"]["http"][0]["name"], "match": {"prefix": "/"},
+        "direct_response": {"status": direct["status"], "body": {"inline_string": direct["body"]["string"]}}});
+    Ok(json!({"name": format!("{host}:{port}"), "domains": [host, format!("{host}:{port}")], "routes": [route]}))
+}
+
+/// A proxy's configuration before EnvoyFilter patches, as istiod would generate it: the listener
+/// of the install path (`Install::listener`, Istio's HTTP filters CORS, fault, router), Switchyard's
+/// virtual host, other services' virtual hosts beside it (`services`), and the clusters of the
+/// rendered ServiceEntries and DestinationRules.
+pub fn proxy_bootstrap(
+    install: Install,
+    pod: &Value,
+    resources: &[Value],
+    ca_file: &str,
+    services: &[MeshService],
+) -> Result<Value, String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let node = match install.variant() {
+        Variant::EgressGateway => {
+            json!({"id": format!("router~127.0.0.1~istio-egressgateway-0.{ns}~{ns}.svc.cluster.local"), "cluster": format!("istio-egressgateway.{ns}")})
+        }
+        Variant::Sidecar => {
+            json!({"id": format!("sidecar~127.0.0.1~llm-app-0.{ns}~{ns}.svc.cluster.local"), "cluster": format!("llm-app.{ns}")})
+        }
+    };
+    let (port, route) = install.listener();
+    let listener = format!("0.0.0.0_{port}");
+    let mut clusters = clusters_from_manifests(resources, ns, ca_file)?;
     // Other services on the same listener (a sidecar's port-80 outbound listener serves every
     // port-80 service; a gateway every host of its servers): one virtual host and cluster each.
     let mut virtual_hosts: Vec<Value> = services
@@ -125,15 +548,8 @@ pub fn proxy_bootstrap(
                    "routes": [{"name": "default", "match": {"prefix": "/"}, "route": {"cluster": cluster, "timeout": "0s"}}]})
         })
         .collect();
-    let not_found = "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\",\"code\":\"not_found\",\"param\":null}}";
-    virtual_hosts.push(json!({
-        "name": format!("{host}:80"),
-        "domains": [host, format!("{host}:80")],
-        // The VirtualService's route: everything not routed gets a 404.
-        "routes": [{"name": "switchyard-unrouted", "match": {"prefix": "/"},
-                    "direct_response": {"status": 404, "body": {"inline_string": not_found}}}]
-    }));
-    json!({
+    virtual_hosts.push(entry_virtual_host(install, pod, resources)?);
+    Ok(json!({
         // Istio's node identity (ECDS needs one).
         "node": node,
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
@@ -161,7 +577,7 @@ pub fn proxy_bootstrap(
             }],
             "clusters": clusters
         }
-    })
+    }))
 }
 
 fn context_matches(patch: &Value, context: &str) -> bool {
@@ -262,9 +678,13 @@ pub fn apply_envoy_filter(
                                 "INSERT_BEFORE" => filters.insert(at, value.clone()),
                                 "INSERT_AFTER" => filters.insert(at + 1, value.clone()),
                                 "MERGE" => {
-                                    if let Some(f) = filters.get_mut(at) {
-                                        merge(&mut f["typed_config"], &value["typed_config"], false);
-                                    }
+                                    // istiod skips a MERGE on a filter without typed_config (an
+                                    // ECDS filter's `config_discovery`, `mergeHTTPFilter`): the
+                                    // patch would do nothing, so it is an error here.
+                                    let Some(f) = filters.get_mut(at).filter(|f| f["typed_config"].is_object()) else {
+                                        return Err(format!("patch {i}: HTTP_FILTER MERGE on {target}, which has no typed_config (istiod skips it)"));
+                                    };
+                                    merge(&mut f["typed_config"], &value["typed_config"], false);
                                 }
                                 _ => {
                                     if let Some(slot) = filters.get_mut(at) {
@@ -376,21 +796,6 @@ pub fn write_extension(dir: &Path, name: &str, ext: &Value) -> Result<(), String
     std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
 }
 
-/// The whole egress-gateway configuration for a catalog, as a proxy would run it (`secret`: the
-/// key Secret's data, mounted as the keys patch mounts it): istiod's
-/// bootstrap shape, the EnvoyFilter applied (its extension configs), the ConfigMap mounted, and the
-/// extension configs localized by istio-agent (module checked against `digest`). The entry
-/// host is the catalog's `service_host`.
-pub fn gateway_config(
-    c: &Catalog,
-    ca_file: &str,
-    module: &Path,
-    digest: &str,
-    secret: &[(String, String)],
-) -> Result<(Value, Extensions), String> {
-    proxy_config(c, Variant::EgressGateway, ca_file, module, digest, secret)
-}
-
 /// Adds the cluster istiod generates for an in-mesh Kubernetes Service port named `grpc`
 /// (protocol GRPC, so HTTP/2 to the workload): `outbound|<port>||<host>`, its endpoint the
 /// workload at 127.0.0.1:`target` (EDS in a real mesh). The rate limit service is one.
@@ -425,65 +830,86 @@ pub struct MeshService {
     pub port: u16,
 }
 
-/// As `gateway_config`, for either variant. `secret`: the key Secret's data (mounted for
-/// `keys: files`).
-pub fn proxy_config(
-    c: &Catalog,
-    v: Variant,
-    ca_file: &str,
-    module: &Path,
-    digest: &str,
-    secret: &[(String, String)],
-) -> Result<(Value, Extensions), String> {
-    proxy_config_with_services(c, v, ca_file, module, digest, secret, &[])
+/// One proxy as its install path runs it: the Envoy configuration (volumes mounted), the
+/// extension configs istio-agent hands Envoy, and the agent's extra Envoy arguments (the
+/// bootstrap override's `--config-yaml`).
+pub struct Proxy {
+    pub boot: Value,
+    pub extensions: Extensions,
+    pub args: Vec<String>,
+    /// The pod after the keys patch and injection.
+    pub pod: Value,
 }
 
-/// As `proxy_config`, with other services' virtual hosts on the same listener.
-pub fn proxy_config_with_services(
-    c: &Catalog,
-    v: Variant,
+/// Every step from the rendered manifests of a variant to a runnable proxy on an install path:
+/// the keys patch admitted and injected, the volumes mounted from the pod's namespace,
+/// istio-agent's bootstrap override, istiod's clusters and listener, the EnvoyFilters that select
+/// the pod applied, and the extension configs fetched (`failed_pulls`: the names whose module
+/// istio-agent cannot fetch; it substitutes its RBAC filter). `secret`: the key Secret's data.
+#[allow(clippy::too_many_arguments)]
+pub fn install_proxy(
+    manifests: &VariantManifests,
+    install: Install,
     ca_file: &str,
     module: &Path,
     digest: &str,
     secret: &[(String, String)],
     services: &[MeshService],
-) -> Result<(Value, Extensions), String> {
-    use crate::istio::{envoy_filter, providers_resources, sds_config_map, KEYS_MOUNT, SDS_MOUNT};
-    let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
-    let mut boot = proxy_bootstrap(
-        c,
-        v,
-        ca_file,
-        cfg.max_concurrent_failovers,
-        &c.istio.service_host,
-        &providers_resources(c, v, &cfg),
-        services,
-    );
-    let mut extensions = BTreeMap::new();
-    let ef = envoy_filter(c, v, &cfg, digest);
-    apply_envoy_filter(&mut boot, &ef, v.context(), &mut extensions)?;
-    for ext in extensions.values_mut() {
-        agent_localize(ext, digest, module)?;
+    failed_pulls: &[&str],
+) -> Result<Proxy, String> {
+    let resources: Vec<Value> = manifests.providers.iter().chain(&manifests.main).cloned().collect();
+    let pod = admitted_pod(install, &manifests.keys_patch)?;
+    let volumes = proxy_volumes(&pod, &resources, secret)?;
+    let args = agent_override_args(&pod, &volumes)?;
+    let mut boot = proxy_bootstrap(install, &pod, &resources, ca_file, services)?;
+    let filters = envoy_filters_for(&pod, &resources);
+    if filters.is_empty() {
+        return Err(format!("{}: no EnvoyFilter selects the pod", install.name()));
     }
-    let config_map = sds_config_map(c, &cfg);
-    let volumes = [
-        Volume {
-            mount: SDS_MOUNT.into(),
-            files: config_map["data"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect(),
-        },
-        Volume { mount: KEYS_MOUNT.into(), files: secret.to_vec() },
-    ];
-    mount_volumes(&mut boot, &volumes, &crate::envoy::work_dir("istio-volumes"))?;
-    Ok((boot, extensions))
+    let mut extensions = BTreeMap::new();
+    for ef in filters {
+        apply_envoy_filter(&mut boot, ef, install.variant().context(), &mut extensions)?;
+    }
+    for (name, ext) in extensions.iter_mut() {
+        if failed_pulls.contains(&name.as_str()) {
+            *ext = agent_failed_pull(ext);
+        } else {
+            agent_localize(ext, digest, module)?;
+        }
+    }
+    mount_volumes(&mut boot, &volumes, &crate::envoy::work_dir(&format!("istio-volumes-{}", install.name())))?;
+    Ok(Proxy { boot, extensions, args, pod })
+}
+
+/// `install_proxy` on what `make render` writes for the catalog (module checked against `digest`).
+pub fn install_config(
+    c: &Catalog,
+    install: Install,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+    secret: &[(String, String)],
+    services: &[MeshService],
+) -> Result<Proxy, String> {
+    let cfg = c.envoy_stack(module.to_path_buf(), &BTreeMap::new());
+    let manifests = crate::istio::variant_manifests(c, install.variant(), &cfg, digest);
+    install_proxy(&manifests, install, ca_file, module, digest, secret, services, &[])
+}
+
+/// The Helm-chart egress gateway's configuration and extension configs (`install_config`).
+pub fn gateway_config(
+    c: &Catalog,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+    secret: &[(String, String)],
+) -> Result<(Value, Extensions), String> {
+    install_config(c, Install::HelmGateway, ca_file, module, digest, secret, &[]).map(|p| (p.boot, p.extensions))
 }
 
 /// A volume mounted into istio-proxy (as `keys_patch` mounts the ConfigMap and the key Secret):
 /// its files by name.
+#[derive(Debug)]
 pub struct Volume {
     pub mount: String,
     pub files: Vec<(String, String)>,
@@ -552,6 +978,7 @@ pub fn test_secret(c: &Catalog) -> Vec<(String, String)> {
 }
 
 #[cfg(test)]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -559,7 +986,7 @@ mod tests {
         json!({"static_resources": {
             "listeners": [{"name": "0.0.0.0_8080", "filter_chains": [{"filters": [{
                 "name": "envoy.filters.network.http_connection_manager",
-                "typed_config": {"http_filters": [{"name": "a"}, {"name": "envoy.filters.http.router"}],
+                "typed_config": {"http_filters": [{"name": "a"}, {"name": "envoy.filters.http.router", "typed_config": {}}],
                                  "route_config": {"virtual_hosts": [{"name": "h:80", "routes": [{"name": "vs"}]}]}}}]}]}],
             "clusters": [{"name": "outbound|443||p", "circuit_breakers": {"thresholds": [{"max_retries": 3}]},
                           "typed_extension_protocol_options": {"k": {"istio": true, "x": 1}}}]
@@ -625,6 +1052,10 @@ mod tests {
             let err = apply_envoy_filter(&mut boot(), &ef(json!([unmatched])), "GATEWAY", &mut ext).unwrap_err();
             assert!(err.contains("matched nothing"), "{err}");
         }
+        // A MERGE on a filter without typed_config (an ECDS filter): istiod skips it.
+        let merge_a = json!([{"applyTo": "HTTP_FILTER", "match": filter(8080, "a"), "patch": {"operation": "MERGE", "value": {"name": "a", "typed_config": {"x": 1}}}}]);
+        let err = apply_envoy_filter(&mut boot(), &ef(merge_a), "GATEWAY", &mut ext).unwrap_err();
+        assert!(err.contains("no typed_config"), "{err}");
         assert!(apply_envoy_filter(
             &mut boot(),
             &ef(json!([{"applyTo": "HTTP_FILTER", "match": filter(8080, "a"), "patch": {"operation": "INSERT_BEFORE", "value": {"name": "ok"}}}])),
@@ -634,6 +1065,137 @@ mod tests {
         .is_ok());
     }
 
+    fn patch(container: Value, volumes: Value) -> Value {
+        json!({"spec": {"template": {"spec": {"containers": [container], "volumes": volumes}}}})
+    }
+
+    #[test]
+    fn the_api_server_needs_an_image_and_only_injection_replaces_auto() {
+        let bare = patch(json!({"name": "istio-proxy", "env": [{"name": "A", "value": "1"}]}), json!([]));
+        // A sidecar's istio-proxy is a new container in the application's pod: no image, refused.
+        let err = admitted_pod(Install::Sidecar, &bare).unwrap_err();
+        assert!(err.contains("containers[1].image: Required value"), "{err}");
+        // The gateways' Deployments have the container: the patch merges into it.
+        for install in [Install::HelmGateway, Install::IstioctlGateway] {
+            let pod = admitted_pod(install, &bare).unwrap();
+            let proxy = &pod["spec"]["containers"][0];
+            assert_eq!(proxy["image"], PROXY_IMAGE, "{install:?}");
+            assert!(proxy["env"].as_array().unwrap().iter().any(|e| e["name"] == "A"), "{install:?}");
+        }
+        let auto = patch(json!({"name": "istio-proxy", "image": "auto"}), json!([]));
+        let pod = admitted_pod(Install::Sidecar, &auto).unwrap();
+        assert_eq!(pod["spec"]["containers"][1]["image"], PROXY_IMAGE);
+        let err = admitted_pod(Install::IstioctlGateway, &auto).unwrap_err();
+        assert!(err.contains("not injected"), "{err}");
+    }
+
+    #[test]
+    fn the_bootstrap_override_annotation_works_only_where_the_pod_is_injected() {
+        let mut annotated = patch(json!({"name": "istio-proxy"}), json!([]));
+        annotated["spec"]["template"]["metadata"] =
+            json!({"annotations": {"sidecar.istio.io/bootstrapOverride": "boot"}});
+        let map = |ns: &str| json!({"kind": "ConfigMap", "metadata": {"name": "boot", "namespace": ns}, "data": {"custom_bootstrap.json": "{\"stats_config\": {}}"}});
+        let helm = admitted_pod(Install::HelmGateway, &annotated).unwrap();
+        let volumes = proxy_volumes(&helm, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+        assert_eq!(agent_override_args(&helm, &volumes).unwrap(), ["--config-yaml", "{\"stats_config\":{}}"]);
+        let istioctl = admitted_pod(Install::IstioctlGateway, &annotated).unwrap();
+        let volumes = proxy_volumes(&istioctl, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+        assert!(agent_override_args(&istioctl, &volumes).unwrap().is_empty(), "nothing reads the annotation there");
+        // An explicit variable and volume work on both.
+        let explicit = patch(
+            json!({"name": "istio-proxy", "env": [{"name": "ISTIO_BOOTSTRAP_OVERRIDE", "value": "/b/custom_bootstrap.json"}],
+                   "volumeMounts": [{"name": "boot", "mountPath": "/b"}]}),
+            json!([{"name": "boot", "configMap": {"name": "boot"}}]),
+        );
+        for install in [Install::HelmGateway, Install::IstioctlGateway] {
+            let pod = admitted_pod(install, &explicit).unwrap();
+            let volumes = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+            assert_eq!(agent_override_args(&pod, &volumes).unwrap().len(), 2, "{install:?}");
+        }
+        // The pod's namespace: a ConfigMap elsewhere is not found and the pod does not start.
+        let mut sidecar = explicit.clone();
+        sidecar["spec"]["template"]["spec"]["containers"][0]["image"] = json!("auto");
+        let pod = admitted_pod(Install::Sidecar, &sidecar).unwrap();
+        let err = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[]).unwrap_err();
+        assert!(err.contains("configmap \"boot\" not found in namespace apps"), "{err}");
+        assert!(proxy_volumes(&pod, &[map(APP_NAMESPACE)], &[]).is_ok());
+    }
+
+    #[test]
+    fn envoy_filters_and_telemetry_apply_by_namespace_and_selector() {
+        let pod = Install::Sidecar.pod();
+        let ef = |ns: &str, labels: Value| json!({"kind": "EnvoyFilter", "metadata": {"name": "e", "namespace": ns}, "spec": {"workloadSelector": {"labels": labels}}});
+        let mine = json!({"switchyard.io/llm-client": "true"});
+        let resources = [
+            ef(ROOT_NAMESPACE, mine.clone()),
+            ef(APP_NAMESPACE, mine.clone()),
+            ef("elsewhere", mine.clone()),
+            ef(ROOT_NAMESPACE, json!({"switchyard.io/llm-client": "false"})),
+        ];
+        let picked: Vec<&str> =
+            envoy_filters_for(&pod, &resources).iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
+        assert_eq!(picked, [ROOT_NAMESPACE, APP_NAMESPACE]);
+        let t = |ns: &str, selector: Value| json!({"kind": "Telemetry", "metadata": {"name": "t", "namespace": ns}, "spec": {"selector": {"matchLabels": selector}}});
+        let resources = [t(ROOT_NAMESPACE, mine.clone()), t(APP_NAMESPACE, mine.clone()), t(ROOT_NAMESPACE, json!({}))];
+        let picked: Vec<(&str, bool)> = telemetries_for(&pod, &resources)
+            .iter()
+            .map(|r| (r["metadata"]["namespace"].as_str().unwrap(), r["spec"]["selector"]["matchLabels"] == json!({})))
+            .collect();
+        // The root namespace's selector-based Telemetry applies to nobody.
+        assert_eq!(picked, [(APP_NAMESPACE, false), (ROOT_NAMESPACE, true)]);
+    }
+
+    #[test]
+    fn clusters_come_from_the_exported_manifests() {
+        let se = |export: Value| {
+            json!({"kind": "ServiceEntry", "metadata": {"name": "p", "namespace": ROOT_NAMESPACE}, "spec": {
+            "hosts": ["api.p.example"], "resolution": "DNS", "ports": [{"number": 8443, "name": "http", "protocol": "HTTP"}], "exportTo": export}})
+        };
+        let dr = json!({"kind": "DestinationRule", "metadata": {"name": "p", "namespace": ROOT_NAMESPACE}, "spec": {
+            "host": "api.p.example", "subsets": [{"name": "first"}],
+            "trafficPolicy": {"connectionPool": {"http": {"maxRetries": 7, "h2UpgradePolicy": "UPGRADE"}},
+                "portLevelSettings": [{"port": {"number": 8443}, "tls": {"mode": "SIMPLE", "sni": "sni.p.example", "subjectAltNames": ["san.p.example"]}}]}}});
+        let clusters = clusters_from_manifests(&[se(json!(["apps"])), dr.clone()], "apps", "/ca.pem").unwrap();
+        let names: Vec<&str> = clusters.iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["outbound|8443||api.p.example", "outbound|8443|first|api.p.example"]);
+        let c = &clusters[1];
+        assert_eq!(
+            c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+                ["port_value"],
+            8443
+        );
+        assert_eq!(c["circuit_breakers"]["thresholds"][0]["max_retries"], 7);
+        assert_eq!(c["circuit_breakers"]["thresholds"][0]["max_requests"], u32::MAX);
+        let tls = &c["transport_socket"]["typed_config"];
+        assert_eq!(tls["sni"], "sni.p.example");
+        assert_eq!(
+            tls["common_tls_context"]["validation_context"]["match_typed_subject_alt_names"][0]["matcher"]["exact"],
+            "san.p.example"
+        );
+        assert!(c["typed_extension_protocol_options"].to_string().contains("http2_protocol_options"));
+        // Not exported to the proxy's namespace: no cluster at all.
+        assert!(clusters_from_manifests(&[se(json!(["apps"])), dr.clone()], "billing", "/ca.pem").unwrap().is_empty());
+        assert_eq!(
+            clusters_from_manifests(&[se(json!(["."])), dr.clone()], ROOT_NAMESPACE, "/ca.pem").unwrap().len(),
+            2
+        );
+        // A TLS mode the model does not know is an error, not a guess.
+        let mut mutual = dr;
+        mutual["spec"]["trafficPolicy"]["portLevelSettings"][0]["tls"]["mode"] = json!("MUTUAL");
+        assert!(clusters_from_manifests(&[se(json!(["*"])), mutual], "apps", "/ca.pem")
+            .unwrap_err()
+            .contains("MUTUAL"));
+    }
+
+    #[test]
+    fn agent_substitutes_deny_all_rbac_for_a_module_it_cannot_fetch() {
+        let ext = json!({"name": "d", "typed_config": {"config": {"failure_policy": "FAIL_RELOAD"}}});
+        assert_eq!(
+            agent_failed_pull(&ext),
+            json!({"name": "d", "typed_config": {"@type": crate::istio::RBAC_TYPE_URL, "rules": {}, "rules_stat_prefix": "wasm-default-deny"}})
+        );
+    }
+
     #[test]
     fn agent_checks_the_digest() {
         let mut e = json!({"typed_config": {"config": {"vm_config": {"code": {"remote": {"http_uri": {"uri": "oci://r/x:1"}, "sha256": "aa"}}}}}});
@@ -641,25 +1203,4 @@ mod tests {
         agent_localize(&mut e, "aa", Path::new("/m.wasm")).unwrap();
         assert_eq!(e["typed_config"]["config"]["vm_config"]["code"], json!({"local": {"filename": "/m.wasm"}}));
     }
-}
-
-/// What istio-agent adds to Envoy's command line for a pod annotated with a bootstrap override
-/// (Istio 1.31, read from its source): the injection template mounts the ConfigMap that
-/// `sidecar.istio.io/bootstrapOverride` names and sets `ISTIO_BOOTSTRAP_OVERRIDE` to its
-/// `custom_bootstrap.json`; istio-agent passes that file's JSON as `--config-yaml`
-/// (`pkg/envoy/proxy.go`), which Envoy merges into the bootstrap. Fails when the pod patch names
-/// no override, or names a ConfigMap that is not rendered or has no such file.
-pub fn bootstrap_override_args(pod_patch: &Value, config_maps: &[Value]) -> Result<Vec<String>, String> {
-    let name = pod_patch["spec"]["template"]["metadata"]["annotations"]["sidecar.istio.io/bootstrapOverride"]
-        .as_str()
-        .ok_or("the pod patch has no sidecar.istio.io/bootstrapOverride annotation")?;
-    let map = config_maps
-        .iter()
-        .find(|m| m["kind"] == "ConfigMap" && m["metadata"]["name"] == name)
-        .ok_or_else(|| format!("no ConfigMap {name} is rendered"))?;
-    let file = map["data"]["custom_bootstrap.json"]
-        .as_str()
-        .ok_or_else(|| format!("ConfigMap {name} has no custom_bootstrap.json (the file istio-agent reads)"))?;
-    let parsed: Value = serde_json::from_str(file).map_err(|e| format!("custom_bootstrap.json: {e}"))?;
-    Ok(vec!["--config-yaml".to_string(), parsed.to_string()])
 }

@@ -1,9 +1,10 @@
-//! The Istio manifests rendered from the catalog, run in real Envoy: an egress-gateway
-//! configuration shaped like the one istiod generates (clusters `outbound|<port>||<host>` with
-//! DestinationRule TLS origination, Istio's filter order, the VirtualService's virtual host),
-//! the WasmPlugin converted as istiod converts it and delivered by ECDS, and the rendered
-//! EnvoyFilter's patches applied with Istio's semantics. Requests then go through it to HTTPS
-//! mock providers: routed, failed over across provider clusters, unrouted ones refused. A
+//! The Istio manifests rendered from the catalog, run in real Envoy on each install path
+//! (`istio_sim::Install`: the Helm `gateway` chart, istioctl's `istio-egress` chart, an
+//! application sidecar): the keys patch admitted and injected as Kubernetes and Istio would,
+//! the volumes mounted from the pod's namespace, istio-agent's bootstrap override, clusters built
+//! from the rendered ServiceEntries and DestinationRules, the EnvoyFilters that select the pod
+//! applied with istiod's semantics, extension configs by ECDS. Requests then go through it to
+//! HTTPS mock providers: routed, failed over across provider clusters, unrouted ones refused. A
 //! single-model plan's first attempt goes to the provider's first-attempt cluster (Istio's
 //! cluster of the DestinationRule subset `first`), without the per-attempt Wasm.
 
@@ -15,10 +16,9 @@ use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
-use switchyard_integration::istio::{bootstrap_config_map, keys_patch, Variant};
 use switchyard_integration::istio_sim::{
-    bootstrap_override_args, gateway_config, istio_envoy, proxy_config, proxy_config_with_services,
-    serve_extensions_from_files, test_secret, MeshService,
+    gateway_config, install_config, istio_envoy, serve_extensions_from_files, telemetries_for, test_secret, Install,
+    MeshService, APP_NAMESPACE,
 };
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
@@ -66,20 +66,29 @@ fn stack() -> &'static Stack {
                 .collect();
             let mut local = catalog.with_hosts(&ports);
             local.istio.service_host = "switchyard.local".into();
+            local.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
             let module = std::fs::read(wasm_path()).unwrap();
             let digest = Image::from_module(&module).digest();
-            // istiod (WasmPlugin -> extension config, Istio-shaped gateway, EnvoyFilter patches)
-            // and istio-agent (digest check, local module).
-            let (mut boot, extensions) =
-                gateway_config(&local, &ca_file.to_string_lossy(), &wasm_path(), &digest, &test_secret(&local))
+            // istioctl's egress gateway (not injected, listener 8080): the keys patch, istiod
+            // (Istio-shaped gateway, EnvoyFilter patches) and istio-agent (bootstrap override,
+            // digest check, local module). The other install paths run in their own tests.
+            let mut proxy = install_config(
+                &local,
+                Install::IstioctlGateway,
+                &ca_file.to_string_lossy(),
+                &wasm_path(),
+                &digest,
+                &test_secret(&local),
+                &[],
+            )
+            .unwrap();
+            serve_extensions_from_files(&mut proxy.boot, &proxy.extensions, &dir.join("ecds")).unwrap();
+            // No key in the environment: the keys come from the mounted Secret. The metrics'
+            // label rules come from the bootstrap override the keys patch mounts.
+            assert!(!proxy.args.is_empty(), "no bootstrap override on the istioctl gateway");
+            let envoy =
+                Envoy::start_binary_with_args(&istio_envoy(), &proxy.boot, "istio-gateway", &[], 2, &proxy.args)
                     .unwrap();
-            serve_extensions_from_files(&mut boot, &extensions, &dir.join("ecds")).unwrap();
-
-            // No key in the environment: the keys come from the mounted Secret. The pod patch's
-            // bootstrap override (the metrics' label rules) as istio-agent hands it to Envoy.
-            let config_maps = [bootstrap_config_map(&local)];
-            let args = bootstrap_override_args(&keys_patch(&local), &config_maps).unwrap();
-            let envoy = Envoy::start_binary_with_args(&istio_envoy(), &boot, "istio-gateway", &[], 2, &args).unwrap();
             tx.send(Stack {
                 addr: envoy.addr(),
                 admin: envoy.admin,
@@ -140,9 +149,11 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
         .sum()
 }
 
-/// The rendered bootstrap override (the pod patch's annotation, its ConfigMap, as istio-agent
-/// passes it to Envoy) gives the metrics their labels on Istio's proxy, as the generated
-/// bootstrap does on plain Envoy: the dashboard's queries work on both.
+/// The rendered bootstrap override (the ConfigMap the keys patch mounts and names in
+/// `ISTIO_BOOTSTRAP_OVERRIDE`, as istio-agent passes it to Envoy) gives the metrics their labels
+/// on istioctl's uninjected egress gateway, as the generated bootstrap does on plain Envoy: the
+/// dashboard's queries work on both (the other install paths:
+/// `the_helm_gateway_and_the_sidecar_route_fail_over_and_label_their_metrics`).
 #[tokio::test]
 async fn the_bootstrap_override_labels_the_metrics_on_istios_proxy() {
     let r = chat("istio-labels", &[], json!({"model": "meta-llama/llama-4-maverick", "messages": msg()})).await;
@@ -355,37 +366,84 @@ fn every_provider_has_a_first_attempt_cluster_with_its_filter_and_the_same_tls()
     assert!(twins >= 4, "the catalog's single-API providers have twins");
 }
 
-/// The sidecar variant's manifests (SIDECAR_OUTBOUND patches, the outbound HTTP listener and
-/// route `80`, WasmPlugin matched to CLIENT mode) route and fail over the same way.
+/// Waits (10 s at most) until an Envoy's Prometheus output has `switchyard_attempts_total` with
+/// its labels for an endpoint's success: what the bootstrap override's label rules make of the
+/// raw name.
+fn wait_for_labelled_attempts(admin: SocketAddr, endpoint: &str) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, prom) = http_get(admin, "/stats/prometheus")?;
+        if prom.lines().any(|l| {
+            l.starts_with("switchyard_attempts_total{")
+                && l.contains(&format!("endpoint=\"{endpoint}\""))
+                && l.contains("outcome=\"success\"")
+        }) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("no labelled switchyard_attempts_total for {endpoint}:\n{prom}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The other two install paths, each from the same rendered manifests: the Helm `gateway` chart
+/// (injected, listener `0.0.0.0_80`) and an application sidecar in its own namespace (the
+/// ConfigMaps mounted from there, `SIDECAR_OUTBOUND` patches, the outbound listener `0.0.0.0_80`,
+/// route `80`). Each routes, fails over, and labels its metrics through the bootstrap override.
 #[test]
-fn sidecar_variant_routes_and_fails_over() {
+fn the_helm_gateway_and_the_sidecar_route_fail_over_and_label_their_metrics() {
     let s = stack();
-    let (mut boot, extensions) =
-        proxy_config(&s.local, Variant::Sidecar, &s.ca_file, &wasm_path(), &s.digest, &test_secret(&s.local)).unwrap();
-    serve_extensions_from_files(&mut boot, &extensions, &s.dir.join("ecds-sidecar")).unwrap();
-    // No key in the environment: the keys come from the mounted Secret.
-    let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-sidecar", &[], 1).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let r = rt
-        .block_on(post_json(
-            envoy.addr(),
-            "/v1/chat/completions",
-            &[("x-test-id", "sidecar-failover"), ("x-mock-behavior", "groq=429")],
-            &json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq", "together"]}}),
-        ))
+    for install in [Install::HelmGateway, Install::Sidecar] {
+        let mut proxy =
+            install_config(&s.local, install, &s.ca_file, &wasm_path(), &s.digest, &test_secret(&s.local), &[])
+                .unwrap();
+        let listener = proxy.boot["static_resources"]["listeners"][0]["name"].clone();
+        assert_eq!(listener, "0.0.0.0_80", "{install:?}");
+        serve_extensions_from_files(
+            &mut proxy.boot,
+            &proxy.extensions,
+            &s.dir.join(format!("ecds-{}", install.name())),
+        )
         .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.header("x-switchyard-provider"), Some("together"));
-    let got = s.providers["together"].received_for("sidecar-failover");
-    assert_eq!(got.len(), 1);
-    assert_eq!(got[0].header("authorization"), Some("Bearer key-for-TOGETHER_API_KEY"));
-    assert_eq!(got[0].json()["model"], "meta-llama/Llama-3.3-70B-Instruct-Turbo");
-    assert_eq!(s.providers["groq"].received_for("sidecar-failover").len(), 1);
-    // groq's refused first attempt came from its first-attempt cluster, the retry from
-    // together's regular cluster (this sidecar's counters are its own).
-    assert_eq!(cluster_requests(envoy.admin, "groq", true), 1);
-    assert_eq!(cluster_requests(envoy.admin, "groq", false), 0);
-    assert_eq!(cluster_requests(envoy.admin, "together", false), 1);
+        // No key in the environment: the keys come from the mounted Secret.
+        let envoy = Envoy::start_binary_with_args(
+            &istio_envoy(),
+            &proxy.boot,
+            &format!("istio-{}", install.name()),
+            &[],
+            1,
+            &proxy.args,
+        )
+        .unwrap();
+        let id = format!("{}-failover", install.name());
+        let r = rt
+            .block_on(post_json(
+                envoy.addr(),
+                "/v1/chat/completions",
+                &[("x-test-id", id.as_str()), ("x-mock-behavior", "groq=429")],
+                &json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq", "together"]}}),
+            ))
+            .unwrap();
+        assert_eq!(r.status, 200, "{install:?}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some("together"));
+        let got = s.providers["together"].received_for(&id);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].header("authorization"), Some("Bearer key-for-TOGETHER_API_KEY"));
+        assert_eq!(got[0].json()["model"], "meta-llama/Llama-3.3-70B-Instruct-Turbo");
+        assert_eq!(s.providers["groq"].received_for(&id).len(), 1);
+        // groq's refused first attempt came from its first-attempt cluster, the retry from
+        // together's regular cluster (this proxy's counters are its own).
+        assert_eq!(cluster_requests(envoy.admin, "groq", true), 1);
+        assert_eq!(cluster_requests(envoy.admin, "groq", false), 0);
+        assert_eq!(cluster_requests(envoy.admin, "together", false), 1);
+        wait_for_labelled_attempts(envoy.admin, "together").unwrap_or_else(|e| panic!("{install:?}: {e}"));
+        // The GenAI span attributes reach this proxy: the Telemetry is in its namespace.
+        let cfg = s.local.envoy_stack(wasm_path(), &BTreeMap::new());
+        let m = switchyard_integration::istio::variant_manifests(&s.local, install.variant(), &cfg, &s.digest);
+        assert_eq!(telemetries_for(&proxy.pod, &m.main).len(), 1, "{install:?}");
+    }
 }
 
 /// Another service on the same sidecar or gateway listener (an in-mesh model server): its
@@ -399,10 +457,10 @@ fn another_service_on_the_same_listener_is_untouched() {
     let keys = test_secret(&s.local);
     let secrets: Vec<&str> = keys.iter().map(|(_, v)| v.as_str()).collect();
     let service = MeshService { host: "vllm.apps.svc.cluster.local".into(), port: vllm.addr.port() };
-    for v in [Variant::EgressGateway, Variant::Sidecar] {
-        let (mut boot, extensions) = proxy_config_with_services(
+    for install in Install::ALL {
+        let mut proxy = install_config(
             &s.local,
-            v,
+            install,
             &s.ca_file,
             &wasm_path(),
             &s.digest,
@@ -410,8 +468,13 @@ fn another_service_on_the_same_listener_is_untouched() {
             std::slice::from_ref(&service),
         )
         .unwrap();
-        serve_extensions_from_files(&mut boot, &extensions, &s.dir.join(format!("ecds-shared-{}", v.dir()))).unwrap();
-        let envoy = Envoy::start_binary(&istio_envoy(), &boot, "istio-shared", &[], 1).unwrap();
+        serve_extensions_from_files(
+            &mut proxy.boot,
+            &proxy.extensions,
+            &s.dir.join(format!("ecds-shared-{}", install.name())),
+        )
+        .unwrap();
+        let envoy = Envoy::start_binary(&istio_envoy(), &proxy.boot, "istio-shared", &[], 1).unwrap();
         let chat =
             json!({"model": "meta-llama/llama-3.3-70b-instruct", "messages": msg(), "provider": {"order": ["groq"]}})
                 .to_string();
@@ -421,7 +484,7 @@ fn another_service_on_the_same_listener_is_untouched() {
             ("models", "GET", "/v1/models", vec![("authorization", "Bearer caller-own")], &b""[..]),
             ("generate", "POST", "/generate", vec![("x-api-key", "caller-x")], &b"{}"[..]),
         ] {
-            let id = format!("istio-other-{}-{path_id}", v.dir());
+            let id = format!("istio-other-{}-{path_id}", install.name());
             let mut sent: Vec<(&str, &str)> = vec![("host", service.host.as_str()), ("x-test-id", id.as_str())];
             sent.extend(extra);
             let r = rt.block_on(send(envoy.addr(), method, path, &sent, body)).unwrap();
@@ -436,7 +499,7 @@ fn another_service_on_the_same_listener_is_untouched() {
             }
         }
         // Switchyard's host on the same proxy: routed, its first attempt carrying groq's key.
-        let id = format!("istio-own-{}", v.dir());
+        let id = format!("istio-own-{}", install.name());
         let r = rt
             .block_on(post_json(
                 envoy.addr(),
