@@ -20,7 +20,7 @@
 //!   (`first_attempt_cluster`).
 
 use serde_json::{json, Value};
-use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID};
+use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, OWN_REPLY_HEADER};
 
 use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
@@ -356,6 +356,35 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
     })
 }
 
+/// The generated configuration's local-reply mappers, and first, for Switchyard's own host only,
+/// the refusals of a decision filter whose module did not arrive: istio-agent's deny-all RBAC
+/// substitute (a local 403: Envoy has no response flag for RBAC denials) or no configuration at
+/// all (flag `NFCF`), as a JSON 503 naming the cause; replies Switchyard shaped itself (its own
+/// 403 policy refusals) are left alone. Scoped by `:authority`, so another host's denials stay
+/// as Istio answers them.
+pub fn istio_local_replies(service_host: &str) -> Value {
+    let host = format!("^{}(:[0-9]+)?$", service_host.replace('.', "\\."));
+    let unavailable = json!({
+        "filter": {"and_filter": {"filters": [
+            {"or_filter": {"filters": [
+                {"response_flag_filter": {"flags": ["NFCF"]}},
+                {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
+            ]}},
+            {"header_filter": {"header": {"name": ":authority", "string_match": {"safe_regex": {"regex": host}}}}},
+            {"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}}
+        ]}},
+        "status_code": 503,
+        "body_format_override": {"content_type": "application/json", "json_format": {"error": {
+            "message": "Switchyard's filter module is not available on this proxy (its image could not be pulled)",
+            "type": "server_error", "code": "module_unavailable", "param": null}}}
+    });
+    let mut replies = local_reply_config();
+    if let Some(mappers) = replies["mappers"].as_array_mut() {
+        mappers.insert(0, unavailable);
+    }
+    replies
+}
+
 /// An HTTP filter whose configuration arrives by ECDS (from Istio: over ADS). Envoy accepts
 /// only the listed types for it and rejects any other update, so the list holds the Wasm type and
 /// the RBAC type istio-agent substitutes when it cannot fetch the module (`RBAC_TYPE_URL`):
@@ -431,7 +460,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                    "scheme_header_transformation": {"match_upstream": true},
-                   "local_reply_config": local_reply_config()}}}}),
+                   "local_reply_config": istio_local_replies(&v.entry_host(c))}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
     if !firsts.is_empty() {

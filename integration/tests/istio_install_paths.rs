@@ -121,6 +121,32 @@ enum DecisionConfig {
     Substituted,
     /// Nothing arrived (istiod or the agent has not sent it).
     Missing,
+    /// Not in the chain at all (a listener the patch missed, a hand-written configuration).
+    Absent,
+}
+
+/// Removes every HTTP filter named `name` from the bootstrap's listeners.
+fn remove_http_filter(v: &mut Value, name: &str) -> usize {
+    let mut removed = 0;
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Array(filters)) = o.get_mut("http_filters") {
+                let before = filters.len();
+                filters.retain(|f| f["name"] != name);
+                removed += before - filters.len();
+            }
+            for x in o.values_mut() {
+                removed += remove_http_filter(x, name);
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                removed += remove_http_filter(x, name);
+            }
+        }
+        _ => {}
+    }
+    removed
 }
 
 struct FailedPull {
@@ -138,7 +164,7 @@ fn failed_pull(how: DecisionConfig, tag: &str) -> FailedPull {
     let c = catalog();
     let failed: &[&str] = match how {
         DecisionConfig::Substituted => &["switchyard-decision"],
-        DecisionConfig::Missing => &[],
+        DecisionConfig::Missing | DecisionConfig::Absent => &[],
     };
     let dir = switchyard_integration::envoy::work_dir(tag);
     let ca = dir.join("ca.pem");
@@ -146,6 +172,13 @@ fn failed_pull(how: DecisionConfig, tag: &str) -> FailedPull {
     let mut proxy =
         assemble_with_ca(&c, Install::HelmGateway, std::slice::from_ref(&service), failed, &ca.to_string_lossy())
             .unwrap();
+    if let DecisionConfig::Absent = how {
+        assert_eq!(
+            remove_http_filter(&mut proxy.boot, "switchyard-decision"),
+            1,
+            "the decision filter was in the chain"
+        );
+    }
     serve_extensions_from_files(&mut proxy.boot, &proxy.extensions, &dir).unwrap();
     if let DecisionConfig::Missing = how {
         // A discovery response without the resource: Envoy keeps waiting for it.
@@ -191,9 +224,8 @@ fn stat(text: &str, name: &str) -> u64 {
 /// istio-agent's substitute for a module it cannot fetch (its deny-all RBAC filter under the
 /// decision filter's name) is accepted by Envoy: the ECDS filter lists the RBAC type beside the
 /// Wasm type. Without it Envoy rejects the update and the filter stays without a configuration,
-/// which fails every stream of the listener (HTTP 500, measured). What the
-/// other hosts of the listener see then depends on the decision filter being enabled per route:
-/// `other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched` (ignored until then).
+/// which fails every stream of the listener (HTTP 500, measured). The other hosts of the listener
+/// keep working: `other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched`.
 #[test]
 fn envoy_accepts_istio_agents_substitute_for_an_unfetchable_module() {
     let p = failed_pull(DecisionConfig::Substituted, "istio-substitute");
@@ -215,20 +247,19 @@ fn envoy_accepts_istio_agents_substitute_for_an_unfetchable_module() {
         .unwrap_or_else(|| panic!("no switchyard-decision in {dump}"));
     assert_eq!(decision["ecds_filter"]["typed_config"]["@type"], RBAC_TYPE_URL);
     assert_eq!(decision["ecds_filter"]["typed_config"]["rules_stat_prefix"], "wasm-default-deny");
-    // Switchyard's route is refused, by the substitute.
+    // Switchyard's route is refused, by the substitute (a 403 the listener's mappers turn into
+    // a JSON 503 on Switchyard's host only).
     let r = p.switchyard("substitute-own");
-    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (503, Some("module_unavailable")), "{}", r.text());
     assert_eq!(stat(&p.stats(), &format!("{prefix}.rbac.wasm-default-deny.denied")), 1);
 }
 
 /// With the decision filter's configuration missing or replaced by istio-agent's deny-all
 /// substitute, the other hosts of the gateway's listener keep working and Switchyard's route
-/// answers a JSON error. Needs the decision filter disabled on the HTTP connection manager and
-/// enabled per Switchyard route (issue 32, the shared generator's `mark_route`): until then the
-/// substitute denies every host of the listener (403) and a missing configuration fails them all
-/// (500), as `envoy_accepts_istio_agents_substitute_for_an_unfetchable_module` records.
+/// answers a JSON 503: the decision filter is disabled on the HTTP connection manager and enabled
+/// per Switchyard route (the shared generator's `mark_route`). Before that, the substitute denied
+/// every host of the listener (403) and a missing configuration failed them all (500).
 #[test]
-#[ignore = "finish when the decision filter is enabled per route (issue 32): today every host gets 403/500"]
 fn other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched() {
     for how in [DecisionConfig::Substituted, DecisionConfig::Missing] {
         let p = failed_pull(how, "istio-unfetched");
@@ -237,12 +268,48 @@ fn other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched() {
         assert_eq!(r.status, 200, "{how:?}: another host failed: {} {}", r.status, r.text());
         assert_eq!(p.other.received_for(&id).len(), 1, "{how:?}");
         let r = p.switchyard(&format!("unfetched-own-{how:?}"));
-        assert!(r.status >= 400, "{how:?}: {}", r.status);
+        assert_eq!(r.status, 503, "{how:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "module_unavailable", "{how:?}: {}", r.text());
         assert!(
             r.header("content-type").is_some_and(|c| c.starts_with("application/json")),
             "{how:?}: {:?}",
             r.headers
         );
         assert!(r.json()["error"]["message"].is_string(), "{how:?}: {}", r.text());
+    }
+}
+
+/// On the Helm gateway with the decision filter absent from the chain, its module missing or
+/// replaced by istio-agent's substitute, a caller who forges the next-cluster token of every
+/// provider cluster (first-attempt ones included) reaches none of them: each gets a JSON error
+/// (the marked 404 without the filter, the 503 without its module), no provider cluster sends a
+/// request.
+#[test]
+fn forged_tokens_reach_no_provider_on_the_helm_gateway_without_the_decision_filter() {
+    for how in [DecisionConfig::Absent, DecisionConfig::Substituted, DecisionConfig::Missing] {
+        let p = failed_pull(how, "istio-forged");
+        let stats = p.stats();
+        let clusters: Vec<String> = stats
+            .lines()
+            .filter_map(|l| l.strip_prefix("cluster.")?.strip_suffix(".upstream_rq_total: 0").map(str::to_string))
+            .filter(|c| c.starts_with("outbound|443|"))
+            .collect();
+        assert!(clusters.len() >= 8 && clusters.iter().any(|c| c.contains("|first|")), "{how:?}: {clusters:?}");
+        for c in &clusters {
+            let token = switchyard::protocol::slots::slot_token(c);
+            let body = json!({"model": "openai/gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]});
+            let h =
+                [("host", "llm.switchyard.internal"), ("x-test-id", "forged"), ("x-switchyard-next", token.as_str())];
+            let r = p._rt.block_on(post_json(p.envoy.addr(), "/v1/chat/completions", &h, &body)).unwrap();
+            let expected = match how {
+                DecisionConfig::Absent => (404, Some("not_found")),
+                _ => (503, Some("module_unavailable")),
+            };
+            assert_eq!((r.status, r.json()["error"]["code"].as_str()), expected, "{how:?} {c}: {}", r.text());
+        }
+        let after = p.stats();
+        for c in &clusters {
+            assert_eq!(stat(&after, &format!("cluster.{c}.upstream_rq_total")), 0, "{how:?}: {c}");
+        }
     }
 }
