@@ -807,16 +807,56 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
 const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
 const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
 
+/// Which hosts of a listener Switchyard's local-reply mappers apply to: the listener's mappers
+/// are listener-wide, so on a listener shared with other services they are scoped by
+/// `:authority` and another host's Envoy-generated errors stay Envoy's own.
+#[derive(Clone, Debug)]
+pub enum ReplyHosts {
+    /// Only requests for these hosts (Istio: the service host applications call, and the
+    /// provider hosts an attempt's `:authority` is rewritten to before Envoy answers its failure).
+    Only(Vec<String>),
+    /// Every host but these (a generated listener: Switchyard's virtual host is the catch-all,
+    /// the other services' are named).
+    Except(Vec<String>),
+}
+
+impl ReplyHosts {
+    /// The mapper filter selecting these hosts (None: every host). Exact and `host:` prefix
+    /// matches, not one regex: RE2 programs over about 100 (Envoy's default limit) are refused.
+    pub fn filter(&self) -> Option<Value> {
+        let is = |host: &str, invert: bool| -> [Value; 2] {
+            [
+                json!({"header_filter": {"header": {"name": ":authority", "string_match": {"exact": host}, "invert_match": invert}}}),
+                json!({"header_filter": {"header": {"name": ":authority", "string_match": {"prefix": format!("{host}:")}, "invert_match": invert}}}),
+            ]
+        };
+        match self {
+            ReplyHosts::Only(list) => {
+                Some(json!({"or_filter": {"filters": list.iter().flat_map(|h| is(h, false)).collect::<Vec<_>>()}}))
+            }
+            ReplyHosts::Except(list) if list.is_empty() => None,
+            ReplyHosts::Except(list) => {
+                Some(json!({"and_filter": {"filters": list.iter().flat_map(|h| is(h, true)).collect::<Vec<_>>()}}))
+            }
+        }
+    }
+}
+
 /// Envoy's own local replies in the shape of the caller's API (OpenAI, Anthropic Messages,
-/// Google generateContent), told apart by the request path. Replies Switchyard shaped itself
-/// (`x-switchyard-own-reply`) are left alone. Mappers apply in order: the first match wins.
-pub fn local_reply_config() -> Value {
+/// Google generateContent), told apart by the request path, on Switchyard's hosts only. Replies
+/// Switchyard shaped itself (`x-switchyard-own-reply`) are left alone. Mappers apply in order:
+/// the first match wins.
+pub fn local_reply_config(hosts: &ReplyHosts) -> Value {
     let not_own =
         json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}});
     let flags = |list: &[&str]| json!({"response_flag_filter": {"flags": list}});
     let status_503 = json!({"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}});
     let on_path = |regex: &str| json!({"header_filter": {"header": {"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}}});
-    let all = |filters: Vec<Value>| json!({"and_filter": {"filters": filters}});
+    let scope = hosts.filter();
+    let all = |mut filters: Vec<Value>| {
+        filters.extend(scope.clone());
+        json!({"and_filter": {"filters": filters}})
+    };
     let mapper = |filter: Value, body: Value| json!({"filter": filter, "body_format_override": {"json_format": body, "content_type": "application/json"}});
     // Upstream failures Envoy answers itself: no healthy upstream, connect failure, reset,
     // overflow, no route, timeout (UT), a downstream protocol error (DPE).
@@ -944,7 +984,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                         "route_config": {"name": "switchyard", "virtual_hosts": virtual_hosts},
                         // Envoy's own errors (no upstream, reset, timeout, a failed VM) as JSON
                         // in the caller's API shape.
-                        "local_reply_config": local_reply_config(),
+                        "local_reply_config": local_reply_config(&ReplyHosts::Except(
+                            cfg.other_hosts.iter().map(|o| o.domain.clone()).collect())),
                         "http_filters": [
                             // 0. Compress for callers that accept it. Switchyard asks providers for
                             //    unencoded answers (it rewrites them); this filter runs last on the

@@ -27,8 +27,8 @@ use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
     credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
     mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed, twin_secret,
-    unrouted_route, upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin,
-    DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
+    unrouted_route, upstream_filters, with_first_attempt_clusters, with_injected_keys, ReplyHosts, SdsKeyed,
+    StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -360,25 +360,30 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
 /// the refusals of a decision filter whose module did not arrive: istio-agent's deny-all RBAC
 /// substitute (a local 403: Envoy has no response flag for RBAC denials) or no configuration at
 /// all (flag `NFCF`), as a JSON 503 naming the cause; replies Switchyard shaped itself (its own
-/// 403 policy refusals) are left alone. Scoped by `:authority`, so another host's denials stay
-/// as Istio answers them.
-pub fn istio_local_replies(service_host: &str) -> Value {
-    let host = format!("^{}(:[0-9]+)?$", service_host.replace('.', "\\."));
+/// 403 policy refusals) are left alone. Scoped by `:authority` to Switchyard's hosts (the service
+/// host and the provider hosts), so another host's Envoy errors stay as Envoy answers them.
+pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
+    // An attempt's failure is answered after its filter rewrote `:authority` to the provider's.
+    let mut names = vec![v.entry_host(c)];
+    names.extend(c.providers.iter().map(|p| p.host.clone()));
+    names.dedup();
+    let hosts = ReplyHosts::Only(names);
+    let mut filters = vec![
+        json!({"or_filter": {"filters": [
+            {"response_flag_filter": {"flags": ["NFCF"]}},
+            {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
+        ]}}),
+        json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}}),
+    ];
+    filters.extend(hosts.filter());
     let unavailable = json!({
-        "filter": {"and_filter": {"filters": [
-            {"or_filter": {"filters": [
-                {"response_flag_filter": {"flags": ["NFCF"]}},
-                {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
-            ]}},
-            {"header_filter": {"header": {"name": ":authority", "string_match": {"safe_regex": {"regex": host}}}}},
-            {"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}}
-        ]}},
+        "filter": {"and_filter": {"filters": filters}},
         "status_code": 503,
         "body_format_override": {"content_type": "application/json", "json_format": {"error": {
             "message": "Switchyard's filter module is not available on this proxy (its image could not be pulled)",
             "type": "server_error", "code": "module_unavailable", "param": null}}}
     });
-    let mut replies = local_reply_config();
+    let mut replies = local_reply_config(&hosts);
     if let Some(mappers) = replies["mappers"].as_array_mut() {
         mappers.insert(0, unavailable);
     }
@@ -460,7 +465,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                    "scheme_header_transformation": {"match_upstream": true},
-                   "local_reply_config": istio_local_replies(&v.entry_host(c))}}}}),
+                   "local_reply_config": istio_local_replies(c, v)}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
     if !firsts.is_empty() {

@@ -3,6 +3,8 @@
 //! provider's cluster. A request for another virtual host reaches its own upstream exactly as
 //! the caller sent it, with no provider key and no Switchyard header, whatever its path.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
@@ -226,4 +228,75 @@ fn assert_one_key(req: &Received, key: &str) {
         }
     }
     assert_eq!(carried, 1, "exactly one key header: {:?}", req.headers);
+}
+
+/// Another service's Envoy-generated errors on Switchyard's listener (its upstream refusing the
+/// connection, or resetting it) are exactly what plain Envoy answers for it: Switchyard's JSON
+/// mappers apply to Switchyard's hosts only, and it changes no router or listener setting another
+/// host would see.
+#[tokio::test]
+async fn another_hosts_envoy_errors_are_byte_identical_with_and_without_switchyard() {
+    let vllm = MockProvider::start("vllm-errors", 0, Default::default()).await.unwrap();
+    let down = common::closed_port();
+    let others = vec![
+        OtherHost { domain: "down.internal".into(), cluster: ClusterSpec { name: "down".into(), port: down } },
+        OtherHost {
+            domain: "vllm.internal".into(),
+            cluster: ClusterSpec { name: "vllm".into(), port: vllm.addr.port() },
+        },
+    ];
+    let unused = |n: &str| ClusterSpec { name: format!("c_{n}"), port: down };
+    let mut cfg = StackConfig::new(catalog(), vec![unused("alpha"), unused("beta"), unused("delta")], None);
+    cfg.env_keys = vec!["SY_SHARED_BETA_KEY".into()];
+    cfg.other_hosts = others.clone();
+    let with = Envoy::start_with_env(&cfg, "shared-errors", &[("SY_SHARED_BETA_KEY", "k")]).unwrap();
+    // The same services on plain Envoy: one virtual host each, the router, nothing else.
+    let vhosts: Vec<Value> = others
+        .iter()
+        .map(|o| {
+            json!({"name": o.domain, "domains": [o.domain],
+            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]})
+        })
+        .collect();
+    let clusters: Vec<Value> = others
+        .iter()
+        .map(|o| {
+            json!({"name": o.cluster.name, "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": o.cluster.name, "endpoints": [{"lb_endpoints": [{"endpoint":
+                {"address": {"socket_address": {"address": "127.0.0.1", "port_value": o.cluster.port}}}}]}]}})
+        })
+        .collect();
+    let plain = json!({
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [{"name": "plain", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                "enable_reuse_port": false,
+                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "plain", "route_config": {"name": "plain", "virtual_hosts": vhosts},
+                    "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
+            "clusters": clusters
+        }
+    });
+    let without = Envoy::start_bootstrap(&plain, "shared-errors-plain", &[], 1).unwrap();
+    let cases: [(&str, &str, &[(&str, &str)]); 4] = [
+        ("refused", "down.internal", &[]),
+        ("refused-anthropic-path", "down.internal", &[]),
+        ("reset", "vllm.internal", &[("x-mock-behavior", "vllm-errors=reset")]),
+        ("503", "vllm.internal", &[("x-mock-behavior", "vllm-errors=503")]),
+    ];
+    for (case, host, extra) in cases {
+        let path = if case.contains("anthropic") { "/v1/messages" } else { "/v1/chat/completions" };
+        let mut h: Vec<(&str, &str)> = vec![("host", host), ("x-test-id", case)];
+        h.extend_from_slice(extra);
+        let a = send(with.addr(), "POST", path, &h, b"{}").await.unwrap();
+        let b = send(without.addr(), "POST", path, &h, b"{}").await.unwrap();
+        assert!(a.status >= 500, "{case}: {}", a.status);
+        assert_eq!(
+            (a.status, a.header("content-type"), a.text()),
+            (b.status, b.header("content-type"), b.text()),
+            "{case}: with Switchyard vs plain Envoy"
+        );
+    }
 }
