@@ -1118,7 +1118,8 @@ impl<H: Host> Stream<H> {
         if sse {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
             self.host.set_resp_header("content-length", None);
-            self.body_action = BodyAction::Stream(SseRewriter::new(served));
+            let hide = self.decision.as_ref().is_some_and(|d| d.hide_usage_chunk);
+            self.body_action = BodyAction::Stream(SseRewriter::new(served).hiding_usage_chunk(hide));
             return Action::Continue;
         }
         if json && !stream {
