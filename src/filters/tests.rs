@@ -485,3 +485,64 @@ fn the_listing_leaves_out_endpoints_a_byok_always_key_shadows() {
         v["data"]["endpoints"].as_array().map_or(vec![], |a| a.iter().filter_map(|e| e["tag"].as_str()).collect());
     assert_eq!(slugs, vec!["openai/byok"], "{v}");
 }
+
+/// Two Google endpoints of one model: alpha (cheaper) and beta.
+const GOOGLE_CONFIG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "alpha-secret"},
+              "apis": {"google": {}}},
+    "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "beta-secret"},
+             "apis": {"google": {}}}
+  },
+  "models": {"g": {"endpoints": [
+    {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+const GEMINI_429: &str = r#"{"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
+
+// Gemini reports its delay only in the error body (google.rpc.RetryInfo): the attempt's answer
+// is held until the body is complete, its record carries the delay, the endpoint cools down for
+// exactly that long, and the caller's Retry-After names it when every attempt was refused.
+#[test]
+fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
+    let config = configured(GOOGLE_CONFIG);
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1beta/models/g:generateContent"),
+        (":authority", "gateway"),
+        ("content-type", "application/json"),
+        ("x-switchyard-routing", r#"{"provider": {"sort": "price"}}"#),
+    ]);
+    let body = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
+    host.state().request_body = body.as_bytes().to_vec();
+    host.state().now_ms = 1_000_000;
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    for (k, cluster) in [(1, "c_alpha"), (2, "c_beta")] {
+        let mut a = attempt(&host, &config, k, cluster);
+        answer(&host, "429", GEMINI_429);
+        assert_eq!(a.on_response_headers(false), Action::Pause, "held for the delay in the body");
+        assert_eq!(a.on_response_body(10, false), Action::Pause, "buffered until complete");
+        assert_eq!(a.on_response_body(GEMINI_429.len(), true), Action::Continue);
+        a.on_done();
+        let record = super::attempts::read_record(&host, k as usize).expect("the attempt's record");
+        assert_eq!((record.status, record.retry_after_s), (429, Some(7)), "attempt {k}");
+    }
+    let stats = |slug: &str| {
+        let bytes = host.state().shared.get(&format!("sy/h/g|{slug}")).map(|(b, _)| b.clone()).expect("stats");
+        crate::routing::stats::EndpointStats::decode(&bytes)
+    };
+    for (at, cooling) in [(1_006_999, true), (1_007_000, false)] {
+        assert_eq!(stats("alpha").view(at, 30_000).cooling_down, cooling, "alpha at {at}");
+    }
+    host.with_response_headers(&[(":status", "429"), ("content-type", "application/json")]);
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    assert_eq!(host.response_header_value(":status").as_deref(), Some("429"));
+    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"));
+}

@@ -10,7 +10,7 @@ use super::host::{find, status_of, Action, Host};
 use super::{Configured, Filter};
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
-use crate::answer::watch::{AttemptWatch, Summary};
+use crate::answer::watch::{AttemptWatch, Summary, MAX_ERROR_BODY_BYTES};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
@@ -39,6 +39,8 @@ pub struct Attempt<H: Host> {
     /// What the answer showed so far.
     watch: AttemptWatch,
     recorded: bool,
+    /// A Gemini 429 held until its body (its retry delay) is complete.
+    holding_error: bool,
 }
 
 impl<H: Host> Attempt<H> {
@@ -54,6 +56,7 @@ impl<H: Host> Attempt<H> {
             new_prefix: None,
             watch: AttemptWatch::new(Api::OpenAi, false, 0),
             recorded: false,
+            holding_error: false,
         }
     }
 
@@ -251,6 +254,12 @@ impl<H: Host> Filter for Attempt<H> {
         self.host.set_resp_header(PROVIDER_HEADER, Some(&slug));
         self.host.set_resp_header(MODEL_HEADER, Some(&model));
         self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
+        if self.watch.reads_error_body() && !end_of_stream {
+            // Gemini puts its retry delay in the body: the answer (and the router's retry) waits
+            // for it, so the cool-down and the caller's Retry-After carry the provider's delay.
+            self.holding_error = true;
+            return Action::Pause;
+        }
         if status >= 400 || end_of_stream {
             // A body-less answer is complete here (never "interrupted").
             self.record();
@@ -260,6 +269,18 @@ impl<H: Host> Filter for Attempt<H> {
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if self.names.is_none() || self.recorded {
+            return Action::Continue;
+        }
+        if self.holding_error {
+            if !end_of_stream && body_size <= MAX_ERROR_BODY_BYTES {
+                return Action::Pause;
+            }
+            self.holding_error = false;
+            let body = self.host.response_body(0, body_size.min(MAX_ERROR_BODY_BYTES)).unwrap_or_default();
+            if end_of_stream {
+                self.watch.error_body(&body, self.config.catalog.routing.max_retry_after_s);
+            }
+            self.record();
             return Action::Continue;
         }
         watch_chunk(&self.host, &mut self.watch, body_size, self.host.now_ms());
