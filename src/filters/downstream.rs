@@ -67,8 +67,13 @@ enum BodyAction {
         slug: String,
         collected: Vec<u8>,
     },
-    /// Every attempt failed: the whole body becomes this error.
-    Replace(String),
+    /// Every attempt failed: the whole body becomes this error. `late_retry_after`: a 429 whose
+    /// `Retry-After` is not known yet, with this many attempt records to read again at the end
+    /// (a Gemini 429 names its delay only in the body, read by its attempt's filter).
+    Replace {
+        body: String,
+        late_retry_after: Option<usize>,
+    },
     /// A served stream the filter does not rewrite: if the serving attempt broke off, end it
     /// with an error event.
     WatchStream,
@@ -1032,6 +1037,7 @@ impl<H: Host> Stream<H> {
             count(&self.host, &failover_incomplete_metric(cut.reason));
         }
         self.result = Some(RequestResult::Failed);
+        let audit_attempts = audit.attempts;
         let attempts = audit.attempts.to_string();
         self.audit(Audit { status: e.status, error: Some(e.code), ..audit });
         self.write_attributes(Some(e.code));
@@ -1055,7 +1061,9 @@ impl<H: Host> Stream<H> {
             self.host.set_resp_header(k, Some(v));
         }
         // Held until the failed answer's body is complete, then replaced with its length.
-        self.body_action = BodyAction::Replace(e.body());
+        let known = e.headers.iter().any(|(k, _)| k == "retry-after");
+        let late_retry_after = (e.status == 429 && !known).then_some(audit_attempts);
+        self.body_action = BodyAction::Replace { body: e.body(), late_retry_after };
         Action::Pause
     }
 
@@ -1254,11 +1262,19 @@ impl<H: Host> Stream<H> {
                 self.body_action = BodyAction::None;
                 Action::Continue
             }
-            BodyAction::Replace(_) => {
+            BodyAction::Replace { .. } => {
                 if !end_of_stream {
                     return Action::Pause;
                 }
-                if let BodyAction::Replace(body) = std::mem::replace(&mut self.body_action, BodyAction::None) {
+                if let BodyAction::Replace { body, late_retry_after } =
+                    std::mem::replace(&mut self.body_action, BodyAction::None)
+                {
+                    // The last attempt's filter has read its body by now.
+                    let min = late_retry_after
+                        .and_then(|n| read_records(&self.host, n, None).iter().filter_map(|r| r.retry_after_s).min());
+                    if let Some(s) = min {
+                        self.host.set_resp_header("retry-after", Some(&s.to_string()));
+                    }
                     self.host.set_response_body(0, usize::MAX, body.as_bytes());
                     self.host.set_resp_header("content-length", Some(&body.len().to_string()));
                 }

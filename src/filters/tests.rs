@@ -503,9 +503,10 @@ const GOOGLE_CONFIG: &str = r#"{
 
 const GEMINI_429: &str = r#"{"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
 
-// Gemini reports its delay only in the error body (google.rpc.RetryInfo): the attempt's answer
-// is held until the body is complete, its record carries the delay, the endpoint cools down for
-// exactly that long, and the caller's Retry-After names it when every attempt was refused.
+// Gemini reports its delay only in the error body (google.rpc.RetryInfo). Envoy resets an attempt
+// it retries at its headers, so only the 429 it passes on shows its body: that attempt's record
+// gets the delay, its endpoint cools down for exactly that long, and the caller's Retry-After
+// (set when the body ends, the answer's headers held until then) names it.
 #[test]
 fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
     let config = configured(GOOGLE_CONFIG);
@@ -524,25 +525,38 @@ fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
     let mut stream = Stream::new(host.clone(), Rc::clone(&config));
     assert_eq!(stream.on_request_headers(false), Action::Pause);
     assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
-    for (k, cluster) in [(1, "c_alpha"), (2, "c_beta")] {
-        let mut a = attempt(&host, &config, k, cluster);
-        answer(&host, "429", GEMINI_429);
-        assert_eq!(a.on_response_headers(false), Action::Pause, "held for the delay in the body");
-        assert_eq!(a.on_response_body(10, false), Action::Pause, "buffered until complete");
-        assert_eq!(a.on_response_body(GEMINI_429.len(), true), Action::Continue);
-        a.on_done();
-        let record = super::attempts::read_record(&host, k as usize).expect("the attempt's record");
-        assert_eq!((record.status, record.retry_after_s), (429, Some(7)), "attempt {k}");
-    }
+    // alpha's 429 is retried: Envoy resets it after its headers, its body never arrives.
+    let mut first = attempt(&host, &config, 1, "c_alpha");
+    answer(&host, "429", GEMINI_429);
+    assert_eq!(first.on_response_headers(false), Action::Continue);
+    first.on_done();
+    // beta's 429 is the last: Envoy passes it on, headers first through both filters, then its
+    // body in two pieces, each through the attempt's filter and then the decision filter.
+    let mut last = attempt(&host, &config, 2, "c_beta");
+    answer(&host, "429", GEMINI_429);
+    assert_eq!(last.on_response_headers(false), Action::Continue);
+    assert_eq!(stream.on_response_headers(false), Action::Pause, "held until the body is replaced");
+    assert_eq!(host.response_header_value(":status").as_deref(), Some("429"));
+    assert_eq!(host.response_header_value("retry-after"), None, "not known at the headers");
+    let (a, b) = GEMINI_429.split_at(40);
+    host.state().response_body = a.as_bytes().to_vec();
+    assert_eq!(last.on_response_body(a.len(), false), Action::Continue);
+    assert_eq!(stream.on_response_body(a.len(), false), Action::Pause);
+    host.state().response_body = b.as_bytes().to_vec();
+    assert_eq!(last.on_response_body(b.len(), true), Action::Continue);
+    assert_eq!(stream.on_response_body(b.len(), true), Action::Continue);
+    last.on_done();
+    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"), "the caller is told the delay");
+    let record = |k: usize| super::attempts::read_record(&host, k).map(|r| (r.status, r.retry_after_s));
+    assert_eq!((record(1), record(2)), (Some((429, None)), Some((429, Some(7)))));
     let stats = |slug: &str| {
         let bytes = host.state().shared.get(&format!("sy/h/g|{slug}")).map(|(b, _)| b.clone()).expect("stats");
         crate::routing::stats::EndpointStats::decode(&bytes)
     };
     for (at, cooling) in [(1_006_999, true), (1_007_000, false)] {
-        assert_eq!(stats("alpha").view(at, 30_000).cooling_down, cooling, "alpha at {at}");
+        assert_eq!(stats("beta").view(at, 30_000).cooling_down, cooling, "beta at {at}");
     }
-    host.with_response_headers(&[(":status", "429"), ("content-type", "application/json")]);
-    assert_eq!(stream.on_response_headers(false), Action::Pause);
-    assert_eq!(host.response_header_value(":status").as_deref(), Some("429"));
-    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"));
+    assert!(!stats("alpha").view(1_000_001, 30_000).cooling_down, "alpha's delay was never seen");
+    let body = json(&host.state().response_body);
+    assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
 }
