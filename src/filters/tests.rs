@@ -560,3 +560,53 @@ fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
     let body = json(&host.state().response_body);
     assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
 }
+
+const STREAM_BODY: &str =
+    r#"{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}"#;
+
+/// A stream as OpenAI sends it when asked for its usage: content, the finish reason, the usage
+/// alone in a chunk without choices, `[DONE]`.
+const ASKED_STREAM: &str = "data: {\"model\":\"m-up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}],\"usage\":null}\n\n\
+data: {\"model\":\"m-up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n\
+data: {\"model\":\"m-up\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500,\"total_tokens\":1500}}\n\n\
+data: [DONE]\n\n";
+
+// A caller's stream without `stream_options.include_usage`: the provider is asked for its usage,
+// the caller never sees the usage-only chunk, and the usage is counted, priced and charged to
+// the token limit as reported (not the prompt estimate).
+#[test]
+fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
+    use crate::limits::rls::{Code, Response};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    routed_request(&host);
+    host.state().request_body = STREAM_BODY.as_bytes().to_vec();
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(false);
+    let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
+    stream.on_grpc_response(1, 0, n);
+    assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Continue);
+    let sent = json(&host.state().request_body);
+    assert_eq!(sent["stream_options"], serde_json::json!({"include_usage": true}), "asked on the caller's behalf");
+    let mut a = attempt(&host, &config, 1, "c_alpha");
+    host.with_response_headers(&[(":status", "200"), ("content-type", "text/event-stream")]);
+    host.state().response_body = ASKED_STREAM.as_bytes().to_vec();
+    a.on_response_headers(false);
+    a.on_response_body(ASKED_STREAM.len(), true);
+    a.on_done();
+    stream.on_response_headers(false);
+    stream.on_response_body(ASKED_STREAM.len(), true);
+    let shown = String::from_utf8(host.state().response_body.clone()).unwrap();
+    assert!(!shown.contains("\"choices\":[]") && !shown.contains("prompt_tokens"), "{shown}");
+    assert!(shown.contains("\"finish_reason\":\"stop\"") && shown.ends_with("data: [DONE]\n\n"), "{shown}");
+    stream.on_log();
+    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.alpha.endpoint.alpha";
+    let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
+    assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1000);
+    assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 500);
+    // 1500 tokens at alpha's $1 per million.
+    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_500_000);
+    let calls = host.state().grpc_calls.clone();
+    let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
+    assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+}
