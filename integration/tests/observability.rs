@@ -339,6 +339,17 @@ async fn a_routed_request_is_traced_with_genai_attributes_continuing_the_callers
     assert_eq!(a.get("gen_ai.usage.output_tokens"), Some(&usage["completion_tokens"].to_string()), "{a:#?}");
     let cost: f64 = a.get("switchyard.cost_usd").and_then(|c| c.parse().ok()).unwrap_or(-1.0);
     assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{a:#?} vs {usage}");
+    // Types: Envoy's tracer sets every custom tag (and its own attributes) as a string; the
+    // GenAI conventions' int counts arrive as decimal strings (docs/observability.md says so).
+    // A change of type on either side fails here.
+    let kinds = &server.attribute_kinds;
+    for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "switchyard.attempts", "switchyard.cost_usd"] {
+        assert_eq!(kinds.get(k).copied(), Some("string"), "{k}: {kinds:?}");
+    }
+    for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "switchyard.attempts"] {
+        assert!(a.get(k).and_then(|v| v.parse::<u64>().ok()).is_some(), "{k} is not a decimal integer: {a:#?}");
+    }
+    assert!(kinds.values().all(|k| *k == "string"), "{kinds:?}");
     // One upstream span per attempt, a child of the request's span, naming its provider's cluster.
     let mut upstream: Vec<_> = ours.iter().filter(|s| s.kind == SPAN_KIND_CLIENT).collect();
     upstream.sort_by_key(|s| s.name.contains("c_beta"));
