@@ -242,6 +242,17 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
         assert!(Instant::now() < deadline, "no JSON access-log lines in {}", path.display());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // One line per request: every JSON line parses, and each request id has exactly one
+    // (a failover's two attempts are still one request).
+    let log = std::fs::read_to_string(&path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('{')).collect();
+    let parsed: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("an access-log line is not JSON ({e}): {l}")))
+        .collect();
+    for rid in ["obs-log-rid", "obs-log-400"] {
+        assert_eq!(parsed.iter().filter(|v| v["request_id"] == rid).count(), 1, "{rid}: {lines:#?}");
+    }
     assert_eq!(line["status"], 200, "{line}");
     assert_eq!(line["method"], "POST", "{line}");
     assert_eq!(line["path"], "/v1/chat/completions", "{line}");
