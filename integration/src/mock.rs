@@ -539,9 +539,10 @@ fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage
     format!("data: {v}\n\n")
 }
 
-/// The usage chunk OpenAI sends last when asked (`stream_options.include_usage`): no choices.
-fn usage_chunk_json(provider: &str, model: &str, id: u64) -> String {
-    let v = json!({
+/// The usage chunk OpenAI sends last when asked (`stream_options.include_usage`): no choices;
+/// `cached<n>` adds `prompt_tokens_details.cached_tokens` as in a whole answer.
+fn usage_chunk_json(provider: &str, model: &str, id: u64, cached: Option<u64>) -> String {
+    let mut v = json!({
         "id": format!("chatcmpl-{provider}-{id}"),
         "object": "chat.completion.chunk",
         "created": 1_700_000_000u64,
@@ -549,6 +550,9 @@ fn usage_chunk_json(provider: &str, model: &str, id: u64) -> String {
         "choices": [],
         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
     });
+    if let Some(c) = cached {
+        v["usage"]["prompt_tokens_details"] = json!({"cached_tokens": c.min(5)});
+    }
     format!("data: {v}\n\n")
 }
 
@@ -834,7 +838,7 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
             // in a chunk without choices, then `[DONE]`.
             let mut tail = vec![chunk(None)];
             if stream_usage {
-                tail.push(Bytes::from(usage_chunk_json(&name, &model, id)));
+                tail.push(Bytes::from(usage_chunk_json(&name, &model, id, behavior.cached_tokens)));
             }
             tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
             if let Some(valid) = behavior.tool_call {
