@@ -561,6 +561,39 @@ fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
     assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
 }
 
+// A Google-only provider's first attempt on its first-attempt cluster (no per-attempt filter) is
+// the plan's only one: its Gemini 429 reaches the decision filter, which reads the delay from
+// the body it holds for the final error, cools the endpoint down and names it in Retry-After.
+#[test]
+fn a_prepared_first_attempts_gemini_429_is_read_by_the_decision_filter() {
+    let config = configured(
+        r#"{"providers": {"delta": {"cluster": "c_delta", "first_attempt_cluster": "c_delta_first",
+              "authority": "delta.example", "credential": {"injected": true}, "apis": {"google": {}}}},
+            "models": {"g": {"endpoints": [{"provider": "delta", "pricing": {"prompt": 1, "completion": 1}}]}},
+            "routing": {"default_policy": "price_weighted"}}"#,
+    );
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[(":method", "POST"), (":path", "/v1beta/models/g:generateContent")]);
+    let body = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
+    host.state().request_body = body.as_bytes().to_vec();
+    host.state().now_ms = 2_000_000;
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("plan");
+    assert!(plan.first_prepared && plan.endpoints.len() == 1);
+    answer(&host, "429", GEMINI_429);
+    host.state().response_headers.push((ATTEMPTS_HEADER.to_string(), "1".to_string()));
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    assert_eq!(host.response_header_value("retry-after"), None);
+    assert_eq!(stream.on_response_body(GEMINI_429.len(), true), Action::Continue);
+    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"));
+    let bytes = host.state().shared.get("sy/h/g|delta").map(|(b, _)| b.clone()).expect("stats");
+    let stats = crate::routing::stats::EndpointStats::decode(&bytes);
+    assert!(stats.view(2_006_999, 30_000).cooling_down && !stats.view(2_007_000, 30_000).cooling_down);
+}
+
 const STREAM_BODY: &str =
     r#"{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}"#;
 
