@@ -3,7 +3,9 @@
 //! other module may import it, it imports nothing of the crate.
 
 /// OpenAI paths whose POST bodies are routed.
-pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", RESPONSES_PATH];
+/// OpenAI's Responses API.
+pub const RESPONSES_PATH: &str = "/v1/responses";
 /// The Anthropic Messages path.
 pub const MESSAGES_PATH: &str = "/v1/messages";
 /// Prefixes of Google's model methods (`/{version}/models/{model}:{method}`): the version the
@@ -112,13 +114,19 @@ pub struct Surface {
     pub path_model: Option<String>,
     /// Google: which method the path calls (streaming is the method, not a body field).
     pub method: Option<GoogleMethod>,
+    /// OpenAI's chat completions and completions: a stream reports its usage only when the
+    /// body asks (`stream_options.include_usage`), so Switchyard asks on the caller's behalf.
+    pub usage_on_request: bool,
 }
 
 impl Surface {
-    pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None };
+    /// OpenAI's `/v1/chat/completions` and `/v1/completions`.
+    pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None, usage_on_request: true };
+    /// OpenAI's `/v1/responses` (its streams always end with their usage).
+    pub const OPENAI_RESPONSES: Surface = Surface { usage_on_request: false, ..Surface::OPENAI };
 
     pub fn of(api: Api) -> Surface {
-        Surface { api, path_model: None, method: None }
+        Surface { api, path_model: None, method: None, usage_on_request: api == Api::OpenAi }
     }
 }
 

@@ -10,7 +10,8 @@
 use crate::answer::errors::ApiError;
 use crate::answer::listing::{self, Listing};
 use crate::api::{
-    google_path, Api, Surface, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH, ROUTED_PATHS,
+    google_path, Api, Surface, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH, RESPONSES_PATH,
+    ROUTED_PATHS,
 };
 use crate::config::{Catalog, Routing};
 
@@ -46,12 +47,18 @@ pub enum Disposition {
 pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
     let routing = &catalog.routing;
     let bare = path.split('?').next().unwrap_or("");
-    let surface = if ROUTED_PATHS.contains(&bare) {
+    let surface = if bare == RESPONSES_PATH {
+        Some(Surface::OPENAI_RESPONSES)
+    } else if ROUTED_PATHS.contains(&bare) {
         Some(Surface::OPENAI)
     } else if bare == MESSAGES_PATH {
         Some(Surface::of(Api::Anthropic))
     } else if bare.starts_with(GOOGLE_MODELS_PREFIX) || bare.starts_with(GOOGLE_V1_MODELS_PREFIX) {
-        google_path(bare).map(|(model, m)| Surface { api: Api::Google, path_model: Some(model), method: Some(m) })
+        google_path(bare).map(|(model, m)| Surface {
+            path_model: Some(model),
+            method: Some(m),
+            ..Surface::of(Api::Google)
+        })
     } else {
         None
     };
@@ -179,9 +186,10 @@ mod tests {
             Disposition::Local(e) => assert_eq!(e.headers, vec![("allow".to_string(), "POST".to_string())]),
             other => panic!("{other:?}"),
         }
-        for path in ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/chat/completions?a=b"] {
+        for path in ["/v1/chat/completions", "/v1/completions", "/v1/chat/completions?a=b"] {
             assert_eq!(disposition("POST", path, &r), Disposition::Route(Surface::OPENAI), "{path}");
         }
+        assert_eq!(disposition("POST", "/v1/responses", &r), Disposition::Route(Surface::OPENAI_RESPONSES));
         // The model listings are answered from the catalog.
         assert_eq!(disposition("GET", "/v1/models", &r), Disposition::Listing(Listing::Models));
         assert_eq!(
@@ -263,17 +271,17 @@ mod tests {
         assert_eq!(
             disposition("POST", "/v1beta/models/google/gemini-2.5:nitro:streamGenerateContent?alt=sse", &r),
             Disposition::Route(Surface {
-                api: Api::Google,
                 path_model: Some("google/gemini-2.5:nitro".into()),
-                method: Some(GoogleMethod::StreamGenerate)
+                method: Some(GoogleMethod::StreamGenerate),
+                ..Surface::of(Api::Google)
             })
         );
         assert_eq!(
             disposition("POST", "/v1beta/models/google%2Fgemini:generateContent", &r),
             Disposition::Route(Surface {
-                api: Api::Google,
                 path_model: Some("google/gemini".into()),
-                method: Some(GoogleMethod::Generate)
+                method: Some(GoogleMethod::Generate),
+                ..Surface::of(Api::Google)
             })
         );
         // Not routed: other methods, no model, GET. Answered in the path's API shape.
@@ -293,9 +301,9 @@ mod tests {
         assert_eq!(
             disposition("POST", "/v1/models/google/gemini:generateContent", &r),
             Disposition::Route(Surface {
-                api: Api::Google,
                 path_model: Some("google/gemini".into()),
-                method: Some(GoogleMethod::Generate)
+                method: Some(GoogleMethod::Generate),
+                ..Surface::of(Api::Google)
             })
         );
         assert_eq!(Api::of_path("/v1/models/g:streamGenerateContent?alt=sse"), Api::Google);

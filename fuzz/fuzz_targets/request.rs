@@ -58,9 +58,9 @@ fuzz_target!(|body: &[u8]| {
     // each attempt's rewrite is accepted, errors come in the caller's shape.
     let header = std::str::from_utf8(body).ok().and_then(|t| t.lines().next());
     let google = Surface {
-        api: Api::Google,
         path_model: Some("google/gemini-2.5-flash".into()),
         method: Some(GoogleMethod::StreamGenerate),
+        ..Surface::of(Api::Google)
     };
     for (surface, path) in [
         (Surface::of(Api::Anthropic), "/v1/messages"),

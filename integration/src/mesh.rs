@@ -172,8 +172,29 @@ impl RateLimitService {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Stops it (a crash, as far as Envoy can tell).
+    /// Pauses it (SIGSTOP): its port still accepts connections, nothing answers, so calls time
+    /// out (a hung service, not a dead one).
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused service run again (SIGCONT).
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: a signal to our own child, by its PID (still ours: not yet waited for).
+            unsafe {
+                libc::kill(pid as libc::pid_t, sig);
+            }
+        }
+    }
+
+    /// Stops it (a crash, as far as Envoy can tell); a paused service is resumed first.
     pub fn kill(&mut self) {
+        self.resume();
         stop(&mut self.child);
     }
 
@@ -185,6 +206,6 @@ impl RateLimitService {
 
 impl Drop for RateLimitService {
     fn drop(&mut self) {
-        stop(&mut self.child);
+        self.kill();
     }
 }

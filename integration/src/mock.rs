@@ -7,9 +7,16 @@
 //! Google's Gemini API (`POST /v1beta/models/{model}:generateContent` and
 //! `:streamGenerateContent`, [`google`]). Every fault of `x-mock-behavior` works on every API,
 //! answered in that API's own shapes.
+//!
+//! As strict as the real APIs where a lenient mock would hide a defect: each API refuses a request
+//! without its key (OpenAI on its generation paths: [`openai`]) and a body with a top-level field
+//! it does not document (Anthropic also one without `max_tokens`); an OpenAI stream ends with its
+//! usage only when the body asks (`stream_options.include_usage`), alone in a last chunk without
+//! choices; Gemini reports a 429's delay only in the body (`RetryInfo`), never in `retry-after`.
 
 mod anthropic;
 mod google;
+mod openai;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -39,7 +46,8 @@ pub enum Mode {
     /// `:streamGenerateContent`).
     Ok,
     /// This status with the API's error body (OpenAI's, Anthropic's or Google's shape);
-    /// `retry_after` adds the header (seconds; Google's body also carries it as `RetryInfo`).
+    /// `retry_after` (seconds) adds the `retry-after` header (OpenAI, Anthropic) or, as Gemini
+    /// reports it, only a `RetryInfo` detail in the body (Google).
     Status { status: u16, retry_after: Option<u32> },
     /// Close the connection without answering.
     Reset,
@@ -57,12 +65,12 @@ pub struct Behavior {
     pub chunk_interval: Duration,
     /// Number of content chunks in a stream.
     pub chunks: usize,
-    /// Requests in flight above this get 429 with `Retry-After: 1`.
+    /// Requests in flight above this get 429 with `Retry-After: 1` (Google: `retryDelay` 1s).
     pub capacity: Option<usize>,
     /// Error responses without a body.
     pub empty_errors: bool,
     /// Streams stop after this many content chunks: the body ends without the closing events
-    /// (OpenAI: the usage chunk and `data: [DONE]`; Anthropic: `content_block_stop`,
+    /// (OpenAI: the finish chunk, the usage chunk when asked, and `data: [DONE]`; Anthropic: `content_block_stop`,
     /// `message_delta`, `message_stop`; Google: the chunk with `finishReason`) (`cut<n>`), or
     /// the connection is aborted mid-body (`abort<n>`), or the stream carries the API's
     /// in-stream error event (overloaded) and ends there (`sserror<n>`).
@@ -532,7 +540,9 @@ impl Gzip {
     }
 }
 
-fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage: bool) -> String {
+/// A content chunk (`content`), or the last chunk with the finish reason (None). Asked for its
+/// usage, OpenAI gives every chunk `"usage": null`.
+fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage_asked: bool) -> String {
     let mut v = json!({
         "id": format!("chatcmpl-{provider}-{id}"),
         "object": "chat.completion.chunk",
@@ -540,8 +550,25 @@ fn chunk_json(provider: &str, model: &str, id: u64, content: Option<&str>, usage
         "model": model,
         "choices": [{"index": 0, "delta": content.map_or(json!({}), |c| json!({"content": c})), "finish_reason": if content.is_none() { json!("stop") } else { Value::Null }}],
     });
-    if usage {
-        v["usage"] = json!({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8});
+    if usage_asked {
+        v["usage"] = Value::Null;
+    }
+    format!("data: {v}\n\n")
+}
+
+/// The usage chunk OpenAI sends last when asked (`stream_options.include_usage`): no choices;
+/// `cached<n>` adds `prompt_tokens_details.cached_tokens` as in a whole answer.
+fn usage_chunk_json(provider: &str, model: &str, id: u64, cached: Option<u64>) -> String {
+    let mut v = json!({
+        "id": format!("chatcmpl-{provider}-{id}"),
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000u64,
+        "model": model,
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+    });
+    if let Some(c) = cached {
+        v["usage"]["prompt_tokens_details"] = json!({"cached_tokens": c.min(5)});
     }
     format!("data: {v}\n\n")
 }
@@ -691,6 +718,8 @@ struct Ask<'a> {
     /// Estimated from the body size, as a provider counts the prompt.
     prompt_tokens: u64,
     gzip: bool,
+    /// OpenAI: the stream asked for its usage (`stream_options.include_usage`).
+    stream_usage: bool,
 }
 
 async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Response<ChannelBody>, BoxError> {
@@ -718,15 +747,31 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             seq: ARRIVALS.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
         });
     }
-    // Anthropic and Google turn away a request without their credential before anything else.
+    // Each API turns away a request without its credential before anything else, then a body it
+    // does not accept (a field it does not document; Anthropic: no `max_tokens`), as the real
+    // APIs do. OpenAI is checked on its generation paths (the mock also plays other services).
     let header = |name: &str| full_headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     let refusal = match api {
-        Api::OpenAi => None,
-        Api::Anthropic => anthropic::refusal(header("x-api-key"), header("authorization"), header("anthropic-version")),
-        Api::Google => google::refusal(header("x-goog-api-key"), parts.uri.query()),
+        Api::OpenAi => {
+            let owned = |name: &str| header(name).map(str::to_string);
+            if let Some((status, body)) = openai::refusal(parts.uri.path(), &owned, &body) {
+                return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
+            }
+            None
+        }
+        Api::Anthropic => anthropic::refusal(header("x-api-key"), header("anthropic-version"))
+            .map(|(status, msg)| (status, msg.to_string()))
+            .or_else(|| anthropic::invalid_body(&body).map(|msg| (400, msg))),
+        Api::Google => google::refusal(header("x-goog-api-key"), parts.uri.query())
+            .map(|(status, msg)| (status, msg.to_string()))
+            .or_else(|| google::invalid_body(&body).map(|msg| (400, msg))),
     };
     if let Some((status, msg)) = refusal {
-        return Ok(error_response(api, &s.name, status, None, msg, false));
+        let body = match api {
+            Api::Google => google::error_json(status, &msg, None),
+            _ => anthropic::error_json(status, &msg),
+        };
+        return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
     }
     let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
     if let Some(spec) = header("x-mock-behavior") {
@@ -749,20 +794,21 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let model_and_stream = || match api {
         Api::Google => {
             let (model, method) = google::model_and_method(parts.uri.path()).unwrap_or_default();
-            (model.to_string(), method == "streamGenerateContent")
+            (model.to_string(), method == "streamGenerateContent", false)
         }
         _ => {
             let req_json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             (
                 req_json.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string(),
                 req_json.get("stream").and_then(Value::as_bool).unwrap_or(false),
+                api == Api::OpenAi && openai::asks_usage(&req_json),
             )
         }
     };
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
         Mode::Garbage => {
-            let (_, stream) = model_and_stream();
+            let (_, stream, _) = model_and_stream();
             let (ct, text) = match api {
                 Api::OpenAi if stream => {
                     ("text/event-stream", "data: {\"choices\": [{\"delta\": {\"content\": \"x\"\n\n")
@@ -784,8 +830,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
 
     // Like real providers, answer compressed when the request accepts gzip.
     let gzip = behavior.force_gzip || full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
-    let (model, stream) = model_and_stream();
-    let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens: (body.len() as u64).div_ceil(4), gzip };
+    let (model, stream, stream_usage) = model_and_stream();
+    let prompt_tokens = (body.len() as u64).div_ceil(4);
+    let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage };
     match api {
         Api::OpenAi => openai_answer(ask, behavior, guard),
         Api::Anthropic => anthropic::answer(ask, behavior, guard),
@@ -798,23 +845,30 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
 }
 
 fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
-    let Ask { provider, id, model, stream, prompt_tokens, gzip } = ask;
+    let Ask { provider, id, model, stream, prompt_tokens, gzip, stream_usage } = ask;
     if stream {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let name = provider.to_string();
         tokio::spawn(async move {
             let _guard = guard;
+            let chunk = |content: Option<&str>| Bytes::from(chunk_json(&name, &model, id, content, stream_usage));
+            // As OpenAI ends a stream: the finish reason, then (only when asked) the usage alone
+            // in a chunk without choices, then `[DONE]`.
+            let mut tail = vec![chunk(None)];
+            if stream_usage {
+                tail.push(Bytes::from(usage_chunk_json(&name, &model, id, behavior.cached_tokens)));
+            }
+            tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
             if let Some(valid) = behavior.tool_call {
                 for c in tool_chunks(&name, &model, id, valid) {
                     let _ = tx.send(Ok(Bytes::from(c))).await;
                 }
-                let _ = tx.send(Ok(Bytes::from(chunk_json(&name, &model, id, None, true)))).await;
-                let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+                for t in tail {
+                    let _ = tx.send(Ok(t)).await;
+                }
                 return;
             }
-            let tail =
-                [Bytes::from(chunk_json(&name, &model, id, None, true)), Bytes::from_static(b"data: [DONE]\n\n")];
-            let content = |i: usize| Bytes::from(chunk_json(&name, &model, id, Some(&format!("tok{i} ")), false));
+            let content = |i: usize| chunk(Some(&format!("tok{i} ")));
             let error = || {
                 let e = json!({"error": {"message": format!("{name}: overloaded mid-stream"), "type": "server_error", "param": null, "code": null}});
                 Bytes::from(format!("data: {e}\n\n"))
@@ -868,7 +922,9 @@ fn error_response(
         }
         .to_string()
     };
-    canned(provider, status, "application/json", body, retry_after)
+    // Gemini names its delay only in the body (`RetryInfo`), never in a header.
+    let header = if api == Api::Google { None } else { retry_after };
+    canned(provider, status, "application/json", body, header)
 }
 
 /// A whole answer with a fixed body (errors, garbage), as a provider out of capacity sends it.

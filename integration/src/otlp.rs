@@ -36,6 +36,9 @@ pub struct ReceivedSpan {
     pub kind: i32,
     /// The span's attributes, every value rendered as text (see [`render`]).
     pub attributes: BTreeMap<String, String>,
+    /// Each attribute's OTLP value type: `string`, `int`, `double`, `bool`, `bytes`, `array`,
+    /// `kvlist`, or `unset` (the rendered text alone cannot tell `"42"` from `42`).
+    pub attribute_kinds: BTreeMap<String, &'static str>,
     /// The resource attribute `service.name`, when the resource has it.
     pub service_name: Option<String>,
 }
@@ -204,6 +207,11 @@ fn flatten(request: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                     parent_span_id: hex(&span.parent_span_id),
                     kind: span.kind,
                     attributes: attributes(&span.attributes),
+                    attribute_kinds: span
+                        .attributes
+                        .iter()
+                        .map(|kv| (kv.key.clone(), kind(kv.value.as_ref())))
+                        .collect(),
                     service_name: service_name.clone(),
                 });
             }
@@ -214,6 +222,20 @@ fn flatten(request: &ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
 
 fn attributes(kvs: &[KeyValue]) -> BTreeMap<String, String> {
     kvs.iter().map(|kv| (kv.key.clone(), kv.value.as_ref().map(render).unwrap_or_default())).collect()
+}
+
+/// An attribute value's OTLP type.
+fn kind(value: Option<&AnyValue>) -> &'static str {
+    match value.and_then(|v| v.value.as_ref()) {
+        None => "unset",
+        Some(any_value::Value::StringValue(_)) => "string",
+        Some(any_value::Value::BoolValue(_)) => "bool",
+        Some(any_value::Value::IntValue(_)) => "int",
+        Some(any_value::Value::DoubleValue(_)) => "double",
+        Some(any_value::Value::BytesValue(_)) => "bytes",
+        Some(any_value::Value::ArrayValue(_)) => "array",
+        Some(any_value::Value::KvlistValue(_)) => "kvlist",
+    }
 }
 
 /// An attribute value as text: strings as they are, numbers and booleans as Rust prints them,
@@ -375,6 +397,8 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
         assert_eq!(s.attributes, expected);
+        let kinds: Vec<(&str, &str)> = s.attribute_kinds.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(kinds, [("cached", "bool"), ("gen_ai.system", "string"), ("gen_ai.usage.input_tokens", "int")]);
     }
 
     #[test]

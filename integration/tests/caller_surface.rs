@@ -119,14 +119,31 @@ async fn streamed_chunks_name_the_catalog_model_and_the_usage_chunk_has_cost() {
     let r = s.chat("sy-stream", body).await;
     assert_eq!(r.status, 200);
     let ev = events(&r.body);
-    assert_eq!(ev.len(), 4, "3 content chunks + the usage chunk: {}", r.text());
+    assert_eq!(ev.len(), 5, "3 content chunks, the finish chunk, the usage chunk: {}", r.text());
     for e in &ev {
         assert_eq!(e["model"], "sy/cost", "{e}");
         assert_eq!(e["provider"], "alpha");
     }
-    let usage = &ev[3]["usage"];
+    assert_eq!(ev[4]["choices"], json!([]), "the usage alone, as OpenAI sends it");
+    let usage = &ev[4]["usage"];
     assert_eq!(usage["cost"].as_f64(), Some(cost(5, 0, 3)), "{usage}");
     assert!(r.text().ends_with("data: [DONE]\n\n"));
+}
+
+// A caller that did not ask for the usage chunk: the provider is asked for it all the same (so
+// the usage is counted), and the caller gets the stream OpenAI would send it, every chunk with
+// a choice, no usage.
+#[tokio::test]
+async fn a_stream_that_did_not_ask_for_usage_gets_no_usage_chunk_but_the_provider_is_asked() {
+    let s = stack();
+    let r = s.chat("sy-stream-unasked", json!({"model": "sy/cost", "stream": true, "messages": msg("hi")})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ev = events(&r.body);
+    assert_eq!(ev.len(), 4, "3 content chunks and the finish chunk: {}", r.text());
+    assert!(ev.iter().all(|e| e["choices"][0].is_object() && e["usage"].is_null()), "{}", r.text());
+    assert!(r.text().ends_with("data: [DONE]\n\n"));
+    let (_, got) = s.only_receiver("sy-stream-unasked");
+    assert_eq!(got.json()["stream_options"], json!({"include_usage": true}), "{}", got.json());
 }
 
 #[tokio::test]
@@ -150,7 +167,7 @@ async fn gzip_accepting_callers_get_the_rewritten_answer_compressed() {
     assert_eq!(r.status, 200);
     let raw = if r.header("content-encoding") == Some("gzip") { gunzip(&r.body) } else { r.body.to_vec() };
     let ev = events(&raw);
-    assert_eq!(ev.len(), 4, "{}", String::from_utf8_lossy(&raw));
+    assert_eq!(ev.len(), 4, "3 content chunks and the finish chunk: {}", String::from_utf8_lossy(&raw));
     assert!(ev.iter().all(|e| e["model"] == "sy/cost" && e["provider"] == "alpha"));
     let (_, got) = s.only_receiver("sy-gzip-stream");
     assert_eq!(got.header("accept-encoding"), Some("identity"));

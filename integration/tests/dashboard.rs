@@ -1,8 +1,9 @@
 //! The Grafana dashboard and the alert rules (`observability/`) against the real thing: a real
 //! Prometheus (Debian's `prometheus`) scrapes a test Envoy under mixed traffic (teams, a
 //! failing provider, failovers, streams, cached prompts, a policy denial, a model whose every
-//! endpoint cools down, a budget spent, the rate limit service gone), and every dashboard query
-//! and every alert expression parses and returns data; Prometheus itself loads the rules and
+//! endpoint cools down, a budget spent, a failover cut short by the route timeout, the rate
+//! limit service gone), and every dashboard query and every alert expression parses and shows
+//! that traffic (a non-zero series, every grouping label set); Prometheus itself loads the rules and
 //! finds every alert pending or firing; `promtool check rules` accepts the file. The range
 //! results of the main panels go to `target/observability/panels.json` for the picture in
 //! docs/observability.md (`make dashboard-picture`).
@@ -109,6 +110,59 @@ fn alert_rules(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// The labels a query groups by, from every `by (...)` clause (`le` is what
+/// `histogram_quantile` consumes).
+fn grouping_labels(expr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = expr;
+    while let Some((_, after)) = rest.split_once("by (") {
+        let Some((list, tail)) = after.split_once(')') else { break };
+        for l in list.split(',').map(str::trim).filter(|l| !l.is_empty() && *l != "le") {
+            if !out.iter().any(|o| o == l) {
+                out.push(l.to_string());
+            }
+        }
+        rest = tail;
+    }
+    out
+}
+
+/// Why a query's answer does not show traffic (None: it does): no series, a series without a
+/// label the query groups by (or with it empty), or no series with a non-zero, finite value.
+fn lacks_data(expr: &str, data: &Value) -> Option<String> {
+    if series_count(data) == 0 {
+        return Some("no series".into());
+    }
+    let series = data["result"].as_array().cloned().unwrap_or_default();
+    for label in grouping_labels(expr) {
+        if let Some(s) = series.iter().find(|s| s["metric"][&label].as_str().is_none_or(str::is_empty)) {
+            return Some(format!("a series without its `{label}` label: {s}"));
+        }
+    }
+    let value = |s: &Value| s["value"][1].as_str().and_then(|v| v.parse::<f64>().ok());
+    let shows = series.iter().filter_map(value).any(|v| v.is_finite() && v != 0.0);
+    (!shows).then(|| "only zero or NaN values".into())
+}
+
+#[test]
+fn a_query_shows_traffic_only_with_a_non_zero_series_naming_its_labels() {
+    let expr = "sum by (reason) (rate(x[1m])) / on (reason) sum by (reason, kind) (y)";
+    assert_eq!(grouping_labels(expr), ["reason", "kind"]);
+    assert_eq!(grouping_labels("histogram_quantile(0.5, sum by (le, endpoint) (rate(b[1m])))"), ["endpoint"]);
+    let vector = |series: Value| json!({"resultType": "vector", "result": series});
+    let shows = vector(json!([{"metric": {"reason": "timeout", "kind": "k"}, "value": [1, "0.5"]}]));
+    assert_eq!(lacks_data(expr, &shows), None);
+    for (why, data) in [
+        ("no series", vector(json!([]))),
+        ("zero", vector(json!([{"metric": {"reason": "timeout", "kind": "k"}, "value": [1, "0"]}]))),
+        ("NaN", vector(json!([{"metric": {"reason": "timeout", "kind": "k"}, "value": [1, "NaN"]}]))),
+        ("empty label", vector(json!([{"metric": {"reason": "", "kind": "k"}, "value": [1, "2"]}]))),
+        ("missing label", vector(json!([{"metric": {"reason": "timeout"}, "value": [1, "2"]}]))),
+    ] {
+        assert!(lacks_data(expr, &data).is_some(), "{why} passed");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
     assert!(binaries_present(), "prometheus and promtool are not installed (make observability-tools)");
@@ -141,7 +195,10 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
         None,
     );
     cfg.rate_limit_service = Some(("127.0.0.1".into(), service.addr.port()));
-    cfg.per_try_idle_timeout_ms = 2_000;
+    // A route timeout shorter than an attempt's idle timeout: a stalled first attempt ends the
+    // request before its failover (the failover-incomplete series).
+    cfg.per_try_idle_timeout_ms = 5_000;
+    cfg.route_timeout_ms = 3_000;
     let envoy = tokio::task::block_in_place(|| Envoy::start(&cfg, "dashboard").expect("envoy"));
     let prometheus = tokio::task::block_in_place(|| {
         Prometheus::start_with_rules(
@@ -178,6 +235,12 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
             }
             s => panic!("ads: {s} {}", r.text()),
         }
+        if round == 5 {
+            // A first rate-limited attempt on each endpoint of m/cool: its counters appear now,
+            // so the later one below is an increase `rate` can see.
+            let r = chat(addr, "search", "alpha=429/120,beta=429/120", ask("m/cool", false, "cool early")).await;
+            assert_eq!(r.status, 429, "{}", r.text());
+        }
         if round % 10 == 0 {
             let r = chat(addr, "restricted", "", ask("m/cool", false, "denied")).await;
             assert!(r.status == 403 || r.status == 404, "{} {}", r.status, r.text());
@@ -185,6 +248,12 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     assert!(ads_refused > 0, "the ads budget was never spent");
+    // alpha stalls past the route timeout on the first of two planned attempts: Envoy ends the
+    // request before beta's turn.
+    let mut stalled = ask("m/chat", false, "stalls");
+    stalled["provider"] = json!({"order": ["alpha", "beta"]});
+    let r = chat(addr, "search", "alpha=ttft4000", stalled).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (504, Some("failover_incomplete")), "{}", r.text());
     let r = chat(addr, "search", "alpha=429/120,beta=429/120", ask("m/cool", false, "cool")).await;
     assert_eq!(r.status, 429, "{}", r.text());
     // The rate limit service goes away: the ads admissions fail open.
@@ -194,8 +263,10 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
         assert!(r.status == 200 || r.status == 429, "{} {}", r.status, r.text());
     }
 
-    // Every query and alert expression returns data once the scrapes, the stats flush and the
-    // gauges' tick have caught up.
+    // Every query and alert expression shows the traffic once the scrapes, the stats flush and
+    // the gauges' tick have caught up: polled until each does (at most 60 s). Showing it means
+    // a series with a non-zero value, and every series naming each label the query groups by
+    // (a zero series, or one whose `by` label is empty, is what a panel shows without traffic).
     let mut pending: Vec<(String, String)> = queries
         .iter()
         .map(|(t, e)| (format!("panel {t}"), concrete(e)))
@@ -206,18 +277,20 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
     while !pending.is_empty() && Instant::now() < deadline {
         last_errors.clear();
         pending.retain(|(what, expr)| match prometheus.query(expr) {
-            Ok(data) if series_count(&data) > 0 => false,
-            Ok(data) => {
-                last_errors.push(format!("{what}: no data ({data})"));
-                true
-            }
+            Ok(data) => match lacks_data(expr, &data) {
+                None => false,
+                Some(why) => {
+                    last_errors.push(format!("{what}: {why} ({data})"));
+                    true
+                }
+            },
             Err(e) => panic!("{what}: the query does not run: {e}\n{expr}"),
         });
         if !pending.is_empty() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
-    assert!(pending.is_empty(), "without data after 60 s:\n{}", last_errors.join("\n"));
+    assert!(pending.is_empty(), "not showing the traffic after 60 s:\n{}", last_errors.join("\n"));
 
     // Prometheus evaluates the rules itself: every rule healthy, every alert pending or firing.
     let deadline = Instant::now() + Duration::from_secs(30);

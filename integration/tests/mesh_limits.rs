@@ -74,8 +74,25 @@ impl Mesh {
 
     /// Requests the rate limit cluster has seen from one pod (Envoy's own upstream counter).
     fn service_calls(&self, i: usize) -> u64 {
-        let (_, stats) = self.pods[i].admin_get("/stats?filter=switchyard_ratelimit.upstream_rq_total").expect("stats");
-        stats.split(':').nth(1).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        self.counter(i, "cluster.switchyard_ratelimit.upstream_rq_total")
+    }
+
+    /// One of pod `i`'s counters by its name (Envoy may prefix a Wasm metric's name); a counter
+    /// Envoy does not have fails the test (never read as zero).
+    fn counter(&self, i: usize, name: &str) -> u64 {
+        let filter = format!("/stats?filter={}$", name.replace('.', "\\."));
+        let (_, stats) = self.pods[i].admin_get(&filter).expect("stats");
+        stats
+            .lines()
+            .filter_map(|l| l.split_once(": "))
+            .find(|(k, _)| *k == name || k.ends_with(&format!(".{name}")))
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("pod {i} has no counter {name}: {stats:?}"))
+    }
+
+    /// `switchyard_rate_limit_failure_total{reason}` of pod `i`.
+    fn failures(&self, i: usize, reason: &str) -> u64 {
+        self.counter(i, &format!("switchyard.rate_limit.failure_total.reason.{reason}"))
     }
 }
 
@@ -114,14 +131,19 @@ async fn a_token_budget_holds_across_three_pods_under_concurrent_traffic() {
     assert_eq!(first.header("x-switchyard-limits"), Some("search-tokens=search (admitted)"));
     let per_request = tokens_of(&first);
     assert!(per_request > 0);
+    assert!(mesh.service_calls(0) >= 1, "pod 0 asked the service about the probe");
     let before = mesh.service_calls(1);
     let free = chat(mesh.pod(1), "budget-free", &[("x-team", "free")]).await;
     assert_eq!(free.status, 200);
     assert_eq!(mesh.service_calls(1), before, "a request no limit applies to calls nothing");
+    // The positive control: a request the limit applies to, on the same pod, is counted.
+    let control = chat(mesh.pod(1), "budget-control", &[]).await;
+    assert_eq!(control.status, 200, "{}", control.text());
+    assert!(mesh.service_calls(1) > before, "pod 1's admission call is counted");
 
     // Six clients (two per pod) until each is refused.
-    let served = Arc::new(AtomicU64::new(per_request));
-    let served_requests = Arc::new(AtomicUsize::new(1));
+    let served = Arc::new(AtomicU64::new(per_request + tokens_of(&control)));
+    let served_requests = Arc::new(AtomicUsize::new(2));
     let mut clients = Vec::new();
     const CLIENTS: usize = 6;
     for c in 0..CLIENTS {
@@ -235,30 +257,68 @@ async fn the_service_or_redis_going_away_gives_each_failure_mode_and_both_recove
         3,
     )
     .await;
+    // The open limit's request asks for the debug header: it names how admission went.
     let both = |mesh: &Mesh, tag: &'static str| {
         let (a, b) = (mesh.pod(0), mesh.pod(1));
         async move {
             let t = Instant::now();
-            let open = chat(a, &format!("{tag}-open"), &[]).await;
+            let open = chat(a, &format!("{tag}-open"), &[("x-switchyard-debug", "1")]).await;
             let closed = chat(b, &format!("{tag}-closed"), &[("x-team", "free")]).await;
             (open, closed, t.elapsed())
         }
     };
+    let limits = |r: &Reply| r.header("x-switchyard-limits").unwrap_or_default().to_string();
     let (open, closed, _) = both(&mesh, "healthy").await;
     assert_eq!((open.status, closed.status), (200, 200), "{} {}", open.text(), closed.text());
+    assert_eq!(limits(&open), "open-rpm=all (admitted)");
 
-    // The service killed mid-run: open serves, closed refuses in the caller's shape, neither hangs.
+    // Each failure is told apart from "no limit applied" by the debug header and by the failure
+    // counter of its reason, on the pod that saw it.
+    let failed = |mesh: &Mesh, reason: &str| (mesh.failures(0, reason), mesh.failures(1, reason));
+    // The service killed mid-run: connections are refused at once. Open serves, closed refuses
+    // in the caller's shape, neither hangs.
+    let before = failed(&mesh, "unavailable");
     mesh.service.kill();
     for round in 0..3 {
         let (open, closed, took) = both(&mesh, "killed").await;
         assert_eq!(open.status, 200, "round {round}: {}", open.text());
+        assert_eq!(limits(&open), "open-rpm=all (service failed, open)", "round {round}");
         assert_eq!(closed.status, 503, "round {round}: {}", closed.text());
         assert_eq!(closed.json()["error"]["code"], "rate_limit_unavailable", "{}", closed.text());
         assert!(took < Duration::from_secs(5), "round {round} took {took:?}");
     }
+    let after = failed(&mesh, "unavailable");
+    assert_eq!((after.0 - before.0, after.1 - before.1), (3, 3), "one failure per admission, by reason");
     mesh.service.restart().expect("service restart");
     let (open, closed, _) = both(&mesh, "service-back").await;
     assert_eq!((open.status, closed.status), (200, 200), "after the service restarted: {}", closed.text());
+    assert_eq!(limits(&open), "open-rpm=all (admitted)");
+
+    // The service hung (SIGSTOP): it accepts connections and answers nothing, so each admission
+    // runs into its 100 ms timeout - the path a killed service (refused at once) never takes.
+    // Envoy ends a gRPC call at its timeout with UNAVAILABLE, so it counts as `unavailable`;
+    // what tells it apart is the wait: the two admissions (one after the other) cannot end
+    // before their timeouts.
+    let before = failed(&mesh, "unavailable");
+    mesh.service.pause();
+    let (open, closed, took) = both(&mesh, "paused").await;
+    mesh.service.resume();
+    assert_eq!(open.status, 200, "{}", open.text());
+    assert_eq!(limits(&open), "open-rpm=all (service failed, open)");
+    assert_eq!((closed.status, closed.json()["error"]["code"].as_str()), (503, Some("rate_limit_unavailable")));
+    let after = failed(&mesh, "unavailable");
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "both admissions failed");
+    assert!(took >= Duration::from_millis(200), "each admission waited for its 100 ms timeout: {took:?}");
+    assert!(took < Duration::from_secs(5), "the timeout held: {took:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (open, closed, _) = both(&mesh, "resumed").await;
+        if (open.status, closed.status, limits(&open).as_str()) == (200, 200, "open-rpm=all (admitted)") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the resumed service did not answer again: {}", closed.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Redis restarted: the service answers UNAVAILABLE meanwhile (each failure mode again),
     // then reconnects, and Envoy keeps serving throughout.

@@ -20,7 +20,7 @@ fn gemini() -> Value {
     json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]})
 }
 
-/// `(event name, data)` of each SSE event; events split on a blank line (`\n\n` or `\r\n\r\n`).
+/// `(event name, data)` of each SSE event (OpenAI's `[DONE]` as a string); events split on a blank line (`\n\n` or `\r\n\r\n`).
 fn events(r: &Reply) -> Vec<(String, Value)> {
     let text = r.text().replace("\r\n", "\n");
     text.split("\n\n")
@@ -31,6 +31,8 @@ fn events(r: &Reply) -> Vec<(String, Value)> {
             for line in e.lines() {
                 if let Some(n) = line.strip_prefix("event: ") {
                     name = n.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ").filter(|d| *d == "[DONE]") {
+                    data = json!(d);
                 } else if let Some(d) = line.strip_prefix("data: ") {
                     data = serde_json::from_str(d).unwrap_or_else(|err| panic!("event data is not JSON ({err}): {d}"));
                 }
@@ -244,7 +246,9 @@ async fn google_faults_in_google_shapes() {
         let e = &r.json()["error"];
         assert_eq!((e["code"].as_u64(), e["status"].as_str()), (Some(status as u64), Some(kind)), "{fault}");
         if status == 429 {
-            assert_eq!(r.header("retry-after"), Some("7"));
+            // As Gemini: the delay only in the body.
+            assert_eq!(r.header("retry-after"), None);
+            assert_eq!(e["details"][0]["@type"], "type.googleapis.com/google.rpc.RetryInfo");
             assert_eq!(e["details"][0]["retryDelay"], "7s");
         }
     }
@@ -259,31 +263,98 @@ async fn google_faults_in_google_shapes() {
     assert_eq!(r.json()["usageMetadata"]["cachedContentTokenCount"], 2);
 }
 
+const OPENAI: &[(&str, &str)] = &[("authorization", "Bearer key-alpha")];
+
 #[tokio::test]
-async fn openai_answers_are_unchanged() {
+async fn openai_answers_and_streams_its_usage_only_when_asked() {
     let m = mock().await;
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
-    let r = post_json(m.addr, "/v1/chat/completions", &[], &body).await.unwrap();
-    assert_eq!(r.status, 200);
+    let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &body).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], "Hello from alpha");
-    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=429/3")], &body).await.unwrap();
+    let with = |b: &'static str| [OPENAI[0], ("x-mock-behavior", b)];
+    let r = post_json(m.addr, "/v1/chat/completions", &with("alpha=429/3"), &body).await.unwrap();
     assert_eq!((r.status, r.header("retry-after")), (429, Some("3")));
     assert_eq!(r.json()["error"]["type"], "provider_error");
+    // A stream ends with its finish reason and [DONE]; no usage unless asked.
     let mut sbody = body.clone();
     sbody["stream"] = json!(true);
-    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=chunks2")], &sbody).await.unwrap();
-    assert_eq!(r.text().matches("data: ").count(), 4, "two content chunks, the usage chunk and [DONE]: {}", r.text());
+    let r = post_json(m.addr, "/v1/chat/completions", &with("alpha=chunks2"), &sbody).await.unwrap();
+    let ev = events(&r);
+    assert_eq!(ev.len(), 4, "two content chunks, the finish chunk and [DONE]: {}", r.text());
+    assert!(!r.text().contains("usage"), "usage only when asked: {}", r.text());
+    assert_eq!(ev[2].1["choices"][0]["finish_reason"], "stop");
     assert!(r.text().ends_with("data: [DONE]\n\n"));
+    // Asked: every chunk says `usage: null` but the last, which has no choices and only the usage.
+    sbody["stream_options"] = json!({"include_usage": true});
+    let r = post_json(m.addr, "/v1/chat/completions", &with("alpha=chunks2"), &sbody).await.unwrap();
+    let ev = events(&r);
+    assert_eq!(ev.len(), 5, "{}", r.text());
+    for (_, chunk) in &ev[..3] {
+        assert!(chunk["usage"].is_null() && chunk["choices"][0].is_object(), "{chunk}");
+    }
+    assert_eq!(ev[3].1["choices"], json!([]));
+    assert_eq!(ev[3].1["usage"]["completion_tokens"], 3);
     assert_eq!(m.received()[0].api, Api::OpenAi);
 }
 
 #[tokio::test]
-async fn anthropic_accepts_the_key_as_a_bearer_token_as_the_current_sdk_sends_it() {
+async fn each_api_refuses_a_missing_key_and_undocumented_fields_as_the_real_one_does() {
     let m = mock().await;
-    let h = [("authorization", "Bearer sdk-key"), ("anthropic-version", "2026-10-21")];
-    let r = post_json(m.addr, "/v1/messages", &h, &messages(false)).await.unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(m.received()[0].credential(), Some("Bearer sdk-key"));
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    // OpenAI: a key in `authorization: Bearer` (or the api-key header of compatible hosts).
+    for (h, status) in [
+        (vec![], 401),
+        (vec![("authorization", "Bearer ")], 401),
+        (vec![("authorization", "Basic a2V5")], 401),
+        (vec![("api-key", "k")], 200),
+        (vec![("x-api-key", "k")], 200),
+    ] {
+        let r = post_json(m.addr, "/v1/chat/completions", &h, &chat).await.unwrap();
+        assert_eq!(r.status, status, "{h:?}: {}", r.text());
+        if status == 401 {
+            assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+        }
+    }
+    let mut odd = chat.clone();
+    odd["provider"] = json!({"sort": "price"});
+    let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &odd).await.unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["message"], "Unrecognized request argument supplied: provider");
+    let mut unstreamed = chat.clone();
+    unstreamed["stream_options"] = json!({"include_usage": true});
+    let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &unstreamed).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("stream_options")));
+    let responses = json!({"model": "m", "input": "Hi", "stream": true, "stream_options": {"include_usage": true}});
+    let r = post_json(m.addr, "/v1/responses", OPENAI, &responses).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("unknown_parameter")));
+    let r = post_json(m.addr, "/v1/completions", OPENAI, &json!({"model": "m", "messages": []})).await.unwrap();
+    assert_eq!(r.status, 400, "completions take a prompt, not messages");
+    // Anthropic: the key only in x-api-key (a bearer API key is refused), max_tokens required.
+    let bearer = [("authorization", "Bearer key-alpha"), ("anthropic-version", "2023-06-01")];
+    let r = post_json(m.addr, "/v1/messages", &bearer, &messages(false)).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["type"].as_str()), (401, Some("authentication_error")));
+    let mut no_max = messages(false);
+    no_max.as_object_mut().unwrap().remove("max_tokens");
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &no_max).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["message"].as_str()), (400, Some("max_tokens: Field required")));
+    let mut extra = messages(false);
+    extra["provider"] = json!({});
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &extra).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["type"].as_str()), (400, Some("invalid_request_error")));
+    // Google: unknown names are INVALID_ARGUMENT; both spellings of a known one pass.
+    let path = "/v1beta/models/gemini-x:generateContent";
+    let key = [("x-goog-api-key", "k")];
+    let mut g = gemini();
+    g["generation_config"] = json!({"maxOutputTokens": 8});
+    g["systemInstruction"] = json!({"parts": [{"text": "be brief"}]});
+    assert_eq!(post_json(m.addr, path, &key, &g).await.unwrap().status, 200);
+    g["stream"] = json!(true);
+    let r = post_json(m.addr, path, &key, &g).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")));
+    // Other paths (the mock also plays non-LLM services) are not checked.
+    let r = post_json(m.addr, "/generate", &[], &json!({"anything": 1})).await.unwrap();
+    assert_eq!(r.status, 200);
 }
 
 #[tokio::test]
@@ -307,7 +378,8 @@ async fn a_provider_overloaded_mid_stream_sends_its_apis_error_event() {
     assert_eq!(r.json()[1]["error"]["code"], 503, "{}", r.text());
 
     let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
-    let r = post_json(m.addr, "/v1/chat/completions", &[("x-mock-behavior", "alpha=sserror2")], &body).await.unwrap();
+    let h = [OPENAI[0], ("x-mock-behavior", "alpha=sserror2")];
+    let r = post_json(m.addr, "/v1/chat/completions", &h, &body).await.unwrap();
     let ev = events(&r);
     assert_eq!(ev.len(), 3, "{}", r.text());
     assert_eq!(ev[2].1["error"]["type"], "server_error");

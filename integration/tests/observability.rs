@@ -137,6 +137,54 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
     }
 }
 
+// A stream whose caller did not ask for its usage (`stream_options.include_usage`): real
+// providers then send none unless asked, so Switchyard asks, and the tokens and cost reach the
+// usage metrics and the access log. The mock, like OpenAI, reports usage only when asked:
+// 5 prompt and 3 completion tokens, at test/basic's alpha price ($1 per million each).
+#[tokio::test]
+async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
+    let s = stack();
+    let body = json!({"model": "test/basic", "provider": {"sort": "price"}, "stream": true,
+                      "messages": msg("stream, no usage asked")});
+    let headers = [("x-team", "stream"), ("x-request-id", "obs-unasked-rid")];
+    let r = s.chat_with("obs-unasked", &headers, body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
+    assert!(usage_of(&r.text()).is_null(), "the caller did not ask for the usage chunk: {}", r.text());
+    let labels = |t: &'static str| {
+        vec![
+            ("caller", "stream"),
+            ("endpoint", "alpha"),
+            ("gen_ai_request_model", "test_basic"),
+            ("gen_ai_token_type", t),
+        ]
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sum(s, TOKENS, &labels("output")) < 3.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sum(s, TOKENS, &labels("input")), 5.0, "input tokens");
+    assert_eq!(sum(s, TOKENS, &labels("output")), 3.0, "output tokens");
+    let cost = sum(s, COST, &[("caller", "stream"), ("endpoint", "alpha")]);
+    assert_eq!(cost, 8_000.0, "8 tokens at $1 per million, in nano-USD");
+    let path = s.log_dir.join("envoy.log");
+    let line = loop {
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        let found = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["request_id"] == "obs-unasked-rid");
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "no access-log line for obs-unasked-rid");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!((line["input_tokens"].as_str(), line["output_tokens"].as_str()), (Some("5"), Some("3")), "{line}");
+    let logged: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert!((logged - 8e-6).abs() < 1e-12, "{line}");
+}
+
 #[tokio::test]
 async fn unlisted_and_absent_callers_share_two_labels() {
     let s = stack();
@@ -194,6 +242,17 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
         assert!(Instant::now() < deadline, "no JSON access-log lines in {}", path.display());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // One line per request: every JSON line parses, and each request id has exactly one
+    // (a failover's two attempts are still one request).
+    let log = std::fs::read_to_string(&path).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.starts_with('{')).collect();
+    let parsed: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("an access-log line is not JSON ({e}): {l}")))
+        .collect();
+    for rid in ["obs-log-rid", "obs-log-400"] {
+        assert_eq!(parsed.iter().filter(|v| v["request_id"] == rid).count(), 1, "{rid}: {lines:#?}");
+    }
     assert_eq!(line["status"], 200, "{line}");
     assert_eq!(line["method"], "POST", "{line}");
     assert_eq!(line["path"], "/v1/chat/completions", "{line}");
@@ -291,6 +350,17 @@ async fn a_routed_request_is_traced_with_genai_attributes_continuing_the_callers
     assert_eq!(a.get("gen_ai.usage.output_tokens"), Some(&usage["completion_tokens"].to_string()), "{a:#?}");
     let cost: f64 = a.get("switchyard.cost_usd").and_then(|c| c.parse().ok()).unwrap_or(-1.0);
     assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{a:#?} vs {usage}");
+    // Types: Envoy's tracer sets every custom tag (and its own attributes) as a string; the
+    // GenAI conventions' int counts arrive as decimal strings (docs/observability.md says so).
+    // A change of type on either side fails here.
+    let kinds = &server.attribute_kinds;
+    for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "switchyard.attempts", "switchyard.cost_usd"] {
+        assert_eq!(kinds.get(k).copied(), Some("string"), "{k}: {kinds:?}");
+    }
+    for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "switchyard.attempts"] {
+        assert!(a.get(k).and_then(|v| v.parse::<u64>().ok()).is_some(), "{k} is not a decimal integer: {a:#?}");
+    }
+    assert!(kinds.values().all(|k| *k == "string"), "{kinds:?}");
     // One upstream span per attempt, a child of the request's span, naming its provider's cluster.
     let mut upstream: Vec<_> = ours.iter().filter(|s| s.kind == SPAN_KIND_CLIENT).collect();
     upstream.sort_by_key(|s| s.name.contains("c_beta"));

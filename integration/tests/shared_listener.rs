@@ -137,6 +137,15 @@ async fn another_hosts_requests_reach_it_untouched_on_every_path() {
         sent.extend(headers.iter().copied());
         let r = send(s.addr, method, path, &sent, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"));
         assert_no_switchyard_headers(&r);
+        // The caller gets the other service's answer as it gave it: the same request sent to it
+        // directly (under another test id) gets the same status, type and body (an OpenAI-style
+        // answer's `id` names the mock's request count: left out).
+        let direct_id = format!("{id}-direct");
+        let direct_headers: Vec<(&str, &str)> =
+            sent.iter().map(|&(k, v)| if k == "x-test-id" { (k, direct_id.as_str()) } else { (k, v) }).collect();
+        let direct = send(s.mock("vllm").addr, method, path, &direct_headers, &body).await.unwrap();
+        assert_eq!((r.status, r.header("content-type")), (direct.status, direct.header("content-type")), "{id}");
+        assert_eq!(without_id(&r.body), without_id(&direct.body), "{id}: {}", r.text());
         let got = s.received(id);
         assert_eq!(got.len(), 1, "{id}: {:?}", got.iter().map(|g| &g.0).collect::<Vec<_>>());
         let (who, req) = &got[0];
@@ -213,6 +222,17 @@ async fn switchyard_host_requests_are_routed_each_provider_seeing_only_its_key()
     assert_eq!(r.json()["error"]["code"], "not_found", "{}", r.text());
     assert!(s.received("own-405").is_empty() && s.received("own-404").is_empty());
     assert!(s.mock("vllm").received_for("own-failover").is_empty());
+}
+
+/// A JSON answer without its top-level `id`; any other body as its bytes.
+fn without_id(body: &[u8]) -> Value {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut o)) => {
+            o.remove("id");
+            Value::Object(o)
+        }
+        _ => Value::String(String::from_utf8_lossy(body).into_owned()),
+    }
 }
 
 /// The request carries `key` and no other provider's key or the caller's, in any header.

@@ -1,6 +1,6 @@
 //! The Anthropic Messages and Google generateContent surfaces in real Envoy, against mock
 //! providers speaking each API: routing only to endpoints speaking the caller's API, failover,
-//! `models` fallback, Retry-After cool-down, credentials (each provider sees only its own key in
+//! `models` fallback, Retry-After (Gemini: `retryDelay`) cool-down, credentials (each provider sees only its own key in
 //! its API's header, the caller's key never), errors in each API's shape, streaming.
 
 mod common;
@@ -589,31 +589,50 @@ async fn google_errors_come_in_googles_shape() {
     .await;
     assert_eq!(receivers(s, "go-e5"), vec!["gamma", "delta"]);
     check(&r, 429, "RESOURCE_EXHAUSTED", "CAPACITY_EXHAUSTED");
-    assert_eq!(r.header("retry-after"), Some("2"));
+    // Gemini names its delay only in the body: gamma's (2 s) is never read, Envoy resets a
+    // retried attempt at its headers; delta's answer is passed on and read.
+    assert_eq!(r.header("retry-after"), Some("5"));
     // Other model methods are not routed: the pass-through cluster takes them, never a provider.
     google(s, "go-e6", "/v1beta/models/go/err:countTokens", &[], json!({"contents": []})).await;
     assert_eq!(receivers(s, "go-e6"), vec!["origin"]);
     assert!(s.received("go-e1").is_empty());
 }
 
+// Gemini names a 429's delay only in its body (google.rpc.RetryInfo `retryDelay`), as the mock
+// does, and Switchyard reads it from the 429 Envoy passes on (here the only planned attempt):
+// the caller's Retry-After names it and the endpoint cools down for exactly that long. gamma is
+// the cheaper endpoint of go/cd, so under `sort: price` it is first whenever it is not cooling
+// down. A 429 without a delay is the control: no pause, gamma is first again at once. Then
+// `retryDelay: 2s`: delta serves until the 2 s are over, gamma after.
 #[tokio::test]
-async fn google_retry_after_cools_the_endpoint_down_and_metrics_count_the_surface() {
+async fn google_retry_delay_cools_the_endpoint_down_and_metrics_count_the_surface() {
     let s = stack();
-    let r = google(
-        s,
-        "go-cd0",
-        "/v1beta/models/go/cd:generateContent",
-        &[("x-mock-behavior", "gamma=429/30")],
-        json!({"contents": contents("x")}),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    for i in 1..4 {
-        let id = format!("go-cd{i}");
-        let r = google(s, &id, "/v1beta/models/go/cd:generateContent", &[], json!({"contents": contents("x")})).await;
-        assert_eq!(r.status, 200);
-        assert_eq!(receivers(s, &id), vec!["delta"], "request {i}");
+    let path = "/v1beta/models/go/cd:generateContent";
+    let only_gamma = r#"{"provider": {"order": ["gamma"], "allow_fallbacks": false}}"#;
+    let refused = |id: &'static str, behavior: &'static str| async move {
+        let extra = [("x-mock-behavior", behavior), ("x-switchyard-routing", only_gamma)];
+        let r = google(s, id, path, &extra, json!({"contents": contents("x")})).await;
+        assert_eq!(r.status, 429, "{id}: {}", r.text());
+        assert_eq!(receivers(s, id), ["gamma"]);
+        r.header("retry-after").map(str::to_string)
+    };
+    let served_by = |id: &'static str| async move {
+        let r = google(s, id, path, &[], json!({"contents": contents("x")})).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        receivers(s, id)
+    };
+    assert_eq!(refused("go-cd-ctl", "gamma=429").await, None);
+    assert_eq!(served_by("go-cd-ctl1").await, ["gamma"], "a 429 without a delay pauses nothing");
+    assert_eq!(refused("go-cd0", "gamma=429/2").await.as_deref(), Some("2"), "the caller is told the delay");
+    let at = std::time::Instant::now();
+    let delay = Duration::from_secs(2);
+    for id in ["go-cd1", "go-cd2", "go-cd3"] {
+        assert_eq!(served_by(id).await, ["delta"], "{id}, {:?} after the 429", at.elapsed());
     }
+    assert!(at.elapsed() < delay, "the follow-ups ran inside the cool-down: {:?}", at.elapsed());
+    // The cool-down began when the filter read the 429's body, before the caller had its answer.
+    tokio::time::sleep(delay.saturating_sub(at.elapsed()) + Duration::from_millis(100)).await;
+    assert_eq!(served_by("go-cd4").await, ["gamma"], "usable again once the delay is over");
     let (_, stats) =
         switchyard_integration::envoy::http_get(s.admin, "/stats?filter=switchyard.attempts_total").unwrap_or_default();
     let count = |needle: &str| {
@@ -624,8 +643,16 @@ async fn google_retry_after_cools_the_endpoint_down_and_metrics_count_the_surfac
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert!(count("model.go_cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success") >= 4, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 1, "{stats}");
+    assert_eq!(count("model.go_cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success"), 3, "{stats}");
+    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 2, "{stats}");
+    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.success"), 2, "{stats}");
+    // delta speaks only Google: its first attempt runs on its first-attempt cluster, without the
+    // per-attempt filter; the decision filter reads the delay from the 429 it passes on.
+    let only_delta = r#"{"provider": {"order": ["delta"], "allow_fallbacks": false}}"#;
+    let extra = [("x-mock-behavior", "delta=429/1"), ("x-switchyard-routing", only_delta)];
+    let r = google(s, "go-cd5", path, &extra, json!({"contents": contents("x")})).await;
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("1")), "{}", r.text());
+    assert_eq!(receivers(s, "go-cd5"), ["delta"]);
 }
 
 #[tokio::test]

@@ -376,11 +376,27 @@ pub struct SseRewriter {
     scanned: usize,
     /// Anthropic: the usage `message_start` reported, for the cost on the final `message_delta`.
     start_usage: Cell<ReportedUsage>,
+    /// OpenAI: the usage-only chunk (`choices: []`) is left out (the caller did not ask for it).
+    hide_usage_chunk: bool,
 }
 
 impl SseRewriter {
     pub fn new(served: Served) -> SseRewriter {
-        SseRewriter { served, pending: Vec::new(), scanned: 0, start_usage: Cell::new(ReportedUsage::default()) }
+        SseRewriter {
+            served,
+            pending: Vec::new(),
+            scanned: 0,
+            start_usage: Cell::new(ReportedUsage::default()),
+            hide_usage_chunk: false,
+        }
+    }
+
+    /// Leaves out an OpenAI stream's usage-only chunk (`"choices": []` with `usage`): the
+    /// provider sent it because Switchyard asked (`stream_options.include_usage`), the caller did
+    /// not ask, and a chunk without choices breaks callers that read `choices[0]` of every chunk.
+    pub fn hiding_usage_chunk(mut self, hide: bool) -> SseRewriter {
+        self.hide_usage_chunk = hide && self.served.api == Api::OpenAi;
+        self
     }
 
     /// Feeds one chunk; returns what to send on now. With `end`, everything held is flushed.
@@ -410,6 +426,9 @@ impl SseRewriter {
     }
 
     fn rewrite_event(&self, event: &[u8], out: &mut Vec<u8>) {
+        if self.hide_usage_chunk && is_usage_only_chunk(event) {
+            return;
+        }
         for line in event.split_inclusive(|&b| b == b'\n') {
             let (content, eol): (&[u8], &[u8]) = match line.strip_suffix(b"\r\n") {
                 Some(c) => (c, b"\r\n"),
@@ -435,6 +454,22 @@ impl SseRewriter {
             }
         }
     }
+}
+
+/// An OpenAI stream event whose chunk has no choices and carries `usage` (what a provider asked
+/// for `stream_options.include_usage` sends last). Only events naming `"usage"` are parsed.
+fn is_usage_only_chunk(event: &[u8]) -> bool {
+    if !event.windows(7).any(|w| w == b"\"usage\"") {
+        return false;
+    }
+    let Some(data) = event.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"data:")) else { return false };
+    let json = data.strip_prefix(b" ").unwrap_or(data);
+    let json = json.strip_suffix(b"\r").unwrap_or(json);
+    let Ok(fields) = TopLevel::parse(json) else { return false };
+    let no_choices = fields
+        .get("choices")
+        .is_some_and(|c| serde_json::from_str::<Vec<serde::de::IgnoredAny>>(c.get()).is_ok_and(|v| v.is_empty()));
+    no_choices && fields.get("usage").is_some_and(|u| u.get().trim() != "null")
 }
 
 /// The end (exclusive) of the first blank line that ends an event: "\n\n" or "\n\r\n".
@@ -725,6 +760,24 @@ mod tests {
             assert_eq!(got, expected, "cut at {cut}");
             assert!(r.feed(b"", true).is_empty());
         }
+    }
+
+    #[test]
+    fn a_usage_chunk_the_caller_did_not_ask_for_is_left_out() {
+        let input = b"data: {\"model\":\"up\",\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
+        let shown = String::from_utf8(SseRewriter::new(served()).feed(input, true)).unwrap();
+        assert_eq!(shown.matches("data: ").count(), 3, "{shown}");
+        assert!(shown.contains("\"cost\":"), "asked for: passed on with its cost: {shown}");
+        let hidden = String::from_utf8(SseRewriter::new(served()).hiding_usage_chunk(true).feed(input, true)).unwrap();
+        let events: Vec<&str> = hidden.split("\n\n").filter(|e| !e.is_empty()).collect();
+        assert_eq!(events.len(), 2, "{hidden}");
+        assert!(events[0].contains("\"finish_reason\":\"stop\"") && events[1] == "data: [DONE]", "{hidden}");
+        // A chunk with choices keeps its usage; other APIs are never touched.
+        let with_choices = b"data: {\"choices\":[{\"delta\":{}}],\"usage\":{\"prompt_tokens\":1}}\n\n";
+        let out = SseRewriter::new(served()).hiding_usage_chunk(true).feed(with_choices, true);
+        assert!(String::from_utf8(out).unwrap().contains("prompt_tokens"));
+        let google = b"data: {\"choices\":[],\"usage\":{}}\r\n\r\n";
+        assert!(!SseRewriter::new(served_for(Api::Google)).hiding_usage_chunk(true).feed(google, true).is_empty());
     }
 
     #[test]

@@ -6,10 +6,12 @@
 use crate::answer::sse::StreamEnd;
 use crate::answer::usage::{tokens_per_s, ReportedUsage, USAGE_TAIL_BYTES};
 use crate::api::Api;
-use crate::protocol::outcome::{parse_retry_after, Outcome};
+use crate::protocol::outcome::{parse_google_retry_delay, parse_retry_after, Outcome};
 
 /// How much of an Anthropic stream's first chunk is read for `message_start`'s usage.
 pub const ANTHROPIC_HEAD_BYTES: usize = 1024;
+/// The longest Gemini 429 body held for its retry delay (Google's errors are a few hundred bytes).
+pub const MAX_ERROR_BODY_BYTES: usize = 16 << 10;
 
 #[derive(Debug, Clone)]
 pub struct AttemptWatch {
@@ -68,6 +70,20 @@ impl AttemptWatch {
         self.retry_after_s = retry_after.and_then(|v| parse_retry_after(v, max_retry_after_s));
         if (200..300).contains(&status) && content_type.is_some_and(|c| c.starts_with("text/event-stream")) {
             self.sse = Some(StreamEnd::for_api(self.api));
+        }
+    }
+
+    /// Whether the answer's delay is in its body: a Gemini 429 without `Retry-After` reports it
+    /// as `google.rpc.RetryInfo` (see [`AttemptWatch::error_body`]).
+    pub fn reads_error_body(&self) -> bool {
+        self.api == Api::Google && self.status == Some(429) && self.retry_after_s.is_none()
+    }
+
+    /// The whole body of an answer [`AttemptWatch::reads_error_body`] named: its retry delay,
+    /// capped at `max_retry_after_s`.
+    pub fn error_body(&mut self, body: &[u8], max_retry_after_s: u32) {
+        if self.reads_error_body() {
+            self.retry_after_s = parse_google_retry_delay(body, max_retry_after_s);
         }
     }
 
@@ -191,6 +207,28 @@ mod tests {
         none.unanswered();
         assert_eq!(none.summary(3).status, 0);
         assert_ne!(none.summary(3).outcome, Outcome::Interrupted);
+    }
+
+    #[test]
+    fn a_gemini_429_takes_its_delay_from_the_body() {
+        let body = br#"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7s"}]}}"#;
+        let mut w = AttemptWatch::new(Api::Google, false, 0);
+        w.headers(429, None, Some("application/json"), 300);
+        assert!(w.reads_error_body());
+        w.error_body(body, 300);
+        assert_eq!(w.summary(3).retry_after_s, Some(7));
+        // Retry-After, when a Google answer has one, is read as everywhere; other APIs and
+        // statuses never hold a body.
+        let mut header = AttemptWatch::new(Api::Google, false, 0);
+        header.headers(429, Some("2"), None, 300);
+        assert!(!header.reads_error_body());
+        header.error_body(body, 300);
+        assert_eq!(header.retry_after_s, Some(2));
+        for (api, status) in [(Api::OpenAi, 429), (Api::Anthropic, 429), (Api::Google, 503)] {
+            let mut w = AttemptWatch::new(api, false, 0);
+            w.headers(status, None, None, 300);
+            assert!(!w.reads_error_body(), "{api:?} {status}");
+        }
     }
 
     #[test]

@@ -72,6 +72,29 @@ pub fn started(host: &dyn Host, of: &AttemptOf) {
     }
 }
 
+/// A 429 whose delay became known after the attempt was recorded (Gemini names it only in the
+/// body): the attempt's record gets it (`record`), and the endpoint cools down for it, in its
+/// statistics and, with shared cool-downs, on every pod.
+pub fn cooled_down_late(
+    host: &dyn Host,
+    config: &Configured,
+    attempt: usize,
+    record: AttemptRecord,
+    of: &AttemptOf,
+    now_ms: u64,
+) {
+    let Some(delay) = record.retry_after_s else { return };
+    set_record(host, attempt, record);
+    let until = now_ms.saturating_add(u64::from(delay) * 1000);
+    if of.in_catalog {
+        update_stats(host, &stats_key(of.model, of.slug), |st| st.cool_down_until(until));
+    }
+    let catalog = &config.catalog;
+    if let Some(provider) = catalog.endpoint_of(of.model, of.slug).and_then(|e| catalog.provider_of(e)) {
+        super::mesh::share_cooldown(&config.limits, &provider.slug, delay, now_ms);
+    }
+}
+
 /// Records a finished attempt on its endpoint's statistics and in the metrics. `timed`: the
 /// summary's latency is known (a first attempt reported by the hook has none). `verdict`: the
 /// served answer's quality, written in the same update. `now_ms`: the caller's clock reading in

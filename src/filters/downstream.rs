@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use super::attempts::{finished, read_record, read_records, started, watch_chunk, AttemptOf};
+use super::attempts::{cooled_down_late, finished, read_record, read_records, started, watch_chunk, AttemptOf};
 use super::caller::HostFacts;
 use super::host::{find, span, status_of, Action, Host};
 use super::mesh::{self, Admission, AdmissionState};
@@ -16,7 +16,7 @@ use crate::answer::response::{
     attempt_log, is_json_object, rewrite_answer, wrap_provider_error, Collected, Served, SseRewriter,
 };
 use crate::answer::sse::interrupted_event_for;
-use crate::answer::watch::AttemptWatch;
+use crate::answer::watch::{AttemptWatch, MAX_ERROR_BODY_BYTES};
 use crate::api::{Api, Surface};
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
@@ -67,8 +67,13 @@ enum BodyAction {
         slug: String,
         collected: Vec<u8>,
     },
-    /// Every attempt failed: the whole body becomes this error.
-    Replace(String),
+    /// Every attempt failed: the whole body becomes this error. `late_retry_after`: a 429 whose
+    /// `Retry-After` is not known yet, with this many attempt records to read again at the end
+    /// (a Gemini 429 names its delay only in the body, read by its attempt's filter).
+    Replace {
+        body: String,
+        late_retry_after: Option<usize>,
+    },
     /// A served stream the filter does not rewrite: if the serving attempt broke off, end it
     /// with an error event.
     WatchStream,
@@ -183,6 +188,9 @@ pub struct Stream<H: Host> {
     /// The served answer's usage, read for the usage metrics and the limits' settlement (the
     /// prepared first attempt's own watch serves when it answered).
     usage_watch: Option<AttemptWatch>,
+    /// The prepared first attempt answered a Gemini 429 that Envoy passes on: its body is read
+    /// at its end for the delay it names (that attempt has no per-attempt filter to read it).
+    first_error_body: bool,
     /// `telemetry.caller`'s label index for this caller, when configured.
     caller: Option<usize>,
     /// Catalog model index the caller asked for (the number of models for `auto`).
@@ -229,6 +237,7 @@ impl<H: Host> Stream<H> {
             admission: None,
             held: false,
             usage_watch: None,
+            first_error_body: false,
             caller: None,
             request_model: 0,
             attributes_written: false,
@@ -486,6 +495,18 @@ impl<H: Host> Stream<H> {
         let s = f.watch.summary(now_ms);
         let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
         finished(&self.host, &self.config, &of, &s, &f.watch.usage, true, f.verdict, now_ms);
+    }
+
+    /// The end of a Gemini 429 the prepared first attempt got: the delay it names is that
+    /// attempt's (see `cooled_down_late`), before the final error reads the records.
+    fn first_delay_from_body(&mut self, body: &[u8]) {
+        let cap = self.config.catalog.routing.max_retry_after_s;
+        let Some(f) = self.first.as_mut() else { return };
+        f.watch.error_body(body, cap);
+        let Some(delay) = f.watch.retry_after_s else { return };
+        let record = AttemptRecord { endpoint: f.planned, status: 429, retry_after_s: Some(delay) };
+        let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
+        cooled_down_late(&self.host, &self.config, 1, record, &of, self.host.now_ms());
     }
 
     /// The prepared first attempt is still being answered to the caller.
@@ -811,6 +832,15 @@ impl<H: Host> Filter for Stream<H> {
                 }
             }
         }
+        if self.first_error_body && end_of_stream {
+            // Held by the final error until here (the filter pauses it): the whole body.
+            self.first_error_body = false;
+            let body = match &chunk {
+                Some(c) => c.get(..MAX_ERROR_BODY_BYTES).unwrap_or(c).to_vec(),
+                None => self.host.response_body(0, body_size.min(MAX_ERROR_BODY_BYTES)).unwrap_or_default(),
+            };
+            self.first_delay_from_body(&body);
+        }
         if let Some(w) = self.usage_watch.as_mut() {
             match &chunk {
                 Some(c) => w.whole_chunk(now, c),
@@ -997,6 +1027,9 @@ impl<H: Host> Stream<H> {
                 // A refusal, or an answer without a body: complete here.
                 self.finish_first(now);
             }
+            if self.first.as_ref().is_some_and(|f| f.watch.reads_error_body()) && !end_of_stream {
+                self.first_error_body = true;
+            }
             let record =
                 |f: &PreparedFirst| AttemptRecord { endpoint: f.planned, status, retry_after_s: f.watch.retry_after_s };
             self.first.as_ref().map(record).into_iter().collect()
@@ -1036,6 +1069,7 @@ impl<H: Host> Stream<H> {
             count(&self.host, &failover_incomplete_metric(cut.reason));
         }
         self.result = Some(RequestResult::Failed);
+        let audit_attempts = audit.attempts;
         let attempts = audit.attempts.to_string();
         self.audit(Audit { status: e.status, error: Some(e.code), ..audit });
         self.write_attributes(Some(e.code));
@@ -1059,7 +1093,9 @@ impl<H: Host> Stream<H> {
             self.host.set_resp_header(k, Some(v));
         }
         // Held until the failed answer's body is complete, then replaced with its length.
-        self.body_action = BodyAction::Replace(e.body());
+        let known = e.headers.iter().any(|(k, _)| k == "retry-after");
+        let late_retry_after = (e.status == 429 && !known).then_some(audit_attempts);
+        self.body_action = BodyAction::Replace { body: e.body(), late_retry_after };
         Action::Pause
     }
 
@@ -1122,7 +1158,8 @@ impl<H: Host> Stream<H> {
         if sse {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
             self.host.set_resp_header("content-length", None);
-            self.body_action = BodyAction::Stream(SseRewriter::new(served));
+            let hide = self.decision.as_ref().is_some_and(|d| d.hide_usage_chunk);
+            self.body_action = BodyAction::Stream(SseRewriter::new(served).hiding_usage_chunk(hide));
             return Action::Continue;
         }
         if json && !stream {
@@ -1257,11 +1294,19 @@ impl<H: Host> Stream<H> {
                 self.body_action = BodyAction::None;
                 Action::Continue
             }
-            BodyAction::Replace(_) => {
+            BodyAction::Replace { .. } => {
                 if !end_of_stream {
                     return Action::Pause;
                 }
-                if let BodyAction::Replace(body) = std::mem::replace(&mut self.body_action, BodyAction::None) {
+                if let BodyAction::Replace { body, late_retry_after } =
+                    std::mem::replace(&mut self.body_action, BodyAction::None)
+                {
+                    // The last attempt's filter has read its body by now.
+                    let min = late_retry_after
+                        .and_then(|n| read_records(&self.host, n, None).iter().filter_map(|r| r.retry_after_s).min());
+                    if let Some(s) = min {
+                        self.host.set_resp_header("retry-after", Some(&s.to_string()));
+                    }
                     self.host.set_response_body(0, usize::MAX, body.as_bytes());
                     self.host.set_resp_header("content-length", Some(&body.len().to_string()));
                 }

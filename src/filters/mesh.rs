@@ -234,8 +234,15 @@ pub fn attempt_charges(limits: &MeshLimits, provider: &str, tokens: u64, retry_a
             queue(capacity_descriptor(provider, Kind::Tokens), tokens as f64);
         }
     }
-    if let (true, Some(r)) = (limits.share_cooldowns, retry_after_s.filter(|&r| r > 0)) {
-        for slot in cooldown_slots(now_ms / 1000, u64::from(r)) {
+    if let Some(r) = retry_after_s {
+        share_cooldown(limits, provider, r, now_ms);
+    }
+}
+
+/// With `share_cooldowns`, marks `provider` cooling down for `retry_after_s` on every pod.
+pub fn share_cooldown(limits: &MeshLimits, provider: &str, retry_after_s: u32, now_ms: u64) {
+    if limits.share_cooldowns && retry_after_s > 0 && limits.tracks_provider(provider) {
+        for slot in cooldown_slots(now_ms / 1000, u64::from(retry_after_s)) {
             queue(cooldown_descriptor(provider, slot), f64::from(COOLDOWN_MARK));
         }
     }

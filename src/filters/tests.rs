@@ -486,3 +486,161 @@ fn the_listing_leaves_out_endpoints_a_byok_always_key_shadows() {
         v["data"]["endpoints"].as_array().map_or(vec![], |a| a.iter().filter_map(|e| e["tag"].as_str()).collect());
     assert_eq!(slugs, vec!["openai/byok"], "{v}");
 }
+
+/// Two Google endpoints of one model: alpha (cheaper) and beta.
+const GOOGLE_CONFIG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "alpha-secret"},
+              "apis": {"google": {}}},
+    "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "beta-secret"},
+             "apis": {"google": {}}}
+  },
+  "models": {"g": {"endpoints": [
+    {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+const GEMINI_429: &str = r#"{"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "7s"}]}}"#;
+
+// Gemini reports its delay only in the error body (google.rpc.RetryInfo). Envoy resets an attempt
+// it retries at its headers, so only the 429 it passes on shows its body: that attempt's record
+// gets the delay, its endpoint cools down for exactly that long, and the caller's Retry-After
+// (set when the body ends, the answer's headers held until then) names it.
+#[test]
+fn a_gemini_429_cools_its_endpoint_for_the_delay_in_its_body() {
+    let config = configured(GOOGLE_CONFIG);
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1beta/models/g:generateContent"),
+        (":authority", "gateway"),
+        ("content-type", "application/json"),
+        ("x-switchyard-routing", r#"{"provider": {"sort": "price"}}"#),
+    ]);
+    let body = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
+    host.state().request_body = body.as_bytes().to_vec();
+    host.state().now_ms = 1_000_000;
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    // alpha's 429 is retried: Envoy resets it after its headers, its body never arrives.
+    let mut first = attempt(&host, &config, 1, "c_alpha");
+    answer(&host, "429", GEMINI_429);
+    assert_eq!(first.on_response_headers(false), Action::Continue);
+    first.on_done();
+    // beta's 429 is the last: Envoy passes it on, headers first through both filters, then its
+    // body in two pieces, each through the attempt's filter and then the decision filter.
+    let mut last = attempt(&host, &config, 2, "c_beta");
+    answer(&host, "429", GEMINI_429);
+    assert_eq!(last.on_response_headers(false), Action::Continue);
+    assert_eq!(stream.on_response_headers(false), Action::Pause, "held until the body is replaced");
+    assert_eq!(host.response_header_value(":status").as_deref(), Some("429"));
+    assert_eq!(host.response_header_value("retry-after"), None, "not known at the headers");
+    let (a, b) = GEMINI_429.split_at(40);
+    host.state().response_body = a.as_bytes().to_vec();
+    assert_eq!(last.on_response_body(a.len(), false), Action::Continue);
+    assert_eq!(stream.on_response_body(a.len(), false), Action::Pause);
+    host.state().response_body = b.as_bytes().to_vec();
+    assert_eq!(last.on_response_body(b.len(), true), Action::Continue);
+    assert_eq!(stream.on_response_body(b.len(), true), Action::Continue);
+    last.on_done();
+    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"), "the caller is told the delay");
+    let record = |k: usize| super::attempts::read_record(&host, k).map(|r| (r.status, r.retry_after_s));
+    assert_eq!((record(1), record(2)), (Some((429, None)), Some((429, Some(7)))));
+    let stats = |slug: &str| {
+        let bytes = host.state().shared.get(&format!("sy/h/g|{slug}")).map(|(b, _)| b.clone()).expect("stats");
+        crate::routing::stats::EndpointStats::decode(&bytes)
+    };
+    for (at, cooling) in [(1_006_999, true), (1_007_000, false)] {
+        assert_eq!(stats("beta").view(at, 30_000).cooling_down, cooling, "beta at {at}");
+    }
+    assert!(!stats("alpha").view(1_000_001, 30_000).cooling_down, "alpha's delay was never seen");
+    let body = json(&host.state().response_body);
+    assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED", "{body}");
+}
+
+// A Google-only provider's first attempt on its first-attempt cluster (no per-attempt filter) is
+// the plan's only one: its Gemini 429 reaches the decision filter, which reads the delay from
+// the body it holds for the final error, cools the endpoint down and names it in Retry-After.
+#[test]
+fn a_prepared_first_attempts_gemini_429_is_read_by_the_decision_filter() {
+    let config = configured(
+        r#"{"providers": {"delta": {"cluster": "c_delta", "first_attempt_cluster": "c_delta_first",
+              "authority": "delta.example", "credential": {"injected": true}, "apis": {"google": {}}}},
+            "models": {"g": {"endpoints": [{"provider": "delta", "pricing": {"prompt": 1, "completion": 1}}]}},
+            "routing": {"default_policy": "price_weighted"}}"#,
+    );
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[(":method", "POST"), (":path", "/v1beta/models/g:generateContent")]);
+    let body = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
+    host.state().request_body = body.as_bytes().to_vec();
+    host.state().now_ms = 2_000_000;
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("plan");
+    assert!(plan.first_prepared && plan.endpoints.len() == 1);
+    answer(&host, "429", GEMINI_429);
+    host.state().response_headers.push((ATTEMPTS_HEADER.to_string(), "1".to_string()));
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    assert_eq!(host.response_header_value("retry-after"), None);
+    assert_eq!(stream.on_response_body(GEMINI_429.len(), true), Action::Continue);
+    assert_eq!(host.response_header_value("retry-after").as_deref(), Some("7"));
+    let bytes = host.state().shared.get("sy/h/g|delta").map(|(b, _)| b.clone()).expect("stats");
+    let stats = crate::routing::stats::EndpointStats::decode(&bytes);
+    assert!(stats.view(2_006_999, 30_000).cooling_down && !stats.view(2_007_000, 30_000).cooling_down);
+}
+
+const STREAM_BODY: &str =
+    r#"{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}"#;
+
+/// A stream as OpenAI sends it when asked for its usage: content, the finish reason, the usage
+/// alone in a chunk without choices, `[DONE]`.
+const ASKED_STREAM: &str = "data: {\"model\":\"m-up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}],\"usage\":null}\n\n\
+data: {\"model\":\"m-up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n\
+data: {\"model\":\"m-up\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500,\"total_tokens\":1500}}\n\n\
+data: [DONE]\n\n";
+
+// A caller's stream without `stream_options.include_usage`: the provider is asked for its usage,
+// the caller never sees the usage-only chunk, and the usage is counted, priced and charged to
+// the token limit as reported (not the prompt estimate).
+#[test]
+fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
+    use crate::limits::rls::{Code, Response};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    routed_request(&host);
+    host.state().request_body = STREAM_BODY.as_bytes().to_vec();
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(false);
+    let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
+    stream.on_grpc_response(1, 0, n);
+    assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Continue);
+    let sent = json(&host.state().request_body);
+    assert_eq!(sent["stream_options"], serde_json::json!({"include_usage": true}), "asked on the caller's behalf");
+    let mut a = attempt(&host, &config, 1, "c_alpha");
+    host.with_response_headers(&[(":status", "200"), ("content-type", "text/event-stream")]);
+    host.state().response_body = ASKED_STREAM.as_bytes().to_vec();
+    a.on_response_headers(false);
+    a.on_response_body(ASKED_STREAM.len(), true);
+    a.on_done();
+    stream.on_response_headers(false);
+    stream.on_response_body(ASKED_STREAM.len(), true);
+    let shown = String::from_utf8(host.state().response_body.clone()).unwrap();
+    assert!(!shown.contains("\"choices\":[]") && !shown.contains("prompt_tokens"), "{shown}");
+    assert!(shown.contains("\"finish_reason\":\"stop\"") && shown.ends_with("data: [DONE]\n\n"), "{shown}");
+    stream.on_log();
+    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.alpha.endpoint.alpha";
+    let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
+    assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1000);
+    assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 500);
+    // 1500 tokens at alpha's $1 per million.
+    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_500_000);
+    let calls = host.state().grpc_calls.clone();
+    let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
+    assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+}

@@ -5,13 +5,13 @@
 
 use std::rc::Rc;
 
-use super::attempts::{finished, read_record, set_record, started, watch_chunk, AttemptOf};
+use super::attempts::{cooled_down_late, finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
 use super::internals::{hand_on, is_internal};
 use super::{Configured, Filter};
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
-use crate::answer::watch::{AttemptWatch, Summary};
+use crate::answer::watch::{AttemptWatch, Summary, MAX_ERROR_BODY_BYTES};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
@@ -36,6 +36,8 @@ pub struct Attempt<H: Host> {
     /// What the answer showed so far.
     watch: AttemptWatch,
     recorded: bool,
+    /// A Gemini 429's body, collected for the delay it names.
+    error_body: Option<Vec<u8>>,
 }
 
 impl<H: Host> Attempt<H> {
@@ -51,6 +53,7 @@ impl<H: Host> Attempt<H> {
             new_prefix: None,
             watch: AttemptWatch::new(Api::OpenAi, false, 0),
             recorded: false,
+            error_body: None,
         }
     }
 
@@ -104,6 +107,15 @@ impl<H: Host> Attempt<H> {
         );
         let of = AttemptOf { model, slug, in_catalog: self.in_catalog };
         finished(&self.host, &self.config, &of, &s, &self.watch.usage, true, None, now);
+    }
+
+    /// The end of a Gemini 429's body: its delay, recorded late (see `cooled_down_late`).
+    fn delay_from_body(&mut self, body: &[u8]) {
+        self.watch.error_body(body, self.config.catalog.routing.max_retry_after_s);
+        let (Some(delay), Some((model, slug))) = (self.watch.retry_after_s, &self.names) else { return };
+        let record = AttemptRecord { endpoint: self.planned, status: 429, retry_after_s: Some(delay) };
+        let of = AttemptOf { model, slug, in_catalog: self.in_catalog };
+        cooled_down_late(&self.host, &self.config, self.attempt, record, &of, self.host.now_ms());
     }
 
     /// The second attempt of a plan whose first attempt the decision filter prepared: that
@@ -249,10 +261,28 @@ impl<H: Host> Filter for Attempt<H> {
             // A body-less answer is complete here (never "interrupted").
             self.record();
         }
+        // Gemini names a 429's delay only in its body. Envoy passes that body on only for an
+        // answer it does not retry (a retried attempt is reset at its headers, and a Wasm filter
+        // cannot hold an upstream answer's headers for its body): that answer's delay is read at
+        // its end and the record and cool-down follow.
+        if self.watch.reads_error_body() && !end_of_stream {
+            self.error_body = Some(Vec::new());
+        }
         Action::Continue
     }
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some(collected) = self.error_body.as_mut() {
+            let room = MAX_ERROR_BODY_BYTES.saturating_sub(collected.len()).min(body_size);
+            if let Some(piece) = (room > 0).then(|| self.host.response_body(0, room)).flatten() {
+                collected.extend_from_slice(&piece);
+            }
+            if end_of_stream {
+                let body = self.error_body.take().unwrap_or_default();
+                self.delay_from_body(&body);
+            }
+            return Action::Continue;
+        }
         if self.names.is_none() || self.recorded {
             return Action::Continue;
         }

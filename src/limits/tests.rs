@@ -206,7 +206,9 @@ fn settlement_subtracts_what_admission_counted() {
     assert_eq!(settlement(Kind::Requests, 500, 1.0), 0.0);
     assert_eq!(settlement(Kind::Tokens, 500, 1.0), 499.0);
     assert!((settlement(Kind::Spend, 0, 0.0123) - 122.0).abs() < 1e-9);
-    assert_eq!(settlement(Kind::Spend, 0, f64::NAN.max(0.0)), -1.0);
+    // A cost that is not a number, or negative, charges nothing beyond admission's unit.
+    assert_eq!(settlement(Kind::Spend, 0, f64::NAN), -1.0);
+    assert_eq!(settlement(Kind::Spend, 0, -5.0), -1.0);
 }
 
 #[test]

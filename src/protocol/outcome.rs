@@ -156,6 +156,45 @@ pub fn parse_retry_after(v: &str, max_s: u32) -> Option<u32> {
     Some(v.parse::<u32>().unwrap_or(u32::MAX).min(max_s))
 }
 
+/// Google's retry delay: a Gemini error body's `google.rpc.RetryInfo` detail
+/// (`{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7s"}]}}`),
+/// where Gemini reports how long to wait (it sends no `Retry-After`). The delay is a protobuf
+/// Duration in JSON (`"7s"`, `"0.5s"`, `"12.345s"`): whole seconds, a fraction rounded up, capped
+/// at `max_s` like `Retry-After`. None for anything else.
+pub fn parse_google_retry_delay(body: &[u8], max_s: u32) -> Option<u32> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        error: Error,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        #[serde(default)]
+        details: Vec<Detail>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Detail {
+        #[serde(rename = "@type", default)]
+        kind: String,
+        #[serde(rename = "retryDelay", default)]
+        retry_delay: Option<String>,
+    }
+    let body: Body = serde_json::from_slice(body).ok()?;
+    let delay = body
+        .error
+        .details
+        .into_iter()
+        .find(|d| d.kind.ends_with("google.rpc.RetryInfo"))
+        .and_then(|d| d.retry_delay)?;
+    let (whole, fraction) = delay.strip_suffix('s')?.split_once('.').unwrap_or((delay.strip_suffix('s')?, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let seconds = whole.parse::<u32>().unwrap_or(u32::MAX);
+    let up = u32::from(fraction.bytes().any(|b| b != b'0'));
+    Some(seconds.saturating_add(up).min(max_s))
+}
+
 /// The caller's error when the last attempt failed. Every planned attempt made: all 429 -> 429
 /// `capacity_exhausted` with the smallest `Retry-After` seen; otherwise 502 (or 503 when every
 /// failure was a 503/no response). Fewer attempts than planned (`cut_short`): 503

@@ -47,11 +47,50 @@ pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
 /// The body a provider of `api` receives. OpenAI and Anthropic: as [`upstream_body`] (Anthropic's
 /// `fallbacks` removed too). Google: the model is in the path, so only the routing fields are
 /// removed.
-pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
+///
+/// `ask_usage` (an OpenAI chat completions or completions stream): `stream_options` is moved to
+/// the end with `include_usage: true` (the caller's other options kept), so the provider ends the
+/// stream with its usage whatever the caller asked.
+pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str, ask_usage: bool) -> Vec<u8> {
     match api {
         Api::Google => splice(fields, None, routing_fields(api)),
-        Api::OpenAi | Api::Anthropic => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
+        Api::Anthropic => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
+        Api::OpenAi if !ask_usage => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
+        Api::OpenAi => {
+            let skip: Vec<&str> = routing_fields(api).iter().copied().chain([STREAM_OPTIONS]).collect();
+            let mut out = splice(fields, Some(("model", upstream_model)), &skip);
+            out.pop();
+            out.extend_from_slice(b",\"stream_options\":");
+            out.extend_from_slice(&stream_options_with_usage(fields.get(STREAM_OPTIONS).map(|v| v.get())));
+            out.push(b'}');
+            out
+        }
     }
+}
+
+const STREAM_OPTIONS: &str = "stream_options";
+
+/// The caller's `stream_options` object with `include_usage: true` (anything but an object is
+/// replaced).
+fn stream_options_with_usage(raw: Option<&str>) -> Vec<u8> {
+    let mut options: serde_json::Map<String, serde_json::Value> =
+        raw.and_then(|r| serde_json::from_str(r).ok()).unwrap_or_default();
+    options.insert("include_usage".to_string(), serde_json::Value::Bool(true));
+    serde_json::to_vec(&options).unwrap_or_else(|_| br#"{"include_usage":true}"#.to_vec())
+}
+
+/// Whether the caller's own `stream_options` asked for the usage chunk (`include_usage: true`).
+pub fn asks_usage(fields: &TopLevel) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Options {
+        #[serde(default)]
+        include_usage: Option<bool>,
+    }
+    fields
+        .get(STREAM_OPTIONS)
+        .and_then(|r| serde_json::from_str::<Options>(r.get()).ok())
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false)
 }
 
 /// The path of one Google attempt: `{prefix}/{version}/models/{upstream model}:{method}`, the
@@ -204,6 +243,40 @@ mod tests {
     use serde_json::Value;
 
     #[test]
+    fn a_chat_stream_asks_for_its_usage_keeping_the_callers_options() {
+        let cases = [
+            (r#"{"model":"m","stream":true,"messages":[]}"#, false, serde_json::json!({"include_usage": true})),
+            (
+                r#"{"model":"m","stream_options":{"include_usage":false,"x":1},"stream":true}"#,
+                false,
+                serde_json::json!({"include_usage": true, "x": 1}),
+            ),
+            (
+                r#"{"model":"m","stream_options":{"include_usage":true},"stream":true}"#,
+                true,
+                serde_json::json!({"include_usage": true}),
+            ),
+            (r#"{"model":"m","stream_options":null,"stream":true}"#, false, serde_json::json!({"include_usage": true})),
+        ];
+        for (body, asked, options) in cases {
+            let t = TopLevel::parse(body.as_bytes()).unwrap();
+            assert_eq!(asks_usage(&t), asked, "{body}");
+            let out = upstream_body_for(Api::OpenAi, &t, "up", true);
+            let v: Value =
+                serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+            assert_eq!(v["stream_options"], options, "{body}");
+            assert_eq!((v["model"].as_str(), v["stream"].as_bool()), (Some("up"), Some(true)));
+            assert!(out.starts_with(br#"{"model":"up","#));
+            // Not asked: the body is the caller's.
+            let plain = upstream_body_for(Api::OpenAi, &t, "up", false);
+            assert_eq!(
+                serde_json::from_slice::<Value>(&plain).unwrap()["stream_options"],
+                serde_json::from_str::<Value>(body).unwrap()["stream_options"]
+            );
+        }
+    }
+
+    #[test]
     fn strips_routing_fields_and_replaces_model() {
         let body = br#"{"model":"a/b:nitro","messages":[{"role":"user","content":"h\u00e9 \"q\""}],"provider":{"sort":"price"},"models":["x"],"plugins":[],"route":"fallback","temperature":0.50,"stream":true}"#;
         let t = TopLevel::parse(body).unwrap();
@@ -226,9 +299,9 @@ mod tests {
     fn anthropic_fallbacks_never_reach_a_provider_but_openai_ones_pass() {
         let body = br#"{"model":"a","max_tokens":5,"messages":[],"fallbacks":[{"model":"c"}]}"#;
         let t = TopLevel::parse(body).unwrap();
-        let out = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x")).unwrap();
+        let out = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x", false)).unwrap();
         assert_eq!(out, r#"{"model":"claude-x","max_tokens":5,"messages":[]}"#);
-        let out = String::from_utf8(upstream_body_for(Api::OpenAi, &t, "gpt-x")).unwrap();
+        let out = String::from_utf8(upstream_body_for(Api::OpenAi, &t, "gpt-x", false)).unwrap();
         assert!(out.contains(r#""fallbacks":[{"model":"c"}]"#), "{out}");
     }
 
@@ -236,11 +309,11 @@ mod tests {
     fn google_bodies_lose_only_routing_fields_and_paths_name_the_upstream_model() {
         let body = br#"{"contents":[{"parts":[{"text":"hi"}]}],"provider":{"sort":"price"},"models":["x"],"generationConfig":{"maxOutputTokens":5}}"#;
         let t = TopLevel::parse(body).unwrap();
-        let out = String::from_utf8(upstream_body_for(Api::Google, &t, "gemini-x")).unwrap();
+        let out = String::from_utf8(upstream_body_for(Api::Google, &t, "gemini-x", false)).unwrap();
         assert_eq!(out, r#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#);
         let only_routing = TopLevel::parse(br#"{"provider":{}}"#).unwrap();
-        assert_eq!(upstream_body_for(Api::Google, &only_routing, "m"), b"{}");
-        let anthropic = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x")).unwrap();
+        assert_eq!(upstream_body_for(Api::Google, &only_routing, "m", false), b"{}");
+        let anthropic = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x", false)).unwrap();
         assert!(anthropic.starts_with(r#"{"model":"claude-x","contents""#), "{anthropic}");
         assert_eq!(
             google_upstream_path("/v1beta/models/google/gemini:streamGenerateContent?alt=sse", "", "gemini-2.5"),

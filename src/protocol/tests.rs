@@ -23,6 +23,30 @@ fn retry_after_is_capped() {
     }
 }
 
+// Gemini reports its delay in the error body (google.rpc.RetryInfo), not in Retry-After.
+#[test]
+fn gemini_retry_delay_comes_from_the_error_body() {
+    let body = |delay: &str| {
+        format!(
+            r#"{{"error":{{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[
+            {{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[]}},
+            {{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"{delay}"}}]}}}}"#
+        )
+    };
+    assert_eq!(parse_google_retry_delay(body("7s").as_bytes(), 300), Some(7));
+    assert_eq!(parse_google_retry_delay(body("0.2s").as_bytes(), 300), Some(1), "a fraction rounds up");
+    assert_eq!(parse_google_retry_delay(body("12.000s").as_bytes(), 300), Some(12));
+    assert_eq!(parse_google_retry_delay(body("0s").as_bytes(), 300), Some(0));
+    assert_eq!(parse_google_retry_delay(body("4000s").as_bytes(), 300), Some(300), "capped");
+    assert_eq!(parse_google_retry_delay(body("99999999999s").as_bytes(), 300), Some(300));
+    for bad in ["7", "-7s", "s", "1m", "1.5.2s", ".5s"] {
+        assert_eq!(parse_google_retry_delay(body(bad).as_bytes(), 300), None, "{bad}");
+    }
+    for other in [r#"{"error":{"code":429,"message":"quota"}}"#, "not json", r#"{"error":"x"}"#, "[]"] {
+        assert_eq!(parse_google_retry_delay(other.as_bytes(), 300), None, "{other}");
+    }
+}
+
 #[test]
 fn plan_round_trips() {
     let p = AttemptPlan {

@@ -9,7 +9,7 @@ use crate::config::Catalog;
 use crate::protocol::bytes::push_json_string;
 use crate::protocol::plan::{AttemptPlan, EndpointRef};
 use crate::protocol::rewrite::model_prefix;
-use crate::protocol::rewrite::upstream_body_for;
+use crate::protocol::rewrite::{asks_usage, upstream_body_for};
 use crate::routing::health::HealthView;
 use crate::routing::policy::Policy;
 use crate::routing::presets::{Presets, NO_PRESETS};
@@ -35,6 +35,9 @@ pub struct Decision {
     pub offered_tools: Vec<String>,
     /// The API the request speaks.
     pub api: Api,
+    /// The provider was asked for a usage chunk the caller did not ask for (an OpenAI chat or
+    /// completions stream without `stream_options.include_usage`): it is counted, not passed on.
+    pub hide_usage_chunk: bool,
 }
 
 pub fn decide(
@@ -78,7 +81,11 @@ pub fn decide_for<'a>(
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
-    let body = upstream_body_for(req.api, &req.fields, &first.upstream_model);
+    // Every OpenAI chat or completions stream asks for its usage: real providers send it only
+    // when asked, and without it the request has no cost, token metrics or limit charge.
+    let ask_usage = surface.usage_on_request && req.stream;
+    let hide_usage_chunk = ask_usage && !asks_usage(&req.fields);
+    let body = upstream_body_for(req.api, &req.fields, &first.upstream_model, ask_usage);
     let max_attempts = policy
         .and_then(|p| p.max_attempts)
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
@@ -98,6 +105,7 @@ pub fn decide_for<'a>(
         policy: policy.map(|p| p.name.clone()),
         max_attempts,
         offered_tools,
+        hide_usage_chunk,
     })
 }
 

@@ -704,8 +704,11 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     let ps = Policies::from_json(json.as_bytes(), &c).unwrap_or_else(|e| panic!("{e}"));
     let p = ps.get("p").cloned().unwrap_or_else(|| panic!("no policy"));
     let anthropic = Surface::of(Api::Anthropic);
-    let google =
-        |m: &str| Surface { api: Api::Google, path_model: Some(m.into()), method: Some(GoogleMethod::Generate) };
+    let google = |m: &str| Surface {
+        path_model: Some(m.into()),
+        method: Some(GoogleMethod::Generate),
+        ..Surface::of(Api::Google)
+    };
     let decide = |s: &Surface, pol: Option<&Policy>, body: &str| {
         decide_for(&c, pol, &crate::routing::presets::NO_PRESETS, s, None, body.as_bytes(), &NoHealthData, &mut || 0.0)
     };

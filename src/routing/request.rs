@@ -1078,7 +1078,7 @@ mod tests {
 
     fn google(model: &str, stream: bool) -> Surface {
         let method = if stream { GoogleMethod::StreamGenerate } else { GoogleMethod::Generate };
-        Surface { api: Api::Google, path_model: Some(model.into()), method: Some(method) }
+        Surface { path_model: Some(model.into()), method: Some(method), ..Surface::of(Api::Google) }
     }
 
     #[test]

@@ -1347,8 +1347,38 @@ fn decide_rewrites_body_for_the_first_endpoint() {
     assert_eq!(d.model, "m/dec");
     assert_eq!(
         String::from_utf8_lossy(&d.body),
-        r#"{"model":"alpha-model-v1","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
+        r#"{"model":"alpha-model-v1","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true,"stream_options":{"include_usage":true}}"#
     );
+    assert!(d.hide_usage_chunk, "asked for the caller, who did not ask");
+}
+
+// Only OpenAI chat and completions streams are asked for their usage (the Responses API always
+// reports it and refuses `include_usage`); a caller who asked sees the usage chunk.
+#[test]
+fn only_chat_and_completions_streams_ask_for_their_usage() {
+    let c = decision_catalog();
+    let run = |surface: &Surface, body: &str| {
+        crate::routing::decision::decide_for(
+            &c,
+            None,
+            &crate::routing::presets::NO_PRESETS,
+            surface,
+            None,
+            body.as_bytes(),
+            &NoHealthData,
+            &mut || 0.0,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.body()))
+    };
+    let d = run(&Surface::OPENAI_RESPONSES, DEC_BODY);
+    assert!(!String::from_utf8_lossy(&d.body).contains("stream_options") && !d.hide_usage_chunk);
+    let unstreamed = DEC_BODY.replace(r#""stream": true"#, r#""stream": false"#);
+    let d = run(&Surface::OPENAI, &unstreamed);
+    assert!(!String::from_utf8_lossy(&d.body).contains("stream_options") && !d.hide_usage_chunk);
+    let asked = DEC_BODY.replace(r#""stream": true"#, r#""stream": true, "stream_options": {"include_usage": true}"#);
+    let d = run(&Surface::OPENAI, &asked);
+    assert!(String::from_utf8_lossy(&d.body).ends_with(r#""stream_options":{"include_usage":true}}"#));
+    assert!(!d.hide_usage_chunk, "the caller asked: it gets the usage chunk");
 }
 
 // A later attempt splices its own upstream id over the body's model prefix (here beta: path
@@ -1371,7 +1401,7 @@ fn later_attempts_splice_their_model_into_the_decided_body() {
     assert_eq!(body.len(), second.content_length);
     assert_eq!(
         String::from_utf8_lossy(&body),
-        r#"{"model":"beta/m","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true}"#
+        r#"{"model":"beta/m","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true,"stream_options":{"include_usage":true}}"#
     );
     assert!(attempt_rewrite(&c, 1, &plan, 3, "c_beta").is_err());
 }
@@ -1831,8 +1861,11 @@ fn each_api_is_routed_only_to_endpoints_speaking_it() {
     let e = plan_for(&c, &anthropic, r#"{"model":"m/gpt","max_tokens":10,"messages":[]}"#).unwrap_err();
     assert_eq!((e.status, e.code), (404, "no_endpoints"));
     assert_eq!(e.metadata["constraint"], "api:anthropic");
-    let google =
-        Surface { api: Api::Google, path_model: Some("m/claude".into()), method: Some(GoogleMethod::Generate) };
+    let google = Surface {
+        path_model: Some("m/claude".into()),
+        method: Some(GoogleMethod::Generate),
+        ..Surface::of(Api::Google)
+    };
     let d = crate::routing::decision::decide_for(
         &c,
         None,
@@ -1857,8 +1890,11 @@ fn each_api_is_routed_only_to_endpoints_speaking_it() {
 #[test]
 fn google_decision_hands_off_a_model_free_body_and_per_attempt_paths() {
     let c = surfaces_catalog();
-    let google =
-        Surface { api: Api::Google, path_model: Some("m/gem".into()), method: Some(GoogleMethod::StreamGenerate) };
+    let google = Surface {
+        path_model: Some("m/gem".into()),
+        method: Some(GoogleMethod::StreamGenerate),
+        ..Surface::of(Api::Google)
+    };
     let body = br#"{"contents":[{"parts":[{"text":"x"}]}],"provider":{"sort":"price"}}"#;
     let d = crate::routing::decision::decide_for(
         &c,
@@ -1899,7 +1935,7 @@ fn conversation_keys_on_the_anthropic_and_google_surfaces() {
     assert!(first.is_some());
     assert_eq!(first, later);
     assert_ne!(first, key(&a, r#"{"model":"m","system":"T","messages":[{"role":"user","content":"hi"}]}"#));
-    let g = Surface { api: Api::Google, path_model: Some("m".into()), method: Some(GoogleMethod::Generate) };
+    let g = Surface { path_model: Some("m".into()), method: Some(GoogleMethod::Generate), ..Surface::of(Api::Google) };
     let gk = key(
         &g,
         r#"{"systemInstruction":{"parts":[{"text":"S"}]},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#,

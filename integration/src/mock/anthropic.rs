@@ -11,21 +11,50 @@ use tokio::sync::mpsc;
 use super::{answer_text, send_stream, stream_head, tool_arguments, whole_answer, Ask, Behavior, BoxError};
 use super::{ChannelBody, Events, InFlight};
 
-/// 401 without an API key and 400 without `anthropic-version`, as the API answers them. The key
-/// comes in `x-api-key` or, as the current `anthropic` SDK sends it, `authorization: Bearer`.
-pub(super) fn refusal(
-    api_key: Option<&str>,
-    authorization: Option<&str>,
-    version: Option<&str>,
-) -> Option<(u16, &'static str)> {
-    let bearer = authorization.and_then(|a| a.strip_prefix("Bearer ")).is_some_and(|k| !k.is_empty());
-    if api_key.is_none_or(str::is_empty) && !bearer {
+/// 401 without an API key in `x-api-key` (an `authorization: Bearer` API key is refused too: the
+/// API takes bearer tokens only for OAuth), and 400 without `anthropic-version`, as the API
+/// answers them.
+pub(super) fn refusal(api_key: Option<&str>, version: Option<&str>) -> Option<(u16, &'static str)> {
+    if api_key.is_none_or(str::is_empty) {
         Some((401, "x-api-key header is required"))
     } else if version.is_none_or(str::is_empty) {
         Some((400, "anthropic-version: header is required"))
     } else {
         None
     }
+}
+
+/// The Messages API's request fields.
+const FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "metadata",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_k",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "service_tier",
+    "container",
+    "mcp_servers",
+    "context_management",
+];
+
+/// A body the Messages API refuses with 400: not a JSON object, a field it does not document
+/// (`<field>: Extra inputs are not permitted`), or no `max_tokens` (`max_tokens: Field required`).
+pub(super) fn invalid_body(body: &[u8]) -> Option<String> {
+    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
+        return Some("The request body is not valid JSON.".to_string());
+    };
+    if let Some(unknown) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Some(format!("{unknown}: Extra inputs are not permitted"));
+    }
+    (!o.contains_key("max_tokens")).then(|| "max_tokens: Field required".to_string())
 }
 
 /// The error `type` Anthropic sends with a status.

@@ -35,6 +35,34 @@ pub(super) fn refusal(api_key: Option<&str>, query: Option<&str>) -> Option<(u16
     }
 }
 
+/// `GenerateContentRequest`'s fields, in both spellings the JSON mapping accepts.
+const FIELDS: &[&str] = &[
+    "model",
+    "contents",
+    "tools",
+    "toolConfig",
+    "tool_config",
+    "safetySettings",
+    "safety_settings",
+    "systemInstruction",
+    "system_instruction",
+    "generationConfig",
+    "generation_config",
+    "cachedContent",
+    "cached_content",
+];
+
+/// A body Google refuses with 400 `INVALID_ARGUMENT`: not a JSON object, or a field the request
+/// does not have.
+pub(super) fn invalid_body(body: &[u8]) -> Option<String> {
+    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
+        return Some("Invalid JSON payload received.".to_string());
+    };
+    o.keys()
+        .find(|k| !FIELDS.contains(&k.as_str()))
+        .map(|k| format!("Invalid JSON payload received. Unknown name \"{k}\": Cannot find field."))
+}
+
 /// The canonical `status` Google sends with an HTTP status.
 pub fn error_status(status: u16) -> &'static str {
     match status {
@@ -53,8 +81,8 @@ pub fn error_status(status: u16) -> &'static str {
     }
 }
 
-/// Google's error body. A retry delay travels in a `RetryInfo` detail (the mock also sends the
-/// `retry-after` header, as the fault asks).
+/// Google's error body. A retry delay travels only in a `RetryInfo` detail (`"retryDelay": "7s"`):
+/// Gemini sends no `retry-after` header.
 pub(super) fn error_json(status: u16, msg: &str, retry_after: Option<u32>) -> Value {
     let mut e = json!({"error": {"code": status, "message": msg, "status": error_status(status)}});
     if let Some(s) = retry_after {
