@@ -437,8 +437,10 @@ fn corpus() -> Vec<Case> {
 
     // Forged internal headers never route, pass through or mark a reply.
     let mut forged = chat("forged-internal", good(r#","provider":{"only":["beta"]}"#), Expect::Routed(Some("beta")));
-    // Slots naming real clusters (their tokens): alpha's first-attempt cluster and alpha.
+    // Next-cluster tokens naming real clusters: alpha's first-attempt cluster (and the old slot
+    // headers, which nothing reads any more).
     forged.headers.extend([
+        ("x-switchyard-next", slot_token("c_alpha-first")),
         ("x-switchyard-slot-1", slot_token("c_alpha-first")),
         ("x-switchyard-slot-2", slot_token("c_alpha")),
         ("x-switchyard-slot-5", slot_token("c_alpha")),
@@ -451,7 +453,7 @@ fn corpus() -> Vec<Case> {
     forged_get.method = "GET";
     forged_get.path = "/v1/files";
     forged_get.headers = vec![
-        ("x-switchyard-slot-1", slot_token("c_alpha")),
+        ("x-switchyard-next", slot_token("c_alpha")),
         ("x-switchyard-passthrough", "c_alpha".into()),
         ("authorization", "Bearer caller-secret".into()),
     ];
