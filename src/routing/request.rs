@@ -15,12 +15,13 @@ use crate::api::{Api, GoogleMethod, Surface};
 use crate::config::{Quantization, MAX_MODELS};
 use crate::wiring::ROUTING_HEADER;
 
-/// Fields that steer routing and never reach a provider.
-pub const ROUTING_FIELDS: [&str; 6] = ["model", "models", "provider", "plugins", "route", "preset"];
+/// Fields that steer routing and never reach a provider (`session_id` names the conversation for
+/// sticky routing: OpenRouter's own field, which OpenAI's API refuses as unknown).
+pub const ROUTING_FIELDS: [&str; 7] = ["model", "models", "provider", "plugins", "route", "preset", "session_id"];
 /// On the Anthropic surface also `fallbacks` (OpenRouter's name for `models` there): Anthropic's
 /// own server-side fallbacks must not run behind Switchyard's.
-pub const ANTHROPIC_ROUTING_FIELDS: [&str; 7] =
-    ["model", "models", "provider", "plugins", "route", "preset", "fallbacks"];
+pub const ANTHROPIC_ROUTING_FIELDS: [&str; 8] =
+    ["model", "models", "provider", "plugins", "route", "preset", "session_id", "fallbacks"];
 
 /// The routing fields of `api`'s requests (removed before any attempt).
 pub fn routing_fields(api: Api) -> &'static [&'static str] {
