@@ -308,7 +308,8 @@ async fn another_hosts_envoy_errors_are_byte_identical_with_and_without_switchya
     ];
     for (case, host, extra) in cases {
         let path = if case.contains("anthropic") { "/v1/messages" } else { "/v1/chat/completions" };
-        let mut h: Vec<(&str, &str)> = vec![("host", host), ("x-test-id", case)];
+        // The other service's own key (the mock wants one before it misbehaves as asked).
+        let mut h: Vec<(&str, &str)> = vec![("host", host), ("x-test-id", case), ("authorization", "Bearer vllm-own")];
         h.extend_from_slice(extra);
         let a = send(with.addr(), "POST", path, &h, b"{}").await.unwrap();
         let b = send(without.addr(), "POST", path, &h, b"{}").await.unwrap();
