@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 use crate::telemetry::{access_log, hcm_tracing, otlp_cluster, stats_config, with_request_attributes};
 pub use crate::telemetry::{AccessLog, Tracing};
 use switchyard::protocol::plan::{plan_state_prefix, PLAN_STATE_KEY};
-use switchyard::protocol::scope::{METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY};
+use switchyard::protocol::scope::{
+    CLUSTER_SCHEME_KEY, METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY,
+};
 use switchyard::protocol::slots::slot_token;
 use switchyard::wiring::{
     ATTEMPT_ROOT_ID, AUTHORITY_HEADER, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, NEXT_CLUSTER_HEADER, OWN_REPLY_HEADER,
@@ -684,6 +686,7 @@ fn remote_cluster(cfg: &StackConfig, r: &RemoteCluster) -> Value {
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": address, "port_value": r.port}}}}]}]
         },
         "transport_socket": upstream_tls(&r.host, &r.ca_file, r.http2),
+        "metadata": tls_scheme_metadata(),
         "typed_extension_protocol_options": provider_protocol_options(r.http2, cfg.provider_filters(&r.name)),
         "circuit_breakers": provider_circuit_breakers(cfg.max_requests_per_cluster, cfg.max_concurrent_failovers)
     });
@@ -886,15 +889,15 @@ pub fn local_reply_config(hosts: &ReplyHosts) -> Value {
 
 /// The Envoy bootstrap for a Switchyard listener, as JSON (also valid YAML).
 pub fn bootstrap(cfg: &StackConfig) -> Value {
-    let mut boot = bootstrap_inner(cfg);
-    if !cfg.remote_clusters.is_empty() {
-        // Over TLS to a provider the upstream `:scheme` must be https (HTTP/2 sends it; Envoy
-        // otherwise forwards the downstream's `http`).
-        if let Some(hcm) = boot.pointer_mut("/static_resources/listeners/0/filter_chains/0/filters/0/typed_config") {
-            hcm["scheme_header_transformation"] = json!({"match_upstream": true});
-        }
-    }
-    boot
+    bootstrap_inner(cfg)
+}
+
+/// A provider cluster's metadata naming the scheme of its attempts: `https` over the TLS it
+/// originates (HTTP/2 sends `:scheme`, and Envoy would otherwise forward the caller's `http`).
+/// Each attempt's filter sets it (see the filter's `scope::CLUSTER_SCHEME_KEY`), so no
+/// listener-wide `scheme_header_transformation` changes another host's requests.
+pub fn tls_scheme_metadata() -> Value {
+    json!({"filter_metadata": {METADATA_NAMESPACE: {CLUSTER_SCHEME_KEY: "https"}}})
 }
 
 fn bootstrap_inner(cfg: &StackConfig) -> Value {

@@ -26,9 +26,9 @@ use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
     credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
-    mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed, twin_secret,
-    unrouted_route, upstream_filters, with_first_attempt_clusters, with_injected_keys, ReplyHosts, SdsKeyed,
-    StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
+    mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed,
+    tls_scheme_metadata, twin_secret, unrouted_route, upstream_filters, with_first_attempt_clusters,
+    with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -458,13 +458,12 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": disabled(ecds_filter(DECISION_FILTER))}}),
     ];
     patches.extend([
-        // HTTP/2 to a provider carries `:scheme`: make it https over the originated TLS. Envoy's
-        // own errors come as JSON in the caller's API shape (the same mappers as every
-        // generated Envoy configuration).
+        // Envoy's own errors on Switchyard's hosts come as JSON in the caller's API shape (the
+        // same mappers as every generated Envoy configuration). The attempts' `:scheme` comes
+        // from each provider cluster's metadata (below), not from a listener-wide setting.
         json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager"}))},
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                   "scheme_header_transformation": {"match_upstream": true},
                    "local_reply_config": istio_local_replies(c, v)}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
@@ -510,12 +509,13 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             }
         }
         // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
-        // protocol as well as the per-attempt filters.
+        // protocol as well as the per-attempt filters. The metadata names the attempts' scheme
+        // (the DestinationRule originates TLS).
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, filters)}}
+                provider_protocol_options(p.http2, filters), "metadata": tls_scheme_metadata()}}
         }));
     }
     for (p, twin) in &firsts {
@@ -527,7 +527,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, first_attempt_filters_ecds(injector))}}
+                provider_protocol_options(p.http2, first_attempt_filters_ecds(injector)), "metadata": tls_scheme_metadata()}}
         }));
     }
     json!({

@@ -10,7 +10,7 @@
 //!   filter reads them to record this attempt's failure (statistics, cool-down).
 
 use super::host::{find, status_of, Action, Host};
-use super::internals::hand_on;
+use super::internals::{hand_on, set_scheme};
 use super::Filter;
 use crate::protocol::bytes::u64_at;
 use crate::protocol::plan::FIRST_ATTEMPT_PROPERTY;
@@ -34,6 +34,7 @@ impl<H: Host> Filter for FirstAttempt<H> {
             self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
                 as usize;
         hand_on(&self.host, &self.host.req_headers(), self.attempt);
+        set_scheme(&self.host);
         Action::Continue
     }
 

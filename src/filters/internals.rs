@@ -5,6 +5,7 @@
 //! (see `protocol::slots` for why that one must stay on the request).
 
 use super::host::Host;
+use crate::protocol::scope::cluster_scheme_path;
 use crate::protocol::slots::{next_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::wiring::INTERNAL_PREFIX;
 
@@ -29,6 +30,15 @@ pub fn hand_on<H: Host>(host: &H, headers: &[(String, String)], attempt: usize) 
     }
     if let Some(token) = next {
         host.set_req_header(NEXT_CLUSTER_HEADER, Some(token));
+    }
+}
+
+/// Gives the attempt the `:scheme` its cluster names (its metadata `switchyard.scheme`: `https`
+/// on a cluster that originates TLS; HTTP/2 sends it, and Envoy would otherwise forward the
+/// caller's `http`). Nothing on a cluster that names none.
+pub fn set_scheme<H: Host>(host: &H) {
+    if let Some(scheme) = host.property(&cluster_scheme_path()).filter(|s| s == b"https" || s == b"http") {
+        host.set_req_header(":scheme", std::str::from_utf8(&scheme).ok());
     }
 }
 
@@ -69,6 +79,20 @@ mod tests {
             headers(&[(":path", "/v1/chat/completions"), ("x-switchyard-next", next.as_str()), ("x-test", "kept")])
         );
         assert_eq!(attempt(3), headers(&[(":path", "/v1/chat/completions"), ("x-test", "kept")]));
+    }
+
+    #[test]
+    fn the_scheme_comes_from_the_clusters_metadata_and_only_a_known_one() {
+        let host = MockHost::new();
+        host.with_request_headers(&[(":scheme", "http")]);
+        set_scheme(&host);
+        assert_eq!(host.request_header_value(":scheme").as_deref(), Some("http"), "no metadata: untouched");
+        host.set_prop(&cluster_scheme_path(), b"ftp");
+        set_scheme(&host);
+        assert_eq!(host.request_header_value(":scheme").as_deref(), Some("http"), "unknown: untouched");
+        host.set_prop(&cluster_scheme_path(), b"https");
+        set_scheme(&host);
+        assert_eq!(host.request_header_value(":scheme").as_deref(), Some("https"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use super::attempts::{cooled_down_late, finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
-use super::internals::{hand_on, is_internal};
+use super::internals::{hand_on, is_internal, set_scheme};
 use super::{Configured, Filter};
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
@@ -193,6 +193,7 @@ impl<H: Host> Filter for Attempt<H> {
         // header, and this provider's own.
         let headers = self.host.req_headers();
         hand_on(&self.host, &headers, self.attempt);
+        set_scheme(&self.host);
         // The key the provider's cluster injected for this attempt's API (it ran before this
         // filter) stays.
         let injected = rw.injected_header.as_deref();

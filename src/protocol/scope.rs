@@ -21,6 +21,16 @@ pub const ROUTE_MARK_KEY: &str = "route";
 /// The value the generated configurations write.
 pub const ROUTE_MARK_VALUE: &str = "llm";
 
+/// The cluster metadata key (same namespace) naming the scheme a provider cluster's attempts
+/// carry (`https` over the TLS the cluster originates): each attempt's filter sets `:scheme`
+/// from it, so no listener-wide `scheme_header_transformation` is needed.
+pub const CLUSTER_SCHEME_KEY: &str = "scheme";
+
+/// The proxy-wasm property path of a provider cluster's scheme.
+pub fn cluster_scheme_path() -> [&'static str; 5] {
+    ["xds", "cluster_metadata", "filter_metadata", METADATA_NAMESPACE, CLUSTER_SCHEME_KEY]
+}
+
 /// The proxy-wasm property path of the route mark.
 pub fn route_mark_path() -> [&'static str; 5] {
     ["xds", "route_metadata", "filter_metadata", METADATA_NAMESPACE, ROUTE_MARK_KEY]
