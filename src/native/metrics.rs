@@ -1,0 +1,218 @@
+//! Switchyard's stats, natively. Envoy's dynamic-module ABI lets a configuration define its
+//! metrics only while it is being created (definition is frozen afterwards), as families with
+//! label names; a stream then records into a family with label values. The filters name each
+//! series the Wasm way (`switchyard.<base>.<label>.<value>...`, turned into labels by the
+//! bootstrap's `stats_tags`), so this module keeps the table of families, defines them all on
+//! each configuration (`FAMILIES`, in Envoy's namespace `switchyard`) and resolves a series name
+//! into its family and label values once per name and worker. Envoy names a labelled stat
+//! `<namespace>.<family>.<label>.<value>...`: the same name, the same Prometheus series.
+//!
+//! A name no family matches is dropped (and logged once per worker at debug): the table, not
+//! the filters, is what a new metric adds to on the native build (`every_filter_metric_has_a_family`
+//! checks the filters' own names against it).
+
+use std::sync::Mutex;
+
+use crate::filters::host::MetricKind;
+
+/// The usage series' labels (`telemetry::usage_metric_names`), then the optional policy and caller.
+const USAGE: [&str; 4] = ["gen_ai_request_model", "gen_ai_response_model", "gen_ai_provider_name", "endpoint"];
+const ENDPOINT: [&str; 3] = ["model", "endpoint", "gen_ai_provider_name"];
+
+/// A family: its kind, its name below the namespace, its label names in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    pub kind: MetricKind,
+    pub name: String,
+    pub labels: Vec<&'static str>,
+}
+
+fn family(kind: MetricKind, name: &str, labels: &[&'static str]) -> Family {
+    Family { kind, name: name.to_string(), labels: labels.to_vec() }
+}
+
+/// Every family the filters write, in definition order (Envoy's ids follow it).
+pub fn families() -> Vec<Family> {
+    use MetricKind::{Counter, Gauge, Histogram};
+    let mut f = vec![
+        family(Counter, "requests_total", &["result"]),
+        family(Counter, "requests_total", &["result", "code"]),
+        family(Counter, "attempts_total", &["model", "endpoint", "gen_ai_provider_name", "outcome"]),
+        family(Counter, "bad_responses_total", &["model", "endpoint"]),
+        family(Counter, "failover_incomplete_total", &["reason"]),
+        family(Counter, "fallbacks_total", &["kind"]),
+        family(Counter, "policy_requests_total", &["policy"]),
+        family(Counter, "policy_denials_total", &["policy", "code"]),
+        family(Counter, "requests_by_strategy_total", &["strategy"]),
+        family(Counter, "rate_limit.capped_total", &["provider"]),
+        family(Counter, "rate_limit.shared_cooldown_total", &["provider"]),
+        family(Counter, "rate_limit.charged_total", &["limit", "kind"]),
+        family(Counter, "rate_limit.failure_total", &["reason"]),
+        family(Counter, "rate_limit.refused_total", &["limit"]),
+        family(Counter, "rate_limit.refused_total", &["limit", "code"]),
+        family(Histogram, "attempt_duration_milliseconds", &ENDPOINT),
+        family(Histogram, "gen_ai_server_time_to_first_token_milliseconds", &ENDPOINT),
+        family(Histogram, "output_tokens_per_second", &ENDPOINT),
+        family(Gauge, "endpoint_cooling_down", &ENDPOINT),
+        family(Gauge, "rate_limit_budget", &["limit", "kind", "per", "window"]),
+    ];
+    // The usage series, with and without the optional policy and caller labels.
+    for extra in [&[][..], &["policy"][..], &["caller"][..], &["policy", "caller"][..]] {
+        let usage: Vec<&'static str> = USAGE.iter().chain(extra.iter()).copied().collect();
+        let typed: Vec<&'static str> = std::iter::once("gen_ai_token_type").chain(usage.iter().copied()).collect();
+        f.push(family(Counter, "gen_ai_client_token_usage_tokens_total", &typed));
+        f.push(family(Counter, "gen_ai_usage_cache_read_input_tokens_total", &usage));
+        f.push(family(Counter, "gen_ai_usage_cost_nano_usd_total", &usage));
+        f.push(family(Histogram, "gen_ai_client_operation_duration_milliseconds", &usage));
+    }
+    f
+}
+
+/// Envoy's metrics namespace for the families (`switchyard_<family>` in Prometheus).
+pub const NAMESPACE: &str = "switchyard";
+
+/// The family index and label values of a series name, if a family of that kind matches.
+pub fn parse(families: &[Family], kind: MetricKind, name: &str) -> Option<(usize, Vec<String>)> {
+    let rest = name.strip_prefix(NAMESPACE)?.strip_prefix('.')?;
+    families.iter().enumerate().find_map(|(i, f)| {
+        if f.kind != kind {
+            return None;
+        }
+        let tail = rest.strip_prefix(f.name.as_str())?;
+        let segments: Vec<&str> =
+            if tail.is_empty() { Vec::new() } else { tail.strip_prefix('.')?.split('.').collect() };
+        if segments.len() != 2 * f.labels.len() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(f.labels.len());
+        for (pair, label) in segments.chunks(2).zip(&f.labels) {
+            match pair {
+                [l, v] if l == label => values.push((*v).to_string()),
+                _ => return None,
+            }
+        }
+        Some((i, values))
+    })
+}
+
+/// A resolved series: the family (by index) and its label values.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub kind: MetricKind,
+    pub family: usize,
+    pub values: Vec<String>,
+}
+
+struct Registry {
+    families: Vec<Family>,
+    /// Envoy's id of each family (the same in every configuration: defined in one order).
+    envoy_ids: Vec<Option<usize>>,
+    /// Resolved series by the id the filters hold (index + 1); 0 is never handed out.
+    series: Vec<Series>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut g = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    let r = g.get_or_insert_with(|| {
+        let families = families();
+        Registry { envoy_ids: vec![None; families.len()], families, series: Vec::new() }
+    });
+    f(r)
+}
+
+/// The families to define on a new configuration, with their indexes.
+pub fn to_define() -> Vec<(usize, Family)> {
+    with(|r| r.families.iter().cloned().enumerate().collect())
+}
+
+/// Records Envoy's id of family `index` (from a configuration's definition).
+pub fn defined(index: usize, envoy_id: usize) {
+    with(|r| {
+        if let Some(slot) = r.envoy_ids.get_mut(index) {
+            if slot.is_some_and(|id| id != envoy_id) {
+                log::warn!("switchyard: metric family {index} has id {envoy_id} here, {slot:?} before");
+            }
+            *slot = Some(envoy_id);
+        }
+    })
+}
+
+/// The id the filters use for series `name` (None when no family matches it).
+pub fn resolve(kind: MetricKind, name: &str) -> Option<u32> {
+    with(|r| {
+        let Some((family, values)) = parse(&r.families, kind, name) else {
+            log::debug!("switchyard: no native metric family for {name}");
+            return None;
+        };
+        r.series.push(Series { kind, family, values });
+        u32::try_from(r.series.len()).ok()
+    })
+}
+
+/// Envoy's family id and the label values of series `id`.
+pub fn lookup(id: u32) -> Option<(MetricKind, usize, Vec<String>)> {
+    with(|r| {
+        let s = r.series.get((id as usize).checked_sub(1)?)?;
+        let envoy = (*r.envoy_ids.get(s.family)?)?;
+        Some((s.kind, envoy, s.values.clone()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::{strategy_metric_name, usage_metric_names, UsageLabels};
+
+    #[test]
+    fn series_names_resolve_into_family_and_values() {
+        let f = families();
+        let (i, v) = parse(&f, MetricKind::Counter, "switchyard.requests_total.result.rejected.code.400").unwrap();
+        assert_eq!((f[i].name.as_str(), v), ("requests_total", vec!["rejected".to_string(), "400".to_string()]));
+        let (i, v) = parse(&f, MetricKind::Counter, "switchyard.rate_limit.failure_total.reason.timeout").unwrap();
+        assert_eq!((f[i].name.as_str(), v), ("rate_limit.failure_total", vec!["timeout".to_string()]));
+        assert!(parse(&f, MetricKind::Histogram, "switchyard.requests_total.result.served").is_none(), "kind matters");
+        assert!(parse(&f, MetricKind::Counter, "switchyard.requests_total.code.1.result.x").is_none(), "order matters");
+        assert!(parse(&f, MetricKind::Counter, "other.requests_total.result.served").is_none());
+    }
+
+    #[test]
+    fn every_filter_metric_has_a_family() {
+        let f = families();
+        let usage = |policy, caller| {
+            usage_metric_names(&UsageLabels {
+                request_model: "a",
+                response_model: "b",
+                provider: "c",
+                endpoint: "d",
+                policy,
+                caller,
+            })
+        };
+        let mut counters: Vec<String> =
+            [usage(None, None), usage(Some("p"), None), usage(None, Some("c")), usage(Some("p"), Some("c"))]
+                .into_iter()
+                .flat_map(|names| names.into_iter().take(4))
+                .collect();
+        counters.push(strategy_metric_name("s"));
+        counters.extend(crate::filters::downstream::END_METRICS.iter().map(|s| s.to_string()));
+        counters.extend(crate::filters::mesh::FAILURE_REASONS.iter().map(|r| crate::filters::mesh::failure_metric(r)));
+        counters.push("switchyard.attempts_total.model.m.endpoint.e.gen_ai_provider_name.p.outcome.success".into());
+        for n in &counters {
+            assert!(parse(&f, MetricKind::Counter, n).is_some(), "{n}");
+        }
+        let histogram = &usage(None, None)[4];
+        assert!(parse(&f, MetricKind::Histogram, histogram).is_some(), "{histogram}");
+    }
+
+    #[test]
+    fn family_names_are_unique_per_label_set() {
+        let f = families();
+        for (i, a) in f.iter().enumerate() {
+            for b in f.iter().skip(i + 1) {
+                assert!(!(a.name == b.name && a.labels == b.labels), "{} twice", a.name);
+            }
+        }
+    }
+}
