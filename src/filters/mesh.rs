@@ -16,17 +16,36 @@ use crate::limits::{
 };
 use crate::routing::policy::CallerFacts;
 
+#[cfg(not(feature = "native"))]
 thread_local! {
     /// Charges of this worker's requests and attempts, sent on the root's next tick. Both
     /// filters run in the same VM on the worker, so both queue here.
     static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+/// The native build ticks once for every worker (on Envoy's main thread): the charges of all
+/// workers queue here.
+#[cfg(feature = "native")]
+static PENDING: std::sync::Mutex<Option<Pending>> = std::sync::Mutex::new(None);
+
+#[cfg(not(feature = "native"))]
+fn with_pending<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
+    PENDING.with(|p| f(&mut p.borrow_mut()))
+}
+
+#[cfg(feature = "native")]
+fn with_pending<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
+    f(PENDING.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Pending::default))
+}
+
+thread_local! {
     /// What served requests used, sent at once (detached from the ending stream); only the
     /// fractions and credits wait here for the next settlement of the same counter.
     static SETTLEMENTS: RefCell<Pending> = RefCell::new(Pending::default());
 }
 
 fn queue(descriptor: Descriptor, hits: f64) {
-    PENDING.with(|p| p.borrow_mut().add(descriptor, hits));
+    with_pending(|p| p.add(descriptor, hits));
 }
 
 /// One `ShouldRateLimit` call to the service; the token of its answer, None if the host refused.
@@ -271,7 +290,7 @@ impl Ticker {
     pub fn tick(&mut self, host: &dyn Host, config: &Configured, now_ms: u64) {
         let limits = &config.limits;
         let Some(service) = &limits.service else { return };
-        let charges = PENDING.with(|p| p.borrow_mut().drain());
+        let charges = with_pending(|p| p.drain());
         for (descriptor, hits) in charges {
             if self.calls.len() >= MAX_ROOT_CALLS {
                 count(host, &failure_metric("backlog"));
