@@ -15,6 +15,7 @@
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
 //! - `filters/`: the two filters over the `Host` seam, with a mock host for native tests
 //! - `host/` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, SDK callbacks)
+//! - `native/` (x86_64 Linux): the same filters as an Envoy dynamic module (feature `native`)
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
@@ -35,3 +36,5 @@ pub mod wiring;
 
 #[cfg(target_arch = "wasm32")]
 mod host;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;

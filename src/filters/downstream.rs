@@ -569,6 +569,13 @@ impl<H: Host> Stream<H> {
     }
 }
 
+/// The native build's fault injection: a panic the hook must catch (test-only feature).
+#[cfg(all(feature = "fault-injection", not(target_arch = "wasm32")))]
+#[allow(clippy::panic)]
+fn forced_panic() {
+    panic!("x-switchyard-test-trap: forced panic (fault-injection build)");
+}
+
 impl<H: Host> Filter for Stream<H> {
     fn on_request_headers(&mut self, end_of_stream: bool) -> Action {
         // Only Switchyard's own routes (the route mark): a request for another virtual host or
@@ -582,6 +589,10 @@ impl<H: Host> Filter for Stream<H> {
         #[cfg(all(feature = "fault-injection", target_arch = "wasm32"))]
         if find(&headers, "x-switchyard-test-trap").is_some() {
             core::arch::wasm32::unreachable();
+        }
+        #[cfg(all(feature = "fault-injection", not(target_arch = "wasm32")))]
+        if find(&headers, "x-switchyard-test-trap").is_some() {
+            forced_panic();
         }
         // Switchyard's headers are never taken from a caller as they are: the internal ones
         // (slots, markers) would steer, the caller-facing ones (`x-switchyard-routing`,

@@ -1,0 +1,550 @@
+//! `Host` over the dynamic-module callbacks: the filters' seam, as the native build sees it.
+//! A `Native` is bound to one HTTP filter instance (its Envoy pointer, valid until Envoy destroys
+//! the filter, which outlives every call made through it) and to its configuration; the tick's
+//! host has no filter and reaches Envoy through the configuration only.
+//!
+//! Where proxy-wasm names a property path, the dynamic-module ABI has a typed call: filter state
+//! (`wasm.<name>`, the key the Wasm host uses, so the generated route's filter-state matcher and
+//! access-log formats read the same keys), metadata, attributes, the cluster name. Shared data
+//! is process memory (`shared`), metrics are families defined at configuration (`metrics`).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use super::abi::*;
+use super::grpc::{grpc_frame, grpc_headers, grpc_timeout};
+use super::{metrics, shared};
+use crate::filters::host::{Host, MetricKind};
+
+/// The calls in flight and the answer being delivered, shared by a filter's host and the
+/// adapter that delivers the answer.
+#[derive(Default)]
+pub struct Io {
+    /// The gRPC answer being delivered (its message, without the 5-byte frame prefix).
+    pub grpc_answer: RefCell<Vec<u8>>,
+    /// Callout ids by the token the filters see (ids are u64, tokens u32).
+    callouts: RefCell<Vec<(u32, u64)>>,
+    next_token: Cell<u32>,
+}
+
+/// The host of one filter instance (or of the tick: no stream).
+#[derive(Clone)]
+pub struct Native {
+    /// Null for the tick's host (no stream).
+    pub filter: FilterEnvoyPtr,
+    pub config: ConfigEnvoyPtr,
+    pub io: Rc<Io>,
+}
+
+impl Native {
+    pub fn new(filter: FilterEnvoyPtr, config: ConfigEnvoyPtr) -> Native {
+        Native { filter, config, io: Rc::new(Io::default()) }
+    }
+
+    /// The token of callout `id` (and forgets it).
+    pub fn token_of(&self, id: u64) -> Option<u32> {
+        let mut c = self.io.callouts.borrow_mut();
+        let i = c.iter().position(|(_, cid)| *cid == id)?;
+        Some(c.swap_remove(i).0)
+    }
+
+    fn has_stream(&self) -> bool {
+        !self.filter.is_null()
+    }
+}
+
+/// Copies Envoy's bytes (valid until the hook returns) into the module.
+fn copy(b: EnvoyBuffer) -> Option<Vec<u8>> {
+    if b.ptr.is_null() {
+        return if b.length == 0 { Some(Vec::new()) } else { None };
+    }
+    // SAFETY: Envoy guarantees `length` readable bytes at `ptr` until the current hook returns
+    // (or a setter runs); we copy them at once.
+    Some(unsafe { std::slice::from_raw_parts(b.ptr, b.length) }.to_vec())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Native {
+    fn headers(&self, kind: HeaderType) -> Vec<(String, String)> {
+        if !self.has_stream() {
+            return Vec::new();
+        }
+        // SAFETY: `filter` is live for this hook; the vector has room for `n` headers.
+        unsafe {
+            let n = envoy_dynamic_module_callback_http_get_headers_size(self.filter, kind);
+            if n == 0 {
+                return Vec::new();
+            }
+            let empty = EnvoyHttpHeader {
+                key_ptr: std::ptr::null(),
+                key_length: 0,
+                value_ptr: std::ptr::null(),
+                value_length: 0,
+            };
+            let mut v = vec![empty; n];
+            if !envoy_dynamic_module_callback_http_get_headers(self.filter, kind, v.as_mut_ptr()) {
+                return Vec::new();
+            }
+            v.iter()
+                .map(|h| {
+                    let k = copy(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default();
+                    let val = copy(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length }).unwrap_or_default();
+                    (text(&k), text(&val))
+                })
+                .collect()
+        }
+    }
+
+    fn header(&self, kind: HeaderType, name: &str) -> Option<String> {
+        if !self.has_stream() {
+            return None;
+        }
+        let mut out = EnvoyBuffer::empty();
+        let mut count: usize = 0;
+        // SAFETY: as above; `out` and `count` outlive the call.
+        let ok = unsafe {
+            envoy_dynamic_module_callback_http_get_header(
+                self.filter,
+                kind,
+                ModuleBuffer::of(name.as_bytes()),
+                &mut out,
+                0,
+                &mut count,
+            )
+        };
+        if !ok || count == 0 {
+            return None;
+        }
+        copy(out).map(|b| text(&b))
+    }
+
+    fn set_header(&self, kind: HeaderType, name: &str, value: Option<&str>) {
+        if !self.has_stream() {
+            return;
+        }
+        let v = value.map_or(ModuleBuffer::null(), |v| ModuleBuffer::of(v.as_bytes()));
+        // SAFETY: as above; Envoy copies key and value.
+        if !unsafe {
+            envoy_dynamic_module_callback_http_set_header(self.filter, kind, ModuleBuffer::of(name.as_bytes()), v)
+        } {
+            log::warn!("switchyard: setting header {name} failed");
+        }
+        if kind == REQUEST_HEADER {
+            // As Envoy's Wasm host does on every request header change: the route is matched
+            // again (the routed route reads the slot header and the plan). A no-op upstream.
+            // SAFETY: `filter` is live for this hook.
+            unsafe { envoy_dynamic_module_callback_http_clear_route_cache(self.filter) }
+        }
+    }
+
+    /// The chunks of a body, in order.
+    fn chunks(&self, kind: BodyType) -> Vec<EnvoyBuffer> {
+        // SAFETY: as above; the vector has room for `n` buffers.
+        unsafe {
+            let n = envoy_dynamic_module_callback_http_get_body_chunks_size(self.filter, kind);
+            if n == 0 {
+                return Vec::new();
+            }
+            let mut v = vec![EnvoyBuffer::empty(); n];
+            if !envoy_dynamic_module_callback_http_get_body_chunks(self.filter, kind, v.as_mut_ptr()) {
+                return Vec::new();
+            }
+            v
+        }
+    }
+
+    /// The body as proxy-wasm presents it in a body callback: what was buffered so far, then the
+    /// chunk that just arrived (one buffer when an earlier filter handed the buffered body on).
+    fn body_parts(&self, request: bool) -> Vec<EnvoyBuffer> {
+        if !self.has_stream() {
+            return Vec::new();
+        }
+        let (received, buffered) = if request {
+            (RECEIVED_REQUEST_BODY, BUFFERED_REQUEST_BODY)
+        } else {
+            (RECEIVED_RESPONSE_BODY, BUFFERED_RESPONSE_BODY)
+        };
+        // SAFETY: as above.
+        let same = unsafe {
+            if request {
+                envoy_dynamic_module_callback_http_received_buffered_request_body(self.filter)
+            } else {
+                envoy_dynamic_module_callback_http_received_buffered_response_body(self.filter)
+            }
+        };
+        let mut parts = if same { Vec::new() } else { self.chunks(buffered) };
+        parts.extend(self.chunks(received));
+        parts
+    }
+
+    fn body(&self, request: bool, start: usize, size: usize) -> Option<Vec<u8>> {
+        let end = start.saturating_add(size);
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        for part in self.body_parts(request) {
+            let (lo, hi) = (at, at.saturating_add(part.length));
+            at = hi;
+            if hi <= start || lo >= end || part.ptr.is_null() {
+                continue;
+            }
+            let from = start.max(lo) - lo;
+            let to = end.min(hi) - lo;
+            // SAFETY: Envoy's chunk has `length` readable bytes; `from..to` lies within it.
+            let bytes = unsafe { std::slice::from_raw_parts(part.ptr, part.length) };
+            out.extend_from_slice(bytes.get(from..to).unwrap_or_default());
+        }
+        Some(out)
+    }
+
+    /// proxy-wasm's `set_buffer_bytes` on a body, as Envoy's Wasm host does it: start 0 drains
+    /// `size` bytes from the front and prepends `value` (replacing a prefix, or all of it); a
+    /// start at or past the end appends; anything else is refused.
+    fn set_body(&self, request: bool, start: usize, size: usize, value: &[u8]) {
+        if !self.has_stream() {
+            return;
+        }
+        let (received, buffered) = if request {
+            (RECEIVED_REQUEST_BODY, BUFFERED_REQUEST_BODY)
+        } else {
+            (RECEIVED_RESPONSE_BODY, BUFFERED_RESPONSE_BODY)
+        };
+        let len: usize = self.body_parts(request).iter().map(|p| p.length).sum();
+        let whole = if start == 0 {
+            let mut v = value.to_vec();
+            if size < len {
+                v.extend(self.body(request, size, len - size).unwrap_or_default());
+            }
+            Some(v)
+        } else if start >= len {
+            None
+        } else {
+            log::warn!("switchyard: body write at {start}+{size} of {len} bytes refused");
+            return;
+        };
+        // SAFETY: as above; Envoy copies the appended bytes.
+        unsafe {
+            if let Some(all) = whole {
+                envoy_dynamic_module_callback_http_drain_body(self.filter, buffered, usize::MAX);
+                envoy_dynamic_module_callback_http_drain_body(self.filter, received, usize::MAX);
+                envoy_dynamic_module_callback_http_append_body(self.filter, received, ModuleBuffer::of(&all));
+            } else {
+                envoy_dynamic_module_callback_http_append_body(self.filter, received, ModuleBuffer::of(value));
+            }
+        }
+    }
+
+    fn attribute_int(&self, id: AttributeId) -> Option<Vec<u8>> {
+        let mut v: u64 = 0;
+        // SAFETY: as above; `v` outlives the call.
+        unsafe { envoy_dynamic_module_callback_http_filter_get_attribute_int(self.filter, id, &mut v) }
+            .then(|| v.to_le_bytes().to_vec())
+    }
+
+    fn attribute_string(&self, id: AttributeId) -> Option<Vec<u8>> {
+        let mut out = EnvoyBuffer::empty();
+        // SAFETY: as above.
+        if unsafe { envoy_dynamic_module_callback_http_filter_get_attribute_string(self.filter, id, &mut out) } {
+            copy(out)
+        } else {
+            None
+        }
+    }
+
+    fn metadata(&self, source: MetadataSource, ns: &str, key: &str) -> Option<Vec<u8>> {
+        let mut out = EnvoyBuffer::empty();
+        // SAFETY: as above.
+        let ok = unsafe {
+            envoy_dynamic_module_callback_http_get_metadata_string(
+                self.filter,
+                source,
+                ModuleBuffer::of(ns.as_bytes()),
+                ModuleBuffer::of(key.as_bytes()),
+                &mut out,
+            )
+        };
+        if ok {
+            copy(out)
+        } else {
+            None
+        }
+    }
+}
+
+impl Native {
+    fn callout(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
+        let path = format!("/{service}/{method}");
+        let timeout = grpc_timeout(timeout_ms);
+        let headers: Vec<ModuleHttpHeader> =
+            grpc_headers(cluster, &path, &timeout).iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
+        let body = grpc_frame(message);
+        let mut id: u64 = 0;
+        // SAFETY: the pointers describe live buffers for the call; Envoy copies them. The
+        // configuration-level callout is only made from the main thread (the tick).
+        let init = unsafe {
+            if self.has_stream() {
+                envoy_dynamic_module_callback_http_filter_http_callout(
+                    self.filter,
+                    &mut id,
+                    ModuleBuffer::of(cluster.as_bytes()),
+                    headers.as_ptr(),
+                    headers.len(),
+                    ModuleBuffer::of(&body),
+                    u64::from(timeout_ms),
+                )
+            } else {
+                envoy_dynamic_module_callback_http_filter_config_http_callout(
+                    self.config,
+                    &mut id,
+                    ModuleBuffer::of(cluster.as_bytes()),
+                    headers.as_ptr(),
+                    headers.len(),
+                    ModuleBuffer::of(&body),
+                    u64::from(timeout_ms),
+                )
+            }
+        };
+        if init != CALLOUT_INIT_SUCCESS {
+            log::warn!("switchyard: gRPC call to cluster {cluster} refused (callout init {init})");
+            return None;
+        }
+        Some(id)
+    }
+}
+
+impl Host for Native {
+    fn req_headers(&self) -> Vec<(String, String)> {
+        self.headers(REQUEST_HEADER)
+    }
+    fn req_header(&self, name: &str) -> Option<String> {
+        self.header(REQUEST_HEADER, name)
+    }
+    fn set_req_header(&self, name: &str, value: Option<&str>) {
+        self.set_header(REQUEST_HEADER, name, value)
+    }
+    fn resp_headers(&self) -> Vec<(String, String)> {
+        self.headers(RESPONSE_HEADER)
+    }
+    fn set_resp_header(&self, name: &str, value: Option<&str>) {
+        self.set_header(RESPONSE_HEADER, name, value)
+    }
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        if !self.has_stream() {
+            return None;
+        }
+        match path {
+            [name] => {
+                let key = super::state_key(name);
+                let mut out = EnvoyBuffer::empty();
+                // SAFETY: as above.
+                let ok = unsafe {
+                    envoy_dynamic_module_callback_http_get_filter_state_bytes(
+                        self.filter,
+                        ModuleBuffer::of(key.as_bytes()),
+                        &mut out,
+                    )
+                };
+                if ok {
+                    copy(out)
+                } else {
+                    None
+                }
+            }
+            ["xds", "cluster_name"] => {
+                let mut out = EnvoyBuffer::empty();
+                // SAFETY: as above.
+                if unsafe { envoy_dynamic_module_callback_http_get_cluster_name(self.filter, &mut out) } {
+                    copy(out)
+                } else {
+                    self.attribute_string(ATTRIBUTE_XDS_CLUSTER_NAME)
+                }
+            }
+            ["upstream", "request_attempt_count"] => self.attribute_int(ATTRIBUTE_UPSTREAM_REQUEST_ATTEMPT_COUNT),
+            ["response", "flags"] => self.attribute_int(ATTRIBUTE_RESPONSE_FLAGS),
+            ["connection", "uri_san_peer_certificate"] => {
+                self.attribute_string(ATTRIBUTE_CONNECTION_URI_SAN_PEER_CERTIFICATE)
+            }
+            ["xds", "route_metadata", "filter_metadata", ns, key] => self.metadata(METADATA_ROUTE, ns, key),
+            ["xds", "cluster_metadata", "filter_metadata", ns, key] => self.metadata(METADATA_CLUSTER, ns, key),
+            ["metadata", "filter_metadata", ns, key] => self.metadata(METADATA_DYNAMIC, ns, key),
+            _ => {
+                log::debug!("switchyard: property {} has no native equivalent", path.join("."));
+                None
+            }
+        }
+    }
+    fn set_property(&self, path: &[&str], value: &[u8]) {
+        let ([name], true) = (path, self.has_stream()) else {
+            log::warn!("switchyard: property {} cannot be written natively", path.join("."));
+            return;
+        };
+        let key = super::state_key(name);
+        // SAFETY: as above; Envoy copies key and value.
+        let ok = unsafe {
+            envoy_dynamic_module_callback_http_set_filter_state_bytes(
+                self.filter,
+                ModuleBuffer::of(key.as_bytes()),
+                ModuleBuffer::of(value),
+            )
+        };
+        if !ok {
+            log::warn!("switchyard: writing filter state {key} failed");
+        }
+    }
+    fn request_body(&self, start: usize, size: usize) -> Option<Vec<u8>> {
+        self.body(true, start, size)
+    }
+    fn set_request_body(&self, start: usize, size: usize, value: &[u8]) {
+        self.set_body(true, start, size, value)
+    }
+    fn response_body(&self, start: usize, size: usize) -> Option<Vec<u8>> {
+        self.body(false, start, size)
+    }
+    fn set_response_body(&self, start: usize, size: usize, value: &[u8]) {
+        self.set_body(false, start, size, value)
+    }
+    fn reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) {
+        if !self.has_stream() {
+            return;
+        }
+        let h: Vec<ModuleHttpHeader> = headers.iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
+        // SAFETY: as above; Envoy copies headers and body.
+        unsafe {
+            envoy_dynamic_module_callback_http_send_response(
+                self.filter,
+                status,
+                h.as_ptr(),
+                h.len(),
+                ModuleBuffer::of(body),
+                ModuleBuffer::of(b"switchyard"),
+            )
+        }
+    }
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+    fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32) {
+        shared::get(key)
+    }
+    fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32 {
+        shared::set(key, value, cas)
+    }
+    fn define_metric(&self, kind: MetricKind, name: &str) -> Option<u32> {
+        metrics::resolve(kind, name)
+    }
+    fn increment_metric(&self, id: u32, by: i64) {
+        self.metric(id, u64::try_from(by).unwrap_or(0))
+    }
+    fn record_metric(&self, id: u32, value: u64) {
+        self.metric(id, value)
+    }
+    fn random_unit(&self) -> f64 {
+        random_unit()
+    }
+    fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32> {
+        let id = self.callout(cluster, service, method, message, timeout_ms)?;
+        let token = self.io.next_token.get().wrapping_add(1).max(1);
+        self.io.next_token.set(token);
+        self.io.callouts.borrow_mut().push((token, id));
+        Some(token)
+    }
+    fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool {
+        // A stream's callouts end with it: the call waits for the main thread's next tick, which
+        // makes it on the configuration's behalf (answer ignored).
+        shared::detach(shared::Detached {
+            cluster: cluster.to_string(),
+            service: service.to_string(),
+            method: method.to_string(),
+            message: message.to_vec(),
+            timeout_ms,
+        })
+    }
+    fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
+        let a = self.io.grpc_answer.borrow();
+        Some(a.get(..size.min(a.len())).unwrap_or_default().to_vec())
+    }
+    fn resume_request(&self) {
+        if self.has_stream() {
+            // SAFETY: `filter` is live for this hook.
+            unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(self.filter) }
+        }
+    }
+}
+
+impl Native {
+    /// Adds to a counter, sets a gauge or records a histogram sample: the series' family and
+    /// label values, through the stream when there is one (else the configuration).
+    fn metric(&self, id: u32, value: u64) {
+        let Some((kind, family, values)) = metrics::lookup(id) else { return };
+        let labels: Vec<ModuleBuffer> = values.iter().map(|v| ModuleBuffer::of(v.as_bytes())).collect();
+        let (l, n) = (labels.as_ptr(), labels.len());
+        // SAFETY: the label buffers live for the call; `filter` (or `config`) is live.
+        let status = unsafe {
+            match (kind, self.has_stream()) {
+                (MetricKind::Counter, true) => {
+                    envoy_dynamic_module_callback_http_filter_increment_counter(self.filter, family, l, n, value)
+                }
+                (MetricKind::Counter, false) => {
+                    envoy_dynamic_module_callback_http_filter_config_increment_counter(self.config, family, l, n, value)
+                }
+                (MetricKind::Gauge, true) => {
+                    envoy_dynamic_module_callback_http_filter_set_gauge(self.filter, family, l, n, value)
+                }
+                (MetricKind::Gauge, false) => {
+                    envoy_dynamic_module_callback_http_filter_config_set_gauge(self.config, family, l, n, value)
+                }
+                (MetricKind::Histogram, true) => {
+                    envoy_dynamic_module_callback_http_filter_record_histogram_value(self.filter, family, l, n, value)
+                }
+                (MetricKind::Histogram, false) => {
+                    envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+                        self.config,
+                        family,
+                        l,
+                        n,
+                        value,
+                    )
+                }
+            }
+        };
+        if status != METRICS_SUCCESS {
+            log::debug!("switchyard: metric {id} not recorded (status {status})");
+        }
+    }
+
+    /// Sends a detached call now (the tick's host, on the main thread).
+    pub fn send_detached(&self, d: &shared::Detached) -> bool {
+        self.callout(&d.cluster, &d.service, &d.method, &d.message, d.timeout_ms).is_some()
+    }
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+thread_local! {
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// xorshift64*, seeded per thread from the standard library's per-process random hash keys.
+/// Only used for load balancing.
+pub fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    RNG.with(|cell| {
+        let mut x = cell.get();
+        if x == 0 {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(now_ms());
+            x = h.finish() | 1;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        cell.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
