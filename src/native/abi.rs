@@ -188,27 +188,6 @@ extern "C" {
         label_names_length: usize,
         id: *mut usize,
     ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_increment_counter(
-        filter: FilterEnvoyPtr,
-        id: usize,
-        label_values: *const ModuleBuffer,
-        label_values_length: usize,
-        value: u64,
-    ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_set_gauge(
-        filter: FilterEnvoyPtr,
-        id: usize,
-        label_values: *const ModuleBuffer,
-        label_values_length: usize,
-        value: u64,
-    ) -> MetricsResult;
-    pub fn envoy_dynamic_module_callback_http_filter_record_histogram_value(
-        filter: FilterEnvoyPtr,
-        id: usize,
-        label_values: *const ModuleBuffer,
-        label_values_length: usize,
-        value: u64,
-    ) -> MetricsResult;
     pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
         config: ConfigEnvoyPtr,
         id: usize,
@@ -354,9 +333,6 @@ pub const CALLBACKS: &[&str] = &[
     "envoy_dynamic_module_callback_http_filter_config_define_counter",
     "envoy_dynamic_module_callback_http_filter_config_define_gauge",
     "envoy_dynamic_module_callback_http_filter_config_define_histogram",
-    "envoy_dynamic_module_callback_http_filter_increment_counter",
-    "envoy_dynamic_module_callback_http_filter_set_gauge",
-    "envoy_dynamic_module_callback_http_filter_record_histogram_value",
     "envoy_dynamic_module_callback_http_filter_config_increment_counter",
     "envoy_dynamic_module_callback_http_filter_config_set_gauge",
     "envoy_dynamic_module_callback_http_filter_config_record_histogram_value",

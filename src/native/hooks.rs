@@ -189,6 +189,7 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
         *config.main.borrow_mut() =
             Some(Main { config: Rc::new(configured), host, ticker: Ticker::default(), gauges_ms: 0 });
         *config.timer.borrow_mut() = start_timer(envoy, period);
+        metrics::add_root(envoy as usize);
     }
     Some(Box::new(config))
 }
@@ -244,6 +245,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
     let _ = guard("config_destroy", || {
         // SAFETY: Envoy hands back the pointer `config_new` leaked, once, on the main thread.
         let config = unsafe { Box::from_raw(config as *mut ModuleConfig) };
+        metrics::remove_root(config.envoy as usize);
         let timer = config.timer.borrow_mut().take();
         if let Some(mut t) = timer {
             t.stop.store(true, Ordering::Release);

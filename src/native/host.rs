@@ -480,25 +480,36 @@ impl Native {
         let Some((kind, family, values)) = metrics::lookup(id) else { return };
         let labels: Vec<ModuleBuffer> = values.iter().map(|v| ModuleBuffer::of(v.as_bytes())).collect();
         let (l, n) = (labels.as_ptr(), labels.len());
-        // SAFETY: the label buffers live for the call; `filter` (or `config`) is live.
-        let status = unsafe {
-            match (kind, self.has_stream()) {
-                (MetricKind::Counter, true) => {
-                    envoy_dynamic_module_callback_http_filter_increment_counter(self.filter, family, l, n, value)
+        // SAFETY: the label buffers live for the call; a root configuration stays alive while
+        // `with_root` holds its lock, `filter` (or `config`) for the hook.
+        let status = metrics::with_root(|root| unsafe {
+            match (kind, root) {
+                (MetricKind::Counter, Some(r)) => envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                    r as ConfigEnvoyPtr,
+                    family,
+                    l,
+                    n,
+                    value,
+                ),
+                (MetricKind::Gauge, Some(r)) => {
+                    envoy_dynamic_module_callback_http_filter_config_set_gauge(r as ConfigEnvoyPtr, family, l, n, value)
                 }
-                (MetricKind::Counter, false) => {
+                (MetricKind::Histogram, Some(r)) => {
+                    envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+                        r as ConfigEnvoyPtr,
+                        family,
+                        l,
+                        n,
+                        value,
+                    )
+                }
+                (MetricKind::Counter, None) => {
                     envoy_dynamic_module_callback_http_filter_config_increment_counter(self.config, family, l, n, value)
                 }
-                (MetricKind::Gauge, true) => {
-                    envoy_dynamic_module_callback_http_filter_set_gauge(self.filter, family, l, n, value)
-                }
-                (MetricKind::Gauge, false) => {
+                (MetricKind::Gauge, None) => {
                     envoy_dynamic_module_callback_http_filter_config_set_gauge(self.config, family, l, n, value)
                 }
-                (MetricKind::Histogram, true) => {
-                    envoy_dynamic_module_callback_http_filter_record_histogram_value(self.filter, family, l, n, value)
-                }
-                (MetricKind::Histogram, false) => {
+                (MetricKind::Histogram, None) => {
                     envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
                         self.config,
                         family,
@@ -508,7 +519,7 @@ impl Native {
                     )
                 }
             }
-        };
+        });
         if status != METRICS_SUCCESS {
             log::debug!("switchyard: metric {id} not recorded (status {status})");
         }

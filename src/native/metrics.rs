@@ -11,7 +11,7 @@
 //! the filters, is what a new metric adds to on the native build (`every_filter_metric_has_a_family`
 //! checks the filters' own names against it).
 
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use crate::filters::host::MetricKind;
 
@@ -55,6 +55,8 @@ pub fn families() -> Vec<Family> {
         family(Histogram, "output_tokens_per_second", &ENDPOINT),
         family(Gauge, "endpoint_cooling_down", &ENDPOINT),
         family(Gauge, "rate_limit_budget", &["limit", "kind", "per", "window"]),
+        // The native build's own: hooks that panicked (and answered for it).
+        family(Counter, "native_panics_total", &["hook"]),
     ];
     // The usage series, with and without the optional policy and caller labels.
     for extra in [&[][..], &["policy"][..], &["caller"][..], &["policy", "caller"][..]] {
@@ -158,6 +160,27 @@ pub fn lookup(id: u32) -> Option<(MetricKind, usize, Vec<String>)> {
         let envoy = (*r.envoy_ids.get(s.family)?)?;
         Some((s.kind, envoy, s.values.clone()))
     })
+}
+
+/// The live decision filters' configurations (Envoy's pointers, as addresses): every stat is
+/// recorded through the newest one. A configuration's stats scope is where it was created, and
+/// an upstream filter's is its cluster's (`cluster.<name>.switchyard...`), so recording through
+/// the attempt's own filter would not give the Wasm build's names. Read-locked for the call, so
+/// a configuration Envoy destroys (write-locked, on the main thread) is never used after.
+static ROOTS: RwLock<Vec<usize>> = RwLock::new(Vec::new());
+
+pub fn add_root(config: usize) {
+    ROOTS.write().unwrap_or_else(|e| e.into_inner()).push(config);
+}
+
+pub fn remove_root(config: usize) {
+    ROOTS.write().unwrap_or_else(|e| e.into_inner()).retain(|c| *c != config);
+}
+
+/// Runs `f` with the configuration to record through (None before any decision filter).
+pub fn with_root<R>(f: impl FnOnce(Option<usize>) -> R) -> R {
+    let roots = ROOTS.read().unwrap_or_else(|e| e.into_inner());
+    f(roots.last().copied())
 }
 
 #[cfg(test)]
