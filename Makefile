@@ -6,10 +6,13 @@ SHELL      := /bin/bash
 VENV       := .venv
 PY_STAMP   := $(VENV)/.installed
 WASM       := target/wasm32-wasip1/release/switchyard.wasm
+NATIVE     := target/native/libswitchyard.so
+# Which build of the filters `make run` loads: wasm (V8, the default) or native (`make native`).
+BUILD      ?= wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
+.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -35,6 +38,12 @@ wasm: setup
 	cargo build --release --target wasm32-wasip1 -p switchyard
 	@scripts/optimize-wasm.sh $(WASM) "$(WASM_OPT)" $(WASM_OPT_FLAGS)
 	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+# The same filters as a native Envoy dynamic module (x86_64 Linux, loads in Envoy 1.39.3 and
+# 1.40.0): release with panic=unwind, so a panic is caught at the hook instead of aborting Envoy.
+native: setup
+	cargo build --profile native --features native --lib -p switchyard
+	@ls -l $(NATIVE) | awk '{print "built $(NATIVE): " $$5 " bytes"}'
 
 # envoy/switchyard.yaml and k8s/ from catalog/switchyard.json (templates: a placeholder for the
 # image digest), and the deployable copy in target/deploy/ (the Wasm configs' sha256 is the
@@ -91,9 +100,9 @@ dashboard-picture: wasm mesh-tools observability-tools
 
 # The demo stops with make: Ctrl-C, or a TERM/KILL to make itself (the demo asks the kernel for
 # SIGTERM when its parent dies, and Envoy dies with the demo).
-run: wasm
+run: $(BUILD)
 	cargo build --release -p switchyard-integration --bin switchyard-demo
-	exec target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
+	SWITCHYARD_BUILD=$(BUILD) exec target/release/switchyard-demo --port $(PORT) --admin-port $(ADMIN_PORT)
 
 lint: setup
 	cargo fmt --all --check

@@ -29,6 +29,42 @@ pub fn wasm_path() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target/wasm32-wasip1/release/switchyard.wasm"))
 }
 
+/// The native build of the filters: the Envoy dynamic module `make native` builds.
+pub fn native_path() -> PathBuf {
+    std::env::var_os("SWITCHYARD_NATIVE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/native/libswitchyard.so"))
+}
+
+/// Which build of the filters Envoy runs: the proxy-wasm module in V8 (the default, and what
+/// Istio delivers) or the same filters as a native dynamic module (`make native`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Build {
+    #[default]
+    Wasm,
+    Native,
+}
+
+impl Build {
+    /// `wasm` or `native` (the `BUILD` of `make run`, the `SWITCHYARD_BUILD` of the tests).
+    pub fn parse(s: &str) -> Result<Build, String> {
+        match s {
+            "wasm" | "" => Ok(Build::Wasm),
+            "native" => Ok(Build::Native),
+            other => Err(format!("build {other:?}: wasm or native")),
+        }
+    }
+
+    /// `SWITCHYARD_BUILD` from the environment (Wasm when unset).
+    pub fn from_env() -> Build {
+        std::env::var("SWITCHYARD_BUILD").ok().and_then(|b| Build::parse(&b).ok()).unwrap_or_default()
+    }
+}
+
+/// The dynamic-module HTTP filter's configuration type.
+pub const DYNAMIC_MODULE_TYPE_URL: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter";
+
 /// One provider cluster: an Envoy cluster name and the loopback port behind it.
 #[derive(Clone, Debug)]
 pub struct ClusterSpec {
@@ -59,7 +95,11 @@ pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 #[derive(Clone, Debug)]
 pub struct StackConfig {
+    /// Which build of the filters Envoy loads: `wasm` (V8) or the native dynamic module.
+    pub build: Build,
     pub wasm: PathBuf,
+    /// The native dynamic module (`Build::Native`).
+    pub native: PathBuf,
     /// The Switchyard plugin configuration (JSON).
     pub plugin_config: Value,
     pub clusters: Vec<ClusterSpec>,
@@ -321,7 +361,9 @@ impl StackConfig {
     /// limit, 4 attempts, 2 ms back-off, 60 s per-attempt idle timeout.
     pub fn new(plugin_config: Value, clusters: Vec<ClusterSpec>, passthrough: Option<ClusterSpec>) -> StackConfig {
         StackConfig {
+            build: Build::default(),
             wasm: wasm_path(),
+            native: native_path(),
             plugin_config,
             clusters,
             remote_clusters: Vec::new(),
@@ -372,6 +414,9 @@ fn vm_env_keys(cfg: &StackConfig) -> Vec<String> {
 /// The Wasm filter config for one of the module's roles; every role shares one VM (`vm_id`),
 /// hence one set of shared data.
 fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_headers: bool) -> Value {
+    if cfg.build == Build::Native {
+        return native_filter(cfg, root_id, configuration);
+    }
     let mut config = json!({
         "name": root_id,
         "root_id": root_id,
@@ -392,6 +437,33 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
         config["allow_on_headers_stop_iteration"] = json!(true);
     }
     json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm", "config": config})
+}
+
+/// The native build's filter config for one role: the same configuration string and role names
+/// (`filter_name` is the Wasm `root_id`). The module is loaded once per process (its workers
+/// share its state) and never unloaded; its stats are in Envoy's `switchyard` namespace. The
+/// process environment is the module's: credential `env` references read it directly.
+fn native_filter(cfg: &StackConfig, root_id: &str, configuration: &str) -> Value {
+    json!({
+        "@type": DYNAMIC_MODULE_TYPE_URL,
+        "dynamic_module_config": {
+            "module": {"local": {"filename": cfg.native.to_string_lossy()}},
+            "do_not_close": true,
+            "metrics_namespace": "switchyard"
+        },
+        "filter_name": root_id,
+        "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration}
+    })
+}
+
+/// The HTTP filter entry of a module filter config (Wasm or native), by its type.
+fn module_filter_entry(typed_config: Value) -> Value {
+    let name = if typed_config["@type"] == json!(DYNAMIC_MODULE_TYPE_URL) {
+        "envoy.filters.http.dynamic_modules"
+    } else {
+        "envoy.filters.http.wasm"
+    };
+    json!({"name": name, "typed_config": typed_config})
 }
 
 /// The plugin configuration as Envoy receives it (pretty, so the YAML shows it as a block).
@@ -576,7 +648,7 @@ pub const FIRST_ATTEMPT_CONFIGURATION: &str = "{}";
 /// a failed answer for the next attempt's filter), the provider's key (`key`: its
 /// `credential_injector`), then the codec.
 pub fn first_attempt_filters(first: Value, key: Option<Value>) -> Value {
-    let first = json!({"name": "envoy.filters.http.wasm", "typed_config": first});
+    let first = module_filter_entry(first);
     let codec = json!({"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}});
     Value::Array([Some(first), key, Some(codec)].into_iter().flatten().collect())
 }
@@ -598,7 +670,7 @@ fn first_attempt_twin(cfg: &StackConfig, regular: &Value, twin: &Twin, http2: bo
 /// The upstream (per-attempt) HTTP filters of every provider cluster.
 pub fn upstream_filters(upstream_wasm: Value) -> Value {
     json!([
-        {"name": "envoy.filters.http.wasm", "typed_config": upstream_wasm},
+        module_filter_entry(upstream_wasm),
         {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
     ])
 }

@@ -117,7 +117,14 @@ impl Envoy {
     }
 
     /// Starts Envoy with extra environment variables (for credential `env` references).
+    /// `SWITCHYARD_BUILD=native` runs the stack on the native build (tests written for Wasm run
+    /// unchanged on it).
     pub fn start_with_env(cfg: &StackConfig, tag: &str, env: &[(&str, &str)]) -> Result<Envoy, String> {
+        let mut cfg = cfg.clone();
+        if Build::from_env() == Build::Native {
+            cfg.build = Build::Native;
+        }
+        let cfg = &cfg;
         for (path, text) in cfg.sds_files() {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
