@@ -61,6 +61,17 @@ impl Build {
     }
 }
 
+/// The native build's stats namespace: the Wasm host's (`wasmcustom`), so both builds' stats
+/// have the same names (`wasmcustom.switchyard.*`) and Prometheus series (`switchyard_*`).
+pub const NATIVE_METRICS_NAMESPACE: &str = "wasmcustom";
+
+/// The native build's runtime: Envoy registers a dynamic module's stats namespace like the Wasm
+/// host's (Prometheus strips it and adds no `envoy_` prefix) only with this flag.
+pub fn native_runtime() -> Value {
+    json!({"layers": [{"name": "switchyard", "static_layer": {
+        "envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix": true}}]})
+}
+
 /// The dynamic-module HTTP filter's configuration type.
 pub const DYNAMIC_MODULE_TYPE_URL: &str =
     "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter";
@@ -441,7 +452,7 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
 
 /// The native build's filter config for one role: the same configuration string and role names
 /// (`filter_name` is the Wasm `root_id`). The module is loaded once per process (its workers
-/// share its state) and never unloaded; its stats are in Envoy's `switchyard` namespace. The
+/// share its state) and never unloaded; its stats are in the Wasm host's namespace. The
 /// process environment is the module's: credential `env` references read it directly.
 fn native_filter(cfg: &StackConfig, root_id: &str, configuration: &str) -> Value {
     json!({
@@ -449,7 +460,7 @@ fn native_filter(cfg: &StackConfig, root_id: &str, configuration: &str) -> Value
         "dynamic_module_config": {
             "module": {"local": {"filename": cfg.native.to_string_lossy()}},
             "do_not_close": true,
-            "metrics_namespace": "switchyard"
+            "metrics_namespace": NATIVE_METRICS_NAMESPACE
         },
         "filter_name": root_id,
         "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": configuration}
@@ -1086,6 +1097,9 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
             "secrets": secrets
         }
     });
+    if cfg.build == Build::Native {
+        boot["layered_runtime"] = native_runtime();
+    }
     let chain = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0];
     if let Some(log) = access_log(cfg.access_log) {
         chain["filters"][0]["typed_config"]["access_log"] = log;

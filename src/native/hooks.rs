@@ -131,7 +131,7 @@ fn envoy_bytes(b: EnvoyBuffer) -> Vec<u8> {
 
 fn define_metrics(envoy: ConfigEnvoyPtr) {
     for (index, family) in metrics::to_define() {
-        let full = family.name.clone();
+        let full = format!("{}.{}", metrics::NAMESPACE, family.name);
         let labels: Vec<ModuleBuffer> = family.labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
         let mut id: usize = 0;
         // SAFETY: `envoy` is the configuration being created (definition is allowed now); the

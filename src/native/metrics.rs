@@ -3,9 +3,11 @@
 //! label names; a stream then records into a family with label values. The filters name each
 //! series the Wasm way (`switchyard.<base>.<label>.<value>...`, turned into labels by the
 //! bootstrap's `stats_tags`), so this module keeps the table of families, defines them all on
-//! each configuration (`FAMILIES`, in Envoy's namespace `switchyard`) and resolves a series name
+//! each configuration (`families`) and resolves a series name
 //! into its family and label values once per name and worker. Envoy names a labelled stat
-//! `<namespace>.<family>.<label>.<value>...`: the same name, the same Prometheus series.
+//! `<namespace>.<family>.<label>.<value>...`; with the generated namespace `wasmcustom` (the
+//! Wasm host's) and families named `switchyard.<base>`, that is the Wasm build's stat name and
+//! Prometheus series.
 //!
 //! A name no family matches is dropped (and logged once per worker at debug): the table, not
 //! the filters, is what a new metric adds to on the native build (`every_filter_metric_has_a_family`
@@ -70,7 +72,7 @@ pub fn families() -> Vec<Family> {
     f
 }
 
-/// Envoy's metrics namespace for the families (`switchyard_<family>` in Prometheus).
+/// The prefix of every series name, and of the families' names in Envoy.
 pub const NAMESPACE: &str = "switchyard";
 
 /// The family index and label values of a series name, if a family of that kind matches.
