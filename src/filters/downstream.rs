@@ -286,7 +286,8 @@ impl<H: Host> Stream<H> {
             shaped = e.clone().for_api(self.api);
             &shaped
         };
-        let carried = e.status == 400 && self.request_complete;
+        // Natively the reply never comes back through this filter: sent as the 400 it is.
+        let carried = e.status == 400 && self.request_complete && self.host.reply_reaches_filter();
         if carried {
             self.carried_400 = true;
         }

@@ -66,6 +66,12 @@ pub trait Host {
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>>;
     /// Lets a request the filter paused go on.
     fn resume_request(&self);
+    /// Whether the filter's own local reply passes through its response callbacks (proxy-wasm:
+    /// yes; Envoy's dynamic modules skip a module's encode hooks for its own reply), so a reply
+    /// can be sent with one status and corrected on the way out.
+    fn reply_reaches_filter(&self) -> bool {
+        true
+    }
 }
 
 /// Looks a header up in a list from `req_headers`/`resp_headers` (names are lower-case).

@@ -465,6 +465,9 @@ impl Host for Native {
         let a = self.io.grpc_answer.borrow();
         Some(a.get(..size.min(a.len())).unwrap_or_default().to_vec())
     }
+    fn reply_reaches_filter(&self) -> bool {
+        false
+    }
     fn resume_request(&self) {
         if self.has_stream() {
             // SAFETY: `filter` is live for this hook.
