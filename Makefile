@@ -121,12 +121,16 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm registry-tools mesh-tools observability-tools envoy-matrix
+integration: wasm native registry-tools mesh-tools observability-tools envoy-matrix
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	# The rate limit service the mesh-wide limit tests start (ratelimit/), and its own tests.
 	cargo build -p switchyard-ratelimit
 	cargo test -p switchyard-ratelimit
 	cargo test -p switchyard-integration
+	# The core routing tests again on the native build (about 15 s; tests/native.rs runs in the
+	# line above: the panic test and the load test in every Envoy release).
+	SWITCHYARD_BUILD=native cargo test -p switchyard-integration --test failover --test first_attempt \
+	  --test streaming_and_config --test surfaces --test key_rotation
 	# The measurement tools' smoke run (tools/tests/bench_smoke.rs) and load generator tests.
 	cargo test -p switchyard-tools
 
