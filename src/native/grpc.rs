@@ -1,12 +1,42 @@
 //! Unary gRPC over the ABI's HTTP callout: the request's headers and 5-byte frame, and what
 //! an answer means (the callout hands the module headers and body, no trailers).
 
+/// The cluster and `:authority` a call's target names: the serialized `GrpcService` of
+/// `limits::grpc_target` (`envoy_grpc { cluster_name = 1; authority = 2 }` as field 1), which
+/// Envoy's Wasm host parses itself, or else the bare cluster name.
+pub fn grpc_target_parts(target: &str) -> (String, String) {
+    let b = target.as_bytes();
+    let fields = |b: &[u8]| -> Option<Vec<(u8, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        while at < b.len() {
+            let tag = *b.get(at)?;
+            let len = usize::from(*b.get(at + 1).filter(|l| **l < 0x80)?);
+            out.push((tag, b.get(at + 2..at + 2 + len)?.to_vec()));
+            at += 2 + len;
+        }
+        Some(out)
+    };
+    let parsed = fields(b).and_then(|outer| match outer.as_slice() {
+        [(0x0a, inner)] => {
+            let inner = fields(inner)?;
+            let get =
+                |tag: u8| inner.iter().find(|(t, _)| *t == tag).and_then(|(_, v)| String::from_utf8(v.clone()).ok());
+            let cluster = get(0x0a)?;
+            let authority = get(0x12).unwrap_or_else(|| cluster.clone());
+            Some((cluster, authority))
+        }
+        _ => None,
+    });
+    parsed.unwrap_or_else(|| (target.to_string(), target.to_string()))
+}
+
 /// gRPC over an HTTP/2 callout: the request headers of a unary call.
-pub fn grpc_headers<'a>(cluster: &'a str, path: &'a str, timeout: &'a str) -> [(&'a str, &'a str); 6] {
+pub fn grpc_headers<'a>(authority: &'a str, path: &'a str, timeout: &'a str) -> [(&'a str, &'a str); 6] {
     [
         (":method", "POST"),
         (":path", path),
-        ("host", cluster),
+        ("host", authority),
         ("content-type", "application/grpc"),
         ("te", "trailers"),
         ("grpc-timeout", timeout),
@@ -59,6 +89,18 @@ mod tests {
         assert_eq!(framed, vec![0, 0, 0, 0, 3, b'a', b'b', b'c']);
         assert_eq!(grpc_answer(true, Some("200"), None, &framed), (0, b"abc".to_vec()));
         assert_eq!(grpc_answer(true, Some("200"), Some("0"), &framed), (0, b"abc".to_vec()));
+    }
+
+    #[test]
+    fn targets_name_their_cluster_and_authority() {
+        let t = crate::limits::grpc_target("switchyard_ratelimit");
+        assert_eq!(grpc_target_parts(&t), ("switchyard_ratelimit".to_string(), "switchyard_ratelimit".to_string()));
+        let t = crate::limits::grpc_target("outbound|8081||rls.ns.svc.cluster.local");
+        assert_eq!(
+            grpc_target_parts(&t),
+            ("outbound|8081||rls.ns.svc.cluster.local".to_string(), "rls.ns.svc.cluster.local".to_string())
+        );
+        assert_eq!(grpc_target_parts("plain"), ("plain".to_string(), "plain".to_string()));
     }
 
     #[test]

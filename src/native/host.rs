@@ -12,7 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use super::abi::*;
-use super::grpc::{grpc_frame, grpc_headers, grpc_timeout};
+use super::grpc::{grpc_frame, grpc_headers, grpc_target_parts, grpc_timeout};
 use super::{metrics, shared};
 use crate::filters::host::{Host, MetricKind};
 
@@ -274,11 +274,13 @@ impl Native {
 }
 
 impl Native {
-    fn callout(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
+    fn callout(&self, target: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
+        let (cluster, authority) = grpc_target_parts(target);
+        let cluster = cluster.as_str();
         let path = format!("/{service}/{method}");
         let timeout = grpc_timeout(timeout_ms);
         let headers: Vec<ModuleHttpHeader> =
-            grpc_headers(cluster, &path, &timeout).iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
+            grpc_headers(&authority, &path, &timeout).iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
         let body = grpc_frame(message);
         let mut id: u64 = 0;
         // SAFETY: the pointers describe live buffers for the call; Envoy copies them. The
