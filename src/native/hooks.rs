@@ -504,6 +504,15 @@ fn body_size(filter: FilterModulePtr, request: bool) -> usize {
     }
 }
 
+/// Marks the body hook running (see `host::Io::in_body`).
+fn in_body(filter: FilterModulePtr, on: bool) {
+    if !filter.is_null() {
+        // SAFETY: as in `run`.
+        let m = unsafe { &*(filter as *const ModuleFilter) };
+        m.host.io.in_body.set(on);
+    }
+}
+
 fn mark_responding(filter: FilterModulePtr) {
     if !filter.is_null() {
         // SAFETY: as in `run`.
@@ -528,10 +537,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     filter: FilterModulePtr,
     end_of_stream: bool,
 ) -> BodyStatus {
+    in_body(filter, true);
     let size = guard("request_body_size", || body_size(filter, true)).unwrap_or(0);
-    run(filter, "request_body", BODY_CONTINUE, BODY_STOP_ITERATION_AND_BUFFER, |f| {
+    let status = run(filter, "request_body", BODY_CONTINUE, BODY_STOP_ITERATION_AND_BUFFER, |f| {
         body_status(f.on_request_body(size, end_of_stream))
-    })
+    });
+    in_body(filter, false);
+    status
 }
 
 #[no_mangle]
@@ -564,8 +576,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     end_of_stream: bool,
 ) -> BodyStatus {
     mark_responding(filter);
+    in_body(filter, true);
     let size = guard("response_body_size", || body_size(filter, false)).unwrap_or(0);
-    run(filter, "response_body", BODY_CONTINUE, BODY_CONTINUE, |f| body_status(f.on_response_body(size, end_of_stream)))
+    let status = run(filter, "response_body", BODY_CONTINUE, BODY_CONTINUE, |f| {
+        body_status(f.on_response_body(size, end_of_stream))
+    });
+    in_body(filter, false);
+    status
 }
 
 #[no_mangle]

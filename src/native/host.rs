@@ -25,6 +25,9 @@ pub struct Io {
     /// Callout ids by the token the filters see (ids are u64, tokens u32).
     callouts: RefCell<Vec<(u32, u64)>>,
     next_token: Cell<u32>,
+    /// A body hook is running (Envoy's received chunk exists only then; elsewhere, as in the
+    /// trailers hook, the body is what was buffered).
+    pub in_body: Cell<bool>,
 }
 
 /// The host of one filter instance (or of the tick: no stream).
@@ -175,6 +178,9 @@ impl Native {
                 envoy_dynamic_module_callback_http_received_buffered_response_body(self.filter)
             }
         };
+        if !self.io.in_body.get() {
+            return self.chunks(buffered);
+        }
         let mut parts = if same { Vec::new() } else { self.chunks(buffered) };
         parts.extend(self.chunks(received));
         parts
@@ -226,12 +232,16 @@ impl Native {
         };
         // SAFETY: as above; Envoy copies the appended bytes.
         unsafe {
+            // Outside a body hook only the buffered body exists: written there.
+            let to = if self.io.in_body.get() { received } else { buffered };
             if let Some(all) = whole {
                 envoy_dynamic_module_callback_http_drain_body(self.filter, buffered, usize::MAX);
-                envoy_dynamic_module_callback_http_drain_body(self.filter, received, usize::MAX);
-                envoy_dynamic_module_callback_http_append_body(self.filter, received, ModuleBuffer::of(&all));
+                if self.io.in_body.get() {
+                    envoy_dynamic_module_callback_http_drain_body(self.filter, received, usize::MAX);
+                }
+                envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(&all));
             } else {
-                envoy_dynamic_module_callback_http_append_body(self.filter, received, ModuleBuffer::of(value));
+                envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(value));
             }
         }
     }
