@@ -175,7 +175,8 @@ fn one_library_loads_and_fails_over_under_load_in_every_envoy_release() {
         let attempts = |endpoint: &str, outcome: &str| {
             stat(
                 &envoy,
-                &format!("wasmcustom.switchyard.attempts_total.model.n_model.endpoint.{endpoint}.gen_ai_provider_name.{endpoint}.outcome.{outcome}"),
+                // Labels in the stats_tags order (Prometheus prints them as the Wasm build does).
+                &format!("wasmcustom.switchyard.attempts_total.model.n_model.endpoint.{endpoint}.outcome.{outcome}.gen_ai_provider_name.{endpoint}"),
             )
         };
         assert_eq!(attempts("alpha", "server_error"), 200, "Envoy {version}");
