@@ -1266,3 +1266,46 @@ pub fn to_yaml(v: &Value) -> String {
     emit(v, 0, &mut out, &mut Vec::new());
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(build: Build) -> StackConfig {
+        let catalog = json!({
+            "providers": {"a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"}}},
+            "models": {"m/x": {"endpoints": [{"provider": "a", "pricing": {"prompt": 1, "completion": 1}}]}}
+        });
+        let mut cfg = StackConfig::new(catalog, vec![ClusterSpec { name: "c_a".into(), port: 1 }], None);
+        cfg.build = build;
+        cfg.native = PathBuf::from("/opt/libswitchyard.so");
+        cfg
+    }
+
+    #[test]
+    fn the_native_build_emits_the_dynamic_module_for_every_role() {
+        let text = bootstrap(&stack(Build::Native)).to_string();
+        assert!(!text.contains("envoy.extensions.filters.http.wasm.v3.Wasm"), "{text}");
+        for role in [DECISION_ROOT_ID, ATTEMPT_ROOT_ID, FIRST_ATTEMPT_ROOT_ID] {
+            assert!(text.contains(&format!("\"filter_name\":\"{role}\"")), "{role}");
+        }
+        assert_eq!(text.matches(DYNAMIC_MODULE_TYPE_URL).count(), 3, "decision, per-attempt, first-attempt");
+        assert!(text.contains("/opt/libswitchyard.so") && text.contains("dynamic_modules_strip_custom_stat_prefix"));
+        // The routed route reads the plan where the native host writes it.
+        assert!(text.contains(&format!("\"key\":\"{PLAN_STATE_KEY}\"")), "{text}");
+        assert_eq!(PLAN_STATE_KEY, switchyard::native::state_key(switchyard::protocol::plan::PLAN_PROPERTY));
+    }
+
+    #[test]
+    fn wasm_stays_the_default_and_has_no_native_parts() {
+        let text = bootstrap(&stack(Build::default())).to_string();
+        assert!(!text.contains(DYNAMIC_MODULE_TYPE_URL) && !text.contains("layered_runtime"));
+        assert_eq!(Build::parse("native"), Ok(Build::Native));
+        assert!(Build::parse("v8").is_err());
+    }
+
+    #[test]
+    fn the_native_stats_labels_come_in_the_stats_tags_order() {
+        assert_eq!(switchyard::native::metrics::TAG_ORDER, crate::telemetry::STAT_TAGS);
+    }
+}

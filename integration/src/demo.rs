@@ -257,7 +257,13 @@ pub struct DemoStack {
 pub async fn start(listener_port: u16, admin_port: u16, provider_base_port: u16) -> Result<DemoStack, String> {
     let providers = start_providers(provider_base_port).await?;
     let ports: Vec<u16> = providers.iter().map(|p| p.addr.port()).collect();
-    let cfg = demo_config(wasm_path(), listener_port, admin_port, &ports);
+    let mut cfg = demo_config(wasm_path(), listener_port, admin_port, &ports);
+    if crate::envoy::Build::from_env() == crate::envoy::Build::Native {
+        // The native build refuses JWT-claim rules (it cannot read nested dynamic metadata).
+        if let Some(rules) = cfg.plugin_config["policy_selection"]["rules"].as_array_mut() {
+            rules.retain(|r| r.get("jwt_claim").is_none());
+        }
+    }
     // Started on the caller's thread, not a blocking-pool thread: Envoy is killed when the
     // thread that started it exits (PR_SET_PDEATHSIG), and pool threads exit when idle.
     let envoy = Envoy::start(&cfg, "demo")?;

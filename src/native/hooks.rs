@@ -28,12 +28,16 @@ use crate::filters::host::{self, Host, MetricKind};
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::{count, prune_stale_keys};
 use crate::filters::{configure, downstream, first, role_of, upstream, Configured, Filter, Role, Unconfigured};
+use crate::limits::Subject;
+use crate::routing::policy::Matcher;
 use crate::wiring;
 
 /// How often the main thread's tick runs with mesh-wide limits (queued charges, cool-down
 /// polls, detached settlements), and without (the health gauges).
 const TICK_MS: u64 = 100;
 const GAUGE_TICK_MS: u64 = gauges::GAUGE_INTERVAL_MS;
+/// The scheduler event of the timer (a stream's wake-up for its queued calls is another).
+const TIMER_EVENT: u64 = 0;
 
 // ---------------------------------------------------------------------------------------------
 // Logging: the `log` crate into Envoy's log (component `dynamic_modules`)
@@ -175,6 +179,15 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
             return None;
         }
     };
+    if let Some(what) = unreadable_here(&configured) {
+        // Failing closed: a request would otherwise get the default policy or an uncharged
+        // subject where the Wasm build would match the caller's claim.
+        log::error!(
+            "switchyard: invalid plugin configuration for the native build: {what} reads a JWT claim \
+             (nested dynamic metadata), which Envoy's dynamic-module ABI cannot read; use the Wasm build"
+        );
+        return None;
+    }
     log::info!(
         "switchyard ({name}, native): configured {} providers, {} models, {} endpoints, {} policies",
         configured.catalog.providers.len(),
@@ -193,6 +206,17 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
         metrics::add_root(envoy as usize);
     }
     Some(Box::new(config))
+}
+
+/// What in a configuration the native host cannot read: JWT claims are nested in dynamic
+/// metadata (`jwt_payload.<claim>`), and the ABI reads only a namespace's top-level strings.
+fn unreadable_here(c: &Configured) -> Option<String> {
+    let rule = c.policies.rules.iter().position(|r| matches!(r.matcher, Matcher::JwtClaim { .. }));
+    if let Some(i) = rule {
+        return Some(format!("policy_selection.rules[{i}]"));
+    }
+    let limit = c.limits.limits.iter().find(|l| matches!(l.per, Subject::JwtClaim { .. }))?;
+    Some(format!("rate limit {}", limit.name))
 }
 
 /// The per-worker tick proxy-wasm offers has no equivalent in the ABI: a module thread commits
