@@ -246,6 +246,7 @@ fn start_timer(envoy: ConfigEnvoyPtr, period_ms: u64) -> Option<Timer> {
             }
         })
         .ok();
+    shared::add_waker(addr);
     Some(Timer { stop, thread, scheduler: addr })
 }
 
@@ -274,6 +275,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
         let timer = config.timer.borrow_mut().take();
         if let Some(mut t) = timer {
             t.stop.store(true, Ordering::Release);
+            shared::remove_waker(t.scheduler);
             if let Some(th) = t.thread.take() {
                 let _ = th.join();
             }
@@ -286,12 +288,12 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
 }
 
 /// The main thread's tick: queued charges and cool-down polls (`Ticker`), the calls streams
-/// left behind (settlements), the health gauges.
+/// left behind (settlements; a stream that queues one wakes this at once), the health gauges.
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     _envoy: ConfigEnvoyPtr,
     config: ConfigModulePtr,
-    _event: u64,
+    event: u64,
 ) {
     if config.is_null() {
         return;
@@ -302,12 +304,16 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
         let mut main = config.main.borrow_mut();
         let Some(m) = main.as_mut() else { return };
         let now = now_ms();
-        m.ticker.tick(&m.host, &m.config, now);
         for d in shared::take_detached() {
             if !m.host.send_detached(&d) {
                 count(&m.host, &crate::filters::mesh::failure_metric("settlement"));
             }
         }
+        if event != TIMER_EVENT {
+            // A stream's wake-up: only its queued calls.
+            return;
+        }
+        m.ticker.tick(&m.host, &m.config, now);
         if now.saturating_sub(m.gauges_ms) >= gauges::GAUGE_INTERVAL_MS {
             m.gauges_ms = now;
             gauges::publish(&m.host, &m.config, now);

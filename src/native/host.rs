@@ -463,15 +463,27 @@ impl Host for Native {
         Some(token)
     }
     fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool {
-        // A stream's callouts end with it: the call waits for the main thread's next tick, which
-        // makes it on the configuration's behalf (answer ignored).
-        shared::detach(shared::Detached {
+        // A stream's callouts end with it: the call is queued and the main thread's tick, woken
+        // at once, makes it on the configuration's behalf (answer ignored).
+        let queued = shared::detach(shared::Detached {
             cluster: cluster.to_string(),
             service: service.to_string(),
             method: method.to_string(),
             message: message.to_vec(),
             timeout_ms,
-        })
+        });
+        if queued {
+            // SAFETY: committing is safe from any thread; the scheduler is not deleted while
+            // `with_waker` holds its lock.
+            shared::with_waker(|w| {
+                if let Some(s) = w {
+                    unsafe {
+                        envoy_dynamic_module_callback_http_filter_config_scheduler_commit(s as ConfigSchedulerPtr, 1)
+                    }
+                }
+            });
+        }
+        queued
     }
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>> {
         let a = self.io.grpc_answer.borrow();

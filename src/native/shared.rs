@@ -5,7 +5,7 @@
 //! sent by the main thread's tick.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 use crate::filters::host::CAS_MISMATCH;
 
@@ -65,6 +65,25 @@ pub fn detach(call: Detached) -> bool {
     }
     q.push(call);
     true
+}
+
+/// The live decision configurations' schedulers (addresses): a queued call wakes the main
+/// thread's tick at once rather than at its next period. Read-locked while committing, so a
+/// scheduler is never deleted (write-locked) under a worker's commit.
+static WAKERS: RwLock<Vec<usize>> = RwLock::new(Vec::new());
+
+pub fn add_waker(scheduler: usize) {
+    WAKERS.write().unwrap_or_else(|e| e.into_inner()).push(scheduler);
+}
+
+pub fn remove_waker(scheduler: usize) {
+    WAKERS.write().unwrap_or_else(|e| e.into_inner()).retain(|s| *s != scheduler);
+}
+
+/// Runs `f` with the scheduler to wake (None before any decision filter).
+pub fn with_waker<R>(f: impl FnOnce(Option<usize>) -> R) -> R {
+    let w = WAKERS.read().unwrap_or_else(|e| e.into_inner());
+    f(w.last().copied())
 }
 
 /// Takes every queued call.
