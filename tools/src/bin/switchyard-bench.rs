@@ -17,7 +17,8 @@
 //! BENCH_WARMUP_SECONDS (0.5), BENCH_ROUNDS (3), BENCH_CONNECTIONS (32), BENCH_SIZES (bytes,
 //! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
 //! (1: the LiteLLM row, installing it on first use), BENCH_LIMITS (1: the full path under a
-//! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_RSS (1: the --concurrency 2 RSS
+//! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
+//! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
 //! BENCH_NICE (scheduling priority of everything the bench starts, 0).
 
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard_integration::envoy::{
-    bootstrap, http_get, plain_bootstrap, repo_root, wasm_path, ClusterSpec, Envoy, StackConfig,
+    bootstrap, http_get, native_path, plain_bootstrap, repo_root, wasm_path, Build, ClusterSpec, Envoy, StackConfig,
 };
 use switchyard_integration::memory::NOOP_WASM;
 use switchyard_integration::mesh::{free_port, RateLimitService, Redis};
@@ -794,6 +795,12 @@ fn bench() -> Result<i32, String> {
     add_envoy(&mut rows, &mut keep, "plain Envoy (router only)", Ok(plain_boot.clone()), "bench-plain");
     let sy_boot = bootstrap(&switchyard_config(mock_port));
     add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
+    if env_on("BENCH_NATIVE") && native_path().exists() {
+        // The same filters and configuration as the native dynamic module (`make native`).
+        let mut native = switchyard_config(mock_port);
+        native.build = Build::Native;
+        add_envoy(&mut rows, &mut keep, "Switchyard full path (native module)", Ok(bootstrap(&native)), "bench-native");
+    }
     if env_on("BENCH_BREAKDOWN") {
         // The floor of the shape (a Wasm body router that parses and decides nothing), request
         // side only and with the answer: the gap to the full path is Switchyard's own.
