@@ -151,7 +151,7 @@ clean:
 # Writes target/bench/results.md. BENCH_NICE=-10 by default: on a machine busy with other work
 # Envoy otherwise gets half its core and the rows measure the machine (0 to opt out).
 BENCH_NICE ?= -10
-bench: wasm mesh-tools
+bench: wasm native mesh-tools
 	cargo build --release -p switchyard-tools --bin switchyard-bench
 	cargo build --release -p switchyard-ratelimit
 	SWITCHYARD_RATELIMIT_BIN=$(CURDIR)/target/release/switchyard-ratelimit BENCH_NICE=$(BENCH_NICE) target/release/switchyard-bench
