@@ -43,6 +43,8 @@ pub struct State {
     pub calls: Vec<String>,
     /// Buffer writes Envoy would refuse.
     pub refused_writes: Vec<String>,
+    /// The filter's own replies skip its response callbacks (the native host's behaviour).
+    pub reply_skips_filter: bool,
 }
 
 /// Cloning shares the state: the filter holds one handle, the test the other.
@@ -256,5 +258,8 @@ impl Host for MockHost {
     fn resume_request(&self) {
         self.log("resume_request".into());
         self.state().resumed += 1;
+    }
+    fn reply_reaches_filter(&self) -> bool {
+        !self.0.borrow().reply_skips_filter
     }
 }

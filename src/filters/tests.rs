@@ -288,6 +288,21 @@ fn a_bad_body_is_refused_with_a_400_that_keeps_the_connection() {
 }
 
 #[test]
+fn where_the_reply_skips_the_filter_a_late_400_is_sent_as_400() {
+    let config = configured(CONFIG);
+    let host = MockHost::new();
+    host.state().reply_skips_filter = true;
+    routed_request(&host);
+    host.state().request_body = b"{not json".to_vec();
+    let mut stream = Stream::new(host.clone(), config);
+    stream.on_request_headers(false);
+    assert_eq!(stream.on_request_body(9, true), Action::Pause);
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(reply.status, 400, "no response callback would set a carrier back");
+    assert_eq!(json(&reply.body)["error"]["type"], "invalid_request_error");
+}
+
+#[test]
 fn without_a_configuration_every_request_gets_a_503_in_its_api_shape() {
     let host = MockHost::new();
     host.with_request_headers(&[(":path", "/v1/messages")]);
