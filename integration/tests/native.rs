@@ -197,3 +197,86 @@ fn one_library_loads_and_fails_over_under_load_in_every_envoy_release() {
         drop(envoy);
     }
 }
+
+/// A listener update (LDS from a file) swaps the decision filter's configuration under the
+/// module: the old one is destroyed once its listener drained (its tick thread stopped, its
+/// scheduler deleted, stats no longer recorded through it), and the new catalog serves.
+#[test]
+fn a_listener_update_replaces_the_configuration_and_the_old_one_is_destroyed() {
+    let rt = runtime();
+    let start = |name: &str| match rt.block_on(MockProvider::start(name, 0, Behavior::default())) {
+        Ok(p) => p,
+        Err(e) => panic!("mock {name}: {e}"),
+    };
+    let (alpha, beta) = (start("alpha"), start("beta"));
+    let mut cfg = stack_config(native_path(), &alpha, &beta);
+    cfg.listener_port = switchyard_integration::mesh::free_port().unwrap_or_else(|e| panic!("port: {e}"));
+    let dir = switchyard_integration::envoy::work_dir("native-lds");
+    let lds = dir.join("lds.json");
+    let write_lds = |cfg: &StackConfig| {
+        let boot = bootstrap(cfg);
+        let mut listener = boot["static_resources"]["listeners"][0].clone();
+        listener["@type"] = json!("type.googleapis.com/envoy.config.listener.v3.Listener");
+        let tmp = dir.join("lds.json.tmp");
+        std::fs::write(&tmp, json!({"resources": [listener]}).to_string()).unwrap();
+        std::fs::rename(&tmp, &lds).unwrap();
+    };
+    write_lds(&cfg);
+    let mut boot = bootstrap(&cfg);
+    boot["static_resources"]["listeners"] = json!([]);
+    boot["dynamic_resources"] =
+        json!({"lds_config": {"path_config_source": {"path": lds.to_string_lossy()}, "resource_api_version": "V3"}});
+    let args = ["--drain-time-s".to_string(), "1".to_string(), "--drain-strategy".to_string(), "immediate".to_string()];
+    let envoy = Envoy::start_binary_with_args(
+        &switchyard_integration::envoy::envoy_binary(),
+        &boot,
+        "native-lds",
+        &[],
+        2,
+        &args,
+    )
+    .unwrap_or_else(|e| panic!("envoy: {e}"));
+    let chat = |id: &str, model: &str| -> Reply {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        match rt.block_on(post_json(envoy.addr(), "/v1/chat/completions", &[("x-test-id", id)], &body)) {
+            Ok(r) => r,
+            Err(e) => panic!("{id}: {e}"),
+        }
+    };
+    assert_eq!(chat("old", "n/model").status, 200);
+    assert_ne!(chat("old-new-model", "n/new").status, 200, "not in the first catalog");
+
+    // The new catalog: one more model.
+    cfg.plugin_config["models"]["n/new"] =
+        json!({"endpoints": [{"provider": "beta", "pricing": {"prompt": 1, "completion": 1}}]});
+    write_lds(&cfg);
+    let mut updated = false;
+    for i in 0..100 {
+        if chat(&format!("poll-{i}"), "n/new").status == 200 {
+            updated = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(updated, "the new catalog never served:\n{}", envoy.log_tail());
+    // The old listener drains (1 s) and its filter configurations are destroyed.
+    let log = || std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default();
+    let mut destroyed = false;
+    for _ in 0..100 {
+        if log().contains("a decision filter configuration was removed") {
+            destroyed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(destroyed, "the old configuration was never destroyed:\n{}", envoy.log_tail());
+    // Still serving, stats recorded through the new configuration, no panic.
+    let served = |e: &Envoy| stat(e, "wasmcustom.switchyard.requests_total.result.served");
+    let before = served(&envoy);
+    for i in 0..5 {
+        let r = chat(&format!("after-{i}"), "n/model");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(served(&envoy), before + 5);
+    assert!(!log().contains("switchyard: panic in"), "{}", envoy.log_tail());
+}

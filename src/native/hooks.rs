@@ -272,6 +272,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
         // SAFETY: Envoy hands back the pointer `config_new` leaked, once, on the main thread.
         let config = unsafe { Box::from_raw(config as *mut ModuleConfig) };
         metrics::remove_root(config.envoy as usize);
+        if config.role == Role::Downstream {
+            log::info!("switchyard (native): a decision filter configuration was removed");
+        }
         let timer = config.timer.borrow_mut().take();
         if let Some(mut t) = timer {
             t.stop.store(true, Ordering::Release);
