@@ -181,6 +181,10 @@ fn one_library_loads_and_fails_over_under_load_in_every_envoy_release() {
         };
         assert_eq!(attempts("alpha", "server_error"), 200, "Envoy {version}");
         assert_eq!(attempts("beta", "success"), 200, "Envoy {version}");
+        // Prometheus: the Wasm build's series (the runtime flag strips the namespace).
+        let prom = envoy.admin_get("/stats/prometheus").map(|r| r.1).unwrap_or_default();
+        let line = r#"switchyard_attempts_total{model="n_model",endpoint="beta",outcome="success",gen_ai_provider_name="beta"} 200"#;
+        assert!(prom.lines().any(|l| l == line), "Envoy {version}: no {line}");
         // Both workers wrote alpha's statistics: the debug header shows all 200 attempts.
         let h = [("x-test-id", "stats"), ("x-switchyard-debug", "1")];
         let r = match rt.block_on(post_json(addr, "/v1/chat/completions", &h, &body)) {
