@@ -1,6 +1,7 @@
 //! The part of Envoy's dynamic-module ABI Switchyard uses, declared from the facts of Envoy's C
 //! header `source/extensions/dynamic_modules/abi/abi.h` (ABI `v0.1.0` in Envoy 1.39.3; 1.40.0
-//! reports `v0.2.0` and keeps every declaration used here). Nothing here is Switchyard's logic:
+//! reports `v0.2.0`, still accepts `v0.1.0`, and exports every callback used here). Nothing here
+//! is Switchyard's logic:
 //! the types Envoy and the module exchange, the enum values, and the callbacks (`extern`) the
 //! Envoy binary exports, resolved when Envoy `dlopen`s the library. Only callbacks present in
 //! Envoy 1.39.3 are declared; the tests pin every layout and value to the header's.
