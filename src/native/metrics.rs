@@ -9,7 +9,7 @@
 //! Wasm host's) and families named `switchyard.<base>`, that is the Wasm build's stat name and
 //! Prometheus series.
 //!
-//! A name no family matches is dropped (and logged once per worker at debug): the table, not
+//! A name no family matches is dropped (and logged once per worker): the table, not
 //! the filters, is what a new metric adds to on the native build (`every_filter_metric_has_a_family`
 //! checks the filters' own names against it).
 
@@ -185,13 +185,15 @@ pub fn defined(index: usize, envoy_id: usize) {
     })
 }
 
-/// The id the filters use for series `name` (None when no family matches it).
+/// The id the filters use for series `name`. A name no family matches gets an id too (recording
+/// into it does nothing), so the filters cache it and it is logged once per worker, not on
+/// every use.
 pub fn resolve(kind: MetricKind, name: &str) -> Option<u32> {
     with(|r| {
-        let Some((family, values)) = parse(&r.families, kind, name) else {
-            log::debug!("switchyard: no native metric family for {name}");
-            return None;
-        };
+        let (family, values) = parse(&r.families, kind, name).unwrap_or_else(|| {
+            log::warn!("switchyard: no native metric family for {name}: not recorded (see native::metrics)");
+            (usize::MAX, Vec::new())
+        });
         r.series.push(Series { kind, family, values });
         u32::try_from(r.series.len()).ok()
     })
@@ -273,6 +275,13 @@ mod tests {
         }
         let histogram = &usage(None, None)[4];
         assert!(parse(&f, MetricKind::Histogram, histogram).is_some(), "{histogram}");
+    }
+
+    #[test]
+    fn an_unknown_name_gets_an_id_that_records_nothing() {
+        let id = resolve(MetricKind::Counter, "switchyard.no_such_family_total.x.y");
+        assert!(id.is_some(), "cached by the filters, so logged once");
+        assert!(lookup(id.unwrap()).is_none());
     }
 
     #[test]
