@@ -531,11 +531,8 @@ fn body_size(filter: FilterModulePtr, request: bool) -> usize {
     }
     // SAFETY: as in `run`.
     let m = unsafe { &*(filter as *const ModuleFilter) };
-    if request {
-        m.host.request_body(0, usize::MAX).map_or(0, |b| b.len())
-    } else {
-        m.host.response_body(0, usize::MAX).map_or(0, |b| b.len())
-    }
+    // Summed from the chunks' lengths: a buffered body is never copied just to be measured.
+    m.host.body_len(request)
 }
 
 /// Marks the body hook running (see `host::Io::in_body`).

@@ -186,6 +186,11 @@ impl Native {
         parts
     }
 
+    /// The body's size as the filters see it in a body callback, without copying it.
+    pub fn body_len(&self, request: bool) -> usize {
+        self.body_parts(request).iter().map(|p| p.length).sum()
+    }
+
     fn body(&self, request: bool, start: usize, size: usize) -> Option<Vec<u8>> {
         let end = start.saturating_add(size);
         let mut out = Vec::new();
