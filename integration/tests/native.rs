@@ -117,7 +117,7 @@ fn a_panicking_hook_answers_json_in_the_callers_shape_and_envoy_keeps_serving() 
         let id = format!("after-{i}");
         let r = post(&id, "/v1/chat/completions", &chat, &[]);
         assert_eq!(r.status, 200, "{id}: {}", r.text());
-        assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
+        assert!(matches!(r.header("x-switchyard-provider"), Some("alpha" | "beta")), "{id}");
     }
 }
 
