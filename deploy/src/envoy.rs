@@ -1303,9 +1303,4 @@ mod tests {
         assert_eq!(Build::parse("native"), Ok(Build::Native));
         assert!(Build::parse("v8").is_err());
     }
-
-    #[test]
-    fn the_native_stats_labels_come_in_the_stats_tags_order() {
-        assert_eq!(switchyard::native::metrics::TAG_ORDER, crate::telemetry::STAT_TAGS);
-    }
 }

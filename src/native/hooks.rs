@@ -136,8 +136,7 @@ fn envoy_bytes(b: EnvoyBuffer) -> Vec<u8> {
 fn define_metrics(envoy: ConfigEnvoyPtr) {
     for (index, family) in metrics::to_define() {
         let full = format!("{}.{}", metrics::NAMESPACE, family.name);
-        let names = family.envoy_labels();
-        let labels: Vec<ModuleBuffer> = names.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
+        let labels: Vec<ModuleBuffer> = family.labels.iter().map(|l| ModuleBuffer::of(l.as_bytes())).collect();
         let mut id: usize = 0;
         // SAFETY: `envoy` is the configuration being created (definition is allowed now); the
         // name and label buffers live for the call.

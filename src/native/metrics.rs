@@ -5,9 +5,11 @@
 //! bootstrap's `stats_tags`), so this module keeps the table of families, defines them all on
 //! each configuration (`families`) and resolves a series name
 //! into its family and label values once per name and worker. Envoy names a labelled stat
-//! `<namespace>.<family>.<label>.<value>...`; with the generated namespace `wasmcustom` (the
-//! Wasm host's) and families named `switchyard.<base>`, that is the Wasm build's stat name and
-//! Prometheus series.
+//! `<namespace>.<family>.<label>.<value>...` with the labels in their definition order, the
+//! name's: with the generated namespace `wasmcustom` (the Wasm host's) and families named
+//! `switchyard.<base>`, that is the Wasm build's stat name and Prometheus series. (Prometheus
+//! prints a series' labels in that order too, the Wasm build's in its `stats_tags` rules' order:
+//! the same series.)
 //!
 //! A name no family matches is dropped (and logged once per worker): the table, not
 //! the filters, is what a new metric adds to on the native build (`every_filter_metric_has_a_family`
@@ -27,46 +29,6 @@ pub struct Family {
     pub kind: MetricKind,
     pub name: String,
     pub labels: Vec<&'static str>,
-}
-
-/// The order Envoy lists a stat's labels in on the Wasm build: its `stats_tags` rules' order
-/// (`switchyard_deploy::telemetry::STAT_TAGS`, which a deploy test keeps equal). Families define
-/// their labels in this order, so both builds print the same Prometheus series text; the raw
-/// `/stats` name then lists the labels in this order too (the Wasm build's keeps the filter's).
-pub const TAG_ORDER: [&str; 18] = [
-    "model",
-    "endpoint",
-    "outcome",
-    "kind",
-    "code",
-    "result",
-    "reason",
-    "policy",
-    "limit",
-    "provider",
-    "gen_ai_provider_name",
-    "gen_ai_request_model",
-    "gen_ai_response_model",
-    "gen_ai_token_type",
-    "caller",
-    "strategy",
-    "per",
-    "window",
-];
-
-impl Family {
-    /// The positions (in the name's order) of the labels in Envoy's order.
-    pub fn envoy_order(&self) -> Vec<usize> {
-        let rank = |l: &str| TAG_ORDER.iter().position(|t| *t == l).unwrap_or(TAG_ORDER.len());
-        let mut order: Vec<usize> = (0..self.labels.len()).collect();
-        order.sort_by_key(|&i| self.labels.get(i).map_or(TAG_ORDER.len(), |l| rank(l)));
-        order
-    }
-
-    /// The label names as Envoy defines them.
-    pub fn envoy_labels(&self) -> Vec<&'static str> {
-        self.envoy_order().into_iter().filter_map(|i| self.labels.get(i).copied()).collect()
-    }
 }
 
 fn family(kind: MetricKind, name: &str, labels: &[&'static str]) -> Family {
@@ -115,8 +77,7 @@ pub fn families() -> Vec<Family> {
 /// The prefix of every series name, and of the families' names in Envoy.
 pub const NAMESPACE: &str = "switchyard";
 
-/// The family index and label values (in Envoy's label order) of a series name, if a family of
-/// that kind matches.
+/// The family index and label values of a series name, if a family of that kind matches.
 pub fn parse(families: &[Family], kind: MetricKind, name: &str) -> Option<(usize, Vec<String>)> {
     let rest = name.strip_prefix(NAMESPACE)?.strip_prefix('.')?;
     families.iter().enumerate().find_map(|(i, f)| {
@@ -136,7 +97,6 @@ pub fn parse(families: &[Family], kind: MetricKind, name: &str) -> Option<(usize
                 _ => return None,
             }
         }
-        let values = f.envoy_order().into_iter().filter_map(|k| values.get(k).cloned()).collect();
         Some((i, values))
     })
 }
@@ -238,9 +198,7 @@ mod tests {
     fn series_names_resolve_into_family_and_values() {
         let f = families();
         let (i, v) = parse(&f, MetricKind::Counter, "switchyard.requests_total.result.rejected.code.400").unwrap();
-        // Envoy's order (the stats_tags rules'): code before result.
-        assert_eq!((f[i].name.as_str(), v), ("requests_total", vec!["400".to_string(), "rejected".to_string()]));
-        assert_eq!(f[i].envoy_labels(), vec!["code", "result"]);
+        assert_eq!((f[i].name.as_str(), v), ("requests_total", vec!["rejected".to_string(), "400".to_string()]));
         let (i, v) = parse(&f, MetricKind::Counter, "switchyard.rate_limit.failure_total.reason.timeout").unwrap();
         assert_eq!((f[i].name.as_str(), v), ("rate_limit.failure_total", vec!["timeout".to_string()]));
         assert!(parse(&f, MetricKind::Histogram, "switchyard.requests_total.result.served").is_none(), "kind matters");
