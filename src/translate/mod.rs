@@ -125,8 +125,7 @@ pub fn request(from: Api, to: Api, body: &[u8], model: &str, stream: bool) -> Re
         Api::Anthropic => anthropic::write_request(&mut chat, model)?,
         Api::Google => google::write_request(&mut chat)?,
     };
-    let body = serde_json::to_vec(&Value::Object(out)).unwrap_or_default();
-    Ok(Translated { body, dropped: chat.dropped })
+    Ok(Translated { body: model_first(out), dropped: chat.dropped })
 }
 
 /// A provider's whole answer in `from`'s shape, rewritten in the caller's `to` shape. None when
@@ -191,6 +190,24 @@ pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
     };
     let _ = kind;
     (status, serde_json::to_vec(&out).unwrap_or_default())
+}
+
+/// The body with `model` first (`{"model":"<id>"`, the prefix each attempt splices its own
+/// upstream id over), then the other members.
+fn model_first(mut o: Map<String, Value>) -> Vec<u8> {
+    let Some(model) = o.remove("model") else {
+        return serde_json::to_vec(&Value::Object(o)).unwrap_or_default();
+    };
+    let mut out = crate::protocol::rewrite::model_prefix(model.as_str().unwrap_or(""));
+    let rest = serde_json::to_vec(&Value::Object(o)).unwrap_or_default();
+    match rest.get(1..) {
+        Some(tail) if tail != b"}" => {
+            out.push(b',');
+            out.extend_from_slice(tail);
+        }
+        _ => out.push(b'}'),
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------

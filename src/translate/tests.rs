@@ -38,6 +38,9 @@ fn openai_conversation() -> Value {
 fn openai_to_anthropic_request() {
     let (v, dropped) = tr(Api::OpenAi, Api::Anthropic, openai_conversation(), true);
     assert_eq!(v["model"], "up-model");
+    let body =
+        request(Api::OpenAi, Api::Anthropic, openai_conversation().to_string().as_bytes(), "up", false).unwrap().body;
+    assert!(body.starts_with(br#"{"model":"up","#), "model first: each attempt splices its own id");
     assert_eq!(v["system"], "Be brief.");
     assert_eq!(v["max_tokens"], 100);
     assert_eq!(v["stop_sequences"], json!(["END"]));
