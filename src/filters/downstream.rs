@@ -480,7 +480,7 @@ impl<H: Host> Stream<H> {
             self.host.set_req_header(":path", Some(&rw.path));
         }
         let has_version = self.host.req_header(ANTHROPIC_VERSION).is_some();
-        for (h, v) in api_headers(self.api, rw.api, has_version) {
+        for (h, v) in api_headers(rw.api, has_version) {
             self.host.set_req_header(h, v);
         }
         self.host.set_req_header(AUTHORITY_HEADER, Some(&rw.authority));

@@ -238,7 +238,7 @@ impl<H: Host> Filter for Attempt<H> {
         } else if self.attempt > 1 || rw.new_prefix.is_some() {
             self.host.set_req_header("content-length", Some(&rw.content_length.to_string()));
         }
-        for (h, v) in api_headers(api_of_plan, rw.api, find(&headers, ANTHROPIC_VERSION).is_some()) {
+        for (h, v) in api_headers(rw.api, find(&headers, ANTHROPIC_VERSION).is_some()) {
             self.host.set_req_header(h, v);
         }
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));

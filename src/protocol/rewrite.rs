@@ -163,15 +163,15 @@ pub const ANTHROPIC_VERSION: &str = "anthropic-version";
 /// The version a translated Anthropic attempt asks for (the caller spoke another API).
 pub const ANTHROPIC_VERSION_VALUE: &str = "2023-06-01";
 
-/// The API-specific headers of an attempt in `api` for a `caller` of another API (header
-/// changes persist across attempts, so each attempt sets them): an Anthropic attempt carries
-/// `anthropic-version` (the caller's own, else 2023-06-01), any other attempt neither it nor
-/// `anthropic-beta`. `has_version`: the request carries `anthropic-version` now.
-pub fn api_headers(caller: Api, api: Api, has_version: bool) -> Vec<(&'static str, Option<&'static str>)> {
+/// The API-specific headers of an attempt in `api` (header changes persist across attempts, so
+/// each attempt sets them): an Anthropic attempt carries `anthropic-version` (the caller's own,
+/// else 2023-06-01), any other attempt neither it nor `anthropic-beta` (an Anthropic caller's,
+/// or an earlier translated attempt's). `has_version`: the request carries `anthropic-version`.
+pub fn api_headers(api: Api, has_version: bool) -> Vec<(&'static str, Option<&'static str>)> {
     match api {
         Api::Anthropic if !has_version => vec![(ANTHROPIC_VERSION, Some(ANTHROPIC_VERSION_VALUE))],
         Api::Anthropic => Vec::new(),
-        _ if caller == Api::Anthropic => vec![(ANTHROPIC_VERSION, None), ("anthropic-beta", None)],
+        _ if has_version => vec![(ANTHROPIC_VERSION, None), ("anthropic-beta", None)],
         _ => Vec::new(),
     }
 }
