@@ -153,10 +153,17 @@ fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage:
     };
     let mut out = PlanBodies { bodies: Vec::new(), warnings: Vec::new() };
     let mut refused: Option<crate::translate::Refused> = None;
+    let mut unsupported = false;
     for api in Api::ALL.into_iter().filter(|&a| a != caller) {
         let Some(model) = first_model(plan, api) else { continue };
         let source = upstream_body_for(caller, &req.fields, "", false);
         match crate::translate::request(caller, api, &source, &model, req.stream) {
+            // `require_parameters`: an endpoint whose translation drops a parameter cannot
+            // honour it, as one that does not support it.
+            Ok(t) if req.provider.require_parameters && !t.dropped.is_empty() => {
+                plan.attempts.retain(|a| api_of(a.endpoint) != api);
+                unsupported = true;
+            }
             Ok(t) => {
                 if let Some(w) = t.warning(api) {
                     out.warnings.push((api, w));
@@ -173,6 +180,10 @@ fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage:
     if plan.attempts.is_empty() {
         if let Some(r) = refused {
             return Err(r.error(caller));
+        }
+        if unsupported {
+            let model = req.model.as_deref().unwrap_or_default();
+            return Err(ApiError::no_endpoints(model, "require_parameters").for_api(caller));
         }
     }
     if let Some(model) = first_model(plan, caller) {

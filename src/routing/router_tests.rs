@@ -1922,6 +1922,35 @@ fn chat_requests_of_every_api_reach_every_endpoint_other_requests_only_their_api
     )
     .unwrap_err();
     assert_eq!((e.status, e.param.as_deref(), e.api), (400, Some("response_format"), Api::OpenAi));
+    // require_parameters is judged on the translated request: an endpoint whose translation
+    // drops a parameter (seed, for Anthropic) is out, though its catalog entry lists it.
+    let json = r#"{"providers": {
+        "oa": {"cluster": "c_oa", "authority": "oa"},
+        "an": {"cluster": "c_an", "authority": "an", "apis": {"anthropic": {}}}},
+      "models": {"m/x": {"endpoints": [
+        {"provider": "an", "pricing": {"prompt": 1, "completion": 1}, "supported_parameters": ["seed"]},
+        {"provider": "oa", "pricing": {"prompt": 2, "completion": 2}, "supported_parameters": ["seed"]}]}}}"#;
+    let c = Catalog::from_json(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+    let decide = |body: &[u8]| {
+        crate::routing::decision::decide_for(
+            &c,
+            None,
+            &crate::routing::presets::NO_PRESETS,
+            &Surface::OPENAI,
+            None,
+            body,
+            &NoHealthData,
+            &mut || 0.0,
+        )
+    };
+    let d = decide(br#"{"model":"m/x","messages":[],"seed":1,"provider":{"require_parameters":true}}"#)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &d.plan), vec!["oa"]);
+    let d = decide(br#"{"model":"m/x","messages":[],"seed":1}"#).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &d.plan).len(), 2);
+    let e = decide(br#"{"model":"m/x","messages":[],"seed":1,"provider":{"require_parameters":true,"only":["an"]}}"#)
+        .unwrap_err();
+    assert_eq!((e.status, e.metadata["constraint"].as_str()), (404, Some("require_parameters")));
 }
 
 #[test]
