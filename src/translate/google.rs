@@ -2,7 +2,7 @@
 //! [`Answer`]. Both JSON spellings (`systemInstruction`, `system_instruction`) are read; camelCase
 //! is written.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::chat::{knob, one_choice, push_merged, stops, Chat, Choice, Format, Msg, Part, Tool};
 use super::openai::args_object;

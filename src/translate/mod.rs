@@ -11,6 +11,8 @@
 //! sent or the answer could not have the asked shape (audio, files, several choices, a tool the
 //! target cannot call).
 
+#[macro_use]
+pub mod jsonm;
 pub mod anthropic;
 pub mod chat;
 pub mod google;
@@ -181,11 +183,11 @@ pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
                 _ => "invalid_request_error",
             };
             let code = v.pointer("/error/code").filter(|c| c.is_string()).cloned().unwrap_or(Value::Null);
-            serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+            json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
         }
-        Api::Anthropic => serde_json::json!({"type": "error", "error": {
+        Api::Anthropic => json!({"type": "error", "error": {
             "type": crate::answer::errors::anthropic_type(s32), "message": message}}),
-        Api::Google => serde_json::json!({"error": {
+        Api::Google => json!({"error": {
             "code": status, "message": message, "status": crate::answer::errors::google_status(s32)}}),
     };
     let _ = kind;

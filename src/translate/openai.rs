@@ -1,7 +1,7 @@
 //! OpenAI chat completions: its request into the pivot and out of it, its answer into and out
 //! of [`Answer`].
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::chat::{knob, one_choice, stops, text_of, Chat, Choice, Format, Msg, Part, Tool};
 use super::{obj, parse_object, Answer, Call, Finish, Refused, Usage};

@@ -6,7 +6,7 @@
 //! API would have sent (OpenAI: with its usage chunk), so the filter's usual stream rewriting
 //! (model, provider, cost, the hidden usage chunk) applies after it unchanged.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{anthropic, google, openai, Finish, Usage};
 use crate::api::Api;

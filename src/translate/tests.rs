@@ -1,6 +1,6 @@
 //! The translators' tests: every direction on requests, answers, errors and streams.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::stream::StreamTranslator;
 use super::*;
@@ -16,7 +16,7 @@ fn refused(from: Api, to: Api, body: Value) -> String {
 
 /// An OpenAI conversation with everything common: system, tools, a call and its result.
 fn openai_conversation() -> Value {
-    json!({
+    serde_json::json!({
         "model": "x", "max_tokens": 100, "temperature": 0.5, "top_p": 0.9, "stop": "END", "seed": 7,
         "logit_bias": {"1": 2},
         "messages": [
@@ -43,29 +43,33 @@ fn openai_to_anthropic_request() {
     assert!(body.starts_with(br#"{"model":"up","#), "model first: each attempt splices its own id");
     assert_eq!(v["system"], "Be brief.");
     assert_eq!(v["max_tokens"], 100);
-    assert_eq!(v["stop_sequences"], json!(["END"]));
+    assert_eq!(v["stop_sequences"], serde_json::json!(["END"]));
     assert_eq!((v["temperature"].as_f64(), v["top_p"].as_f64()), (Some(0.5), Some(0.9)));
     assert_eq!(v["stream"], true);
-    assert_eq!(v["tool_choice"], json!({"type": "any"}));
+    assert_eq!(v["tool_choice"], serde_json::json!({"type": "any"}));
     assert_eq!(v["tools"][0]["input_schema"]["properties"]["city"]["type"], "string");
-    assert_eq!(v["output_config"], json!({"format": {"type": "json_schema", "schema": {"type": "object"}}}));
+    assert_eq!(
+        v["output_config"],
+        serde_json::json!({"format": {"type": "json_schema", "schema": {"type": "object"}}})
+    );
     let m = v["messages"].as_array().unwrap();
     assert_eq!(m.len(), 3);
     assert_eq!(
         m[0]["content"][1],
-        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}})
+        serde_json::json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}})
     );
     assert_eq!(
         m[1]["content"][0],
-        json!({"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}})
+        serde_json::json!({"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}})
     );
     assert_eq!(
         m[2],
-        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]})
+        serde_json::json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]})
     );
     assert_eq!(dropped, vec!["logit_bias", "seed"]);
     // Anthropic needs max_tokens: a default when the caller set none.
-    let (v, _) = tr(Api::OpenAi, Api::Anthropic, json!({"messages": [{"role": "user", "content": "hi"}]}), false);
+    let (v, _) =
+        tr(Api::OpenAi, Api::Anthropic, serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}), false);
     assert_eq!(v["max_tokens"], anthropic::DEFAULT_MAX_TOKENS);
     assert!(v.get("stream").is_none());
 }
@@ -74,29 +78,29 @@ fn openai_to_anthropic_request() {
 fn openai_to_google_request() {
     let (v, dropped) = tr(Api::OpenAi, Api::Google, openai_conversation(), true);
     assert!(v.get("model").is_none());
-    assert_eq!(v["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+    assert_eq!(v["systemInstruction"], serde_json::json!({"parts": [{"text": "Be brief."}]}));
     let g = &v["generationConfig"];
     assert_eq!((g["maxOutputTokens"].as_u64(), g["seed"].as_u64()), (Some(100), Some(7)));
-    assert_eq!(g["stopSequences"], json!(["END"]));
+    assert_eq!(g["stopSequences"], serde_json::json!(["END"]));
     assert_eq!(g["responseMimeType"], "application/json");
-    assert_eq!(g["responseJsonSchema"], json!({"type": "object"}));
-    assert_eq!(v["toolConfig"], json!({"functionCallingConfig": {"mode": "ANY"}}));
+    assert_eq!(g["responseJsonSchema"], serde_json::json!({"type": "object"}));
+    assert_eq!(v["toolConfig"], serde_json::json!({"functionCallingConfig": {"mode": "ANY"}}));
     assert_eq!(v["tools"][0]["functionDeclarations"][0]["name"], "get_weather");
     let c = v["contents"].as_array().unwrap();
-    assert_eq!(c[0]["parts"][1], json!({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}));
+    assert_eq!(c[0]["parts"][1], serde_json::json!({"inlineData": {"mimeType": "image/png", "data": "AAAA"}}));
     assert_eq!(
         c[1],
-        json!({"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]})
+        serde_json::json!({"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]})
     );
     assert_eq!(
         c[2],
-        json!({"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]})
+        serde_json::json!({"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]})
     );
     assert_eq!(dropped, vec!["logit_bias"]);
 }
 
 fn anthropic_conversation() -> Value {
-    json!({
+    serde_json::json!({
         "model": "x", "max_tokens": 50, "top_k": 5, "stop_sequences": ["Z"],
         "system": [{"type": "text", "text": "Sys", "cache_control": {"type": "ephemeral"}}],
         "metadata": {"user_id": "u1"},
@@ -115,36 +119,39 @@ fn anthropic_conversation() -> Value {
 #[test]
 fn anthropic_to_openai_and_google_requests() {
     let (v, dropped) = tr(Api::Anthropic, Api::OpenAi, anthropic_conversation(), true);
-    assert_eq!(v["messages"][0], json!({"role": "system", "content": "Sys"}));
+    assert_eq!(v["messages"][0], serde_json::json!({"role": "system", "content": "Sys"}));
     assert_eq!(
         v["messages"][2]["tool_calls"][0]["function"],
-        json!({"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"})
+        serde_json::json!({"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"})
     );
     assert_eq!(v["messages"][2]["content"], "Checking.");
-    assert_eq!(v["messages"][3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "rain"}));
-    assert_eq!(v["messages"][4], json!({"role": "user", "content": "And tomorrow?"}));
-    assert_eq!(v["tool_choice"], json!({"type": "function", "function": {"name": "get_weather"}}));
+    assert_eq!(v["messages"][3], serde_json::json!({"role": "tool", "tool_call_id": "toolu_1", "content": "rain"}));
+    assert_eq!(v["messages"][4], serde_json::json!({"role": "user", "content": "And tomorrow?"}));
+    assert_eq!(v["tool_choice"], serde_json::json!({"type": "function", "function": {"name": "get_weather"}}));
     assert_eq!(v["parallel_tool_calls"], false);
     assert_eq!((v["max_completion_tokens"].as_u64(), v["user"].as_str()), (Some(50), Some("u1")));
-    assert_eq!(v["stream_options"], json!({"include_usage": true}));
+    assert_eq!(v["stream_options"], serde_json::json!({"include_usage": true}));
     assert_eq!(dropped, vec!["cache_control", "top_k"]);
 
     let (v, dropped) = tr(Api::Anthropic, Api::Google, anthropic_conversation(), false);
     assert_eq!(v["generationConfig"]["topK"], 5);
     let c = v["contents"].as_array().unwrap();
     assert_eq!(c.len(), 3, "{v}");
-    assert_eq!(c[2]["parts"][0]["functionResponse"], json!({"name": "get_weather", "response": {"result": "rain"}}));
-    assert_eq!(c[2]["parts"][1], json!({"text": "And tomorrow?"}));
+    assert_eq!(
+        c[2]["parts"][0]["functionResponse"],
+        serde_json::json!({"name": "get_weather", "response": {"result": "rain"}})
+    );
+    assert_eq!(c[2]["parts"][1], serde_json::json!({"text": "And tomorrow?"}));
     assert_eq!(
         v["toolConfig"]["functionCallingConfig"],
-        json!({"mode": "ANY", "allowedFunctionNames": ["get_weather"]})
+        serde_json::json!({"mode": "ANY", "allowedFunctionNames": ["get_weather"]})
     );
     assert_eq!(dropped, vec!["cache_control", "metadata.user_id", "parallel_tool_calls"]);
 }
 
 #[test]
 fn google_to_openai_and_anthropic_requests_pair_calls_without_ids() {
-    let body = json!({
+    let body = serde_json::json!({
         "systemInstruction": {"parts": [{"text": "S"}]},
         "contents": [
             {"role": "user", "parts": [{"text": "hi"}]},
@@ -160,51 +167,63 @@ fn google_to_openai_and_anthropic_requests_pair_calls_without_ids() {
     let m = v["messages"].as_array().unwrap();
     assert_eq!(m[2]["tool_calls"][0]["id"], "call_1");
     assert_eq!(m[2]["tool_calls"][1]["id"], "call_2");
-    assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "call_2", "content": "{\"ok\":true}"}));
-    assert_eq!(m[4], json!({"role": "tool", "tool_call_id": "call_1", "content": "done"}));
+    assert_eq!(m[3], serde_json::json!({"role": "tool", "tool_call_id": "call_2", "content": "{\"ok\":true}"}));
+    assert_eq!(m[4], serde_json::json!({"role": "tool", "tool_call_id": "call_1", "content": "done"}));
     assert_eq!(
         v["tools"][0]["function"]["parameters"],
-        json!({"type": "object", "properties": {"a": {"type": "integer"}}})
+        serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}})
     );
-    assert_eq!(v["response_format"], json!({"type": "json_object"}));
+    assert_eq!(v["response_format"], serde_json::json!({"type": "json_object"}));
     assert_eq!(dropped, vec!["safetySettings", "generationConfig.thinkingConfig.thinkingBudget"]);
     // json_object has no Anthropic counterpart: refused, naming the field.
     assert_eq!(refused(Api::Google, Api::Anthropic, body.clone()), "response_format");
     let mut b = body;
-    b["generationConfig"] = json!({"thinkingConfig": {"thinkingBudget": 512}});
+    b["generationConfig"] = serde_json::json!({"thinkingConfig": {"thinkingBudget": 512}});
     let (v, _) = tr(Api::Google, Api::Anthropic, b, false);
-    assert_eq!(v["thinking"], json!({"type": "enabled", "budget_tokens": 512}));
+    assert_eq!(v["thinking"], serde_json::json!({"type": "enabled", "budget_tokens": 512}));
     assert_eq!(v["messages"][2]["content"][0]["tool_use_id"], "call_2");
 }
 
 #[test]
 fn fields_without_a_counterpart_that_change_the_answer_are_refused() {
-    let user = json!([{"role": "user", "content": "hi"}]);
-    assert_eq!(refused(Api::OpenAi, Api::Anthropic, json!({"messages": user, "n": 2})), "n");
-    let audio = json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]);
-    assert_eq!(refused(Api::OpenAi, Api::Google, json!({"messages": audio})), "messages[0].content[0].type");
-    let url = json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]);
-    assert_eq!(refused(Api::OpenAi, Api::Google, json!({"messages": url})), "messages[0].content[0]");
-    assert!(request(Api::OpenAi, Api::Anthropic, json!({"messages": url}).to_string().as_bytes(), "m", false).is_ok());
-    let web =
-        json!({"messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}], "max_tokens": 5});
+    let user = serde_json::json!([{"role": "user", "content": "hi"}]);
+    assert_eq!(refused(Api::OpenAi, Api::Anthropic, serde_json::json!({"messages": user, "n": 2})), "n");
+    let audio = serde_json::json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]);
+    assert_eq!(
+        refused(Api::OpenAi, Api::Google, serde_json::json!({"messages": audio})),
+        "messages[0].content[0].type"
+    );
+    let url = serde_json::json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]);
+    assert_eq!(refused(Api::OpenAi, Api::Google, serde_json::json!({"messages": url})), "messages[0].content[0]");
+    assert!(request(
+        Api::OpenAi,
+        Api::Anthropic,
+        serde_json::json!({"messages": url}).to_string().as_bytes(),
+        "m",
+        false
+    )
+    .is_ok());
+    let web = serde_json::json!({"messages": user, "tools": [{"type": "web_search_20250305", "name": "web_search"}], "max_tokens": 5});
     assert_eq!(refused(Api::Anthropic, Api::OpenAi, web), "tools[0].type");
-    assert_eq!(refused(Api::Google, Api::OpenAi, json!({"contents": [], "cachedContent": "c/1"})), "cachedContent");
-    let gen = json!({"contents": [], "generationConfig": {"candidateCount": 3}});
+    assert_eq!(
+        refused(Api::Google, Api::OpenAi, serde_json::json!({"contents": [], "cachedContent": "c/1"})),
+        "cachedContent"
+    );
+    let gen = serde_json::json!({"contents": [], "generationConfig": {"candidateCount": 3}});
     assert_eq!(refused(Api::Google, Api::OpenAi, gen), "generationConfig.candidateCount");
-    let search = json!({"contents": [], "tools": [{"googleSearch": {}}]});
+    let search = serde_json::json!({"contents": [], "tools": [{"googleSearch": {}}]});
     assert_eq!(refused(Api::Google, Api::Anthropic, search), "tools[0].googleSearch");
-    let bad_args = json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+    let bad_args = serde_json::json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
         "function": {"name": "f", "arguments": "not json"}}]}]});
     assert_eq!(refused(Api::OpenAi, Api::Anthropic, bad_args), "messages[0].tool_calls[0].function.arguments");
-    assert_eq!(refused(Api::OpenAi, Api::Anthropic, json!([1])), "body");
+    assert_eq!(refused(Api::OpenAi, Api::Anthropic, serde_json::json!([1])), "body");
 }
 
 fn answers() -> [(Api, Value); 3] {
     [
         (
             Api::OpenAi,
-            json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "ok",
                 "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]}}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
@@ -212,14 +231,14 @@ fn answers() -> [(Api, Value); 3] {
         ),
         (
             Api::Anthropic,
-            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            serde_json::json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
             "content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "call_9", "name": "f", "input": {"a": 1}}],
             "stop_reason": "tool_use", "stop_sequence": null,
             "usage": {"input_tokens": 60, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 40}}),
         ),
         (
             Api::Google,
-            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"},
+            serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"},
                 {"functionCall": {"id": "call_9", "name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120, "cachedContentTokenCount": 40},
             "modelVersion": "m", "responseId": "1"}),
@@ -274,7 +293,10 @@ fn errors_take_the_callers_shape_and_status() {
     );
     let (s, b) = error(Api::OpenAi, Api::Google, 400, br#"{"error":{"message":"bad","type":"invalid_request_error"}}"#);
     let v: Value = serde_json::from_slice(&b).unwrap();
-    assert_eq!((s, &v), (400, &json!({"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}})));
+    assert_eq!(
+        (s, &v),
+        (400, &serde_json::json!({"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}}))
+    );
     let (s, b) = error(Api::Google, Api::Anthropic, 429, b"<html>slow down</html>");
     let v: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(
@@ -285,14 +307,14 @@ fn errors_take_the_callers_shape_and_status() {
 
 fn streams() -> [(Api, String); 3] {
     let openai = [
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "lo é"}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "f", "arguments": ""}}]}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]}),
-        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
-        json!({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 40}}}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "lo é"}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "f", "arguments": ""}}]}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        serde_json::json!({"id": "c1", "model": "m", "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 40}}}),
     ]
     .iter()
     .map(|v| format!("data: {v}\n\n"))
@@ -300,24 +322,24 @@ fn streams() -> [(Api, String); 3] {
         + "data: [DONE]\n\n";
     let ev = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
     let anthropic = [
-        ev("message_start", json!({"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {"input_tokens": 60, "cache_read_input_tokens": 40, "output_tokens": 1}}})),
-        ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-        ev("ping", json!({"type": "ping"})),
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}})),
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo é"}})),
-        ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-        ev("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "call_9", "name": "f", "input": {}}})),
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\""}})),
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ":1}"}})),
-        ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-        ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}})),
-        ev("message_stop", json!({"type": "message_stop"})),
+        ev("message_start", serde_json::json!({"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {"input_tokens": 60, "cache_read_input_tokens": 40, "output_tokens": 1}}})),
+        ev("content_block_start", serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+        ev("ping", serde_json::json!({"type": "ping"})),
+        ev("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}})),
+        ev("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo é"}})),
+        ev("content_block_stop", serde_json::json!({"type": "content_block_stop", "index": 0})),
+        ev("content_block_start", serde_json::json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "call_9", "name": "f", "input": {}}})),
+        ev("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\""}})),
+        ev("content_block_delta", serde_json::json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ":1}"}})),
+        ev("content_block_stop", serde_json::json!({"type": "content_block_stop", "index": 1})),
+        ev("message_delta", serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}})),
+        ev("message_stop", serde_json::json!({"type": "message_stop"})),
     ]
     .concat();
     let google = [
-        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}, "index": 0}], "usageMetadata": {"promptTokenCount": 100}, "modelVersion": "m", "responseId": "r1"}),
-        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "lo é"}]}, "index": 0}], "modelVersion": "m", "responseId": "r1"}),
-        json!({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"id": "call_9", "name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP", "index": 0}],
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}, "index": 0}], "usageMetadata": {"promptTokenCount": 100}, "modelVersion": "m", "responseId": "r1"}),
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "lo é"}]}, "index": 0}], "modelVersion": "m", "responseId": "r1"}),
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"id": "call_9", "name": "f", "args": {"a": 1}}}]}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20, "cachedContentTokenCount": 40}, "modelVersion": "m", "responseId": "r1"}),
     ]
     .iter()
