@@ -1,6 +1,7 @@
 //! Anthropic Messages: its request into the pivot and out of it, its answer into and out of
 //! [`Answer`].
 
+use super::jsonm::G;
 use serde_json::{Map, Value};
 
 use super::chat::{knob, push_merged, stops, text_of, Chat, Choice, Format, Msg, Part, Tool};
@@ -25,66 +26,66 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             c.drop_field(k.clone());
         }
     }
-    match o.get("system") {
+    match o.g("system") {
         Some(Value::String(s)) => c.system.push(s.clone()),
         Some(Value::Array(blocks)) => {
-            if blocks.iter().any(|b| b.get("cache_control").is_some()) {
+            if blocks.iter().any(|b| b.g("cache_control").is_some()) {
                 c.drop_field("cache_control");
             }
             c.system.push(text_of(&Value::Array(blocks.clone())));
         }
         _ => {}
     }
-    c.max_tokens = o.get("max_tokens").cloned();
-    c.temperature = o.get("temperature").filter(|v| !v.is_null()).cloned();
-    c.top_p = o.get("top_p").filter(|v| !v.is_null()).cloned();
-    c.top_k = knob(o.get("top_k"), "top_k");
-    c.stop = stops(o.get("stop_sequences"));
-    c.user = knob(o.get("metadata").and_then(|m| m.get("user_id")), "metadata.user_id");
-    if let Some(t) = o.get("thinking") {
-        if t.get("type").and_then(Value::as_str) == Some("enabled") {
-            c.reasoning_budget = knob(t.get("budget_tokens"), "thinking.budget_tokens");
+    c.max_tokens = o.g("max_tokens").cloned();
+    c.temperature = o.g("temperature").filter(|v| !v.is_null()).cloned();
+    c.top_p = o.g("top_p").filter(|v| !v.is_null()).cloned();
+    c.top_k = knob(o.g("top_k"), "top_k");
+    c.stop = stops(o.g("stop_sequences"));
+    c.user = knob(o.g("metadata").and_then(|m| m.g("user_id")), "metadata.user_id");
+    if let Some(t) = o.g("thinking") {
+        if t.g("type").and_then(Value::as_str) == Some("enabled") {
+            c.reasoning_budget = knob(t.g("budget_tokens"), "thinking.budget_tokens");
         }
     }
-    if let Some(oc) = o.get("output_config") {
-        c.reasoning_effort = knob(oc.get("effort"), "output_config.effort");
-        if let Some(f) = oc.get("format").filter(|f| f.get("type").and_then(Value::as_str) == Some("json_schema")) {
-            let schema = f.get("schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(oc) = o.g("output_config") {
+        c.reasoning_effort = knob(oc.g("effort"), "output_config.effort");
+        if let Some(f) = oc.g("format").filter(|f| f.g("type").and_then(Value::as_str) == Some("json_schema")) {
+            let schema = f.g("schema").cloned().unwrap_or_else(|| json!({"type": "object"}));
             c.format = Some(Format::JsonSchema { name: "output".into(), schema });
         }
     }
-    if let Some(Value::Array(tools)) = o.get("tools") {
+    if let Some(Value::Array(tools)) = o.g("tools") {
         for (i, t) in tools.iter().enumerate() {
-            if t.get("type").and_then(Value::as_str).is_some_and(|ty| ty != "custom") {
+            if t.g("type").and_then(Value::as_str).is_some_and(|ty| ty != "custom") {
                 return Err(Refused::new(format!("tools[{i}].type"), "server tools are not translated across APIs"));
             }
-            if t.get("cache_control").is_some() {
+            if t.g("cache_control").is_some() {
                 c.drop_field("cache_control");
             }
             c.tools.push(Tool {
-                name: t.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                description: t.get("description").cloned(),
-                parameters: t.get("input_schema").cloned(),
+                name: t.g("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                description: t.g("description").cloned(),
+                parameters: t.g("input_schema").cloned(),
             });
         }
     }
-    if let Some(tc) = o.get("tool_choice") {
-        c.choice = match tc.get("type").and_then(Value::as_str) {
+    if let Some(tc) = o.g("tool_choice") {
+        c.choice = match tc.g("type").and_then(Value::as_str) {
             Some("any") => Some(Choice::Required),
             Some("none") => Some(Choice::None),
-            Some("tool") => Some(Choice::Named(tc.get("name").and_then(Value::as_str).unwrap_or("").to_string())),
+            Some("tool") => Some(Choice::Named(tc.g("name").and_then(Value::as_str).unwrap_or("").to_string())),
             _ => Some(Choice::Auto),
         };
-        if tc.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+        if tc.g("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
             c.parallel = Some(false);
         }
     }
-    let Some(Value::Array(messages)) = o.get("messages") else {
+    let Some(Value::Array(messages)) = o.g("messages") else {
         return Err(Refused::new("messages", "messages must be an array"));
     };
     for (i, m) in messages.iter().enumerate() {
-        let assistant = m.get("role").and_then(Value::as_str) == Some("assistant");
-        let blocks = match m.get("content") {
+        let assistant = m.g("role").and_then(Value::as_str) == Some("assistant");
+        let blocks = match m.g("content") {
             Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
             Some(Value::Array(b)) => b.clone(),
             _ => Vec::new(),
@@ -92,12 +93,12 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
         let (mut parts, mut text, mut calls) = (Vec::new(), String::new(), Vec::new());
         for (j, b) in blocks.iter().enumerate() {
             let param = format!("messages[{i}].content[{j}]");
-            if b.get("cache_control").is_some() {
+            if b.g("cache_control").is_some() {
                 c.drop_field("cache_control");
             }
-            match b.get("type").and_then(Value::as_str) {
+            match b.g("type").and_then(Value::as_str) {
                 Some("text") => {
-                    let t = b.get("text").and_then(Value::as_str).unwrap_or("");
+                    let t = b.g("text").and_then(Value::as_str).unwrap_or("");
                     if assistant {
                         text.push_str(t);
                     } else {
@@ -106,17 +107,17 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                 }
                 Some("image") if !assistant => parts.push(image_part(b, &param)?),
                 Some("tool_use") if assistant => calls.push(Call {
-                    id: b.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-                    name: b.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                    args: b.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                    id: b.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                    name: b.g("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    args: b.g("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
                 }),
                 Some("tool_result") if !assistant => {
-                    let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("").to_string();
-                    let content = match b.get("content") {
+                    let id = b.g("tool_use_id").and_then(Value::as_str).unwrap_or("").to_string();
+                    let content = match b.g("content") {
                         Some(Value::Array(inner)) => {
                             let mut ps = Vec::new();
                             for (k, x) in inner.iter().enumerate() {
-                                match x.get("type").and_then(Value::as_str) {
+                                match x.g("type").and_then(Value::as_str) {
                                     Some("text") => ps.push(Part::Text(text_of(&Value::Array(vec![x.clone()])))),
                                     Some("image") => ps.push(image_part(x, &format!("{param}.content[{k}]"))?),
                                     _ => return Err(Refused::new(format!("{param}.content[{k}]"), "not translated")),
@@ -127,7 +128,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                         Some(v) => vec![Part::Text(text_of(v))],
                         None => vec![Part::Text(String::new())],
                     };
-                    let error = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+                    let error = b.g("is_error").and_then(Value::as_bool).unwrap_or(false);
                     let name = c.call_name(&id).unwrap_or("").to_string();
                     c.messages.push(Msg::Tool { id, name, content, error });
                 }
@@ -152,8 +153,8 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
 }
 
 fn image_part(b: &Value, param: &str) -> Result<Part, Refused> {
-    let s = b.get("source");
-    match s.and_then(|s| s.get("type")).and_then(Value::as_str) {
+    let s = b.g("source");
+    match s.and_then(|s| s.g("type")).and_then(Value::as_str) {
         Some("base64") => Ok(Part::Inline {
             media: super::str_at(b, "/source/media_type").to_string(),
             data: super::str_at(b, "/source/data").to_string(),
@@ -329,23 +330,23 @@ pub fn usage_value(u: &Usage) -> Value {
 }
 
 pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
-    if o.get("type").and_then(Value::as_str) != Some("message") {
+    if o.g("type").and_then(Value::as_str) != Some("message") {
         return None;
     }
     let mut a = Answer {
-        id: o.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-        model: o.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
-        finish: finish_of(o.get("stop_reason").and_then(Value::as_str).unwrap_or("end_turn")),
-        usage: o.get("usage").map(usage_of).unwrap_or_default(),
+        id: o.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
+        model: o.g("model").and_then(Value::as_str).unwrap_or("").to_string(),
+        finish: finish_of(o.g("stop_reason").and_then(Value::as_str).unwrap_or("end_turn")),
+        usage: o.g("usage").map(usage_of).unwrap_or_default(),
         ..Answer::default()
     };
-    for b in o.get("content").and_then(Value::as_array).into_iter().flatten() {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => a.text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+    for b in o.g("content").and_then(Value::as_array).into_iter().flatten() {
+        match b.g("type").and_then(Value::as_str) {
+            Some("text") => a.text.push_str(b.g("text").and_then(Value::as_str).unwrap_or("")),
             Some("tool_use") => a.calls.push(Call {
                 id: super::str_at(b, "/id").to_string(),
                 name: super::str_at(b, "/name").to_string(),
-                args: b.get("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                args: b.g("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
             }),
             _ => {}
         }

@@ -3,6 +3,7 @@
 //! the provider's body from it. Knobs remember the caller's name for them, so a writer that has
 //! no counterpart drops them under the name the caller used.
 
+use super::jsonm::G;
 use serde_json::Value;
 
 use super::{Call, Refused};
@@ -125,7 +126,7 @@ pub fn text_of(v: &Value) -> String {
         Value::Array(parts) => {
             let mut out = String::new();
             for p in parts {
-                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                if let Some(t) = p.g("text").and_then(Value::as_str) {
                     out.push_str(t);
                 }
             }

@@ -2,6 +2,7 @@
 //! [`Answer`]. Both JSON spellings (`systemInstruction`, `system_instruction`) are read; camelCase
 //! is written.
 
+use super::jsonm::G;
 use serde_json::{Map, Value};
 
 use super::chat::{knob, one_choice, push_merged, stops, Chat, Choice, Format, Msg, Part, Tool};
@@ -41,11 +42,11 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
     }
     if let Some(si) = get2(o, "systemInstruction", "system_instruction") {
         let texts: Vec<&str> = si
-            .get("parts")
+            .g("parts")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .filter_map(|p| p.g("text").and_then(Value::as_str))
             .collect();
         c.system.push(texts.concat());
     }
@@ -65,10 +66,10 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                 let Some(d) = d.as_object() else { continue };
                 let params = get2(d, "parametersJsonSchema", "parameters_json_schema")
                     .cloned()
-                    .or_else(|| d.get("parameters").map(openapi_to_json_schema));
+                    .or_else(|| d.g("parameters").map(openapi_to_json_schema));
                 c.tools.push(Tool {
-                    name: d.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                    description: d.get("description").cloned(),
+                    name: d.g("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    description: d.g("description").cloned(),
                     parameters: params,
                 });
             }
@@ -82,7 +83,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
-            c.choice = match f.get("mode").and_then(Value::as_str) {
+            c.choice = match f.g("mode").and_then(Value::as_str) {
                 Some("NONE") => Some(Choice::None),
                 Some("ANY") if names.len() == 1 => names.first().map(|n| Choice::Named(n.to_string())),
                 Some("ANY") => Some(Choice::Required),
@@ -94,23 +95,23 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             }
         }
     }
-    let Some(Value::Array(contents)) = o.get("contents") else {
+    let Some(Value::Array(contents)) = o.g("contents") else {
         return Err(Refused::new("contents", "contents must be an array"));
     };
     // Calls without an id get `call_<n>`; a response without one answers the oldest open call
     // of its name.
     let (mut next_id, mut open): (usize, Vec<(String, String)>) = (0, Vec::new());
     for (i, m) in contents.iter().enumerate() {
-        let model = m.get("role").and_then(Value::as_str) == Some("model");
+        let model = m.g("role").and_then(Value::as_str) == Some("model");
         let (mut parts, mut text, mut calls) = (Vec::new(), String::new(), Vec::new());
-        for (j, p) in m.get("parts").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for (j, p) in m.g("parts").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let Some(p) = p.as_object() else { continue };
             let param = format!("contents[{i}].parts[{j}]");
             if get2(p, "thoughtSignature", "thought_signature").is_some() {
                 c.drop_field("thoughtSignature");
             }
-            if let Some(t) = p.get("text").and_then(Value::as_str) {
-                if p.get("thought").and_then(Value::as_bool) == Some(true) {
+            if let Some(t) = p.g("text").and_then(Value::as_str) {
+                if p.g("thought").and_then(Value::as_bool) == Some(true) {
                     c.drop_field("thought parts");
                 } else if model {
                     text.push_str(t);
@@ -118,21 +119,21 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                     parts.push(Part::Text(t.to_string()));
                 }
             } else if let Some(d) = get2(p, "inlineData", "inline_data") {
-                let media = d.get("mimeType").or_else(|| d.get("mime_type")).and_then(Value::as_str).unwrap_or("");
+                let media = d.g("mimeType").or_else(|| d.g("mime_type")).and_then(Value::as_str).unwrap_or("");
                 if !media.starts_with("image/") {
                     return Err(Refused::new(param, format!("{media} data is not translated across APIs")));
                 }
-                let data = d.get("data").and_then(Value::as_str).unwrap_or("").to_string();
+                let data = d.g("data").and_then(Value::as_str).unwrap_or("").to_string();
                 parts.push(Part::Inline { media: media.to_string(), data });
             } else if let Some(d) = get2(p, "fileData", "file_data") {
-                let uri = d.get("fileUri").or_else(|| d.get("file_uri")).and_then(Value::as_str).unwrap_or("");
+                let uri = d.g("fileUri").or_else(|| d.g("file_uri")).and_then(Value::as_str).unwrap_or("");
                 if !uri.starts_with("https://") && !uri.starts_with("http://") {
                     return Err(Refused::new(param, "files stored at Google are not translated across APIs"));
                 }
                 parts.push(Part::Url(uri.to_string()));
             } else if let Some(f) = get2(p, "functionCall", "function_call") {
-                let name = f.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-                let id = match f.get("id").and_then(Value::as_str) {
+                let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
+                let id = match f.g("id").and_then(Value::as_str) {
                     Some(id) if !id.is_empty() => id.to_string(),
                     _ => {
                         next_id += 1;
@@ -140,15 +141,15 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                     }
                 };
                 open.push((name.clone(), id.clone()));
-                calls.push(Call { id, name, args: f.get("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
+                calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
             } else if let Some(f) = get2(p, "functionResponse", "function_response") {
-                let name = f.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-                let id = match f.get("id").and_then(Value::as_str) {
+                let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
+                let id = match f.g("id").and_then(Value::as_str) {
                     Some(id) if !id.is_empty() => id.to_string(),
                     _ => open.iter().find(|(n, _)| *n == name).map(|(_, id)| id.clone()).unwrap_or_default(),
                 };
                 open.retain(|(_, x)| *x != id);
-                let content = vec![Part::Text(response_text(f.get("response")))];
+                let content = vec![Part::Text(response_text(f.g("response")))];
                 c.messages.push(Msg::Tool { id, name, content, error: false });
             } else {
                 return Err(Refused::new(param, "this part is not translated across APIs"));
@@ -242,7 +243,7 @@ fn openapi_to_json_schema(v: &Value) -> Value {
 /// is its text, any other object its JSON.
 fn response_text(v: Option<&Value>) -> String {
     match v {
-        Some(Value::Object(o)) if o.len() == 1 => match o.get("result").or_else(|| o.get("content")) {
+        Some(Value::Object(o)) if o.len() == 1 => match o.g("result").or_else(|| o.g("content")) {
             Some(Value::String(s)) => s.clone(),
             _ => Value::Object(o.clone()).to_string(),
         },
@@ -429,31 +430,31 @@ pub fn usage_value(u: &Usage) -> Value {
 /// The parts of one candidate into text and calls (`calls` numbers the calls without an id).
 pub fn read_parts(parts: &Value, text: &mut String, calls: &mut Vec<Call>) {
     for p in parts.as_array().into_iter().flatten() {
-        if let Some(t) = p.get("text").and_then(Value::as_str) {
-            if p.get("thought").and_then(Value::as_bool) != Some(true) {
+        if let Some(t) = p.g("text").and_then(Value::as_str) {
+            if p.g("thought").and_then(Value::as_bool) != Some(true) {
                 text.push_str(t);
             }
-        } else if let Some(f) = p.get("functionCall").or_else(|| p.get("function_call")) {
-            let id = match f.get("id").and_then(Value::as_str) {
+        } else if let Some(f) = p.g("functionCall").or_else(|| p.g("function_call")) {
+            let id = match f.g("id").and_then(Value::as_str) {
                 Some(id) if !id.is_empty() => id.to_string(),
                 _ => format!("call_{}", calls.len() + 1),
             };
-            let name = f.get("name").and_then(Value::as_str).unwrap_or("").to_string();
-            calls.push(Call { id, name, args: f.get("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
+            let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
+            calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
         }
     }
 }
 
 pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
-    let candidates = o.get("candidates");
-    if candidates.is_none() && o.get("promptFeedback").is_none() {
+    let candidates = o.g("candidates");
+    if candidates.is_none() && o.g("promptFeedback").is_none() {
         return None;
     }
     let cand = candidates.and_then(|c| c.get(0));
     let mut a = Answer {
-        id: o.get("responseId").and_then(Value::as_str).unwrap_or("").to_string(),
-        model: o.get("modelVersion").and_then(Value::as_str).unwrap_or("").to_string(),
-        usage: o.get("usageMetadata").map(usage_of).unwrap_or_default(),
+        id: o.g("responseId").and_then(Value::as_str).unwrap_or("").to_string(),
+        model: o.g("modelVersion").and_then(Value::as_str).unwrap_or("").to_string(),
+        usage: o.g("usageMetadata").map(usage_of).unwrap_or_default(),
         ..Answer::default()
     };
     match cand {
@@ -461,7 +462,7 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
             if let Some(parts) = cand.pointer("/content/parts") {
                 read_parts(parts, &mut a.text, &mut a.calls);
             }
-            a.finish = finish_of(cand.get("finishReason").and_then(Value::as_str).unwrap_or("STOP"));
+            a.finish = finish_of(cand.g("finishReason").and_then(Value::as_str).unwrap_or("STOP"));
             if a.finish == Finish::Stop && !a.calls.is_empty() {
                 a.finish = Finish::ToolCalls;
             }

@@ -13,6 +13,26 @@ pub fn put(o: &mut Map<String, Value>, k: &str, v: Value) {
     o.insert(k.to_string(), v);
 }
 
+/// A member by name, out of line: `Value::get` and `Map::get` inline a map search at every
+/// call site.
+pub trait G {
+    fn g(&self, k: &str) -> Option<&Value>;
+}
+
+impl G for Value {
+    #[inline(never)]
+    fn g(&self, k: &str) -> Option<&Value> {
+        self.get(k)
+    }
+}
+
+impl G for Map<String, Value> {
+    #[inline(never)]
+    fn g(&self, k: &str) -> Option<&Value> {
+        self.get(k)
+    }
+}
+
 /// What a `json!` value may interpolate.
 pub trait IntoV {
     fn into_v(&self) -> Value;

@@ -23,6 +23,8 @@ mod tests;
 
 use serde_json::{Map, Value};
 
+use jsonm::G;
+
 use crate::api::Api;
 
 /// A translated request body and the caller-side names of the fields it had to drop.
@@ -155,9 +157,9 @@ pub fn answer(from: Api, to: Api, body: &[u8], created: u64) -> Option<Vec<u8>> 
 /// A body that is not a JSON error keeps its text as the message.
 pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let inner = v.get("error");
+    let inner = v.g("error");
     let message = inner
-        .and_then(|e| e.get("message"))
+        .and_then(|e| e.g("message"))
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| crate::answer::errors::echo(&String::from_utf8_lossy(body)));
@@ -167,9 +169,9 @@ pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
         (_, s) => s,
     };
     let kind = match from {
-        Api::OpenAi => inner.and_then(|e| e.get("type")).and_then(Value::as_str),
-        Api::Anthropic => inner.and_then(|e| e.get("type")).and_then(Value::as_str),
-        Api::Google => inner.and_then(|e| e.get("status")).and_then(Value::as_str),
+        Api::OpenAi => inner.and_then(|e| e.g("type")).and_then(Value::as_str),
+        Api::Anthropic => inner.and_then(|e| e.g("type")).and_then(Value::as_str),
+        Api::Google => inner.and_then(|e| e.g("status")).and_then(Value::as_str),
     };
     let s32 = u32::from(status);
     let out = match to {

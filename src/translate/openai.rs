@@ -1,6 +1,7 @@
 //! OpenAI chat completions: its request into the pivot and out of it, its answer into and out
 //! of [`Answer`].
 
+use super::jsonm::G;
 use serde_json::{Map, Value};
 
 use super::chat::{knob, one_choice, stops, text_of, Chat, Choice, Format, Msg, Part, Tool};
@@ -57,11 +58,11 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             c.drop_field(k.clone());
         }
     }
-    one_choice(o.get("n"), "n")?;
-    if o.get("audio").is_some_and(|a| !a.is_null()) {
+    one_choice(o.g("n"), "n")?;
+    if o.g("audio").is_some_and(|a| !a.is_null()) {
         return Err(Refused::new("audio", "audio output is not translated across APIs"));
     }
-    if let Some(Value::Array(m)) = o.get("modalities") {
+    if let Some(Value::Array(m)) = o.g("modalities") {
         if m.iter().any(|x| x.as_str() != Some("text")) {
             return Err(Refused::new("modalities", "only text output is translated across APIs"));
         }
@@ -71,47 +72,47 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             return Err(Refused::new(legacy, format!("{legacy} is deprecated: use tools and tool_choice")));
         }
     }
-    c.max_tokens = o.get("max_completion_tokens").or_else(|| o.get("max_tokens")).filter(|v| !v.is_null()).cloned();
-    c.temperature = o.get("temperature").filter(|v| !v.is_null()).cloned();
-    c.top_p = o.get("top_p").filter(|v| !v.is_null()).cloned();
-    c.top_k = knob(o.get("top_k"), "top_k");
-    c.stop = stops(o.get("stop"));
-    c.seed = knob(o.get("seed"), "seed");
-    c.presence_penalty = knob(o.get("presence_penalty"), "presence_penalty");
-    c.frequency_penalty = knob(o.get("frequency_penalty"), "frequency_penalty");
-    c.user = knob(o.get("user"), "user");
-    c.reasoning_effort = knob(o.get("reasoning_effort"), "reasoning_effort");
-    if let Some(r) = o.get("reasoning").filter(|v| v.is_object()) {
-        c.reasoning_effort = c.reasoning_effort.take().or(knob(r.get("effort"), "reasoning.effort"));
-        c.reasoning_budget = knob(r.get("max_tokens"), "reasoning.max_tokens");
+    c.max_tokens = o.g("max_completion_tokens").or_else(|| o.g("max_tokens")).filter(|v| !v.is_null()).cloned();
+    c.temperature = o.g("temperature").filter(|v| !v.is_null()).cloned();
+    c.top_p = o.g("top_p").filter(|v| !v.is_null()).cloned();
+    c.top_k = knob(o.g("top_k"), "top_k");
+    c.stop = stops(o.g("stop"));
+    c.seed = knob(o.g("seed"), "seed");
+    c.presence_penalty = knob(o.g("presence_penalty"), "presence_penalty");
+    c.frequency_penalty = knob(o.g("frequency_penalty"), "frequency_penalty");
+    c.user = knob(o.g("user"), "user");
+    c.reasoning_effort = knob(o.g("reasoning_effort"), "reasoning_effort");
+    if let Some(r) = o.g("reasoning").filter(|v| v.is_object()) {
+        c.reasoning_effort = c.reasoning_effort.take().or(knob(r.g("effort"), "reasoning.effort"));
+        c.reasoning_budget = knob(r.g("max_tokens"), "reasoning.max_tokens");
     }
-    c.parallel = o.get("parallel_tool_calls").and_then(Value::as_bool);
-    c.format = match o.get("response_format") {
-        Some(f) => match f.get("type").and_then(Value::as_str) {
+    c.parallel = o.g("parallel_tool_calls").and_then(Value::as_bool);
+    c.format = match o.g("response_format") {
+        Some(f) => match f.g("type").and_then(Value::as_str) {
             Some("json_object") => Some(Format::JsonObject),
             Some("json_schema") => {
-                let s = f.get("json_schema");
-                let schema = s.and_then(|s| s.get("schema")).cloned().unwrap_or_else(|| json!({"type": "object"}));
-                let name = s.and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("output").to_string();
+                let s = f.g("json_schema");
+                let schema = s.and_then(|s| s.g("schema")).cloned().unwrap_or_else(|| json!({"type": "object"}));
+                let name = s.and_then(|s| s.g("name")).and_then(Value::as_str).unwrap_or("output").to_string();
                 Some(Format::JsonSchema { name, schema })
             }
             _ => None,
         },
         None => None,
     };
-    if let Some(Value::Array(tools)) = o.get("tools") {
+    if let Some(Value::Array(tools)) = o.g("tools") {
         for (i, t) in tools.iter().enumerate() {
-            if t.get("type").and_then(Value::as_str) != Some("function") {
+            if t.g("type").and_then(Value::as_str) != Some("function") {
                 return Err(Refused::new(format!("tools[{i}].type"), "only function tools are translated across APIs"));
             }
-            let f = t.get("function");
-            let name = f.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
-            let description = f.and_then(|f| f.get("description")).cloned();
-            let parameters = f.and_then(|f| f.get("parameters")).cloned();
+            let f = t.g("function");
+            let name = f.and_then(|f| f.g("name")).and_then(Value::as_str).unwrap_or("").to_string();
+            let description = f.and_then(|f| f.g("description")).cloned();
+            let parameters = f.and_then(|f| f.g("parameters")).cloned();
             c.tools.push(Tool { name, description, parameters });
         }
     }
-    c.choice = match o.get("tool_choice") {
+    c.choice = match o.g("tool_choice") {
         Some(Value::String(s)) => match s.as_str() {
             "none" => Some(Choice::None),
             "required" => Some(Choice::Required),
@@ -123,12 +124,12 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
         }
         _ => None,
     };
-    let Some(Value::Array(messages)) = o.get("messages") else {
+    let Some(Value::Array(messages)) = o.g("messages") else {
         return Err(Refused::new("messages", "messages must be an array"));
     };
     for (i, m) in messages.iter().enumerate() {
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match m.get("role").and_then(Value::as_str) {
+        let content = m.g("content").unwrap_or(&Value::Null);
+        match m.g("role").and_then(Value::as_str) {
             Some("system" | "developer") => c.system.push(text_of(content)),
             Some("user") => {
                 let parts = parts(content, &format!("messages[{i}].content"))?;
@@ -136,24 +137,20 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             }
             Some("assistant") => {
                 let mut calls = Vec::new();
-                if let Some(Value::Array(tc)) = m.get("tool_calls") {
+                if let Some(Value::Array(tc)) = m.g("tool_calls") {
                     for t in tc {
-                        let f = t.get("function");
+                        let f = t.g("function");
                         calls.push(Call {
-                            id: t.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-                            name: f.and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("").to_string(),
-                            args: f
-                                .and_then(|f| f.get("arguments"))
-                                .and_then(Value::as_str)
-                                .unwrap_or("{}")
-                                .to_string(),
+                            id: t.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                            name: f.and_then(|f| f.g("name")).and_then(Value::as_str).unwrap_or("").to_string(),
+                            args: f.and_then(|f| f.g("arguments")).and_then(Value::as_str).unwrap_or("{}").to_string(),
                         });
                     }
                 }
                 c.messages.push(Msg::Assistant { text: text_of(content), calls });
             }
             Some("tool") => {
-                let id = m.get("tool_call_id").and_then(Value::as_str).unwrap_or("").to_string();
+                let id = m.g("tool_call_id").and_then(Value::as_str).unwrap_or("").to_string();
                 let name = c.call_name(&id).unwrap_or("").to_string();
                 let content = parts(content, &format!("messages[{i}].content"))?;
                 c.messages.push(Msg::Tool { id, name, content, error: false });
@@ -171,8 +168,8 @@ fn parts(content: &Value, param: &str) -> Result<Vec<Part>, Refused> {
     };
     let mut out = Vec::new();
     for (j, p) in items.iter().enumerate() {
-        match p.get("type").and_then(Value::as_str) {
-            Some("text") => out.push(Part::Text(p.get("text").and_then(Value::as_str).unwrap_or("").to_string())),
+        match p.g("type").and_then(Value::as_str) {
+            Some("text") => out.push(Part::Text(p.g("text").and_then(Value::as_str).unwrap_or("").to_string())),
             Some("image_url") => {
                 let url = p.pointer("/image_url/url").and_then(Value::as_str).unwrap_or("");
                 out.push(match super::data_url(url) {
@@ -341,9 +338,9 @@ pub fn usage_value(u: &Usage) -> Value {
 }
 
 pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
-    let choice = o.get("choices")?.get(0)?;
-    let msg = choice.get("message")?;
-    let calls = match msg.get("tool_calls") {
+    let choice = o.g("choices")?.get(0)?;
+    let msg = choice.g("message")?;
+    let calls = match msg.g("tool_calls") {
         Some(Value::Array(tc)) => tc
             .iter()
             .map(|t| Call {
@@ -354,16 +351,15 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
             .collect(),
         _ => Vec::new(),
     };
-    let text = msg.get("content").map(text_of).unwrap_or_default();
-    let text =
-        if text.is_empty() { msg.get("refusal").and_then(Value::as_str).unwrap_or("").to_string() } else { text };
+    let text = msg.g("content").map(text_of).unwrap_or_default();
+    let text = if text.is_empty() { msg.g("refusal").and_then(Value::as_str).unwrap_or("").to_string() } else { text };
     Some(Answer {
-        id: o.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-        model: o.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+        id: o.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
+        model: o.g("model").and_then(Value::as_str).unwrap_or("").to_string(),
         text,
         calls,
-        finish: finish_of(choice.get("finish_reason").and_then(Value::as_str).unwrap_or("stop")),
-        usage: o.get("usage").map(usage_of).unwrap_or_default(),
+        finish: finish_of(choice.g("finish_reason").and_then(Value::as_str).unwrap_or("stop")),
+        usage: o.g("usage").map(usage_of).unwrap_or_default(),
     })
 }
 

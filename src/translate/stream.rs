@@ -6,6 +6,7 @@
 //! API would have sent (OpenAI: with its usage chunk), so the filter's usual stream rewriting
 //! (model, provider, cost, the hidden usage chunk) applies after it unchanged.
 
+use super::jsonm::G;
 use serde_json::Value;
 
 use super::{anthropic, google, openai, Finish, Usage};
@@ -98,9 +99,8 @@ impl Decoder {
             return;
         }
         let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
-        if let Some(e) = v.get("error").filter(|_| event == "error" || v.get("type").is_none() || api != Api::Anthropic)
-        {
-            let status = e.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+        if let Some(e) = v.g("error").filter(|_| event == "error" || v.g("type").is_none() || api != Api::Anthropic) {
+            let status = e.g("code").and_then(Value::as_u64).unwrap_or(500) as u16;
             let status = if (400..600).contains(&status) { status } else { 500 };
             out.push(Ev::Error { status, message: super::str_at(e, "/message").to_string() });
             return;
@@ -124,12 +124,12 @@ impl Decoder {
     fn openai(&mut self, v: &Value, out: &mut Vec<Ev>) {
         self.start(v, "/id", "/model", Usage::default(), out);
         if let Some(choice) = v.pointer("/choices/0") {
-            let delta = choice.get("delta");
-            if let Some(t) = delta.and_then(|d| d.get("content")).and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            let delta = choice.g("delta");
+            if let Some(t) = delta.and_then(|d| d.g("content")).and_then(Value::as_str).filter(|t| !t.is_empty()) {
                 out.push(Ev::Text(t.to_string()));
             }
-            for tc in delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array).into_iter().flatten() {
-                let index = tc.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+            for tc in delta.and_then(|d| d.g("tool_calls")).and_then(Value::as_array).into_iter().flatten() {
+                let index = tc.g("index").and_then(Value::as_u64).unwrap_or(0) as usize;
                 if let Some(name) = tc.pointer("/function/name").and_then(Value::as_str) {
                     let id = super::str_at(tc, "/id").to_string();
                     out.push(Ev::ToolStart { index, id, name: name.to_string() });
@@ -138,28 +138,27 @@ impl Decoder {
                     out.push(Ev::ToolArgs { index, args: a.to_string() });
                 }
             }
-            if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            if let Some(r) = choice.g("finish_reason").and_then(Value::as_str) {
                 out.push(Ev::Finish(openai::finish_of(r)));
             }
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        if let Some(u) = v.g("usage").filter(|u| u.is_object()) {
             out.push(Ev::Usage(openai::usage_of(u)));
         }
     }
 
     fn anthropic(&mut self, v: &Value, out: &mut Vec<Ev>) {
-        match v.get("type").and_then(Value::as_str) {
+        match v.g("type").and_then(Value::as_str) {
             Some("message_start") => {
                 self.usage = v.pointer("/message/usage").map(anthropic::usage_of).unwrap_or_default();
                 self.start(v, "/message/id", "/message/model", self.usage, out);
             }
             Some("content_block_start") => {
-                let block = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let b = v.get("content_block");
-                match b.and_then(|b| b.get("type")).and_then(Value::as_str) {
+                let block = v.g("index").and_then(Value::as_u64).unwrap_or(0);
+                let b = v.g("content_block");
+                match b.and_then(|b| b.g("type")).and_then(Value::as_str) {
                     Some("text") => {
-                        if let Some(t) = b.and_then(|b| b.get("text")).and_then(Value::as_str).filter(|t| !t.is_empty())
-                        {
+                        if let Some(t) = b.and_then(|b| b.g("text")).and_then(Value::as_str).filter(|t| !t.is_empty()) {
                             out.push(Ev::Text(t.to_string()));
                         }
                     }
@@ -175,7 +174,7 @@ impl Decoder {
                 }
             }
             Some("content_block_delta") => {
-                let block = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let block = v.g("index").and_then(Value::as_u64).unwrap_or(0);
                 match v.pointer("/delta/type").and_then(Value::as_str) {
                     Some("text_delta") => out.push(Ev::Text(super::str_at(v, "/delta/text").to_string())),
                     Some("input_json_delta") => {
@@ -193,12 +192,12 @@ impl Decoder {
                 if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     out.push(Ev::Finish(anthropic::finish_of(r)));
                 }
-                if let Some(u) = v.get("usage") {
+                if let Some(u) = v.g("usage") {
                     // The delta's counts are cumulative; the prompt side may be missing from it.
                     let d = anthropic::usage_of(u);
                     let mut total = self.usage;
                     total.completion = d.completion;
-                    if u.get("input_tokens").is_some() {
+                    if u.g("input_tokens").is_some() {
                         (total.prompt, total.cached, total.cache_write) = (d.prompt, d.cached, d.cache_write);
                     }
                     out.push(Ev::Usage(total));
@@ -210,7 +209,7 @@ impl Decoder {
     }
 
     fn google(&mut self, v: &Value, out: &mut Vec<Ev>) {
-        let usage = v.get("usageMetadata").map(google::usage_of);
+        let usage = v.g("usageMetadata").map(google::usage_of);
         self.start(v, "/responseId", "/modelVersion", usage.unwrap_or_default(), out);
         let cand = v.pointer("/candidates/0");
         if let Some(parts) = cand.and_then(|c| c.pointer("/content/parts")) {
@@ -230,7 +229,7 @@ impl Decoder {
             }
         }
         let blocked = v.pointer("/promptFeedback/blockReason").is_some() && cand.is_none();
-        let reason = cand.and_then(|c| c.get("finishReason")).and_then(Value::as_str);
+        let reason = cand.and_then(|c| c.g("finishReason")).and_then(Value::as_str);
         if reason.is_some() || blocked {
             let mut f = if blocked { Finish::ContentFilter } else { google::finish_of(reason.unwrap_or("STOP")) };
             if f == Finish::Stop && self.tools > 0 {
