@@ -154,8 +154,9 @@ pub fn answer(from: Api, to: Api, body: &[u8], created: u64) -> Option<Vec<u8>> 
 
 /// A provider's error (`status`, body in `from`'s shape) in the caller's `to` shape, with the
 /// status the caller's API would use (Anthropic's 529 `overloaded_error` is a 503 elsewhere).
-/// A body that is not a JSON error keeps its text as the message.
-pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
+/// A body that is not a JSON error keeps its text as the message. (Every API's error carries
+/// `error.message`; `_from` is the provider's API, for symmetry with the other entry points.)
+pub fn error(_from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let inner = v.g("error");
     let message = inner
@@ -167,11 +168,6 @@ pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
         (Api::Anthropic, s) => s,
         (_, 529) => 503,
         (_, s) => s,
-    };
-    let kind = match from {
-        Api::OpenAi => inner.and_then(|e| e.g("type")).and_then(Value::as_str),
-        Api::Anthropic => inner.and_then(|e| e.g("type")).and_then(Value::as_str),
-        Api::Google => inner.and_then(|e| e.g("status")).and_then(Value::as_str),
     };
     let s32 = u32::from(status);
     let out = match to {
@@ -192,7 +188,6 @@ pub fn error(from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
         Api::Google => json!({"error": {
             "code": status, "message": message, "status": crate::answer::errors::google_status(s32)}}),
     };
-    let _ = kind;
     (status, serde_json::to_vec(&out).unwrap_or_default())
 }
 
