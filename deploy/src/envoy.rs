@@ -807,8 +807,8 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
 
 /// Request paths of the Anthropic and Google surfaces: the caller's path, or after an attempt's
 /// rewrite the provider's, which keeps the API's method (`.../messages`, `...:generateContent`).
-const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
-const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
+pub const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
+pub const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
 
 /// Which hosts of a listener Switchyard's local-reply mappers apply to: the listener's mappers
 /// are listener-wide, so on a listener shared with other services they are scoped by
