@@ -10,33 +10,24 @@ use switchyard::wiring::{
     ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, MODEL_HEADER, POLICY_HEADER, PROVIDER_HEADER, STRATEGY_HEADER,
 };
 
-/// The labels Switchyard's stats carry as `.name.value` segments (see `switchyard::filters::
-/// shared::tag`), each a `stats_tags` rule of the bootstrap.
-pub const STAT_TAGS: [&str; 18] = [
-    "model",
-    "endpoint",
-    "outcome",
-    "kind",
-    "code",
-    "result",
-    "reason",
-    "policy",
-    "limit",
-    "provider",
-    "gen_ai_provider_name",
-    "gen_ai_request_model",
-    "gen_ai_response_model",
-    "gen_ai_token_type",
-    "caller",
-    "strategy",
-    "per",
-    "window",
-];
+/// The labels Switchyard's stats carry as `.name.value` pairs (see `switchyard::telemetry::
+/// label_value`), each a `stats_tags` rule of the bootstrap.
+pub use switchyard::telemetry::STAT_LABELS as STAT_TAGS;
+
+/// The `stats_tags` rule of one label: on a Switchyard stat (`switchyard.` after at most one
+/// namespace, Envoy's `wasmcustom.`), the first `.name.` and its value up to the next
+/// `.label.` or the name's end. Values may hold `.`, `/` and `:` (model ids, endpoint
+/// variants); `label_value` keeps a label's name out of them. Envoy's `stats_tags` regexes are
+/// ECMAScript (`std::regex`), which has lookahead; the first group is removed from the name,
+/// the second is the value.
+pub fn stat_tag_regex(name: &str) -> String {
+    format!(r"^(?:[^.]+\.)?switchyard\..*?(\.{name}\.(.*?))(?=\.(?:{})\.|$)", STAT_TAGS.join("|"))
+}
 
 /// The bootstrap's `stats_config`.
 pub fn stats_config() -> Value {
     let tags: Vec<Value> =
-        STAT_TAGS.iter().map(|name| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")})).collect();
+        STAT_TAGS.iter().map(|name| json!({"tag_name": name, "regex": stat_tag_regex(name)})).collect();
     json!({"stats_tags": tags})
 }
 

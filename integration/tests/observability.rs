@@ -13,12 +13,24 @@ use common::{launch, msg, test_catalog, Stack};
 use serde_json::{json, Value};
 use switchyard_integration::envoy::http_get;
 
-/// The stack of this binary: the test catalog with a `caller` label, the JSON access log.
+/// A model id as real catalogs write them (`/`, `.`, `:`), served by an endpoint variant.
+const EXACT_MODEL: &str = "vendor/obs-2.5:8b";
+/// A model id with a `.`-part that is a label's name: its label value encodes it (`%6Bind`).
+const LABEL_NAMED_MODEL: &str = "vendor/obs.kind";
+
+/// The stack of this binary: the test catalog with a `caller` label, the JSON access log, and
+/// two models with exact ids on an endpoint variant.
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
         let mut catalog = test_catalog();
-        catalog["telemetry"] = json!({"caller": {"header": "x-team", "values": ["usage", "stream", "log", "traced"]}});
+        catalog["telemetry"] = json!({"caller": {"header": "x-team",
+                                                 "values": ["usage", "stream", "log", "traced", "exact"]}});
+        for model in [EXACT_MODEL, LABEL_NAMED_MODEL] {
+            catalog["models"][model] = json!({"endpoints": [
+                {"provider": "delta/fast", "upstream_model": "delta-obs", "pricing": {"prompt": 1, "completion": 1}}
+            ]});
+        }
         launch("observability", catalog, |cfg| {
             cfg.access_log = switchyard_deploy::envoy::AccessLog::Json;
         })
@@ -97,8 +109,8 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
                 ("caller", "usage"),
                 ("endpoint", endpoint),
                 ("gen_ai_provider_name", endpoint),
-                ("gen_ai_request_model", "test_basic"),
-                ("gen_ai_response_model", "test_basic"),
+                ("gen_ai_request_model", "test/basic"),
+                ("gen_ai_response_model", "test/basic"),
                 ("gen_ai_token_type", t),
             ]
         };
@@ -123,7 +135,7 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
     assert!(expect("alpha", "prompt_tokens") > 0.0);
     // Requests by strategy, TTFT and tokens per second per endpoint, the operation's duration
     // (histograms reach /stats/prometheus at Envoy's next stats flush).
-    assert!(sum(s, "switchyard_requests_by_strategy_total", &[("strategy", "sort_price")]) >= 3.0);
+    assert!(sum(s, "switchyard_requests_by_strategy_total", &[("strategy", "sort:price")]) >= 3.0);
     for (name, labels, at_least) in [
         ("switchyard_gen_ai_server_time_to_first_token_milliseconds_count", [("endpoint", "alpha")], 2.0),
         ("switchyard_output_tokens_per_second_count", [("endpoint", "alpha")], 2.0),
@@ -155,7 +167,7 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
         vec![
             ("caller", "stream"),
             ("endpoint", "alpha"),
-            ("gen_ai_request_model", "test_basic"),
+            ("gen_ai_request_model", "test/basic"),
             ("gen_ai_token_type", t),
         ]
     };
@@ -198,7 +210,7 @@ async fn unlisted_and_absent_callers_share_two_labels() {
         sum(
             s,
             "switchyard_gen_ai_client_operation_duration_milliseconds_count",
-            &[("caller", caller), ("gen_ai_request_model", "test_distill")],
+            &[("caller", caller), ("gen_ai_request_model", "test/distill")],
         )
     };
     while count("none") < 1.0 && Instant::now() < deadline {
@@ -273,6 +285,98 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
     assert_eq!(refusal["status"], 400, "{refusal}");
     assert_eq!(refusal["error"], "model_not_found", "{refusal}");
     assert!(refusal["provider"].is_null() || refusal["provider"] == "", "{refusal}");
+}
+
+/// Every `switchyard_*` metric family `/stats/prometheus` shows: a label Envoy failed to extract
+/// would stay in the name and make a family of its own.
+fn families(prom: &str) -> Vec<String> {
+    let mut names: Vec<String> = prom
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| n.starts_with("switchyard_"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Label values are the ids callers and the catalog write: a model id with `/`, `.` and `:`,
+/// an endpoint variant `provider/variant`, on the usage, attempt and gauge series alike; a
+/// `.`-part that is a label's name is percent-encoded (docs/metrics.md) and decodes back.
+#[tokio::test]
+async fn metric_labels_are_the_model_ids_and_endpoint_slugs_as_written() {
+    let s = stack();
+    for (id, model) in [("obs-exact", EXACT_MODEL), ("obs-exact-kind", LABEL_NAMED_MODEL)] {
+        let r = s.chat_with(id, &[("x-team", "exact")], json!({"model": model, "messages": msg("exact")})).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some("delta/fast"), "{id}");
+    }
+    let labels = |model: &'static str| {
+        vec![
+            ("caller", "exact"),
+            ("gen_ai_request_model", model),
+            ("gen_ai_response_model", model),
+            ("gen_ai_provider_name", "delta"),
+            ("endpoint", "delta/fast"),
+            ("gen_ai_token_type", "input"),
+        ]
+    };
+    // The one encoded id: `kind` is a label's name (docs/metrics.md, "Label values").
+    let encoded = "vendor/obs.%6Bind";
+    assert_eq!(switchyard::telemetry::label_id(encoded).as_deref(), Some(LABEL_NAMED_MODEL));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (sum(s, TOKENS, &labels(EXACT_MODEL)) == 0.0 || sum(s, TOKENS, &labels(encoded)) == 0.0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sum(s, TOKENS, &labels(EXACT_MODEL)) > 0.0, "no token series labelled {:?}", labels(EXACT_MODEL));
+    assert!(sum(s, TOKENS, &labels(encoded)) > 0.0, "no token series labelled {:?}", labels(encoded));
+    let attempts = [("model", EXACT_MODEL), ("endpoint", "delta/fast"), ("gen_ai_provider_name", "delta")];
+    assert_eq!(
+        sum(s, "switchyard_attempts_total", &[attempts[0], attempts[1], attempts[2], ("outcome", "success")]),
+        1.0
+    );
+    // The cool-down gauge names every catalog endpoint (published every 5 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let gauge = |model| {
+        let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+        prom.lines().any(|l| {
+            l.starts_with("switchyard_endpoint_cooling_down{")
+                && l.contains(&format!("model=\"{model}\""))
+                && l.contains("endpoint=\"delta/fast\"")
+        })
+    };
+    while !(gauge(EXACT_MODEL) && gauge(encoded)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gauge(EXACT_MODEL) && gauge(encoded), "no cool-down gauge of {EXACT_MODEL} / {encoded} on delta/fast");
+    // Every label came out of the names: the families are exactly the documented ones, and no
+    // series has a label the filter does not write (the `kind` inside the model id stayed in it).
+    let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+    let documented = [
+        "switchyard_attempt_duration_milliseconds",
+        "switchyard_attempts_total",
+        "switchyard_endpoint_cooling_down",
+        "switchyard_failover_incomplete_total",
+        "switchyard_fallbacks_total",
+        "switchyard_gen_ai_client_operation_duration_milliseconds",
+        "switchyard_gen_ai_client_token_usage_tokens_total",
+        "switchyard_gen_ai_server_time_to_first_token_milliseconds",
+        "switchyard_gen_ai_usage_cache_read_input_tokens_total",
+        "switchyard_gen_ai_usage_cost_nano_usd_total",
+        "switchyard_output_tokens_per_second",
+        "switchyard_requests_by_strategy_total",
+        "switchyard_requests_total",
+    ];
+    for family in families(&prom) {
+        assert!(documented.contains(&family.as_str()), "{family}: a label stayed in the metric's name");
+    }
+    for l in prom.lines().filter(|l| l.starts_with(TOKENS)) {
+        assert!(!l.contains("kind="), "{l}");
+    }
 }
 
 /// The OTLP receiver the traced stack exports to (started before its Envoy).
