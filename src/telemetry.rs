@@ -32,9 +32,9 @@ struct RawTelemetry {
     /// The usage metrics' `caller` label: a request header and the values it may take.
     #[serde(default)]
     caller: Option<RawCaller>,
-    /// Write each routed request's GenAI attributes (request model, provider, tokens, cost,
-    /// caller) into filter state at the end of its answer, for the tracing custom tags and the
-    /// JSON access log the generator renders. Off by default: up to ten host calls per request.
+    /// Write each routed request's GenAI attributes (operation, request model, provider, tokens,
+    /// cost, caller) into filter state at the end of its answer, for the tracing custom tags and the
+    /// JSON access log the generator renders. Off by default: up to eleven host calls per request.
     #[serde(default)]
     request_attributes: bool,
 }
@@ -158,9 +158,12 @@ pub mod attribute {
     pub const ERROR: &str = "switchyard.error";
     /// The caller's `x-request-id` (removed from the request before providers see it).
     pub const REQUEST_ID: &str = "switchyard.request_id";
+    /// OpenTelemetry's `gen_ai.operation.name` of the caller's API (`super::operation_name`).
+    pub const OPERATION: &str = "switchyard.operation";
 
     /// Every attribute, in the order they are written.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
+        OPERATION,
         REQUEST_MODEL,
         PROVIDER,
         INPUT_TOKENS,
@@ -172,6 +175,20 @@ pub mod attribute {
         ERROR,
         REQUEST_ID,
     ];
+}
+
+/// OpenTelemetry's `gen_ai.operation.name` of a request on `path` (query ignored): `chat` for
+/// OpenAI's chat completions and Responses and Anthropic's Messages, `text_completion` for
+/// OpenAI's `/v1/completions`, `generate_content` for Google's generateContent and
+/// streamGenerateContent. None for a path Switchyard does not route (listings).
+pub fn operation_name(path: &str) -> Option<&'static str> {
+    let bare = path.split('?').next().unwrap_or("");
+    match bare {
+        "/v1/chat/completions" | crate::api::RESPONSES_PATH | crate::api::MESSAGES_PATH => Some("chat"),
+        "/v1/completions" => Some("text_completion"),
+        _ if crate::api::google_path(bare).is_some() => Some("generate_content"),
+        _ => None,
+    }
 }
 
 /// The labels Switchyard's stats names carry as `.label.value` pairs after the metric's name;
@@ -357,6 +374,24 @@ mod tests {
             assert_eq!(label_id(&label_value(id)).as_deref(), Some(id), "{id}");
             // No `.`-part of a value is a label's name: the next `.label.` ends it.
             assert!(label_value(id).split('.').all(|p| !STAT_LABELS.contains(&p)), "{id}");
+        }
+    }
+
+    #[test]
+    fn the_operation_is_the_callers_api() {
+        for (path, op) in [
+            ("/v1/chat/completions", Some("chat")),
+            ("/v1/chat/completions?x=1", Some("chat")),
+            ("/v1/responses", Some("chat")),
+            ("/v1/messages", Some("chat")),
+            ("/v1/completions", Some("text_completion")),
+            ("/v1beta/models/gemini-2.5-pro:generateContent", Some("generate_content")),
+            ("/v1/models/gemini-2.5-pro:streamGenerateContent?alt=sse", Some("generate_content")),
+            ("/v1/models", None),
+            ("/v1beta/models", None),
+            ("/v1/embeddings", None),
+        ] {
+            assert_eq!(operation_name(path), op, "{path}");
         }
     }
 

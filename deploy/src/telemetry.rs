@@ -76,7 +76,7 @@ const fn attr(span: &'static str, log: &'static str, source: Source) -> RequestA
 
 /// Every attribute a routed request's span and access-log line carry.
 pub const REQUEST_ATTRIBUTES: [RequestAttribute; 15] = [
-    attr("gen_ai.operation.name", "operation", Source::Literal("chat")),
+    attr("gen_ai.operation.name", "operation", Source::FilterState(attribute::OPERATION)),
     attr("gen_ai.request.model", "request_model", Source::FilterState(attribute::REQUEST_MODEL)),
     attr("gen_ai.response.model", "response_model", Source::ResponseHeader(MODEL_HEADER)),
     attr("gen_ai.provider.name", "provider", Source::FilterState(attribute::PROVIDER)),
@@ -246,6 +246,7 @@ mod tests {
         }
         assert_eq!(custom_tags().len(), REQUEST_ATTRIBUTES.len());
         assert_eq!(fields["path"], "%FILTER_STATE(wasm.switchyard.path:PLAIN)%");
+        assert_eq!(fields["operation"], "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%");
     }
 
     #[test]

@@ -19,13 +19,14 @@ const EXACT_MODEL: &str = "vendor/obs-2.5:8b";
 const LABEL_NAMED_MODEL: &str = "vendor/obs.kind";
 
 /// The stack of this binary: the test catalog with a `caller` label, the JSON access log, and
-/// two models with exact ids on an endpoint variant.
+/// `delta` speaking all three APIs for the exact-label and operation tests.
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
         let mut catalog = test_catalog();
         catalog["telemetry"] = json!({"caller": {"header": "x-team",
-                                                 "values": ["usage", "stream", "log", "traced", "exact"]}});
+                                                 "values": ["usage", "stream", "log", "traced", "exact", "ops"]}});
+        catalog["providers"]["delta"]["apis"] = json!({"openai": {}, "anthropic": {}, "google": {}});
         for model in [EXACT_MODEL, LABEL_NAMED_MODEL] {
             catalog["models"][model] = json!({"endpoints": [
                 {"provider": "delta/fast", "upstream_model": "delta-obs", "pricing": {"prompt": 1, "completion": 1}}
@@ -276,6 +277,7 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
     assert_eq!(line["attempts"], "2", "{line}");
     assert_eq!(line["attempt_log"], "alpha:503,beta:200", "{line}");
     assert_eq!(line["caller"], "log", "{line}");
+    assert_eq!(line["operation"], "chat", "{line}");
     assert_eq!(line["input_tokens"], usage["prompt_tokens"].to_string(), "{line}");
     assert_eq!(line["output_tokens"], usage["completion_tokens"].to_string(), "{line}");
     let cost: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
@@ -376,6 +378,54 @@ async fn metric_labels_are_the_model_ids_and_endpoint_slugs_as_written() {
     }
     for l in prom.lines().filter(|l| l.starts_with(TOKENS)) {
         assert!(!l.contains("kind="), "{l}");
+    }
+}
+
+/// `gen_ai.operation.name` is the caller's API's, per request (OpenTelemetry's names): OpenAI's
+/// chat completions and Anthropic's Messages `chat`, OpenAI's completions `text_completion`,
+/// Google's generateContent `generate_content`.
+#[tokio::test]
+async fn the_access_log_names_each_apis_genai_operation() {
+    let s = stack();
+    let ask = json!([{"role": "user", "content": "which operation"}]);
+    let requests = [
+        ("/v1/chat/completions", "obs-op-chat", json!({"model": EXACT_MODEL, "messages": ask}), "chat"),
+        (
+            "/v1/completions",
+            "obs-op-text",
+            json!({"model": EXACT_MODEL, "prompt": "which operation"}),
+            "text_completion",
+        ),
+        ("/v1/messages", "obs-op-messages", json!({"model": EXACT_MODEL, "max_tokens": 16, "messages": ask}), "chat"),
+        (
+            "/v1beta/models/vendor/obs-2.5:8b:generateContent",
+            "obs-op-google",
+            json!({"contents": [{"role": "user", "parts": [{"text": "which operation"}]}]}),
+            "generate_content",
+        ),
+    ];
+    for (path, rid, body, _) in &requests {
+        let headers =
+            [("x-team", "ops"), ("x-request-id", *rid), ("x-test-id", *rid), ("anthropic-version", "2023-06-01")];
+        let r = switchyard_integration::client::post_json(s.addr, path, &headers, body).await.unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let path = s.log_dir.join("envoy.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (api_path, rid, _, operation) in requests {
+        let line = loop {
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            let found =
+                log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["request_id"] == rid);
+            if let Some(line) = found {
+                break line;
+            }
+            assert!(Instant::now() < deadline, "no access-log line for {rid}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(line["operation"], operation, "{api_path}: {line}");
+        assert_eq!(line["request_model"], EXACT_MODEL, "{api_path}: {line}");
+        assert_eq!(line["endpoint"], "delta/fast", "{api_path}: {line}");
     }
 }
 
