@@ -193,8 +193,8 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
         assert!(Instant::now() < deadline, "no access-log line for obs-unasked-rid");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!((line["input_tokens"].as_str(), line["output_tokens"].as_str()), (Some("5"), Some("3")), "{line}");
-    let logged: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert_eq!((line["input_tokens"].as_u64(), line["output_tokens"].as_u64()), (Some(5), Some(3)), "{line}");
+    let logged = line["cost_usd"].as_f64().unwrap_or(-1.0);
     assert!((logged - 8e-6).abs() < 1e-12, "{line}");
 }
 
@@ -274,19 +274,27 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
     assert_eq!(line["provider"], "beta", "{line}");
     assert_eq!(line["endpoint"], "beta", "{line}");
     assert_eq!(line["strategy"], "sort:price", "{line}");
-    assert_eq!(line["attempts"], "2", "{line}");
     assert_eq!(line["attempt_log"], "alpha:503,beta:200", "{line}");
     assert_eq!(line["caller"], "log", "{line}");
     assert_eq!(line["operation"], "chat", "{line}");
-    assert_eq!(line["input_tokens"], usage["prompt_tokens"].to_string(), "{line}");
-    assert_eq!(line["output_tokens"], usage["completion_tokens"].to_string(), "{line}");
-    let cost: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    // Counts and money are JSON numbers, not strings: a log pipeline reads them as they are.
+    assert_eq!(line["attempts"], json!(2), "{line}");
+    assert_eq!(line["input_tokens"], usage["prompt_tokens"], "{line}");
+    assert_eq!(line["output_tokens"], usage["completion_tokens"], "{line}");
+    assert!(line["input_tokens"].is_u64() && line["output_tokens"].is_u64(), "{line}");
+    assert_eq!(line["cache_read_tokens"], json!(0), "{line}");
+    assert!(line["cost_usd"].is_f64(), "{line}");
+    let cost = line["cost_usd"].as_f64().unwrap_or(-1.0);
     assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{line} vs {usage}");
     assert!(line["duration_ms"].is_number(), "{line}");
     // A refusal Switchyard answered: its error code, no provider.
     assert_eq!(refusal["status"], 400, "{refusal}");
     assert_eq!(refusal["error"], "model_not_found", "{refusal}");
     assert!(refusal["provider"].is_null() || refusal["provider"] == "", "{refusal}");
+    // Nothing was used or attempted: absent numbers are `null`, never a string.
+    for field in ["input_tokens", "output_tokens", "cost_usd"] {
+        assert!(refusal[field].is_null(), "{field}: {refusal}");
+    }
 }
 
 /// Every `switchyard_*` metric family `/stats/prometheus` shows: a label Envoy failed to extract
@@ -426,6 +434,7 @@ async fn the_access_log_names_each_apis_genai_operation() {
         assert_eq!(line["operation"], operation, "{api_path}: {line}");
         assert_eq!(line["request_model"], EXACT_MODEL, "{api_path}: {line}");
         assert_eq!(line["endpoint"], "delta/fast", "{api_path}: {line}");
+        assert!(line["attempts"].is_u64() && line["input_tokens"].is_u64(), "{api_path}: {line}");
     }
 }
 
