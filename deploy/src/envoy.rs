@@ -1018,6 +1018,12 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     if let Some(log) = access_log(cfg.access_log) {
         chain["filters"][0]["typed_config"]["access_log"] = log;
     }
+    if cfg.access_log == AccessLog::Json {
+        // Before the decision filter: on the response it runs after it (see the function).
+        if let Some(filters) = chain["filters"][0]["typed_config"]["http_filters"].as_array_mut() {
+            filters.insert(1, crate::telemetry::typed_numbers_filter());
+        }
+    }
     if let Some(t) = &cfg.tracing {
         chain["filters"][0]["typed_config"]["tracing"] = hcm_tracing(t);
     }

@@ -924,7 +924,11 @@ mod tests {
             tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
             "%FILTER_STATE(wasm.switchyard.output_tokens:PLAIN)%"
         );
-        assert_eq!(tags["gen_ai.operation.name"]["literal"]["value"], "chat");
+        // Per request (the caller's API), not a literal.
+        assert_eq!(
+            tags["gen_ai.operation.name"]["formatter"]["value"],
+            "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%"
+        );
         assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
     }
 }
