@@ -81,7 +81,7 @@ async fn a_served_first_attempt_skips_the_per_attempt_filter_and_is_recorded() {
     // Every one of them went to the first-attempt cluster, none through the per-attempt filter.
     assert_eq!(stat(s, "cluster.c_delta-first.upstream_rq_total"), 3);
     // The decision filter recorded them: metrics and the endpoint's shared statistics.
-    assert_eq!(attempts_metric(s, "test_basic", "delta", "success"), 3);
+    assert_eq!(attempts_metric(s, "test/basic", "delta", "success"), 3);
     let r = s.chat_with("fa-ok-read", &[("x-switchyard-debug", "1")], body.clone()).await;
     let c = candidates(&r);
     let delta = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "delta").unwrap().clone();

@@ -1040,6 +1040,7 @@ impl<H: Host> Stream<H> {
                 path,
                 error,
                 request_id: self.request_id.as_deref(),
+                operation: path.and_then(crate::telemetry::operation_name),
             },
         );
     }

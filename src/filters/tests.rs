@@ -186,7 +186,7 @@ fn a_failover_gives_each_attempt_only_its_own_key_and_the_caller_the_second_answ
     assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 0);
     assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 2_000_000_000);
     assert_eq!(host.counter(&format!("{tokens}.input.{}", labels.replace("beta", "alpha"))), 0);
-    assert_eq!(host.counter("switchyard.requests_by_strategy_total.strategy.sort_price"), 1);
+    assert_eq!(host.counter("switchyard.requests_by_strategy_total.strategy.sort:price"), 1);
     assert!(host.state().shared.contains_key("sy/h/m|alpha") && host.state().shared.contains_key("sy/h/m|beta"));
 }
 

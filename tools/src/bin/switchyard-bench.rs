@@ -20,7 +20,8 @@
 //! an OpenAI caller served by Anthropic Messages endpoints), BENCH_LIMITS (1: the full path under a
 //! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
-//! BENCH_NICE (scheduling priority of everything the bench starts, 0).
+//! BENCH_NICE (scheduling priority of everything the bench starts, 0), BENCH_ALT_WASM (a second
+//! module build: its full-path row beside the default build's).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -805,6 +806,19 @@ fn bench() -> Result<i32, String> {
     add_envoy(&mut rows, &mut keep, "plain Envoy (router only)", Ok(plain_boot.clone()), "bench-plain");
     let sy_boot = bootstrap(&switchyard_config(mock_port));
     add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
+    // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
+    // optimization settings), side by side with the default build in the same run.
+    if let Some(alt) = std::env::var_os("BENCH_ALT_WASM").map(PathBuf::from) {
+        let mut cfg = switchyard_config(mock_port);
+        let name = format!("Switchyard full path, {}", alt.display());
+        let boot = if alt.is_file() {
+            cfg.wasm = alt;
+            Ok(bootstrap(&cfg))
+        } else {
+            Err(format!("{} not found", alt.display()))
+        };
+        add_envoy(&mut rows, &mut keep, &name, boot, "bench-switchyard-alt");
+    }
     if env_on("BENCH_TRANSLATED") {
         let boot = bootstrap(&translated_config(mock_port));
         add_envoy(
