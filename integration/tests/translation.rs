@@ -277,6 +277,17 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
         s.only_receiver("an-go-s2").1.path,
         "/v1beta/models/gamma-t-gemini-stream:streamGenerateContent?alt=sse"
     );
+    // A Google caller streaming without alt=sse gets one JSON array, as from Google.
+    let path = "/v1beta/models/t/gpt-stream:streamGenerateContent";
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]});
+    let r = post(s, path, "go-oa-array", &[("x-goog-api-key", "caller-key")], body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("content-type").is_some_and(|c| c.starts_with("application/json")));
+    let chunks: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("{e}: {}", r.text()));
+    let text: String =
+        chunks.iter().filter_map(|c| c.pointer("/candidates/0/content/parts/0/text").and_then(Value::as_str)).collect();
+    assert!(text.starts_with("tok0 "), "{}", r.text());
+    assert_eq!(chunks.last().and_then(|c| c.pointer("/candidates/0/finishReason")), Some(&json!("STOP")));
 }
 
 #[tokio::test]
