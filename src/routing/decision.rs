@@ -173,6 +173,11 @@ fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage:
             }
             Err(r) => {
                 plan.attempts.retain(|a| api_of(a.endpoint) != api);
+                if !plan.attempts.is_empty() {
+                    let why = crate::translate::header_text(&r.message);
+                    let param = crate::translate::header_text(&r.param);
+                    plan.warnings.push(format!("{} endpoints left out: {param} ({why})", api.name()));
+                }
                 refused.get_or_insert(r);
             }
         }

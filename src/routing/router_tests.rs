@@ -1907,6 +1907,11 @@ fn chat_requests_of_every_api_reach_every_endpoint_other_requests_only_their_api
     )
     .unwrap_or_else(|e| panic!("{}", e.body()));
     assert_eq!(slugs(&c, &d.plan), vec!["oa", "an"], "an2 (Anthropic only) cannot enforce a JSON object");
+    assert!(
+        d.plan.warnings.iter().any(|w| w.starts_with("anthropic endpoints left out: response_format")),
+        "{:?}",
+        d.plan.warnings
+    );
     let anthropic_only = r#"{"model":"m/claude","max_tokens":5,"messages":[],"provider":{"only":["an2"]}}"#;
     let p = plan_for(&c, &anthropic, anthropic_only).unwrap();
     assert_eq!(slugs(&c, &p), vec!["an2"]);

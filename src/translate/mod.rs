@@ -36,9 +36,16 @@ pub struct Translated {
 
 impl Translated {
     /// The `x-switchyard-warning` value for the dropped fields (None when nothing was dropped).
+    /// The names are the caller's (an unknown field's too): header-safe, at most 8 named.
     pub fn warning(&self, to: Api) -> Option<String> {
-        (!self.dropped.is_empty())
-            .then(|| format!("dropped {} (no counterpart in the {} API)", self.dropped.join(", "), to.name()))
+        if self.dropped.is_empty() {
+            return None;
+        }
+        let mut names: Vec<String> = self.dropped.iter().take(8).map(|n| header_text(n)).collect();
+        if self.dropped.len() > 8 {
+            names.push(format!("{} more", self.dropped.len() - 8));
+        }
+        Some(format!("dropped {} (no counterpart in the {} API)", names.join(", "), to.name()))
     }
 }
 
@@ -212,6 +219,16 @@ fn model_first(mut o: Map<String, Value>) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------
 // Small JSON helpers shared by the readers and writers
 // ---------------------------------------------------------------------------------------------
+
+/// Caller text fit for a response header: printable ASCII only (others as `?`), at most 64
+/// characters.
+pub fn header_text(s: &str) -> String {
+    let mut out: String = s.chars().take(64).map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
+    if s.chars().nth(64).is_some() {
+        out.push_str("...");
+    }
+    out
+}
 
 /// `o[a]`, else `o[b]` (Google's JSON accepts camelCase and snake_case).
 pub(crate) fn get2<'a>(o: &'a Map<String, Value>, a: &str, b: &str) -> Option<&'a Value> {

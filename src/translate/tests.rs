@@ -485,6 +485,12 @@ fn the_warning_names_the_dropped_fields() {
         Some("dropped seed, logit_bias (no counterpart in the anthropic API)")
     );
     assert_eq!(Translated { body: vec![], dropped: vec![] }.warning(Api::Google), None);
+    // An unknown field's name is the caller's: never a header break or non-ASCII.
+    let hostile = Translated { body: vec![], dropped: vec!["a\r\nx-evil: 1".into(), "é".repeat(100)] };
+    let w = hostile.warning(Api::Google).unwrap();
+    assert!(w.chars().all(|c| c.is_ascii_graphic() || c == ' '), "{w}");
+    let many = Translated { body: vec![], dropped: (0..20).map(|i| format!("f{i}")).collect() };
+    assert!(many.warning(Api::OpenAi).unwrap().contains("f7, 12 more"));
 }
 
 /// A cheap stand-in for the fuzz targets in `cargo test`: every truncation and a byte flip at
