@@ -144,7 +144,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             }
         }
         if assistant {
-            c.messages.push(Msg::Assistant { text, calls });
+            c.push_assistant(text, calls);
         } else if !parts.is_empty() {
             c.messages.push(Msg::User(parts));
         }

@@ -91,16 +91,29 @@ pub struct Chat {
     pub reasoning_budget: Option<Knob>,
     /// Reasoning by effort (`low` / `medium` / `high`).
     pub reasoning_effort: Option<Knob>,
-    /// Caller-side names of the fields dropped so far.
+    /// Caller-side names of the fields dropped so far (`seen`: the same, for a lookup in
+    /// logarithmic time: a body may name thousands of unknown fields).
     pub dropped: Vec<String>,
+    seen: std::collections::BTreeSet<String>,
+    /// Tool call id -> name, of the history's calls (a tool result names its call by id; Google
+    /// needs the name): one lookup per result, never a scan of the history.
+    names: std::collections::HashMap<String, String>,
 }
 
 impl Chat {
     pub fn drop_field(&mut self, name: impl Into<String>) {
         let name = name.into();
-        if !self.dropped.contains(&name) {
+        if self.seen.insert(name.clone()) {
             self.dropped.push(name);
         }
+    }
+
+    /// Appends an assistant turn, remembering its calls' names by id.
+    pub fn push_assistant(&mut self, text: String, calls: Vec<Call>) {
+        for k in &calls {
+            self.names.insert(k.id.clone(), k.name.clone());
+        }
+        self.messages.push(Msg::Assistant { text, calls });
     }
 
     /// Drops a knob the target has no counterpart for.
@@ -112,10 +125,7 @@ impl Chat {
 
     /// The name of the tool call `id` of an earlier assistant message.
     pub fn call_name(&self, id: &str) -> Option<&str> {
-        self.messages.iter().rev().find_map(|m| match m {
-            Msg::Assistant { calls, .. } => calls.iter().find(|c| c.id == id).map(|c| c.name.as_str()),
-            _ => None,
-        })
+        self.names.get(id).map(String::as_str)
     }
 }
 

@@ -100,7 +100,10 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
     };
     // Calls without an id get `call_<n>`; a response without one answers the oldest open call
     // of its name.
-    let (mut next_id, mut open): (usize, Vec<(String, String)>) = (0, Vec::new());
+    // (Linear: open calls by name in order, answered ones skipped when met.)
+    let mut next_id = 0usize;
+    let mut open: std::collections::HashMap<String, std::collections::VecDeque<String>> = Default::default();
+    let mut answered: std::collections::HashSet<String> = Default::default();
     for (i, m) in contents.iter().enumerate() {
         let model = m.g("role").and_then(Value::as_str) == Some("model");
         let (mut parts, mut text, mut calls) = (Vec::new(), String::new(), Vec::new());
@@ -140,15 +143,27 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                         format!("call_{next_id}")
                     }
                 };
-                open.push((name.clone(), id.clone()));
+                open.entry(name.clone()).or_default().push_back(id.clone());
                 calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
             } else if let Some(f) = get2(p, "functionResponse", "function_response") {
                 let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
                 let id = match f.g("id").and_then(Value::as_str) {
                     Some(id) if !id.is_empty() => id.to_string(),
-                    _ => open.iter().find(|(n, _)| *n == name).map(|(_, id)| id.clone()).unwrap_or_default(),
+                    _ => {
+                        let queue = open.get_mut(&name);
+                        let mut found = String::new();
+                        if let Some(q) = queue {
+                            while let Some(x) = q.pop_front() {
+                                if !answered.contains(&x) {
+                                    found = x;
+                                    break;
+                                }
+                            }
+                        }
+                        found
+                    }
                 };
-                open.retain(|(_, x)| *x != id);
+                answered.insert(id.clone());
                 let content = vec![Part::Text(response_text(f.g("response")))];
                 c.messages.push(Msg::Tool { id, name, content, error: false });
             } else {
@@ -156,7 +171,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
             }
         }
         if model {
-            c.messages.push(Msg::Assistant { text, calls });
+            c.push_assistant(text, calls);
         } else if !parts.is_empty() {
             c.messages.push(Msg::User(parts));
         }
@@ -427,7 +442,7 @@ pub fn usage_value(u: &Usage) -> Value {
     Value::Object(m)
 }
 
-/// The parts of one candidate into text and calls (`calls` numbers the calls without an id).
+/// The parts of one candidate into text and calls (a call without an id gets an empty one).
 pub fn read_parts(parts: &Value, text: &mut String, calls: &mut Vec<Call>) {
     for p in parts.as_array().into_iter().flatten() {
         if let Some(t) = p.g("text").and_then(Value::as_str) {
@@ -435,10 +450,8 @@ pub fn read_parts(parts: &Value, text: &mut String, calls: &mut Vec<Call>) {
                 text.push_str(t);
             }
         } else if let Some(f) = p.g("functionCall").or_else(|| p.g("function_call")) {
-            let id = match f.g("id").and_then(Value::as_str) {
-                Some(id) if !id.is_empty() => id.to_string(),
-                _ => format!("call_{}", calls.len() + 1),
-            };
+            // Without an id: empty here, the caller numbers it (`call_<n>`).
+            let id = f.g("id").and_then(Value::as_str).unwrap_or("").to_string();
             let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
             calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
         }
@@ -461,6 +474,9 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
         Some(cand) => {
             if let Some(parts) = cand.pointer("/content/parts") {
                 read_parts(parts, &mut a.text, &mut a.calls);
+            }
+            for (i, k) in a.calls.iter_mut().enumerate().filter(|(_, k)| k.id.is_empty()) {
+                k.id = format!("call_{}", i + 1);
             }
             a.finish = finish_of(cand.g("finishReason").and_then(Value::as_str).unwrap_or("STOP"));
             if a.finish == Finish::Stop && !a.calls.is_empty() {

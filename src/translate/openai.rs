@@ -147,7 +147,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                         });
                     }
                 }
-                c.messages.push(Msg::Assistant { text: text_of(content), calls });
+                c.push_assistant(text_of(content), calls);
             }
             Some("tool") => {
                 let id = m.g("tool_call_id").and_then(Value::as_str).unwrap_or("").to_string();

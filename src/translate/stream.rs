@@ -88,7 +88,7 @@ struct Decoder {
     started: bool,
     /// Anthropic: the prompt side from `message_start`; block index -> tool index.
     usage: Usage,
-    blocks: Vec<(u64, usize)>,
+    blocks: std::collections::HashMap<u64, usize>,
     tools: usize,
 }
 
@@ -165,7 +165,7 @@ impl Decoder {
                     Some("tool_use") => {
                         let index = self.tools;
                         self.tools += 1;
-                        self.blocks.push((block, index));
+                        self.blocks.insert(block, index);
                         let (id, name) =
                             (super::str_at(v, "/content_block/id"), super::str_at(v, "/content_block/name"));
                         out.push(Ev::ToolStart { index, id: id.to_string(), name: name.to_string() });
@@ -179,7 +179,7 @@ impl Decoder {
                     Some("text_delta") => out.push(Ev::Text(super::str_at(v, "/delta/text").to_string())),
                     Some("input_json_delta") => {
                         let args = super::str_at(v, "/delta/partial_json");
-                        if let Some(&(_, index)) = self.blocks.iter().find(|(b, _)| *b == block) {
+                        if let Some(&index) = self.blocks.get(&block) {
                             if !args.is_empty() {
                                 out.push(Ev::ToolArgs { index, args: args.to_string() });
                             }
@@ -221,7 +221,7 @@ impl Decoder {
             for mut k in calls {
                 let index = self.tools;
                 self.tools += 1;
-                if k.id.starts_with("call_") && !parts.to_string().contains(&k.id) {
+                if k.id.is_empty() {
                     k.id = format!("call_{}", index + 1);
                 }
                 out.push(Ev::ToolStart { index, id: k.id, name: k.name });

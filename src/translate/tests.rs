@@ -523,3 +523,31 @@ fn truncated_and_corrupted_inputs_never_panic() {
         }
     }
 }
+
+/// Thousands of calls of one name without ids, answered in order, and thousands of unknown
+/// fields: each result pairs with its own call (and the translation is linear: one map lookup
+/// per result, one set insert per dropped name).
+#[test]
+fn many_calls_of_one_name_pair_in_order_and_many_unknown_fields_are_named_once() {
+    let n = 3000;
+    let call = serde_json::json!({"functionCall": {"name": "f", "args": {}}});
+    let answer = serde_json::json!({"functionResponse": {"name": "f", "response": {"result": "r"}}});
+    let body = serde_json::json!({"contents": [
+        {"role": "user", "parts": [{"text": "go"}]},
+        {"role": "model", "parts": vec![call; n]},
+        {"role": "user", "parts": vec![answer; n]},
+    ]});
+    let (v, _) = tr(Api::Google, Api::OpenAi, body, false);
+    let m = v["messages"].as_array().unwrap();
+    assert_eq!(m.len(), 2 + n);
+    for (i, tool) in m[2..].iter().enumerate() {
+        assert_eq!(tool["tool_call_id"], format!("call_{}", i + 1));
+    }
+    let mut o = serde_json::Map::new();
+    o.insert("messages".into(), serde_json::json!([{"role": "user", "content": "x"}]));
+    for i in 0..n {
+        o.insert(format!("x{i}"), Value::Null);
+    }
+    let t = request(Api::OpenAi, Api::Anthropic, Value::Object(o).to_string().as_bytes(), "m", false).unwrap();
+    assert_eq!(t.dropped.len(), n);
+}
