@@ -650,9 +650,9 @@ async fn google_retry_delay_cools_the_endpoint_down_and_metrics_count_the_surfac
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert_eq!(count("model.go_cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success"), 3, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 2, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.success"), 2, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success"), 3, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 2, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.success"), 2, "{stats}");
     // delta speaks only Google: its first attempt runs on its first-attempt cluster, without the
     // per-attempt filter; the decision filter reads the delay from the 429 it passes on.
     let only_delta = r#"{"provider": {"order": ["delta"], "allow_fallbacks": false}}"#;
