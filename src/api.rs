@@ -84,6 +84,16 @@ impl ApiSet {
         self.0 == 0
     }
 
+    /// The API an endpoint speaking this set serves a `caller` in: the caller's own when it has
+    /// it, else (the request translated) OpenAI's, then Anthropic's, then Google's. Decided the
+    /// same way by the planner, every attempt and the answer's translation back.
+    pub fn serving(self, caller: Api) -> Api {
+        if self.has(caller) {
+            return caller;
+        }
+        self.iter().next().unwrap_or(caller)
+    }
+
     /// The APIs in the set, in `Api::ALL` order.
     pub fn iter(self) -> impl Iterator<Item = Api> {
         Api::ALL.into_iter().filter(move |a| self.has(*a))

@@ -10,6 +10,8 @@
 //! - `protocol/`: what the decision filter hands the per-attempt filter through Envoy's
 //!   retries (the plan, its slots, the per-attempt rewrite, the route mark)
 //! - `answer/`: what the caller sees (answers, streams, usage and cost, errors, listings)
+//! - `translate/`: OpenAI, Anthropic and Google requests, answers, errors and streams
+//!   translated into each other (a caller reaching an endpoint of another API)
 //! - `limits/`: mesh-wide budgets and provider capacity through a rate limit service
 //! - `telemetry`: the usage metrics' names and labels, the span and access-log attributes
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
@@ -32,6 +34,7 @@ pub mod surface;
 pub mod telemetry;
 #[cfg(test)]
 mod test_support;
+pub mod translate;
 pub mod wiring;
 
 #[cfg(target_arch = "wasm32")]

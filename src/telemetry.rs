@@ -32,9 +32,9 @@ struct RawTelemetry {
     /// The usage metrics' `caller` label: a request header and the values it may take.
     #[serde(default)]
     caller: Option<RawCaller>,
-    /// Write each routed request's GenAI attributes (request model, provider, tokens, cost,
-    /// caller) into filter state at the end of its answer, for the tracing custom tags and the
-    /// JSON access log the generator renders. Off by default: up to ten host calls per request.
+    /// Write each routed request's GenAI attributes (operation, request model, provider, tokens,
+    /// cost, caller) into filter state at the end of its answer, for the tracing custom tags and the
+    /// JSON access log the generator renders. Off by default: up to eleven host calls per request.
     #[serde(default)]
     request_attributes: bool,
 }
@@ -158,9 +158,12 @@ pub mod attribute {
     pub const ERROR: &str = "switchyard.error";
     /// The caller's `x-request-id` (removed from the request before providers see it).
     pub const REQUEST_ID: &str = "switchyard.request_id";
+    /// OpenTelemetry's `gen_ai.operation.name` of the caller's API (`super::operation_name`).
+    pub const OPERATION: &str = "switchyard.operation";
 
     /// Every attribute, in the order they are written.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 11] = [
+        OPERATION,
         REQUEST_MODEL,
         PROVIDER,
         INPUT_TOKENS,
@@ -172,6 +175,78 @@ pub mod attribute {
         ERROR,
         REQUEST_ID,
     ];
+}
+
+/// OpenTelemetry's `gen_ai.operation.name` of a request on `path` (query ignored): `chat` for
+/// OpenAI's chat completions and Responses and Anthropic's Messages, `text_completion` for
+/// OpenAI's `/v1/completions`, `generate_content` for Google's generateContent and
+/// streamGenerateContent. None for a path Switchyard does not route (listings).
+pub fn operation_name(path: &str) -> Option<&'static str> {
+    let bare = path.split('?').next().unwrap_or("");
+    match bare {
+        "/v1/chat/completions" | crate::api::RESPONSES_PATH | crate::api::MESSAGES_PATH => Some("chat"),
+        "/v1/completions" => Some("text_completion"),
+        _ if crate::api::google_path(bare).is_some() => Some("generate_content"),
+        _ => None,
+    }
+}
+
+/// The labels Switchyard's stats names carry as `.label.value` pairs after the metric's name;
+/// the generated bootstrap has one `stats_tags` rule per label (`switchyard_deploy::telemetry`).
+pub const STAT_LABELS: [&str; 18] = [
+    "model",
+    "endpoint",
+    "outcome",
+    "kind",
+    "code",
+    "result",
+    "reason",
+    "policy",
+    "limit",
+    "provider",
+    "gen_ai_provider_name",
+    "gen_ai_request_model",
+    "gen_ai_response_model",
+    "gen_ai_token_type",
+    "caller",
+    "strategy",
+    "per",
+    "window",
+];
+
+/// A label value as it goes into a stats name: exactly the id (`meta-llama/llama-4-maverick`,
+/// `google/gemini-2.5-pro`, `deepinfra/turbo`, `vendor/llama3:8b`), so Prometheus shows what
+/// the catalog and the callers write. A label's value ends where the next `.label.` begins (the
+/// `stats_tags` rules), so two things are percent-encoded, reversibly: `%` itself (`%25`), and
+/// the first character of a `.`-separated part that is a label's name (a policy named `model`
+/// is `%6Dodel`; `a.code.b` is `a.%63ode.b`). Decoding `%XX` gives the id back. Linear time.
+pub fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for (i, part) in v.split('.').enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        let mut chars = part.chars();
+        if STAT_LABELS.contains(&part) {
+            // Label names are ASCII: their first character is one byte.
+            if let Some(c) = chars.next() {
+                out.push_str(&format!("%{:02X}", c as u32));
+            }
+        }
+        for c in chars {
+            if c == '%' {
+                out.push_str("%25");
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The id a [`label_value`] encodes (`%XX` decoded); None for a malformed escape.
+pub fn label_id(v: &str) -> Option<String> {
+    crate::api::percent_decode(v)
 }
 
 /// The usage series kept per (request model, endpoint, policy, caller).
@@ -187,7 +262,7 @@ pub const DURATION_SERIES: usize = 4;
 /// micro-dollars.
 pub const NANO_USD: f64 = 1e9;
 
-/// The labels of one request's usage series. Values are sanitized by the caller (`tag`).
+/// The labels of one request's usage series. Values are encoded by the caller (`label_value`).
 pub struct UsageLabels<'a> {
     pub request_model: &'a str,
     pub response_model: &'a str,
@@ -276,12 +351,57 @@ mod tests {
     }
 
     #[test]
+    fn label_values_are_the_ids_and_decode_back_exactly() {
+        for (id, label) in [
+            ("meta-llama/llama-4-maverick", "meta-llama/llama-4-maverick"),
+            ("deepinfra/turbo", "deepinfra/turbo"),
+            ("google/gemini-2.5-pro", "google/gemini-2.5-pro"),
+            ("anthropic/claude-3.5-sonnet", "anthropic/claude-3.5-sonnet"),
+            ("vendor/llama3:8b", "vendor/llama3:8b"),
+            ("sort:price", "sort:price"),
+            ("routing_cost+sticky", "routing_cost+sticky"),
+            // Only what would end a label early, or `%` itself, is encoded.
+            ("model", "%6Dodel"),
+            ("acme/chat.kind.v1", "acme/chat.%6Bind.v1"),
+            ("a.gen_ai_token_type", "a.%67en_ai_token_type"),
+            ("x.modelx.code", "x.modelx.%63ode"),
+            ("100%", "100%25"),
+            ("%6Dodel", "%256Dodel"),
+            ("weird..id.", "weird..id."),
+            ("ünï/cödé", "ünï/cödé"),
+        ] {
+            assert_eq!(label_value(id), label, "{id}");
+            assert_eq!(label_id(&label_value(id)).as_deref(), Some(id), "{id}");
+            // No `.`-part of a value is a label's name: the next `.label.` ends it.
+            assert!(label_value(id).split('.').all(|p| !STAT_LABELS.contains(&p)), "{id}");
+        }
+    }
+
+    #[test]
+    fn the_operation_is_the_callers_api() {
+        for (path, op) in [
+            ("/v1/chat/completions", Some("chat")),
+            ("/v1/chat/completions?x=1", Some("chat")),
+            ("/v1/responses", Some("chat")),
+            ("/v1/messages", Some("chat")),
+            ("/v1/completions", Some("text_completion")),
+            ("/v1beta/models/gemini-2.5-pro:generateContent", Some("generate_content")),
+            ("/v1/models/gemini-2.5-pro:streamGenerateContent?alt=sse", Some("generate_content")),
+            ("/v1/models", None),
+            ("/v1beta/models", None),
+            ("/v1/embeddings", None),
+        ] {
+            assert_eq!(operation_name(path), op, "{path}");
+        }
+    }
+
+    #[test]
     fn usage_names_carry_every_label_once() {
         let l = UsageLabels {
             request_model: "auto",
-            response_model: "m_a",
+            response_model: "m/a",
             provider: "deepinfra",
-            endpoint: "deepinfra_turbo",
+            endpoint: "deepinfra/turbo",
             policy: Some("finance"),
             caller: Some("search"),
         };
@@ -294,6 +414,6 @@ mod tests {
             assert_eq!(n.matches(".gen_ai_provider_name.deepinfra.").count(), 1);
         }
         let bare = usage_metric_names(&UsageLabels { policy: None, caller: None, ..l });
-        assert!(bare[COST_SERIES].ends_with(".endpoint.deepinfra_turbo"));
+        assert!(bare[COST_SERIES].ends_with(".endpoint.deepinfra/turbo"));
     }
 }

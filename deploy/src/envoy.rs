@@ -890,8 +890,8 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
 
 /// Request paths of the Anthropic and Google surfaces: the caller's path, or after an attempt's
 /// rewrite the provider's, which keeps the API's method (`.../messages`, `...:generateContent`).
-const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
-const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
+pub const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
+pub const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
 
 /// Which hosts of a listener Switchyard's local-reply mappers apply to: the listener's mappers
 /// are listener-wide, so on a listener shared with other services they are scoped by
@@ -1103,6 +1103,12 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     let chain = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0];
     if let Some(log) = access_log(cfg.access_log) {
         chain["filters"][0]["typed_config"]["access_log"] = log;
+    }
+    if cfg.access_log == AccessLog::Json {
+        // Before the decision filter: on the response it runs after it (see the function).
+        if let Some(filters) = chain["filters"][0]["typed_config"]["http_filters"].as_array_mut() {
+            filters.insert(1, crate::telemetry::typed_numbers_filter());
+        }
     }
     if let Some(t) = &cfg.tracing {
         chain["filters"][0]["typed_config"]["tracing"] = hcm_tracing(t);

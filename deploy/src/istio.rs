@@ -28,7 +28,8 @@ use crate::envoy::{
     credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
     mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed,
     tls_scheme_metadata, twin_secret, unrouted_route, upstream_filters, with_first_attempt_clusters,
-    with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
+    with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, ANTHROPIC_PATH_REGEX, DECISION_FILTER,
+    FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
 };
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
@@ -368,24 +369,43 @@ pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
     names.extend(c.providers.iter().map(|p| p.host.clone()));
     names.dedup();
     let hosts = ReplyHosts::Only(names);
-    let mut filters = vec![
-        json!({"or_filter": {"filters": [
-            {"response_flag_filter": {"flags": ["NFCF"]}},
-            {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
-        ]}}),
-        json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}}),
+    let refused = json!({"or_filter": {"filters": [
+        {"response_flag_filter": {"flags": ["NFCF"]}},
+        {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
+    ]}});
+    let not_own =
+        json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}});
+    let on_path = |regex: &str| json!({"header_filter": {"header": {"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}}});
+    // In the caller's API's shape, told apart by path as the other mappers are (first match wins).
+    let unavailable = |path: Option<Value>, body: Value| {
+        let mut filters = vec![refused.clone(), not_own.clone()];
+        filters.extend(path);
+        filters.extend(hosts.filter());
+        json!({
+            "filter": {"and_filter": {"filters": filters}},
+            "status_code": 503,
+            "body_format_override": {"content_type": "application/json", "json_format": body}
+        })
+    };
+    const WHY: &str = "Switchyard's filter module is not available on this proxy (its image could not be pulled)";
+    let shaped = [
+        unavailable(
+            Some(on_path(ANTHROPIC_PATH_REGEX)),
+            json!({"type": "error", "error": {"type": "api_error", "message": WHY, "code": "module_unavailable"}}),
+        ),
+        unavailable(
+            Some(on_path(GOOGLE_PATH_REGEX)),
+            json!({"error": {"code": 503, "message": WHY, "status": "UNAVAILABLE", "details": [{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "module_unavailable", "domain": "switchyard"}]}}),
+        ),
+        unavailable(
+            None,
+            json!({"error": {"message": WHY, "type": "server_error", "code": "module_unavailable", "param": null}}),
+        ),
     ];
-    filters.extend(hosts.filter());
-    let unavailable = json!({
-        "filter": {"and_filter": {"filters": filters}},
-        "status_code": 503,
-        "body_format_override": {"content_type": "application/json", "json_format": {"error": {
-            "message": "Switchyard's filter module is not available on this proxy (its image could not be pulled)",
-            "type": "server_error", "code": "module_unavailable", "param": null}}}
-    });
     let mut replies = local_reply_config(&hosts);
     if let Some(mappers) = replies["mappers"].as_array_mut() {
-        mappers.insert(0, unavailable);
+        mappers.splice(0..0, shaped);
     }
     replies
 }
@@ -904,7 +924,11 @@ mod tests {
             tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
             "%FILTER_STATE(wasm.switchyard.output_tokens:PLAIN)%"
         );
-        assert_eq!(tags["gen_ai.operation.name"]["literal"]["value"], "chat");
+        // Per request (the caller's API), not a literal.
+        assert_eq!(
+            tags["gen_ai.operation.name"]["formatter"]["value"],
+            "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%"
+        );
         assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
     }
 }

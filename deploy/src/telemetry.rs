@@ -10,33 +10,24 @@ use switchyard::wiring::{
     ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, MODEL_HEADER, POLICY_HEADER, PROVIDER_HEADER, STRATEGY_HEADER,
 };
 
-/// The labels Switchyard's stats carry as `.name.value` segments (see `switchyard::filters::
-/// shared::tag`), each a `stats_tags` rule of the bootstrap.
-pub const STAT_TAGS: [&str; 18] = [
-    "model",
-    "endpoint",
-    "outcome",
-    "kind",
-    "code",
-    "result",
-    "reason",
-    "policy",
-    "limit",
-    "provider",
-    "gen_ai_provider_name",
-    "gen_ai_request_model",
-    "gen_ai_response_model",
-    "gen_ai_token_type",
-    "caller",
-    "strategy",
-    "per",
-    "window",
-];
+/// The labels Switchyard's stats carry as `.name.value` pairs (see `switchyard::telemetry::
+/// label_value`), each a `stats_tags` rule of the bootstrap.
+pub use switchyard::telemetry::STAT_LABELS as STAT_TAGS;
+
+/// The `stats_tags` rule of one label: on a Switchyard stat (`switchyard.` after at most one
+/// namespace, Envoy's `wasmcustom.`), the first `.name.` and its value up to the next
+/// `.label.` or the name's end. Values may hold `.`, `/` and `:` (model ids, endpoint
+/// variants); `label_value` keeps a label's name out of them. Envoy's `stats_tags` regexes are
+/// ECMAScript (`std::regex`), which has lookahead; the first group is removed from the name,
+/// the second is the value.
+pub fn stat_tag_regex(name: &str) -> String {
+    format!(r"^(?:[^.]+\.)?switchyard\..*?(\.{name}\.(.*?))(?=\.(?:{})\.|$)", STAT_TAGS.join("|"))
+}
 
 /// The bootstrap's `stats_config`.
 pub fn stats_config() -> Value {
     let tags: Vec<Value> =
-        STAT_TAGS.iter().map(|name| json!({"tag_name": name, "regex": format!("(\\.{name}\\.([^.]+))")})).collect();
+        STAT_TAGS.iter().map(|name| json!({"tag_name": name, "regex": stat_tag_regex(name)})).collect();
     json!({"stats_tags": tags})
 }
 
@@ -70,38 +61,118 @@ impl Source {
     }
 }
 
+/// The JSON type of an access-log field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogType {
+    /// A string, as the source has it.
+    Text,
+    /// A JSON integer (`"attempts": 2`).
+    Integer,
+    /// A JSON number with a fraction (`"cost_usd": 8e-06`).
+    Decimal,
+}
+
+/// The dynamic-metadata namespace where the JSON access log reads numbers
+/// (`typed_numbers_filter` writes them).
+pub const LOG_METADATA_NAMESPACE: &str = "switchyard.log";
+
+impl Source {
+    /// The substitution format string of its access-log field. `json_format` writes
+    /// `%FILTER_STATE(...)%` and `%RESP(...)%` as JSON strings, and on Envoy 1.39/1.40 a Wasm
+    /// filter-state value is bytes everywhere else (`:TYPED` is a base64 `BytesValue`; CEL has
+    /// `int(string)` but no `string(bytes)`: `enable_string_conversion` is off and the
+    /// bootstrap's `envoy.bootstrap.cel` that turns it on is newer); all measured. So numbers
+    /// come from where Envoy holds them as numbers: a header through `%TYPED_CEL(int(...))%`,
+    /// a filter-state number through the dynamic metadata `typed_numbers_filter` writes.
+    /// Absent: `null`.
+    pub fn log_format(&self, ty: LogType) -> String {
+        match (ty, self) {
+            (LogType::Text, _) | (_, Source::Literal(_)) => self.format(),
+            (LogType::Integer, Source::ResponseHeader(h)) => format!("%TYPED_CEL(int(response.headers['{h}']))%"),
+            (LogType::Decimal, Source::ResponseHeader(h)) => {
+                format!("%TYPED_CEL(double(response.headers['{h}']))%")
+            }
+            (_, Source::FilterState(key)) => {
+                format!("%DYNAMIC_METADATA({LOG_METADATA_NAMESPACE}:{})%", metadata_key(key))
+            }
+        }
+    }
+}
+
+/// The dynamic-metadata key of a filter-state number (`switchyard.input_tokens` -> `input_tokens`).
+fn metadata_key(key: &str) -> &str {
+    key.strip_prefix("switchyard.").unwrap_or(key)
+}
+
+/// With the JSON access log: a Lua filter, before the decision filter (so it sees the response
+/// after it), that copies the numeric filter-state attributes into the dynamic metadata
+/// `switchyard.log` as numbers, once the answer has ended (the filter writes them at its end;
+/// the body passes through chunk by chunk, unbuffered).
+pub fn typed_numbers_filter() -> Value {
+    let keys: Vec<String> = REQUEST_ATTRIBUTES
+        .iter()
+        .filter_map(|a| match (a.log_type, a.source) {
+            (LogType::Integer | LogType::Decimal, Source::FilterState(k)) => Some(format!("\"{}\"", metadata_key(k))),
+            _ => None,
+        })
+        .collect();
+    let code = format!(
+        "local KEYS = {{{}}}\n\
+         function envoy_on_response(handle)\n\
+         \x20 for _ in handle:bodyChunks() do end\n\
+         \x20 local info = handle:streamInfo()\n\
+         \x20 local state = info:filterState()\n\
+         \x20 for _, key in ipairs(KEYS) do\n\
+         \x20   local value = tonumber(state:get(\"wasm.switchyard.\" .. key) or \"\")\n\
+         \x20   if value then info:dynamicMetadata():set(\"{LOG_METADATA_NAMESPACE}\", key, value) end\n\
+         \x20 end\n\
+         end\n",
+        keys.join(", ")
+    );
+    json!({"name": "switchyard.typed_log_numbers", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+        "default_source_code": {"inline_string": code}
+    }})
+}
+
 /// One per-request attribute: its span attribute (OpenTelemetry GenAI name where one exists),
-/// its access-log field, and its source.
+/// its access-log field and that field's JSON type, and its source.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestAttribute {
     pub span: &'static str,
     pub log: &'static str,
     pub source: Source,
+    pub log_type: LogType,
 }
 
 const fn attr(span: &'static str, log: &'static str, source: Source) -> RequestAttribute {
-    RequestAttribute { span, log, source }
+    RequestAttribute { span, log, source, log_type: LogType::Text }
+}
+
+const fn int(span: &'static str, log: &'static str, source: Source) -> RequestAttribute {
+    RequestAttribute { span, log, source, log_type: LogType::Integer }
 }
 
 /// Every attribute a routed request's span and access-log line carry.
 pub const REQUEST_ATTRIBUTES: [RequestAttribute; 15] = [
-    attr("gen_ai.operation.name", "operation", Source::Literal("chat")),
+    attr("gen_ai.operation.name", "operation", Source::FilterState(attribute::OPERATION)),
     attr("gen_ai.request.model", "request_model", Source::FilterState(attribute::REQUEST_MODEL)),
     attr("gen_ai.response.model", "response_model", Source::ResponseHeader(MODEL_HEADER)),
     attr("gen_ai.provider.name", "provider", Source::FilterState(attribute::PROVIDER)),
     attr("switchyard.endpoint", "endpoint", Source::ResponseHeader(PROVIDER_HEADER)),
     attr("switchyard.strategy", "strategy", Source::ResponseHeader(STRATEGY_HEADER)),
     attr("switchyard.policy", "policy", Source::ResponseHeader(POLICY_HEADER)),
-    attr("switchyard.attempts", "attempts", Source::ResponseHeader(ATTEMPTS_HEADER)),
+    int("switchyard.attempts", "attempts", Source::ResponseHeader(ATTEMPTS_HEADER)),
     attr("switchyard.attempt_log", "attempt_log", Source::ResponseHeader(ATTEMPT_LOG_HEADER)),
-    attr("gen_ai.usage.input_tokens", "input_tokens", Source::FilterState(attribute::INPUT_TOKENS)),
-    attr("gen_ai.usage.output_tokens", "output_tokens", Source::FilterState(attribute::OUTPUT_TOKENS)),
-    attr(
-        "gen_ai.usage.cache_read.input_tokens",
-        "cache_read_tokens",
-        Source::FilterState(attribute::CACHE_READ_TOKENS),
-    ),
-    attr("switchyard.cost_usd", "cost_usd", Source::FilterState(attribute::COST_USD)),
+    int("gen_ai.usage.input_tokens", "input_tokens", Source::FilterState(attribute::INPUT_TOKENS)),
+    int("gen_ai.usage.output_tokens", "output_tokens", Source::FilterState(attribute::OUTPUT_TOKENS)),
+    int("gen_ai.usage.cache_read.input_tokens", "cache_read_tokens", Source::FilterState(attribute::CACHE_READ_TOKENS)),
+    RequestAttribute {
+        span: "switchyard.cost_usd",
+        log: "cost_usd",
+        source: Source::FilterState(attribute::COST_USD),
+        log_type: LogType::Decimal,
+    },
     attr("switchyard.caller", "caller", Source::FilterState(attribute::CALLER)),
     attr("error.type", "error", Source::FilterState(attribute::ERROR)),
 ];
@@ -137,7 +208,7 @@ pub fn json_log_format() -> Value {
         fields.insert(k.to_string(), json!(v));
     }
     for a in REQUEST_ATTRIBUTES.iter().filter(|a| !matches!(a.source, Source::Literal(_))) {
-        fields.insert(a.log.to_string(), json!(a.source.format()));
+        fields.insert(a.log.to_string(), json!(a.source.log_format(a.log_type)));
     }
     Value::Object(fields)
 }
@@ -251,10 +322,19 @@ mod tests {
         let log = json_log_format();
         let fields = log.as_object().unwrap();
         for a in REQUEST_ATTRIBUTES.iter().filter(|a| !matches!(a.source, Source::Literal(_))) {
-            assert_eq!(fields[a.log], json!(a.source.format()), "{}", a.log);
+            assert_eq!(fields[a.log], json!(a.source.log_format(a.log_type)), "{}", a.log);
         }
         assert_eq!(custom_tags().len(), REQUEST_ATTRIBUTES.len());
         assert_eq!(fields["path"], "%FILTER_STATE(wasm.switchyard.path:PLAIN)%");
+        assert_eq!(fields["operation"], "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%");
+        // Numbers are JSON numbers (integration/tests/observability.rs checks the types).
+        assert_eq!(fields["attempts"], "%TYPED_CEL(int(response.headers['x-switchyard-attempts']))%");
+        assert_eq!(fields["input_tokens"], "%DYNAMIC_METADATA(switchyard.log:input_tokens)%");
+        assert_eq!(fields["cost_usd"], "%DYNAMIC_METADATA(switchyard.log:cost_usd)%");
+        let lua = typed_numbers_filter().to_string();
+        for key in ["input_tokens", "output_tokens", "cache_read_tokens", "cost_usd"] {
+            assert!(lua.contains(&format!("\\\"{key}\\\"")), "{key}: {lua}");
+        }
     }
 
     #[test]

@@ -114,6 +114,29 @@ pub fn demo_catalog() -> Value {
                      "supported_parameters": ["max_tokens", "temperature", "top_p", "tools", "tool_choice", "response_format", "reasoning"]}
                 ]
             },
+            // Served by one API each (the endpoint's `apis` narrows its provider's): every other
+            // API's callers reach them translated (docs/translation.md).
+            "anthropic/claude-haiku-4-5": {
+                "cost_tier": "low",
+                "endpoints": [
+                    {"provider": "anthropic-direct", "upstream_model": "claude-haiku-4-5", "apis": ["anthropic"],
+                     "pricing": {"prompt": 1, "completion": 5, "cached_prompt": 0.1}, "context_length": 200000}
+                ]
+            },
+            "google/gemini-2.5-pro": {
+                "cost_tier": "medium",
+                "endpoints": [
+                    {"provider": "google-ai-studio", "upstream_model": "gemini-2.5-pro", "apis": ["google"],
+                     "pricing": {"prompt": 1.25, "completion": 10, "cached_prompt": 0.31}, "context_length": 1048576}
+                ]
+            },
+            "mistralai/mistral-small-3.2": {
+                "cost_tier": "low",
+                "endpoints": [
+                    {"provider": "fireworks", "upstream_model": "accounts/fireworks/models/mistral-small-3p2",
+                     "pricing": {"prompt": 0.1, "completion": 0.3}, "context_length": 131072}
+                ]
+            },
             "google/gemma-3-27b-it": {
                 "cost_tier": "low",
                 "input_modalities": ["text", "image"],

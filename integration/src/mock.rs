@@ -17,6 +17,7 @@
 mod anthropic;
 mod google;
 mod openai;
+pub mod strict;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -757,14 +758,20 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             if let Some((status, body)) = openai::refusal(parts.uri.path(), &owned, &body) {
                 return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
             }
+            if let Some(msg) = strict::check(api, parts.uri.path(), &body) {
+                let body = openai::error_json(&msg, None, None);
+                return Ok(canned(&s.name, 400, "application/json", body.to_string(), None));
+            }
             None
         }
         Api::Anthropic => anthropic::refusal(header("x-api-key"), header("anthropic-version"))
             .map(|(status, msg)| (status, msg.to_string()))
-            .or_else(|| anthropic::invalid_body(&body).map(|msg| (400, msg))),
+            .or_else(|| anthropic::invalid_body(&body).map(|msg| (400, msg)))
+            .or_else(|| strict::check(api, parts.uri.path(), &body).map(|msg| (400, msg))),
         Api::Google => google::refusal(header("x-goog-api-key"), parts.uri.query())
             .map(|(status, msg)| (status, msg.to_string()))
-            .or_else(|| google::invalid_body(&body).map(|msg| (400, msg))),
+            .or_else(|| google::invalid_body(&body).map(|msg| (400, msg)))
+            .or_else(|| strict::check(api, parts.uri.path(), &body).map(|msg| (400, msg))),
     };
     if let Some((status, msg)) = refusal {
         let body = match api {

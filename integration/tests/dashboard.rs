@@ -292,6 +292,20 @@ async fn every_dashboard_query_and_alert_returns_data_from_a_real_prometheus() {
     }
     assert!(pending.is_empty(), "not showing the traffic after 60 s:\n{}", last_errors.join("\n"));
 
+    // The panels show the ids as the catalog writes them (`m/chat`, not `m_chat`): what a
+    // dashboard filters on is what teams put in their requests and what the traces say.
+    for (title, label, want) in [
+        ("Spend by model and provider (USD/hour)", "gen_ai_response_model", "m/chat"),
+        ("Endpoints cooling down", "model", "m/cool"),
+    ] {
+        let (_, expr) = queries.iter().find(|(t, _)| t == title).unwrap_or_else(|| panic!("no panel {title}"));
+        let data = prometheus.query(&concrete(expr)).expect("query");
+        let values: Vec<&str> =
+            data["result"].as_array().into_iter().flatten().filter_map(|r| r["metric"][label].as_str()).collect();
+        assert!(values.contains(&want), "{title}: {label} values {values:?}, want {want}");
+        assert!(values.iter().all(|v| v.starts_with("m/")), "{title}: {label} values {values:?}");
+    }
+
     // Prometheus evaluates the rules itself: every rule healthy, every alert pending or firing.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -360,7 +360,7 @@ async fn health_counters_are_exact_across_workers() {
         prom.lines()
             .find(|l| {
                 l.contains("switchyard_attempts_total{")
-                    && l.contains("model=\"fo_stats\"")
+                    && l.contains("model=\"fo/stats\"")
                     && l.contains("endpoint=\"alpha\"")
                     && l.contains(&format!("outcome=\"{outcome}\""))
             })

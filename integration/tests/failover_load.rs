@@ -147,9 +147,9 @@ async fn a_stream_that_ends_without_its_final_event_gets_an_error_event_and_coun
     assert_eq!(last["error"]["code"], "stream_interrupted", "{last}");
     assert_eq!(last["error"]["metadata"]["endpoint"], "alpha");
     assert!(!r.text().contains("[DONE]"));
-    let labels = [("model", "fo_cut"), ("endpoint", "alpha"), ("outcome", "interrupted")];
+    let labels = [("model", "fo/cut"), ("endpoint", "alpha"), ("outcome", "interrupted")];
     assert_eq!(counter(s, "switchyard_attempts_total", &labels), Some(1));
-    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo_cut"), ("outcome", "success")]), None);
+    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo/cut"), ("outcome", "success")]), None);
     assert!(counter(s, "switchyard_requests_total", &[("result", "interrupted")]).unwrap_or(0) >= 1);
     // The health record saw a failure, not a success.
     let r = s
@@ -180,7 +180,7 @@ async fn a_stream_reset_mid_way_reaches_the_caller_as_an_error_and_counts_as_fai
     assert_eq!(r.status, 200);
     assert!(r.body_error.is_some(), "the caller must see the stream break: {}", r.text());
     assert!(r.text().contains("tok1") && !r.text().contains("[DONE]"), "{}", r.text());
-    let labels = [("model", "fo_abort"), ("endpoint", "alpha"), ("outcome", "interrupted")];
+    let labels = [("model", "fo/abort"), ("endpoint", "alpha"), ("outcome", "interrupted")];
     // on_done runs when Envoy tears the attempt down; give it a moment.
     let mut seen = None;
     for _ in 0..50 {
@@ -191,5 +191,5 @@ async fn a_stream_reset_mid_way_reaches_the_caller_as_an_error_and_counts_as_fai
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(seen, Some(1));
-    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo_abort"), ("outcome", "success")]), None);
+    assert_eq!(counter(s, "switchyard_attempts_total", &[("model", "fo/abort"), ("outcome", "success")]), None);
 }

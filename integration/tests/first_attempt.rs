@@ -81,7 +81,7 @@ async fn a_served_first_attempt_skips_the_per_attempt_filter_and_is_recorded() {
     // Every one of them went to the first-attempt cluster, none through the per-attempt filter.
     assert_eq!(stat(s, "cluster.c_delta-first.upstream_rq_total"), 3);
     // The decision filter recorded them: metrics and the endpoint's shared statistics.
-    assert_eq!(attempts_metric(s, "test_basic", "delta", "success"), 3);
+    assert_eq!(attempts_metric(s, "test/basic", "delta", "success"), 3);
     let r = s.chat_with("fa-ok-read", &[("x-switchyard-debug", "1")], body.clone()).await;
     let c = candidates(&r);
     let delta = c.as_array().unwrap().iter().find(|x| x["endpoint"] == "delta").unwrap().clone();
@@ -114,7 +114,7 @@ async fn a_failed_first_attempt_is_recorded_by_the_retry_with_its_retry_after() 
     assert!(stat(s, "cluster.c_alpha-first.upstream_rq_total") >= 1);
     assert!(stat(s, "cluster.c_beta.upstream_rq_total") >= 1);
     // The retry's filter recorded alpha's refusal and its Retry-After: alpha cools down.
-    assert_eq!(attempts_metric(s, "test_nodata", "alpha", "rate_limited"), 1);
+    assert_eq!(attempts_metric(s, "test/nodata", "alpha", "rate_limited"), 1);
     let r = s
         .chat_with("fa-429-read", &[("x-switchyard-debug", "1")], json!({"model": "test/nodata", "messages": msg("x")}))
         .await;
@@ -130,13 +130,13 @@ async fn a_first_attempt_that_fails_without_a_retry_is_recorded_by_the_decision_
     let body = json!({"model": "vendor/colon:8b", "messages": msg("x")});
     let r = s.chat_with("fa-500", &[("x-mock-behavior", "alpha=500")], body.clone()).await;
     assert_eq!(r.status, 502, "{}", r.text());
-    assert_eq!(attempts_metric(s, "vendor_colon_8b", "alpha", "server_error"), 1);
+    assert_eq!(attempts_metric(s, "vendor/colon:8b", "alpha", "server_error"), 1);
     // No answer at all (a reset before the headers), and nothing after it.
     let r = s.chat_with("fa-reset", &[("x-mock-behavior", "alpha=reset")], body).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "no_endpoint_available", "{}", r.text());
     let failures: u64 =
-        ["server_error", "no_response"].iter().map(|o| attempts_metric(s, "vendor_colon_8b", "alpha", o)).sum();
+        ["server_error", "no_response"].iter().map(|o| attempts_metric(s, "vendor/colon:8b", "alpha", o)).sum();
     assert_eq!(failures, 2, "both failures counted on alpha");
 }
 

@@ -158,13 +158,15 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
 async fn the_bootstrap_override_labels_the_metrics_on_istios_proxy() {
     let r = chat("istio-labels", &[], json!({"model": "meta-llama/llama-4-maverick", "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let endpoint = r.header("x-switchyard-provider").unwrap_or_default().replace('/', "_");
+    // The labels are the ids as written (docs/metrics.md), through Istio's bootstrap too.
+    let endpoint = r.header("x-switchyard-provider").unwrap_or_default().to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let (_, prom) = http_get(stack().admin, "/stats/prometheus").unwrap();
         let labelled = prom.lines().find(|l| {
             l.starts_with("switchyard_attempts_total{")
                 && l.contains(&format!("endpoint=\"{endpoint}\""))
+                && l.contains("model=\"meta-llama/llama-4-maverick\"")
                 && l.contains("outcome=\"success\"")
                 && l.contains("gen_ai_provider_name=")
         });

@@ -207,6 +207,11 @@ impl FailedPull {
             .unwrap()
     }
 
+    fn post(&self, id: &str, path: &str, body: &str) -> Reply {
+        let h = [("host", "llm.switchyard.internal"), ("x-test-id", id), ("content-type", "application/json")];
+        self._rt.block_on(send(self.envoy.addr(), "POST", path, &h, body.as_bytes())).unwrap()
+    }
+
     fn ecds_dump(&self) -> Value {
         let (_, dump) = http_get(self.envoy.admin, "/config_dump?resource=ecds_filters").unwrap();
         serde_json::from_str(&dump).unwrap()
@@ -276,8 +281,32 @@ fn other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched() {
             r.headers
         );
         assert!(r.json()["error"]["message"].is_string(), "{how:?}: {}", r.text());
+        // Anthropic and Google callers get the refusal in their API's shape.
+        let r = p.post(&format!("unfetched-anthropic-{how:?}"), "/v1/messages", ANTHROPIC_BODY);
+        assert_eq!(r.status, 503, "{how:?}: {}", r.text());
+        let v = r.json();
+        assert_eq!(
+            (v["type"].as_str(), v["error"]["type"].as_str()),
+            (Some("error"), Some("api_error")),
+            "{how:?}: {v}"
+        );
+        assert_eq!(v["error"]["code"], "module_unavailable", "{how:?}: {v}");
+        let r = p.post(&format!("unfetched-google-{how:?}"), GOOGLE_PATH, GOOGLE_BODY);
+        assert_eq!(r.status, 503, "{how:?}: {}", r.text());
+        let v = r.json();
+        assert_eq!(
+            (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+            (Some(503), Some("UNAVAILABLE")),
+            "{how:?}: {v}"
+        );
+        assert_eq!(v["error"]["details"][0]["reason"], "module_unavailable", "{how:?}: {v}");
     }
 }
+
+const ANTHROPIC_BODY: &str =
+    r#"{"model": "anthropic/claude-sonnet-4.5", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}"#;
+const GOOGLE_PATH: &str = "/v1beta/models/google/gemini-2.5-flash:generateContent";
+const GOOGLE_BODY: &str = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
 
 /// On the Helm gateway with the decision filter absent from the chain, its module missing or
 /// replaced by istio-agent's substitute, a caller who forges the next-cluster token of every

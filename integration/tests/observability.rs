@@ -13,12 +13,25 @@ use common::{launch, msg, test_catalog, Stack};
 use serde_json::{json, Value};
 use switchyard_integration::envoy::http_get;
 
-/// The stack of this binary: the test catalog with a `caller` label, the JSON access log.
+/// A model id as real catalogs write them (`/`, `.`, `:`), served by an endpoint variant.
+const EXACT_MODEL: &str = "vendor/obs-2.5:8b";
+/// A model id with a `.`-part that is a label's name: its label value encodes it (`%6Bind`).
+const LABEL_NAMED_MODEL: &str = "vendor/obs.kind";
+
+/// The stack of this binary: the test catalog with a `caller` label, the JSON access log, and
+/// `delta` speaking all three APIs for the exact-label and operation tests.
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
         let mut catalog = test_catalog();
-        catalog["telemetry"] = json!({"caller": {"header": "x-team", "values": ["usage", "stream", "log", "traced"]}});
+        catalog["telemetry"] = json!({"caller": {"header": "x-team",
+                                                 "values": ["usage", "stream", "log", "traced", "exact", "ops"]}});
+        catalog["providers"]["delta"]["apis"] = json!({"openai": {}, "anthropic": {}, "google": {}});
+        for model in [EXACT_MODEL, LABEL_NAMED_MODEL] {
+            catalog["models"][model] = json!({"endpoints": [
+                {"provider": "delta/fast", "upstream_model": "delta-obs", "pricing": {"prompt": 1, "completion": 1}}
+            ]});
+        }
         launch("observability", catalog, |cfg| {
             cfg.access_log = switchyard_deploy::envoy::AccessLog::Json;
         })
@@ -97,8 +110,8 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
                 ("caller", "usage"),
                 ("endpoint", endpoint),
                 ("gen_ai_provider_name", endpoint),
-                ("gen_ai_request_model", "test_basic"),
-                ("gen_ai_response_model", "test_basic"),
+                ("gen_ai_request_model", "test/basic"),
+                ("gen_ai_response_model", "test/basic"),
                 ("gen_ai_token_type", t),
             ]
         };
@@ -123,7 +136,7 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
     assert!(expect("alpha", "prompt_tokens") > 0.0);
     // Requests by strategy, TTFT and tokens per second per endpoint, the operation's duration
     // (histograms reach /stats/prometheus at Envoy's next stats flush).
-    assert!(sum(s, "switchyard_requests_by_strategy_total", &[("strategy", "sort_price")]) >= 3.0);
+    assert!(sum(s, "switchyard_requests_by_strategy_total", &[("strategy", "sort:price")]) >= 3.0);
     for (name, labels, at_least) in [
         ("switchyard_gen_ai_server_time_to_first_token_milliseconds_count", [("endpoint", "alpha")], 2.0),
         ("switchyard_output_tokens_per_second_count", [("endpoint", "alpha")], 2.0),
@@ -155,7 +168,7 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
         vec![
             ("caller", "stream"),
             ("endpoint", "alpha"),
-            ("gen_ai_request_model", "test_basic"),
+            ("gen_ai_request_model", "test/basic"),
             ("gen_ai_token_type", t),
         ]
     };
@@ -180,8 +193,8 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
         assert!(Instant::now() < deadline, "no access-log line for obs-unasked-rid");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!((line["input_tokens"].as_str(), line["output_tokens"].as_str()), (Some("5"), Some("3")), "{line}");
-    let logged: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert_eq!((line["input_tokens"].as_u64(), line["output_tokens"].as_u64()), (Some(5), Some(3)), "{line}");
+    let logged = line["cost_usd"].as_f64().unwrap_or(-1.0);
     assert!((logged - 8e-6).abs() < 1e-12, "{line}");
 }
 
@@ -198,7 +211,7 @@ async fn unlisted_and_absent_callers_share_two_labels() {
         sum(
             s,
             "switchyard_gen_ai_client_operation_duration_milliseconds_count",
-            &[("caller", caller), ("gen_ai_request_model", "test_distill")],
+            &[("caller", caller), ("gen_ai_request_model", "test/distill")],
         )
     };
     while count("none") < 1.0 && Instant::now() < deadline {
@@ -261,18 +274,168 @@ async fn the_json_access_log_has_one_parseable_line_per_request_with_decision_to
     assert_eq!(line["provider"], "beta", "{line}");
     assert_eq!(line["endpoint"], "beta", "{line}");
     assert_eq!(line["strategy"], "sort:price", "{line}");
-    assert_eq!(line["attempts"], "2", "{line}");
     assert_eq!(line["attempt_log"], "alpha:503,beta:200", "{line}");
     assert_eq!(line["caller"], "log", "{line}");
-    assert_eq!(line["input_tokens"], usage["prompt_tokens"].to_string(), "{line}");
-    assert_eq!(line["output_tokens"], usage["completion_tokens"].to_string(), "{line}");
-    let cost: f64 = line["cost_usd"].as_str().and_then(|c| c.parse().ok()).unwrap_or(-1.0);
+    assert_eq!(line["operation"], "chat", "{line}");
+    // Counts and money are JSON numbers, not strings: a log pipeline reads them as they are.
+    assert_eq!(line["attempts"], json!(2), "{line}");
+    assert_eq!(line["input_tokens"], usage["prompt_tokens"], "{line}");
+    assert_eq!(line["output_tokens"], usage["completion_tokens"], "{line}");
+    assert!(line["input_tokens"].is_u64() && line["output_tokens"].is_u64(), "{line}");
+    assert_eq!(line["cache_read_tokens"], json!(0), "{line}");
+    assert!(line["cost_usd"].is_f64(), "{line}");
+    let cost = line["cost_usd"].as_f64().unwrap_or(-1.0);
     assert!((cost - usage["cost"].as_f64().unwrap()).abs() < 1e-9, "{line} vs {usage}");
     assert!(line["duration_ms"].is_number(), "{line}");
     // A refusal Switchyard answered: its error code, no provider.
     assert_eq!(refusal["status"], 400, "{refusal}");
     assert_eq!(refusal["error"], "model_not_found", "{refusal}");
     assert!(refusal["provider"].is_null() || refusal["provider"] == "", "{refusal}");
+    // Nothing was used or attempted: absent numbers are `null`, never a string.
+    for field in ["input_tokens", "output_tokens", "cost_usd"] {
+        assert!(refusal[field].is_null(), "{field}: {refusal}");
+    }
+}
+
+/// Every `switchyard_*` metric family `/stats/prometheus` shows: a label Envoy failed to extract
+/// would stay in the name and make a family of its own.
+fn families(prom: &str) -> Vec<String> {
+    let mut names: Vec<String> = prom
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .filter(|n| n.starts_with("switchyard_"))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Label values are the ids callers and the catalog write: a model id with `/`, `.` and `:`,
+/// an endpoint variant `provider/variant`, on the usage, attempt and gauge series alike; a
+/// `.`-part that is a label's name is percent-encoded (docs/metrics.md) and decodes back.
+#[tokio::test]
+async fn metric_labels_are_the_model_ids_and_endpoint_slugs_as_written() {
+    let s = stack();
+    for (id, model) in [("obs-exact", EXACT_MODEL), ("obs-exact-kind", LABEL_NAMED_MODEL)] {
+        let r = s.chat_with(id, &[("x-team", "exact")], json!({"model": model, "messages": msg("exact")})).await;
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        assert_eq!(r.header("x-switchyard-provider"), Some("delta/fast"), "{id}");
+    }
+    let labels = |model: &'static str| {
+        vec![
+            ("caller", "exact"),
+            ("gen_ai_request_model", model),
+            ("gen_ai_response_model", model),
+            ("gen_ai_provider_name", "delta"),
+            ("endpoint", "delta/fast"),
+            ("gen_ai_token_type", "input"),
+        ]
+    };
+    // The one encoded id: `kind` is a label's name (docs/metrics.md, "Label values").
+    let encoded = "vendor/obs.%6Bind";
+    assert_eq!(switchyard::telemetry::label_id(encoded).as_deref(), Some(LABEL_NAMED_MODEL));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (sum(s, TOKENS, &labels(EXACT_MODEL)) == 0.0 || sum(s, TOKENS, &labels(encoded)) == 0.0)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(sum(s, TOKENS, &labels(EXACT_MODEL)) > 0.0, "no token series labelled {:?}", labels(EXACT_MODEL));
+    assert!(sum(s, TOKENS, &labels(encoded)) > 0.0, "no token series labelled {:?}", labels(encoded));
+    let attempts = [("model", EXACT_MODEL), ("endpoint", "delta/fast"), ("gen_ai_provider_name", "delta")];
+    assert_eq!(
+        sum(s, "switchyard_attempts_total", &[attempts[0], attempts[1], attempts[2], ("outcome", "success")]),
+        1.0
+    );
+    // The cool-down gauge names every catalog endpoint (published every 5 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let gauge = |model| {
+        let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+        prom.lines().any(|l| {
+            l.starts_with("switchyard_endpoint_cooling_down{")
+                && l.contains(&format!("model=\"{model}\""))
+                && l.contains("endpoint=\"delta/fast\"")
+        })
+    };
+    while !(gauge(EXACT_MODEL) && gauge(encoded)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gauge(EXACT_MODEL) && gauge(encoded), "no cool-down gauge of {EXACT_MODEL} / {encoded} on delta/fast");
+    // Every label came out of the names: the families are exactly the documented ones, and no
+    // series has a label the filter does not write (the `kind` inside the model id stayed in it).
+    let (_, prom) = http_get(s.admin, "/stats/prometheus").unwrap();
+    let documented = [
+        "switchyard_attempt_duration_milliseconds",
+        "switchyard_attempts_total",
+        "switchyard_endpoint_cooling_down",
+        "switchyard_failover_incomplete_total",
+        "switchyard_fallbacks_total",
+        "switchyard_gen_ai_client_operation_duration_milliseconds",
+        "switchyard_gen_ai_client_token_usage_tokens_total",
+        "switchyard_gen_ai_server_time_to_first_token_milliseconds",
+        "switchyard_gen_ai_usage_cache_read_input_tokens_total",
+        "switchyard_gen_ai_usage_cost_nano_usd_total",
+        "switchyard_output_tokens_per_second",
+        "switchyard_requests_by_strategy_total",
+        "switchyard_requests_total",
+    ];
+    for family in families(&prom) {
+        assert!(documented.contains(&family.as_str()), "{family}: a label stayed in the metric's name");
+    }
+    for l in prom.lines().filter(|l| l.starts_with(TOKENS)) {
+        assert!(!l.contains("kind="), "{l}");
+    }
+}
+
+/// `gen_ai.operation.name` is the caller's API's, per request (OpenTelemetry's names): OpenAI's
+/// chat completions and Anthropic's Messages `chat`, OpenAI's completions `text_completion`,
+/// Google's generateContent `generate_content`.
+#[tokio::test]
+async fn the_access_log_names_each_apis_genai_operation() {
+    let s = stack();
+    let ask = json!([{"role": "user", "content": "which operation"}]);
+    let requests = [
+        ("/v1/chat/completions", "obs-op-chat", json!({"model": EXACT_MODEL, "messages": ask}), "chat"),
+        (
+            "/v1/completions",
+            "obs-op-text",
+            json!({"model": EXACT_MODEL, "prompt": "which operation"}),
+            "text_completion",
+        ),
+        ("/v1/messages", "obs-op-messages", json!({"model": EXACT_MODEL, "max_tokens": 16, "messages": ask}), "chat"),
+        (
+            "/v1beta/models/vendor/obs-2.5:8b:generateContent",
+            "obs-op-google",
+            json!({"contents": [{"role": "user", "parts": [{"text": "which operation"}]}]}),
+            "generate_content",
+        ),
+    ];
+    for (path, rid, body, _) in &requests {
+        let headers =
+            [("x-team", "ops"), ("x-request-id", *rid), ("x-test-id", *rid), ("anthropic-version", "2023-06-01")];
+        let r = switchyard_integration::client::post_json(s.addr, path, &headers, body).await.unwrap();
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+    }
+    let path = s.log_dir.join("envoy.log");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (api_path, rid, _, operation) in requests {
+        let line = loop {
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            let found =
+                log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["request_id"] == rid);
+            if let Some(line) = found {
+                break line;
+            }
+            assert!(Instant::now() < deadline, "no access-log line for {rid}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(line["operation"], operation, "{api_path}: {line}");
+        assert_eq!(line["request_model"], EXACT_MODEL, "{api_path}: {line}");
+        assert_eq!(line["endpoint"], "delta/fast", "{api_path}: {line}");
+        assert!(line["attempts"].is_u64() && line["input_tokens"].is_u64(), "{api_path}: {line}");
+    }
 }
 
 /// The OTLP receiver the traced stack exports to (started before its Envoy).

@@ -96,7 +96,8 @@ fn validates_on_the_matrix(catalog: &Catalog, file: &std::path::Path, base_id: &
 
 /// Tracing (the OpenTelemetry tracer, upstream spans, the GenAI custom tags) and the JSON access
 /// log, as the generator renders them, are accepted by every Envoy of the matrix: the custom
-/// tags' `value` formatters and the JSON log's `%FILTER_STATE%` fields included.
+/// tags' `value` formatters and the JSON log's `%FILTER_STATE%` fields included, and what types
+/// its numbers (`%TYPED_CEL(...)%`, the Lua filter, `%DYNAMIC_METADATA(...)%`).
 #[test]
 fn tracing_and_the_json_access_log_validate_in_envoy() {
     use switchyard_integration::envoy::{bootstrap, to_yaml, work_dir, AccessLog, Tracing};
@@ -112,6 +113,8 @@ fn tracing_and_the_json_access_log_validate_in_envoy() {
     let boot = bootstrap(&cfg);
     let yaml = to_yaml(&boot);
     assert!(yaml.contains("envoy.tracers.opentelemetry") && yaml.contains("gen_ai.usage.input_tokens"));
+    assert!(yaml.contains("%TYPED_CEL(int(") && yaml.contains("%DYNAMIC_METADATA(switchyard.log:"), "{yaml}");
+    assert!(yaml.contains("switchyard.typed_log_numbers"), "{yaml}");
     let file = work_dir("tracing-render").join("switchyard.yaml");
     std::fs::write(&file, yaml).unwrap();
     validates_on_the_matrix(&catalog, &file, "31980");

@@ -118,7 +118,7 @@ async fn wave(s: &'static Stack, tag: &str, n: usize, gap: Duration) -> Vec<u16>
 #[tokio::test]
 async fn a_learned_capacity_stops_overloading_a_provider() {
     let s = stack();
-    let limited = [("model", "rc_cap"), ("endpoint", "delta"), ("outcome", "rate_limited")];
+    let limited = [("model", "rc/cap"), ("endpoint", "delta"), ("outcome", "rate_limited")];
     let statuses = wave(s, "cap-learn", 16, Duration::ZERO).await;
     assert!(statuses.iter().all(|&c| c == 200), "{statuses:?}");
     let learned_429 = counter(s, "switchyard_attempts_total", &limited);
@@ -162,8 +162,8 @@ async fn malformed_tool_calls_are_counted_from_whole_and_streamed_answers() {
             }
         }
     }
-    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc_tools"), ("endpoint", "alpha")]), 6);
-    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc_tools"), ("endpoint", "beta")]), 0);
+    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc/tools"), ("endpoint", "alpha")]), 6);
+    assert_eq!(counter(s, "switchyard_bad_responses_total", &[("model", "rc/tools"), ("endpoint", "beta")]), 0);
     let r = s
         .chat_with("tools-debug", &[("x-switchyard-debug", "1")], json!({"model": "rc/tools", "messages": msg("x")}))
         .await;

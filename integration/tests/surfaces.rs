@@ -1,5 +1,5 @@
 //! The Anthropic Messages and Google generateContent surfaces in real Envoy, against mock
-//! providers speaking each API: routing only to endpoints speaking the caller's API, failover,
+//! providers speaking each API: routing to endpoints speaking the caller's API first, failover,
 //! `models` fallback, Retry-After (Gemini: `retryDelay`) cool-down, credentials (each provider sees only its own key in
 //! its API's header, the caller's key never), errors in each API's shape, streaming.
 
@@ -36,11 +36,12 @@ fn surfaces_catalog() -> Value {
         "policy_selection": {"trusted_headers": ["x-tenant"],
                              "rules": [{"policy": "contract", "header": {"name": "x-tenant", "value": "finance"}}]}
     });
-    // One model per test so live statistics never leak between tests. alpha is always the
-    // cheapest: it must never be planned for an Anthropic or Google caller.
+    // One model per test so live statistics never leak between tests. alpha (OpenAI only) is
+    // the dearest: it serves an Anthropic or Google caller translated (tests/translation.rs),
+    // after that API's own speakers; these tests stay on each API's own endpoints.
     let models: [(&str, &[(&str, f64)]); 18] = [
-        ("an/route", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
-        ("an/fo", &[("alpha", 0.1), ("beta", 1.0), ("gamma", 2.0)]),
+        ("an/route", &[("alpha", 5.0), ("beta", 1.0), ("gamma", 2.0)]),
+        ("an/fo", &[("alpha", 5.0), ("beta", 1.0), ("gamma", 2.0)]),
         ("an/stream", &[("beta", 1.0), ("gamma", 2.0)]),
         ("an/cut", &[("beta", 1.0), ("gamma", 2.0)]),
         ("an/err", &[("beta", 1.0), ("gamma", 2.0)]),
@@ -49,7 +50,7 @@ fn surfaces_catalog() -> Value {
         ("an/fb2", &[("gamma", 1.0)]),
         ("an/fbk1", &[("beta", 1.0)]),
         ("an/fbk2", &[("gamma", 1.0)]),
-        ("go/route", &[("alpha", 0.1), ("gamma", 1.0), ("delta", 2.0)]),
+        ("go/route", &[("alpha", 5.0), ("gamma", 1.0), ("delta", 2.0)]),
         ("go/fo", &[("gamma", 1.0), ("delta", 2.0)]),
         ("go/stream", &[("dead", 0.5), ("gamma", 1.0), ("delta", 2.0)]),
         ("go/cut", &[("gamma", 1.0), ("delta", 2.0)]),
@@ -177,7 +178,7 @@ async fn anthropic_requests_reach_only_anthropic_speakers_with_their_key() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // alpha is cheapest but speaks only OpenAI.
+    // beta, the cheapest, speaks Anthropic itself.
     assert_eq!(receivers(s, "an-route"), vec!["beta"]);
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert_eq!(r.header("x-switchyard-model"), Some("an/route"));
@@ -223,12 +224,12 @@ async fn anthropic_fails_over_and_each_attempt_carries_its_own_key() {
 #[tokio::test]
 async fn anthropic_models_fallback_stays_on_the_surface() {
     let s = stack();
-    // oa/only has no Anthropic endpoint; an/fb1's only endpoint fails; an/fb2 serves.
+    // an/fb1's only endpoint fails; an/fb2 serves.
     let r = anthropic(
         s,
         "an-fb",
         &[("x-mock-behavior", "beta=400")],
-        json!({"model": "oa/only", "models": ["an/fb1", "an/fb2"], "max_tokens": 8, "messages": messages("x")}),
+        json!({"model": "an/fb1", "models": ["an/fb2"], "max_tokens": 8, "messages": messages("x")}),
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -246,7 +247,7 @@ async fn anthropic_fallbacks_are_the_models_list_and_never_reach_a_provider() {
         s,
         "an-fbk",
         &[("x-mock-behavior", "beta=529")],
-        json!({"model": "oa/only", "fallbacks": [{"model": "an/fbk1"}, {"model": "an/fbk2"}], "max_tokens": 8,
+        json!({"model": "an/fbk1", "fallbacks": [{"model": "an/fbk2"}], "max_tokens": 8,
                "messages": messages("x")}),
     )
     .await;
@@ -347,10 +348,16 @@ async fn anthropic_errors_come_in_anthropics_shape() {
         assert!(v["error"]["message"].is_string());
         v
     };
-    // No endpoint speaks Anthropic: 404 naming the API.
-    let r = anthropic(s, "an-e1", &[], json!({"model": "oa/only", "max_tokens": 1, "messages": messages("x")})).await;
-    let v = check(&r, 404, "not_found_error", "no_endpoints");
-    assert_eq!(v["error"]["metadata"]["constraint"], "api:anthropic");
+    // Only an OpenAI endpoint, and a field no translation takes: 400 naming it.
+    let r = anthropic(
+        s,
+        "an-e1",
+        &[],
+        json!({"model": "oa/only", "max_tokens": 1, "messages": messages("x"), "mcp_servers": []}),
+    )
+    .await;
+    let v = check(&r, 400, "invalid_request_error", "invalid_parameter");
+    assert_eq!(v["error"]["param"], "mcp_servers");
     // A bad body field.
     let r = anthropic(
         s,
@@ -437,7 +444,7 @@ async fn google_model_comes_from_the_path_and_is_rewritten_per_attempt() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // alpha (OpenAI only) is cheapest; gamma is the cheapest Google speaker.
+    // gamma is the cheapest Google speaker (alpha, OpenAI only, the dearest).
     assert_eq!(receivers(s, "go-route"), vec!["gamma"]);
     let got = one(s, "go-route", "gamma");
     assert_eq!(got.path, "/v1beta/models/gamma-go-route:generateContent");
@@ -568,9 +575,9 @@ async fn google_errors_come_in_googles_shape() {
         v
     };
     let path = |m: &str| format!("/v1beta/models/{m}:generateContent");
-    let r = google(s, "go-e1", &path("oa/only"), &[], json!({"contents": contents("x")})).await;
-    let v = check(&r, 404, "NOT_FOUND", "NO_ENDPOINTS");
-    assert_eq!(v["error"]["details"][0]["metadata"]["constraint"], "api:google");
+    let r = google(s, "go-e1", &path("oa/only"), &[], json!({"contents": contents("x"), "cachedContent": "c/1"})).await;
+    let v = check(&r, 400, "INVALID_ARGUMENT", "INVALID_PARAMETER");
+    assert_eq!(v["error"]["details"][0]["metadata"]["param"], "cachedContent");
     let r = google(s, "go-e2", &path("no/such"), &[], json!({"contents": contents("x")})).await;
     check(&r, 400, "INVALID_ARGUMENT", "MODEL_NOT_FOUND");
     let r = google(s, "go-e3", &path("go/err"), &[], json!({"model": "x", "contents": contents("x")})).await;
@@ -643,9 +650,9 @@ async fn google_retry_delay_cools_the_endpoint_down_and_metrics_count_the_surfac
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert_eq!(count("model.go_cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success"), 3, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 2, "{stats}");
-    assert_eq!(count("model.go_cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.success"), 2, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.delta.gen_ai_provider_name.delta.outcome.success"), 3, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.rate_limited"), 2, "{stats}");
+    assert_eq!(count("model.go/cd.endpoint.gamma.gen_ai_provider_name.gamma.outcome.success"), 2, "{stats}");
     // delta speaks only Google: its first attempt runs on its first-attempt cluster, without the
     // per-attempt filter; the decision filter reads the delay from the 429 it passes on.
     let only_delta = r#"{"provider": {"order": ["delta"], "allow_fallbacks": false}}"#;

@@ -20,8 +20,8 @@ use crate::answer::watch::{AttemptWatch, MAX_ERROR_BODY_BYTES};
 use crate::api::{Api, Surface};
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
-use crate::protocol::plan::{AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
-use crate::protocol::rewrite::attempt_rewrite;
+use crate::protocol::plan::{body_property, AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
+use crate::protocol::rewrite::{api_headers, attempt_rewrite, ANTHROPIC_VERSION};
 use crate::protocol::scope;
 use crate::protocol::slots::{encode_slots, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
@@ -29,6 +29,7 @@ use crate::routing::quality::{judge_body, StreamJudge, Verdict};
 use crate::routing::router::policy_allows;
 use crate::surface::{debug_allowed, disposition, is_caller_router_control, Disposition};
 use crate::telemetry::strategy_metric_name;
+use crate::translate::stream::StreamTranslator;
 use crate::wiring::{
     ATTEMPTS_HEADER, ATTEMPT_LOG_HEADER, AUTHORITY_HEADER, AUTO_HEADER, CANDIDATES_HEADER, DEBUG_HEADER,
     INTERNAL_PREFIX, LIMITS_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PASSTHROUGH_HEADER, POLICY_HEADER, PROVIDER_HEADER,
@@ -61,6 +62,9 @@ enum BodyAction {
     },
     /// SSE answer: every event rewritten as it passes, nothing buffered but a split event.
     Stream(SseRewriter),
+    /// SSE answer of an endpoint of another API: translated event by event into the caller's
+    /// API, then rewritten as `Stream` (not for a Google array stream).
+    Translate(Box<StreamTranslator>, Option<SseRewriter>),
     /// A provider's error returned to the caller: wrapped in the OpenAI shape if not JSON.
     ProviderError {
         status: u16,
@@ -188,6 +192,8 @@ pub struct Stream<H: Host> {
     /// The served answer's usage, read for the usage metrics and the limits' settlement (the
     /// prepared first attempt's own watch serves when it answered).
     usage_watch: Option<AttemptWatch>,
+    /// The serving endpoint speaks this other API: its answer is translated back (`translate`).
+    translate_from: Option<Api>,
     /// The prepared first attempt answered a Gemini 429 that Envoy passes on: its body is read
     /// at its end for the delay it names (that attempt has no per-attempt filter to read it).
     first_error_body: bool,
@@ -237,6 +243,7 @@ impl<H: Host> Stream<H> {
             admission: None,
             held: false,
             usage_watch: None,
+            translate_from: None,
             first_error_body: false,
             caller: None,
             request_model: 0,
@@ -421,6 +428,10 @@ impl<H: Host> Stream<H> {
             }
         }
         let clusters: Vec<&str> = clusters.iter().map(String::as_str).collect();
+        // Attempts in another API than the written body's take theirs from here.
+        for (api, body) in std::mem::take(&mut d.bodies) {
+            self.host.set_property(&[&body_property(api)], &body);
+        }
         self.host.set_property(&[PLAN_PROPERTY], &plan.encode());
         // The order for Envoy's retries: the first cluster now, each attempt's filter the next.
         self.host.set_property(&[SLOTS_PROPERTY], encode_slots(&clusters).as_bytes());
@@ -469,6 +480,10 @@ impl<H: Host> Stream<H> {
         if rw.path != self.path {
             self.host.set_req_header(":path", Some(&rw.path));
         }
+        let has_version = self.host.req_header(ANTHROPIC_VERSION).is_some();
+        for (h, v) in api_headers(rw.api, has_version) {
+            self.host.set_req_header(h, v);
+        }
         self.host.set_req_header(AUTHORITY_HEADER, Some(&rw.authority));
         let of = AttemptOf { model: &rw.model, slug: &rw.slug, in_catalog: rw.endpoint.is_some() };
         started(&self.host, &of);
@@ -477,7 +492,7 @@ impl<H: Host> Stream<H> {
             model: rw.model,
             slug: rw.slug,
             planned: rw.planned,
-            watch: AttemptWatch::new(self.api, stream, now_ms),
+            watch: AttemptWatch::new(rw.api, stream, now_ms),
             answered: false,
             recorded: false,
             verdict: None,
@@ -508,6 +523,23 @@ impl<H: Host> Stream<H> {
         let record = AttemptRecord { endpoint: f.planned, status: 429, retry_after_s: Some(delay) };
         let of = AttemptOf { model: &f.model, slug: &f.slug, in_catalog: f.in_catalog };
         cooled_down_late(&self.host, &self.config, 1, record, &of, self.host.now_ms());
+    }
+
+    /// The API the serving endpoint speaks when it is not the caller's (its answer is
+    /// translated back): the endpoint named by the serving attempt (or the prepared first).
+    fn serving_api(&self, headers: &[(String, String)], first_answered: bool) -> Option<Api> {
+        let (model, slug) = match self.first.as_ref().filter(|_| first_answered) {
+            Some(f) => (f.model.as_str(), Some(f.slug.as_str())),
+            None => (find(headers, MODEL_HEADER).unwrap_or_default(), find(headers, PROVIDER_HEADER)),
+        };
+        let ep = self.config.catalog.endpoint_of(model, slug?)?;
+        Some(ep.apis.serving(self.api)).filter(|a| *a != self.api)
+    }
+
+    /// What the translation into `api` dropped (`x-switchyard-warning`).
+    fn translation_warning(&self, api: Api) -> Option<String> {
+        let d = self.decision.as_ref()?;
+        d.translation_warnings.iter().find(|(a, _)| *a == api).map(|(_, w)| w.clone())
     }
 
     /// The prepared first attempt is still being answered to the caller.
@@ -740,6 +772,10 @@ impl<H: Host> Filter for Stream<H> {
         // A first attempt prepared here answered: the hook on its cluster names attempt 1
         // (only the per-attempt filter names attempts on the regular clusters).
         let first_answered = made == Some(1) && self.first.is_some();
+        self.translate_from = self.serving_api(&headers, first_answered);
+        if let Some(note) = self.translate_from.and_then(|api| self.translation_warning(api)) {
+            warning = if warning.is_empty() { note } else { format!("{warning}; {note}") };
+        }
         let records = self.attempt_records(&headers, status, made, first_answered, end_of_stream, now);
         let log = attempt_log(catalog, &records, status);
         let policy = self.policy_name().map(str::to_string);
@@ -826,7 +862,10 @@ impl<H: Host> Filter for Stream<H> {
         // The chunk is read once, for everything that needs its bytes.
         let rewriting = matches!(
             self.body_action,
-            BodyAction::Stream(_) | BodyAction::Rewrite { .. } | BodyAction::ProviderError { .. }
+            BodyAction::Stream(_)
+                | BodyAction::Translate(..)
+                | BodyAction::Rewrite { .. }
+                | BodyAction::ProviderError { .. }
         );
         let chunk = if rewriting || self.judge.is_some() { self.host.response_body(0, body_size) } else { None };
         // Read once when the prepared first attempt is watched (its chunk and, at the end, its
@@ -1013,6 +1052,7 @@ impl<H: Host> Stream<H> {
                 path,
                 error,
                 request_id: self.request_id.as_deref(),
+                operation: path.and_then(crate::telemetry::operation_name),
             },
         );
     }
@@ -1150,14 +1190,14 @@ impl<H: Host> Stream<H> {
         // The served attempt's usage, for the metrics (and the limits): the prepared first
         // attempt's watch has it when it served.
         if !self.first.as_ref().is_some_and(|f| f.answered) {
-            self.usage_watch = Some(AttemptWatch::new(self.api, stream, now));
+            self.usage_watch = Some(AttemptWatch::new(self.translate_from.unwrap_or(self.api), stream, now));
         }
         if end_of_stream {
             return Action::Continue;
         }
         if stream && !encoded && status < 300 {
             // The served stream's quality (malformed tool calls, empty answers) is judged.
-            self.judge = Some(StreamJudge::new(self.api));
+            self.judge = Some(StreamJudge::new(self.translate_from.unwrap_or(self.api)));
         }
         let ep = self.config.catalog.endpoint_of(&served_model, &slug);
         let Some(pricing) = ep.filter(|_| !encoded).map(|e| e.pricing) else {
@@ -1171,7 +1211,20 @@ impl<H: Host> Stream<H> {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
             self.host.set_resp_header("content-length", None);
             let hide = self.decision.as_ref().is_some_and(|d| d.hide_usage_chunk);
-            self.body_action = BodyAction::Stream(SseRewriter::new(served).hiding_usage_chunk(hide));
+            let rewriter = SseRewriter::new(served).hiding_usage_chunk(hide);
+            self.body_action = match self.translate_from {
+                Some(from) => {
+                    // A Google caller without `alt=sse` streams one JSON array (not rewritten).
+                    let array = self.api == Api::Google && !self.path.contains("alt=sse");
+                    if array {
+                        self.host.set_resp_header("content-type", Some("application/json"));
+                    }
+                    let created = now / 1000;
+                    let tr = StreamTranslator::new(from, self.api, created, array);
+                    BodyAction::Translate(Box::new(tr), (!array).then_some(rewriter))
+                }
+                None => BodyAction::Stream(rewriter),
+            };
             return Action::Continue;
         }
         if json && !stream {
@@ -1196,12 +1249,26 @@ impl<H: Host> Stream<H> {
         if let (Some(judge), Some(c)) = (self.judge.as_mut(), chunk.as_ref()) {
             judge.feed(c);
         }
+        let translate_from = self.translate_from;
         match &mut self.body_action {
             BodyAction::None => Action::Continue,
             BodyAction::WatchStream => {
                 if end_of_stream {
                     self.body_action = BodyAction::None;
                     self.end_stream(body_size);
+                }
+                Action::Continue
+            }
+            BodyAction::Translate(tr, rewriter) => {
+                let translated = tr.feed(chunk.as_deref().unwrap_or(&[]));
+                let out = match rewriter {
+                    Some(r) => r.feed(&translated, end_of_stream),
+                    None => translated,
+                };
+                self.host.set_response_body(0, body_size, &out);
+                if end_of_stream {
+                    self.body_action = BodyAction::None;
+                    self.end_stream(out.len());
                 }
                 Action::Continue
             }
@@ -1253,6 +1320,13 @@ impl<H: Host> Stream<H> {
                     } else {
                         collected.into_whole()
                     };
+                    let collected = match translate_from {
+                        Some(from) => {
+                            let created = self.host.now_ms() / 1000;
+                            crate::translate::answer(from, served.api, &collected, created).unwrap_or(collected)
+                        }
+                        None => collected,
+                    };
                     let verdict = span("answer_judge", || judge_body(served.api, &collected, self.offered_tools()));
                     self.record_quality(verdict);
                     // Handed to Envoy as pieces (the replaced members and the unchanged runs
@@ -1293,7 +1367,15 @@ impl<H: Host> Stream<H> {
                 if !end_of_stream && !too_large {
                     return Action::Pause;
                 }
-                let out = if too_large || is_json_object(collected) {
+                let out = if let (Some(from), false) = (translate_from, too_large) {
+                    // In the caller's shape, with the caller's API's status for it.
+                    let (to_status, body) = crate::translate::error(from, self.api, *status, collected);
+                    self.host.set_resp_header("content-type", Some("application/json"));
+                    if to_status != *status {
+                        self.host.set_resp_header(":status", Some(&to_status.to_string()));
+                    }
+                    body
+                } else if too_large || is_json_object(collected) {
                     std::mem::take(collected)
                 } else {
                     self.host.set_resp_header("content-type", Some("application/json"));

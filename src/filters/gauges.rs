@@ -83,7 +83,7 @@ pub fn publish(host: &dyn Host, config: &Configured, now_ms: u64) {
             Subject::JwtClaim { .. } => "jwt_claim",
         };
         let name = format!(
-            "switchyard.rate_limit_budget.limit.{}.kind.{}.per.{per}.window.{}",
+            "switchyard.rate_limit_budget.limit.{}.kind.{}.window.{}.per.{per}",
             tag(&l.name),
             l.kind.name(),
             l.window.name()
@@ -116,7 +116,7 @@ mod tests {
         publish(&host, &config, 1_000);
         let gauge = |slug: &str| {
             let name =
-                format!("switchyard.endpoint_cooling_down.model.m_x.endpoint.{slug}.gen_ai_provider_name.{slug}");
+                format!("switchyard.endpoint_cooling_down.model.m/x.endpoint.{slug}.gen_ai_provider_name.{slug}");
             host.recorded(&name)
         };
         assert_eq!(gauge("a"), vec![1]);
@@ -140,9 +140,9 @@ mod tests {
         let host = MockHost::new();
         publish(&host, &config, 1_000);
         let gauge = |name: &str| host.recorded(&format!("switchyard.rate_limit_budget.{name}"));
-        assert_eq!(gauge("limit.all-tokens.kind.tokens.per.all.window.hour"), vec![5000]);
+        assert_eq!(gauge("limit.all-tokens.kind.tokens.window.hour.per.all"), vec![5000]);
         // Spend in the units `switchyard_rate_limit_charged_total` counts ($0.0001).
-        assert_eq!(gauge("limit.spend.kind.spend.per.all.window.day"), vec![25_000]);
+        assert_eq!(gauge("limit.spend.kind.spend.window.day.per.all"), vec![25_000]);
         // The rare-event counters exist at zero from the first tick, once.
         let defined = |name: &str| host.state().calls.iter().filter(|c| *c == &format!("define_metric {name}")).count();
         assert_eq!(defined("switchyard.rate_limit.failure_total.reason.unavailable"), 1);

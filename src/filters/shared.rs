@@ -239,10 +239,11 @@ thread_local! {
     static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
 }
 
-/// Stats names use `.`-separated tag segments (`.model.<m>.endpoint.<e>`) that the bootstrap's
-/// `stats_tags` turn into labels; tag values are sanitized to `[A-Za-z0-9_-]`.
+/// Stats names carry labels as `.label.value` pairs (`.model.<m>.endpoint.<e>`) that the
+/// bootstrap's `stats_tags` turn into labels; values are the ids themselves
+/// (`crate::telemetry::label_value`).
 pub fn tag(v: &str) -> String {
-    v.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    crate::telemetry::label_value(v)
 }
 
 /// The id of metric `name`, defined on its first use on this worker.

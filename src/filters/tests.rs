@@ -186,7 +186,7 @@ fn a_failover_gives_each_attempt_only_its_own_key_and_the_caller_the_second_answ
     assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 0);
     assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 2_000_000_000);
     assert_eq!(host.counter(&format!("{tokens}.input.{}", labels.replace("beta", "alpha"))), 0);
-    assert_eq!(host.counter("switchyard.requests_by_strategy_total.strategy.sort_price"), 1);
+    assert_eq!(host.counter("switchyard.requests_by_strategy_total.strategy.sort:price"), 1);
     assert!(host.state().shared.contains_key("sy/h/m|alpha") && host.state().shared.contains_key("sy/h/m|beta"));
 }
 
@@ -658,4 +658,74 @@ fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
     let calls = host.state().grpc_calls.clone();
     let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
     assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+}
+
+/// alpha speaks OpenAI; beta only Anthropic's Messages API (the request is translated for it).
+const CROSS_API_CONFIG: &str = r#"{
+  "providers": {
+    "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "alpha-secret"}},
+    "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "beta-secret"},
+             "apis": {"anthropic": {}}}
+  },
+  "models": {"m": {"endpoints": [
+    {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "beta", "upstream_model": "claude-m", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+#[test]
+fn a_failover_to_an_endpoint_of_another_api_sends_its_body_and_translates_its_answer() {
+    let config = configured(CROSS_API_CONFIG);
+    let host = MockHost::new();
+    let mut stream = decide(&host, &config);
+    let stored = host.prop(&["switchyard_body_anthropic"]).expect("the Anthropic body, stored for its attempts");
+    assert!(stored.len() > 4);
+
+    let mut first = attempt(&host, &config, 1, "c_alpha");
+    assert_eq!(host.request_header_value(":path").as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(first.on_request_body(BODY.len(), true), Action::Continue);
+    answer(&host, "503", r#"{"error": "busy"}"#);
+    assert_eq!(first.on_response_headers(false), Action::Continue);
+    first.on_done();
+
+    let mut second = attempt(&host, &config, 2, "c_beta");
+    assert_eq!(host.request_header_value(":path").as_deref(), Some("/v1/messages"));
+    assert_eq!(host.request_header_value("x-api-key").as_deref(), Some("beta-secret"));
+    assert_eq!(host.request_header_value("authorization"), None);
+    assert_eq!(host.request_header_value("anthropic-version").as_deref(), Some("2023-06-01"));
+    assert_eq!(second.on_request_body(BODY.len(), false), Action::Pause, "held until whole");
+    assert_eq!(second.on_request_body(BODY.len(), true), Action::Continue);
+    let sent = json(&host.state().request_body);
+    assert_eq!(sent["model"], "claude-m");
+    assert_eq!(sent["messages"], serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]));
+    assert_eq!(sent["max_tokens"], crate::translate::anthropic::DEFAULT_MAX_TOKENS);
+    assert_eq!(host.request_header_value("content-length"), Some(host.state().request_body.len().to_string()));
+
+    let anthropic_answer = r#"{"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-m",
+        "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 600000, "cache_read_input_tokens": 400000, "output_tokens": 0}}"#;
+    answer(&host, "200", anthropic_answer);
+    assert_eq!(second.on_response_headers(false), Action::Continue);
+    assert_eq!(second.on_response_body(anthropic_answer.len(), true), Action::Continue);
+    second.on_done();
+
+    assert_eq!(stream.on_response_headers(false), Action::Pause);
+    assert_eq!(stream.on_response_body(anthropic_answer.len(), true), Action::Continue);
+    let body = json(&host.state().response_body);
+    assert_eq!(body["object"], "chat.completion", "the caller's shape: {body}");
+    assert_eq!((body["provider"].as_str(), body["model"].as_str()), (Some("beta"), Some("m")));
+    assert_eq!(body["choices"][0]["message"]["content"], "hello");
+    assert_eq!(body["usage"]["prompt_tokens"], 1_000_000);
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 400_000);
+    // 1M prompt tokens at beta's $2 per million (no cached price: cached tokens at the prompt's).
+    assert_eq!(body["usage"]["cost"].as_f64(), Some(2.0));
+    stream.on_log();
+    assert_eq!(host.counter("switchyard.requests_total.result.served"), 1);
+    // The metrics read the usage in the endpoint's own shape (Anthropic's input excludes the
+    // cache reads): the same totals.
+    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.beta.endpoint.beta";
+    let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
+    assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1_000_000);
+    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 2_000_000_000);
 }

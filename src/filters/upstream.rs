@@ -15,8 +15,9 @@ use crate::answer::watch::{AttemptWatch, Summary, MAX_ERROR_BODY_BYTES};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
+use crate::protocol::plan::body_property;
 use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
-use crate::protocol::rewrite::{attempt_rewrite, AttemptError};
+use crate::protocol::rewrite::{api_headers, attempt_rewrite, foreign_body, AttemptError, ANTHROPIC_VERSION};
 use crate::wiring::{ATTEMPTS_HEADER, MODEL_FAILURE_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PROVIDER_HEADER};
 
 pub struct Attempt<H: Host> {
@@ -33,6 +34,10 @@ pub struct Attempt<H: Host> {
     /// A later planned attempt serves another model (a refusal here may fall back to it).
     later_model: bool,
     new_prefix: Option<(usize, Vec<u8>)>,
+    /// The whole body of an attempt translated into another API than the written body's.
+    new_body: Option<Vec<u8>>,
+    /// The API the caller speaks (an interrupted stream's last event is in its shape).
+    caller_api: Api,
     /// What the answer showed so far.
     watch: AttemptWatch,
     recorded: bool,
@@ -51,6 +56,8 @@ impl<H: Host> Attempt<H> {
             attempt: 0,
             later_model: false,
             new_prefix: None,
+            new_body: None,
+            caller_api: Api::OpenAi,
             watch: AttemptWatch::new(Api::OpenAi, false, 0),
             recorded: false,
             error_body: None,
@@ -88,7 +95,7 @@ impl<H: Host> Attempt<H> {
         self.watch.interrupted = true;
         if let Some((model, slug)) = &self.names {
             self.host
-                .set_property(&[INTERRUPTED_PROPERTY], interrupted_event_for(self.watch.api, slug, model).as_bytes());
+                .set_property(&[INTERRUPTED_PROPERTY], interrupted_event_for(self.caller_api, slug, model).as_bytes());
         }
     }
 
@@ -162,6 +169,7 @@ impl<H: Host> Filter for Attempt<H> {
             return self.refuse(403, "request reached a provider cluster without a Switchyard plan");
         };
         let api_of_plan = Api::of_path(&plan.path);
+        self.caller_api = api_of_plan;
         self.attempt =
             self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
                 as usize;
@@ -183,6 +191,15 @@ impl<H: Host> Filter for Attempt<H> {
                 return self.refuse(503, &format!("attempt routed to {got}, plan chose {expected}"));
             }
         };
+        // The answer is watched in the API the endpoint speaks (translated back downstream).
+        self.watch = AttemptWatch::new(rw.api, plan.stream, self.host.now_ms());
+        if rw.foreign_body {
+            let stored = self.host.property(&[&body_property(rw.api)]);
+            match stored.and_then(|b| foreign_body(rw.api, &b, &rw.upstream_model)) {
+                Some(body) => self.new_body = Some(body),
+                None => return self.refuse(503, "the plan has no body for this attempt's API"),
+            }
+        }
         self.planned = rw.planned;
         // By model id: valid whichever configuration made the plan.
         self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
@@ -216,8 +233,13 @@ impl<H: Host> Filter for Attempt<H> {
         self.host.set_req_header(":path", Some(&rw.path));
         // The first attempt's body is the one the downstream filter sized; later attempts may
         // carry another model id (and follow an attempt that changed the header).
-        if self.attempt > 1 || rw.new_prefix.is_some() {
+        if let Some(body) = &self.new_body {
+            self.host.set_req_header("content-length", Some(&body.len().to_string()));
+        } else if self.attempt > 1 || rw.new_prefix.is_some() {
             self.host.set_req_header("content-length", Some(&rw.content_length.to_string()));
+        }
+        for (h, v) in api_headers(rw.api, find(&headers, ANTHROPIC_VERSION).is_some()) {
+            self.host.set_req_header(h, v);
         }
         self.new_prefix = rw.new_prefix.map(|p| (plan.prefix_len as usize, p));
         set_record(&self.host, self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
@@ -227,11 +249,15 @@ impl<H: Host> Filter for Attempt<H> {
     }
 
     fn on_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
-        if self.new_prefix.is_none() {
+        if self.new_prefix.is_none() && self.new_body.is_none() {
             return Action::Continue;
         }
         if !end_of_stream {
             return Action::Pause;
+        }
+        if let Some(body) = self.new_body.take() {
+            self.host.set_request_body(0, usize::MAX, &body);
+            return Action::Continue;
         }
         if let Some((old_len, prefix)) = self.new_prefix.take() {
             self.host.set_request_body(0, old_len, &prefix);

@@ -118,12 +118,15 @@ pub struct Attributes<'a> {
     pub path: Option<&'a str>,
     pub error: Option<&'a str>,
     pub request_id: Option<&'a str>,
+    /// `gen_ai.operation.name` (`crate::telemetry::operation_name`).
+    pub operation: Option<&'a str>,
 }
 
 pub fn write_attributes(host: &dyn Host, a: &Attributes) {
     let number = |n: u64| n.to_string();
     let used = a.used;
-    let values: [(&str, Option<String>); 10] = [
+    let values: [(&str, Option<String>); 11] = [
+        (attribute::OPERATION, a.operation.map(str::to_string)),
         (attribute::REQUEST_MODEL, a.request_model.map(str::to_string)),
         (attribute::PROVIDER, a.provider.map(str::to_string)),
         (attribute::INPUT_TOKENS, used.map(|u| number(u.input_tokens))),

@@ -8,6 +8,7 @@
 //! and the per-attempt filter rewrites the attempt (`rewrite`) and records its outcome
 //! (`outcome`).
 
+use crate::api::Api;
 use crate::config::Catalog;
 use crate::protocol::bytes::Reader;
 /// Filter-state keys (Envoy stores them as `wasm.<key>` on the request's stream info, which the
@@ -60,6 +61,30 @@ pub struct AttemptPlan {
     /// `first_attempt_cluster`, where no per-attempt Wasm runs: the second attempt's filter
     /// records the first one's failure (from the hook's dynamic metadata).
     pub first_prepared: bool,
+    /// The API of the body the decision filter wrote, when it is not the caller's (the first
+    /// attempt's endpoint serves the request translated). An attempt in another API than the
+    /// written body's takes its body from `body_property(api)`.
+    pub body_api: Option<Api>,
+}
+
+/// Filter-state key of the request body translated for `api` (`[prefix_len u32 LE][body]`),
+/// written by the decision filter for every API of the plan other than the written body's.
+pub fn body_property(api: Api) -> String {
+    format!("switchyard_body_{}", api.name())
+}
+
+/// `[prefix_len u32 LE][body]`: a stored body and the length of its `{"model":"..."` prefix.
+pub fn encode_body(prefix_len: usize, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&u32::try_from(prefix_len).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+pub fn decode_body(b: &[u8]) -> Option<(usize, &[u8])> {
+    let (len, body) = b.split_first_chunk::<4>()?;
+    let prefix_len = u32::from_le_bytes(*len) as usize;
+    (prefix_len <= body.len()).then_some((prefix_len, body))
 }
 
 /// An endpoint by name: what an attempt needs from the configuration that planned it.
@@ -86,7 +111,8 @@ impl AttemptPlan {
         let mut out = Vec::with_capacity(24 + self.path.len() + 2 * self.endpoints.len());
         out.push(PLAN_VERSION);
         out.extend_from_slice(&self.catalog_id.to_le_bytes());
-        out.push(u8::from(self.stream) | (u8::from(self.first_prepared) << 1));
+        let body_api = self.body_api.map_or(0, |a| a.index() as u8 + 1);
+        out.push(u8::from(self.stream) | (u8::from(self.first_prepared) << 1) | (body_api << 2));
         out.extend_from_slice(&self.body_len.to_le_bytes());
         out.extend_from_slice(&self.prefix_len.to_le_bytes());
         let path = self.path.as_bytes();
@@ -124,6 +150,7 @@ impl AttemptPlan {
         let flags = r.u8()?;
         let stream = flags & 1 != 0;
         let first_prepared = version == PLAN_VERSION && flags & 2 != 0;
+        let body_api = Api::ALL.get(usize::from((flags >> 2) & 3).wrapping_sub(1)).copied();
         let body_len = r.u32()?;
         let prefix_len = r.u32()?;
         let plen = r.u16()? as usize;
@@ -141,7 +168,7 @@ impl AttemptPlan {
             let upstream_model = r.string()?;
             refs.push(EndpointRef { model, slug, upstream_model });
         }
-        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs, first_prepared })
+        Some(AttemptPlan { catalog_id, stream, body_len, prefix_len, path, endpoints, refs, first_prepared, body_api })
     }
 }
 

@@ -137,6 +137,54 @@ pub struct AttemptRewrite {
     pub content_length: usize,
     /// Replacement for the body's first `prefix_len` bytes; None when already right.
     pub new_prefix: Option<Vec<u8>>,
+    /// The API this attempt speaks to its endpoint (`ApiSet::serving`).
+    pub api: Api,
+    /// The attempt's API is not the written body's: its body is the one stored for its API
+    /// (`plan::body_property`), with `upstream_model` spliced in (`foreign_body`).
+    pub foreign_body: bool,
+    pub upstream_model: String,
+}
+
+/// The body of an attempt in another API than the written body's, from the body stored for
+/// its API: `upstream_model` spliced over the stored body's model prefix (Google bodies have
+/// none).
+pub fn foreign_body(api: Api, stored: &[u8], upstream_model: &str) -> Option<Vec<u8>> {
+    let (prefix_len, body) = crate::protocol::plan::decode_body(stored)?;
+    if api == Api::Google {
+        return Some(body.to_vec());
+    }
+    let mut out = model_prefix(upstream_model);
+    out.extend_from_slice(body.get(prefix_len..)?);
+    Some(out)
+}
+
+/// Anthropic's API version header, which every Messages request must carry.
+pub const ANTHROPIC_VERSION: &str = "anthropic-version";
+/// The version a translated Anthropic attempt asks for (the caller spoke another API).
+pub const ANTHROPIC_VERSION_VALUE: &str = "2023-06-01";
+
+/// The API-specific headers of an attempt in `api` (header changes persist across attempts, so
+/// each attempt sets them): an Anthropic attempt carries `anthropic-version` (the caller's own,
+/// else 2023-06-01), any other attempt neither it nor `anthropic-beta` (an Anthropic caller's,
+/// or an earlier translated attempt's). `has_version`: the request carries `anthropic-version`.
+pub fn api_headers(api: Api, has_version: bool) -> Vec<(&'static str, Option<&'static str>)> {
+    match api {
+        Api::Anthropic if !has_version => vec![(ANTHROPIC_VERSION, Some(ANTHROPIC_VERSION_VALUE))],
+        Api::Anthropic => Vec::new(),
+        _ if has_version => vec![(ANTHROPIC_VERSION, None), ("anthropic-beta", None)],
+        _ => Vec::new(),
+    }
+}
+
+/// The path of an attempt translated into `api` (the caller's path is another API's):
+/// chat completions, messages, or the Google model method (`alt=sse` for a stream).
+pub fn translated_path(api: Api, path_prefix: &str, upstream_model: &str, stream: bool) -> String {
+    match api {
+        Api::OpenAi => upstream_path("/v1/chat/completions", path_prefix),
+        Api::Anthropic => upstream_path(crate::api::MESSAGES_PATH, path_prefix),
+        Api::Google if stream => format!("{path_prefix}/v1beta/models/{upstream_model}:streamGenerateContent?alt=sse"),
+        Api::Google => format!("{path_prefix}/v1beta/models/{upstream_model}:generateContent"),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -192,13 +240,19 @@ pub fn attempt_rewrite(
     if provider.cluster != cluster {
         return Err(AttemptError::WrongCluster { expected: provider.cluster.clone(), got: cluster.to_string() });
     }
-    // The plan's path is the caller's: it says which API the request speaks. A provider that no
-    // longer speaks it (a reload since the plan) cannot take the attempt.
-    let api = Api::of_path(&plan.path);
+    // The plan's path is the caller's: it says which API the request speaks. The endpoint
+    // serves it in its own API when it has it, else translated (`ApiSet::serving`).
+    let caller = Api::of_path(&plan.path);
+    let apis = idx.and_then(|i| catalog.endpoint(i)).map_or(provider.apis, |e| e.apis);
+    let api = apis.serving(caller);
     if !provider.apis.has(api) {
         return Err(AttemptError::StalePlan);
     }
-    let (content_length, new_prefix) = if api == Api::Google {
+    let foreign_body = api != plan.body_api.unwrap_or(caller);
+    let (content_length, new_prefix) = if foreign_body {
+        // Sized by the filter from the stored body.
+        (0, None)
+    } else if api == Api::Google {
         // Google bodies carry no model: the path names it.
         (plan.body_len as usize, None)
     } else {
@@ -213,6 +267,7 @@ pub fn attempt_rewrite(
     let bare = plan.path.split('?').next().unwrap_or("");
     let prefix = provider.prefix(api);
     let path = match api {
+        _ if api != caller => translated_path(api, prefix, &upstream_model, plan.stream),
         Api::Google => crate::protocol::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model)
             .ok_or(AttemptError::StalePlan)?,
         Api::OpenAi | Api::Anthropic => {
@@ -234,6 +289,9 @@ pub fn attempt_rewrite(
         injected_header: provider.injected_header(api).map(str::to_string),
         content_length,
         new_prefix,
+        api,
+        foreign_body,
+        upstream_model,
     })
 }
 

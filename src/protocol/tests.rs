@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::api::Api;
 use crate::config::Catalog;
 
 use super::outcome::*;
@@ -61,10 +62,15 @@ fn plan_round_trips() {
             EndpointRef { model: "m/é".into(), slug: "b/fast".into(), upstream_model: "".into() },
         ],
         first_prepared: false,
+        body_api: None,
     };
     assert_eq!(AttemptPlan::decode(&p.encode()), Some(p.clone()));
     let prepared = AttemptPlan { first_prepared: true, ..p.clone() };
     assert_eq!(AttemptPlan::decode(&prepared.encode()), Some(prepared.clone()));
+    for api in crate::api::Api::ALL {
+        let translated = AttemptPlan { body_api: Some(api), ..prepared.clone() };
+        assert_eq!(AttemptPlan::decode(&translated.encode()), Some(translated.clone()));
+    }
     // A plan of the previous version (no flag) still decodes, never as prepared.
     let mut v2 = prepared.encode();
     v2[0] = PLAN_VERSION_2;
@@ -86,6 +92,7 @@ fn every_plan_starts_with_the_prefix_the_route_matches() {
         endpoints: vec![],
         refs: vec![],
         first_prepared: true,
+        body_api: None,
     };
     let prefix = plan_state_prefix();
     assert_eq!(prefix.len(), 1);
@@ -138,6 +145,7 @@ fn attempt_rewrite_per_provider() {
         endpoints: vec![0, 1],
         refs: Vec::new(),
         first_prepared: false,
+        body_api: None,
     };
     let a1 = attempt_rewrite(&c, 9, &plan, 1, "c_a").unwrap();
     assert_eq!(a1.authority, "a.example");
@@ -188,6 +196,7 @@ fn plan_survives_a_configuration_reload() {
         endpoints: vec![1, 0],
         refs: vec![refs(&old, 1), refs(&old, 0)],
         first_prepared: false,
+        body_api: None,
     };
     assert_eq!(plan.local_endpoints(&new, 2), vec![new.find_endpoint("m/one", "b"), None]);
     let b = attempt_rewrite(&new, 2, &plan, 1, "c_b").unwrap();
@@ -296,6 +305,7 @@ fn attempt_rewrite_per_api() {
         endpoints,
         refs: Vec::new(),
         first_prepared: false,
+        body_api: None,
     };
     let an = attempt_rewrite(&c, 1, &plan("/v1/messages", vec![0], 20), 1, "c_an").unwrap();
     assert_eq!(an.credential, Some(("x-api-key".into(), "k-an".into())));
@@ -312,8 +322,29 @@ fn attempt_rewrite_per_api() {
     let p = plan("/v1beta/models/m%2Fone:generateContent", vec![1, 1], 0);
     let second = attempt_rewrite(&c, 1, &p, 2, "c_go").unwrap();
     assert_eq!((second.new_prefix, second.content_length), (None, 50));
-    // A provider that does not speak the request's API never takes an attempt (a plan made
-    // before a reload that dropped the API).
+    // An endpoint that does not speak the caller's API serves it translated: the path and key
+    // of its own API, the body stored for that API.
     let p = plan("/v1/messages", vec![2], 20);
-    assert_eq!(attempt_rewrite(&c, 1, &p, 1, "c_oa"), Err(AttemptError::StalePlan));
+    let oa = attempt_rewrite(&c, 1, &p, 1, "c_oa").unwrap();
+    assert_eq!((oa.api, oa.foreign_body, oa.path.as_str()), (Api::OpenAi, true, "/v1/chat/completions"));
+    assert_eq!(oa.credential, Some(("authorization".into(), "Bearer k-oa".into())));
+    // `an` speaks OpenAI too, but serves an Anthropic caller in Anthropic.
+    let an = attempt_rewrite(&c, 1, &plan("/v1/messages", vec![0, 2], 20), 1, "c_an").unwrap();
+    assert_eq!((an.api, an.foreign_body), (Api::Anthropic, false));
+    // The written body is the first attempt's API's: an OpenAI caller whose first endpoint is
+    // Google's; the second attempt (an, OpenAI) takes the stored caller's body.
+    let p = AttemptPlan { body_api: Some(Api::Google), ..plan("/v1/chat/completions", vec![1, 0], 0) };
+    let go = attempt_rewrite(&c, 1, &p, 1, "c_go").unwrap();
+    assert_eq!((go.api, go.foreign_body, go.new_prefix.clone()), (Api::Google, false, None));
+    assert_eq!(go.path, "/gl/v1beta/models/gemini-x:generateContent");
+    let stream = AttemptPlan { stream: true, ..p.clone() };
+    let go = attempt_rewrite(&c, 1, &stream, 1, "c_go").unwrap();
+    assert_eq!(go.path, "/gl/v1beta/models/gemini-x:streamGenerateContent?alt=sse");
+    let an = attempt_rewrite(&c, 1, &p, 2, "c_an").unwrap();
+    assert_eq!((an.api, an.foreign_body, an.path.as_str()), (Api::OpenAi, true, "/compat/v1/chat/completions"));
+    let stored = crate::protocol::plan::encode_body(16, br#"{"model":"first","messages":[]}"#);
+    let body = crate::protocol::rewrite::foreign_body(Api::OpenAi, &stored, "claude-x").unwrap();
+    assert_eq!(body, br#"{"model":"claude-x","messages":[]}"#);
+    assert_eq!(crate::protocol::rewrite::foreign_body(Api::Google, &stored, "g").unwrap(), &stored[4..]);
+    assert_eq!(crate::protocol::rewrite::foreign_body(Api::OpenAi, &[1, 0], "g"), None);
 }

@@ -38,6 +38,15 @@ pub struct Decision {
     /// The provider was asked for a usage chunk the caller did not ask for (an OpenAI chat or
     /// completions stream without `stream_options.include_usage`): it is counted, not passed on.
     pub hide_usage_chunk: bool,
+    /// The API of `body`: the first endpoint's (`ApiSet::serving`), the caller's unless that
+    /// endpoint serves the request translated.
+    pub body_api: Api,
+    /// The body for every other API of the plan, stored for its attempts
+    /// (`plan::encode_body`: prefix length and body).
+    pub bodies: Vec<(Api, Vec<u8>)>,
+    /// Per translated API, the fields its translation dropped (`x-switchyard-warning` when an
+    /// endpoint of that API serves).
+    pub translation_warnings: Vec<(Api, String)>,
 }
 
 pub fn decide(
@@ -77,15 +86,25 @@ pub fn decide_for<'a>(
     let mut req = ChatRequest::parse_for(body, surface, routing_header)?;
     // A preset the request names is merged in before routing; the policy then bounds both.
     presets.apply(&mut req).map_err(|e| e.for_api(surface.api))?;
-    let plan = plan_under(catalog, &req, policy, health, rand).map_err(|e| e.for_api(surface.api))?;
-    let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
-    let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
-    let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
+    let mut plan = plan_under(catalog, &req, policy, health, rand).map_err(|e| e.for_api(surface.api))?;
     // Every OpenAI chat or completions stream asks for its usage: real providers send it only
     // when asked, and without it the request has no cost, token metrics or limit charge.
     let ask_usage = surface.usage_on_request && req.stream;
     let hide_usage_chunk = ask_usage && !asks_usage(&req.fields);
-    let body = upstream_body_for(req.api, &req.fields, &first.upstream_model, ask_usage);
+    let bodies = plan_bodies(catalog, &req, &mut plan, ask_usage)?;
+    let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
+    let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
+    let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
+    let body_api = first.apis.serving(req.api);
+    let mut body = Vec::new();
+    let mut stored = Vec::new();
+    for (api, prefix_len, b) in bodies.bodies {
+        if api == body_api {
+            body = b;
+        } else {
+            stored.push((api, crate::protocol::plan::encode_body(prefix_len, &b)));
+        }
+    }
     let max_attempts = policy
         .and_then(|p| p.max_attempts)
         .map_or(catalog.routing.max_attempts, |n| n.min(catalog.routing.max_attempts))
@@ -106,7 +125,77 @@ pub fn decide_for<'a>(
         max_attempts,
         offered_tools,
         hide_usage_chunk,
+        body_api,
+        bodies: stored,
+        translation_warnings: bodies.warnings,
     })
+}
+
+/// Every API's body a plan needs, each with the upstream model of that API's first endpoint
+/// spliced in (and its prefix length).
+struct PlanBodies {
+    bodies: Vec<(Api, usize, Vec<u8>)>,
+    warnings: Vec<(Api, String)>,
+}
+
+/// The request's body for each API the plan's endpoints serve it in: the caller's own, and
+/// each other API's translated (`translate::request`). Endpoints of an API the translation
+/// refuses leave the plan; if none is left, the refusal is the answer (400 naming the field).
+fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage: bool) -> Result<PlanBodies, ApiError> {
+    let caller = req.api;
+    let api_of = |i: usize| catalog.endpoint(i).map_or(caller, |e| e.apis.serving(caller));
+    let first_model = |plan: &Plan, api: Api| {
+        plan.attempts
+            .iter()
+            .filter_map(|a| catalog.endpoint(a.endpoint))
+            .find(|e| e.apis.serving(caller) == api)
+            .map(|e| e.upstream_model.clone())
+    };
+    let mut out = PlanBodies { bodies: Vec::new(), warnings: Vec::new() };
+    let mut refused: Option<crate::translate::Refused> = None;
+    let mut unsupported = false;
+    for api in Api::ALL.into_iter().filter(|&a| a != caller) {
+        let Some(model) = first_model(plan, api) else { continue };
+        let source = upstream_body_for(caller, &req.fields, "", false);
+        match crate::translate::request(caller, api, &source, &model, req.stream) {
+            // `require_parameters`: an endpoint whose translation drops a parameter cannot
+            // honour it, as one that does not support it.
+            Ok(t) if req.provider.require_parameters && !t.dropped.is_empty() => {
+                plan.attempts.retain(|a| api_of(a.endpoint) != api);
+                unsupported = true;
+            }
+            Ok(t) => {
+                if let Some(w) = t.warning(api) {
+                    out.warnings.push((api, w));
+                }
+                let prefix_len = if api == Api::Google { 0 } else { model_prefix(&model).len() };
+                out.bodies.push((api, prefix_len, t.body));
+            }
+            Err(r) => {
+                plan.attempts.retain(|a| api_of(a.endpoint) != api);
+                if !plan.attempts.is_empty() {
+                    let why = crate::translate::header_text(&r.message);
+                    let param = crate::translate::header_text(&r.param);
+                    plan.warnings.push(format!("{} endpoints left out: {param} ({why})", api.name()));
+                }
+                refused.get_or_insert(r);
+            }
+        }
+    }
+    if plan.attempts.is_empty() {
+        if let Some(r) = refused {
+            return Err(r.error(caller));
+        }
+        if unsupported {
+            let model = req.model.as_deref().unwrap_or_default();
+            return Err(ApiError::no_endpoints(model, "require_parameters").for_api(caller));
+        }
+    }
+    if let Some(model) = first_model(plan, caller) {
+        let prefix_len = if caller == Api::Google { 0 } else { model_prefix(&model).len() };
+        out.bodies.push((caller, prefix_len, upstream_body_for(caller, &req.fields, &model, ask_usage)));
+    }
+    Ok(out)
 }
 
 /// What the downstream filter hands to Envoy for one decision.
@@ -153,7 +242,7 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
     };
     let first_model = first.map(|e| e.upstream_model.as_str()).unwrap_or("");
     // Google bodies carry no model (it is in the path): nothing to splice per attempt.
-    let prefix_len = if d.api == Api::Google { 0 } else { model_prefix(first_model).len() };
+    let prefix_len = if d.body_api == Api::Google { 0 } else { model_prefix(first_model).len() };
     let refs: Vec<EndpointRef> = planned()
         .filter_map(|e| {
             let model = catalog.models.get(e.model)?.id.clone();
@@ -170,6 +259,7 @@ pub fn hand_off(catalog: &Catalog, catalog_id: u64, d: &Decision, path: &str) ->
         endpoints,
         refs,
         first_prepared,
+        body_api: (d.body_api != d.api).then_some(d.body_api),
     };
     HandOff { plan, clusters }
 }

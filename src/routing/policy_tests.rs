@@ -677,8 +677,8 @@ fn listings_show_only_what_the_policy_allows() {
     assert_eq!(hidden.status, 404);
 }
 
-// Operator policies and the default policy apply the same on every surface: the API filter
-// runs first, then the policy's ceilings, and refusals come in the caller's shape.
+// Operator policies and the default policy apply the same on every surface and to endpoints
+// serving a request translated; refusals come in the caller's shape.
 #[test]
 fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     use crate::api::{Api, GoogleMethod, Surface};
@@ -715,19 +715,24 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     let slug = |d: &crate::routing::decision::Decision| {
         d.plan.attempts.iter().filter_map(|a| c.endpoint(a.endpoint)).map(|e| e.slug.clone()).collect::<Vec<_>>()
     };
-    // Without a policy: the default policy (routing_cost) orders the Anthropic speakers only.
+    // Without a policy: the default policy (routing_cost) orders every endpoint (gamma, OpenAI
+    // only, serves the Anthropic caller translated).
     let d = decide(&anthropic, None, r#"{"model": "m/a", "max_tokens": 1, "messages": []}"#)
         .unwrap_or_else(|e| panic!("{}", e.body()));
     assert_eq!(d.plan.strategy.to_string(), "routing_cost");
     let mut got = slug(&d);
     got.sort();
-    assert_eq!(got, vec!["alpha", "beta"]);
-    // Under the ZDR policy only alpha is left, on both surfaces.
+    assert_eq!(got, vec!["alpha", "beta", "gamma"]);
+    // Under the ZDR policy beta is out, on both surfaces.
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
     let d = decide(&anthropic, Some(&p), r#"{"model": "m/a", "max_tokens": 1, "messages": []}"#)
         .unwrap_or_else(|e| panic!("{}", e.body()));
-    assert_eq!((slug(&d), d.policy.as_deref()), (vec!["alpha".to_string()], Some("p")));
+    assert_eq!((sorted(slug(&d)), d.policy.as_deref()), (vec!["alpha".to_string(), "gamma".to_string()], Some("p")));
     let d = decide(&google("m/a"), Some(&p), r#"{"contents": []}"#).unwrap_or_else(|e| panic!("{}", e.body()));
-    assert_eq!(slug(&d), vec!["alpha"]);
+    assert_eq!(sorted(slug(&d)), vec!["alpha", "gamma"]);
     // A request `only` outside the ceiling: the policy is named, in Anthropic's shape.
     let e = decide(
         &anthropic,

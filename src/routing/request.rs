@@ -225,8 +225,12 @@ pub struct ChatRequest<'a> {
     /// Optional parameters present, for `require_parameters` (in OpenAI's names: Anthropic's
     /// `stop_sequences` counts as `stop`, Google's `generationConfig.topP` as `top_p`, ...).
     pub parameters: Vec<String>,
-    /// The API the request speaks (only endpoints speaking it may serve it).
+    /// The API the request speaks.
     pub api: Api,
+    /// A chat request (OpenAI chat completions, Anthropic Messages, Google generateContent):
+    /// endpoints of the other APIs serve it translated. Other requests (`/v1/completions`,
+    /// `/v1/responses`) only reach endpoints speaking their API.
+    pub translatable: bool,
 }
 
 /// The OpenAI parameter name an Anthropic top-level field counts as (None: not a parameter).
@@ -633,6 +637,7 @@ impl<'a> ChatRequest<'a> {
             prompt_tokens: 0,
             parameters: Vec::new(),
             api,
+            translatable: false,
         };
         if api == Api::Google {
             // The model is the path's; streaming is the method.
@@ -711,6 +716,10 @@ impl<'a> ChatRequest<'a> {
             }
         }
         req.parameters = parameters;
+        // OpenAI's chat completions is the OpenAI path whose body has `messages` (`/v1/completions`
+        // has `prompt`, `/v1/responses` `input`; neither asks a usage chunk the same way).
+        req.translatable = api != Api::OpenAi
+            || (surface.usage_on_request && fields.get("messages").is_some() && fields.get("prompt").is_none());
         req.fields = fields;
         if let Some(header) = routing_header {
             req.routing_header(header)?;

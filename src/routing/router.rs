@@ -388,10 +388,12 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
     let asked = &ctx.req.provider;
     let Some(m) = cat.models.get(model.model) else { return Err("model".into()) };
     let mut f = Filtering { cat, set: m.endpoints.clone(), removed_by_policy: Vec::new() };
-    // Only endpoints speaking the request's API can serve it (no schema translation); the 404
-    // names the API (`api:anthropic`).
+    // A chat request (OpenAI chat completions, Anthropic Messages, Google generateContent) is
+    // translated for an endpoint of another API (`translate`), so every endpoint is a candidate.
+    // Other requests only reach endpoints speaking their API; the 404 names it (`api:openai`).
     let api = ctx.req.api;
-    let speaks = |e: &Endpoint| e.apis.has(api);
+    let translatable = ctx.req.translatable;
+    let speaks = |e: &Endpoint| translatable || e.apis.has(api);
     if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(speaks)) {
         f.step(&format!("api:{}", api.name()), &speaks, &speaks)?;
     }

@@ -1849,18 +1849,21 @@ fn plan_for(cat: &Catalog, surface: &Surface, body: &str) -> Result<Plan, ApiErr
 }
 
 #[test]
-fn each_api_is_routed_only_to_endpoints_speaking_it() {
+fn chat_requests_of_every_api_reach_every_endpoint_other_requests_only_their_apis() {
     let c = surfaces_catalog();
     let anthropic = Surface::of(Api::Anthropic);
     let p = plan_for(&c, &anthropic, r#"{"model":"m/claude","max_tokens":10,"messages":[]}"#).unwrap();
-    // The cheapest endpoint (oa) speaks only OpenAI: never planned for an Anthropic caller.
-    assert_eq!(slugs(&c, &p), vec!["an2", "an"]);
+    // The cheapest endpoint (oa) speaks only OpenAI: it serves the Anthropic caller translated.
+    assert_eq!(slugs(&c, &p), vec!["oa", "an2", "an"]);
     let p = plan_for(&c, &Surface::OPENAI, r#"{"model":"m/claude","messages":[]}"#).unwrap();
+    assert_eq!(slugs(&c, &p), vec!["oa", "an2", "an"]);
+    // A legacy completions body (`prompt`) is not translated: only OpenAI speakers, and an
+    // emptied set is a 404 naming the API.
+    let p = plan_for(&c, &Surface::OPENAI, r#"{"model":"m/claude","prompt":"x"}"#).unwrap();
     assert_eq!(slugs(&c, &p), vec!["oa", "an"]);
-    // An emptied set is a 404 naming the API, in the caller's shape.
-    let e = plan_for(&c, &anthropic, r#"{"model":"m/gpt","max_tokens":10,"messages":[]}"#).unwrap_err();
+    let e = plan_for(&c, &Surface::OPENAI, r#"{"model":"m/gem","prompt":"x"}"#).unwrap_err();
     assert_eq!((e.status, e.code), (404, "no_endpoints"));
-    assert_eq!(e.metadata["constraint"], "api:anthropic");
+    assert_eq!(e.metadata["constraint"], "api:openai");
     let google = Surface {
         path_model: Some("m/claude".into()),
         method: Some(GoogleMethod::Generate),
@@ -1872,19 +1875,87 @@ fn each_api_is_routed_only_to_endpoints_speaking_it() {
         &crate::routing::presets::NO_PRESETS,
         &google,
         None,
-        br#"{"contents":[]}"#,
+        br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#,
+        &NoHealthData,
+        &mut || 0.0,
+    )
+    .unwrap_or_else(|e| panic!("{}", e.body()));
+    // The first endpoint (oa) speaks OpenAI: the written body is OpenAI's, with its model; the
+    // Anthropic endpoints' body is stored for their attempts (an speaks OpenAI too: OpenAI's).
+    assert_eq!((d.api, d.body_api), (Api::Google, Api::OpenAi));
+    let v: Value = serde_json::from_slice(&d.body).unwrap();
+    assert_eq!(v["messages"], serde_json::json!([{"role": "user", "content": "hi"}]));
+    assert_eq!(v["max_completion_tokens"], 5);
+    assert!(d.body.starts_with(br#"{"model":"gpt"#) || v["model"].is_string(), "{v}");
+    let stored: Vec<Api> = d.bodies.iter().map(|(a, _)| *a).collect();
+    assert_eq!(stored, vec![Api::Anthropic]);
+    let (prefix_len, body) = crate::protocol::plan::decode_body(&d.bodies[0].1).unwrap();
+    assert!(body.starts_with(br#"{"model":"claude-b","#) && prefix_len == r#"{"model":"claude-b""#.len());
+    // A field the endpoint's API cannot take leaves that API's endpoints out of the plan; if
+    // none is left, it is a 400 naming the field in the caller's shape.
+    let json_object = br#"{"contents":[],"generationConfig":{"responseMimeType":"application/json"}}"#;
+    let gem_or_claude = Surface { path_model: Some("m/claude".into()), ..google.clone() };
+    let d = crate::routing::decision::decide_for(
+        &c,
+        None,
+        &crate::routing::presets::NO_PRESETS,
+        &gem_or_claude,
+        None,
+        json_object,
+        &NoHealthData,
+        &mut || 0.0,
+    )
+    .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &d.plan), vec!["oa", "an"], "an2 (Anthropic only) cannot enforce a JSON object");
+    assert!(
+        d.plan.warnings.iter().any(|w| w.starts_with("anthropic endpoints left out: response_format")),
+        "{:?}",
+        d.plan.warnings
+    );
+    let anthropic_only = r#"{"model":"m/claude","max_tokens":5,"messages":[],"provider":{"only":["an2"]}}"#;
+    let p = plan_for(&c, &anthropic, anthropic_only).unwrap();
+    assert_eq!(slugs(&c, &p), vec!["an2"]);
+    let e = crate::routing::decision::decide_for(
+        &c,
+        None,
+        &crate::routing::presets::NO_PRESETS,
+        &Surface::OPENAI,
+        None,
+        br#"{"model":"m/claude","messages":[],"response_format":{"type":"json_object"},"provider":{"only":["an2"]}}"#,
         &NoHealthData,
         &mut || 0.0,
     )
     .unwrap_err();
-    assert_eq!(d.metadata["constraint"], "api:google");
-    assert_eq!(d.api, Api::Google);
-    let v: Value = serde_json::from_str(&d.body()).unwrap();
-    assert_eq!(v["error"]["status"], "NOT_FOUND");
-    // `models` fallback on the same surface skips a model nobody serves in that API.
-    let p =
-        plan_for(&c, &anthropic, r#"{"model":"m/gpt","models":["m/claude"],"max_tokens":1,"messages":[]}"#).unwrap();
-    assert_eq!(slugs(&c, &p), vec!["an2", "an"]);
+    assert_eq!((e.status, e.param.as_deref(), e.api), (400, Some("response_format"), Api::OpenAi));
+    // require_parameters is judged on the translated request: an endpoint whose translation
+    // drops a parameter (seed, for Anthropic) is out, though its catalog entry lists it.
+    let json = r#"{"providers": {
+        "oa": {"cluster": "c_oa", "authority": "oa"},
+        "an": {"cluster": "c_an", "authority": "an", "apis": {"anthropic": {}}}},
+      "models": {"m/x": {"endpoints": [
+        {"provider": "an", "pricing": {"prompt": 1, "completion": 1}, "supported_parameters": ["seed"]},
+        {"provider": "oa", "pricing": {"prompt": 2, "completion": 2}, "supported_parameters": ["seed"]}]}}}"#;
+    let c = Catalog::from_json(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+    let decide = |body: &[u8]| {
+        crate::routing::decision::decide_for(
+            &c,
+            None,
+            &crate::routing::presets::NO_PRESETS,
+            &Surface::OPENAI,
+            None,
+            body,
+            &NoHealthData,
+            &mut || 0.0,
+        )
+    };
+    let d = decide(br#"{"model":"m/x","messages":[],"seed":1,"provider":{"require_parameters":true}}"#)
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &d.plan), vec!["oa"]);
+    let d = decide(br#"{"model":"m/x","messages":[],"seed":1}"#).unwrap_or_else(|e| panic!("{}", e.body()));
+    assert_eq!(slugs(&c, &d.plan).len(), 2);
+    let e = decide(br#"{"model":"m/x","messages":[],"seed":1,"provider":{"require_parameters":true,"only":["an"]}}"#)
+        .unwrap_err();
+    assert_eq!((e.status, e.metadata["constraint"].as_str()), (404, Some("require_parameters")));
 }
 
 #[test]

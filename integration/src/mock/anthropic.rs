@@ -43,6 +43,7 @@ const FIELDS: &[&str] = &[
     "container",
     "mcp_servers",
     "context_management",
+    "output_config",
 ];
 
 /// A body the Messages API refuses with 400: not a JSON object, a field it does not document

@@ -16,11 +16,13 @@
 //! Env: BENCH_SECONDS (each loaded run, 2), BENCH_IDLE_SECONDS (each one-connection run, 1),
 //! BENCH_WARMUP_SECONDS (0.5), BENCH_ROUNDS (3), BENCH_CONNECTIONS (32), BENCH_SIZES (bytes,
 //! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
-//! (1: the LiteLLM row, installing it on first use), BENCH_LIMITS (1: the full path under a
+//! (1: the LiteLLM row, installing it on first use), BENCH_TRANSLATED (1: the full path translated,
+//! an OpenAI caller served by Anthropic Messages endpoints), BENCH_LIMITS (1: the full path under a
 //! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
 //! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
-//! BENCH_NICE (scheduling priority of everything the bench starts, 0).
+//! BENCH_NICE (scheduling priority of everything the bench starts, 0), BENCH_ALT_WASM (a second
+//! module build: its full-path row beside the default build's).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -384,6 +386,16 @@ fn switchyard_config(port: u16) -> StackConfig {
         vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
         None,
     )
+}
+
+/// The full path for an OpenAI caller whose model only an Anthropic Messages endpoint serves:
+/// the request, the answer and the stream translated (`docs/translation.md`).
+fn translated_config(port: u16) -> StackConfig {
+    let mut cfg = switchyard_config(port);
+    for p in ["fast", "cheap"] {
+        cfg.plugin_config["providers"][p]["apis"] = json!({"anthropic": {}});
+    }
+    cfg
 }
 
 /// Breakdown (measurement only): the full path as it was before first-attempt clusters, every
@@ -800,6 +812,29 @@ fn bench() -> Result<i32, String> {
         let mut native = switchyard_config(mock_port);
         native.build = Build::Native;
         add_envoy(&mut rows, &mut keep, "Switchyard full path (native module)", Ok(bootstrap(&native)), "bench-native");
+    }
+    // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
+    // optimization settings), side by side with the default build in the same run.
+    if let Some(alt) = std::env::var_os("BENCH_ALT_WASM").map(PathBuf::from) {
+        let mut cfg = switchyard_config(mock_port);
+        let name = format!("Switchyard full path, {}", alt.display());
+        let boot = if alt.is_file() {
+            cfg.wasm = alt;
+            Ok(bootstrap(&cfg))
+        } else {
+            Err(format!("{} not found", alt.display()))
+        };
+        add_envoy(&mut rows, &mut keep, &name, boot, "bench-switchyard-alt");
+    }
+    if env_on("BENCH_TRANSLATED") {
+        let boot = bootstrap(&translated_config(mock_port));
+        add_envoy(
+            &mut rows,
+            &mut keep,
+            "Switchyard translated (OpenAI caller, Anthropic endpoint)",
+            Ok(boot),
+            "bench-translated",
+        );
     }
     if env_on("BENCH_BREAKDOWN") {
         // The floor of the shape (a Wasm body router that parses and decides nothing), request
