@@ -175,7 +175,7 @@ fn one_library_loads_and_fails_over_under_load_in_every_envoy_release() {
         let attempts = |endpoint: &str, outcome: &str| {
             stat(
                 &envoy,
-                &format!("wasmcustom.switchyard.attempts_total.model.n_model.endpoint.{endpoint}.gen_ai_provider_name.{endpoint}.outcome.{outcome}"),
+                &format!("wasmcustom.switchyard.attempts_total.model.n/model.endpoint.{endpoint}.gen_ai_provider_name.{endpoint}.outcome.{outcome}"),
             )
         };
         assert_eq!(attempts("alpha", "server_error"), 200, "Envoy {version}");
@@ -183,7 +183,7 @@ fn one_library_loads_and_fails_over_under_load_in_every_envoy_release() {
         // Prometheus: the Wasm build's series (the runtime flag strips the namespace); its labels
         // in the name's order.
         let prom = envoy.admin_get("/stats/prometheus").map(|r| r.1).unwrap_or_default();
-        let line = r#"switchyard_attempts_total{model="n_model",endpoint="beta",gen_ai_provider_name="beta",outcome="success"} 200"#;
+        let line = r#"switchyard_attempts_total{model="n/model",endpoint="beta",gen_ai_provider_name="beta",outcome="success"} 200"#;
         assert!(prom.lines().any(|l| l == line), "Envoy {version}: no {line}");
         // Both workers wrote alpha's statistics: the debug header shows all 200 attempts.
         let h = [("x-test-id", "stats"), ("x-switchyard-debug", "1")];

@@ -58,7 +58,7 @@ pub fn families() -> Vec<Family> {
         family(Histogram, "gen_ai_server_time_to_first_token_milliseconds", &ENDPOINT),
         family(Histogram, "output_tokens_per_second", &ENDPOINT),
         family(Gauge, "endpoint_cooling_down", &ENDPOINT),
-        family(Gauge, "rate_limit_budget", &["limit", "kind", "per", "window"]),
+        family(Gauge, "rate_limit_budget", &["limit", "kind", "window", "per"]),
         // The native build's own: hooks that panicked (and answered for it).
         family(Counter, "native_panics_total", &["hook"]),
     ];
@@ -78,26 +78,31 @@ pub fn families() -> Vec<Family> {
 pub const NAMESPACE: &str = "switchyard";
 
 /// The family index and label values of a series name, if a family of that kind matches.
+/// A value runs from its `.label.` to the next label's (values are ids as written, dots
+/// included; `telemetry::label_value` encodes a part that is exactly a label name), so families
+/// with more labels are tried first: `refused_total.limit.a.code.429` is not `limit` "a.code.429".
 pub fn parse(families: &[Family], kind: MetricKind, name: &str) -> Option<(usize, Vec<String>)> {
     let rest = name.strip_prefix(NAMESPACE)?.strip_prefix('.')?;
-    families.iter().enumerate().find_map(|(i, f)| {
+    let mut order: Vec<usize> = (0..families.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(families.get(i).map_or(0, |f| f.labels.len())));
+    order.into_iter().find_map(|i| {
+        let f = families.get(i)?;
         if f.kind != kind {
             return None;
         }
-        let tail = rest.strip_prefix(f.name.as_str())?;
-        let segments: Vec<&str> =
-            if tail.is_empty() { Vec::new() } else { tail.strip_prefix('.')?.split('.').collect() };
-        if segments.len() != 2 * f.labels.len() {
-            return None;
-        }
+        let mut tail = rest.strip_prefix(f.name.as_str())?;
         let mut values = Vec::with_capacity(f.labels.len());
-        for (pair, label) in segments.chunks(2).zip(&f.labels) {
-            match pair {
-                [l, v] if l == label => values.push((*v).to_string()),
-                _ => return None,
-            }
+        for (k, label) in f.labels.iter().enumerate() {
+            tail = tail.strip_prefix('.')?.strip_prefix(label)?.strip_prefix('.')?;
+            let end = match f.labels.get(k + 1) {
+                Some(next) => tail.find(&format!(".{next}."))?,
+                None => tail.len(),
+            };
+            let (value, after) = tail.split_at(end);
+            values.push(value.to_string());
+            tail = after;
         }
-        Some((i, values))
+        tail.is_empty().then_some((i, values))
     })
 }
 
@@ -204,6 +209,13 @@ mod tests {
         assert!(parse(&f, MetricKind::Histogram, "switchyard.requests_total.result.served").is_none(), "kind matters");
         assert!(parse(&f, MetricKind::Counter, "switchyard.requests_total.code.1.result.x").is_none(), "order matters");
         assert!(parse(&f, MetricKind::Counter, "other.requests_total.result.served").is_none());
+        // Ids as written, dots and slashes included.
+        let n = "switchyard.attempts_total.model.google/gemini-2.5-pro.endpoint.deepinfra/turbo.gen_ai_provider_name.deepinfra.outcome.success";
+        let (i, v) = parse(&f, MetricKind::Counter, n).unwrap();
+        assert_eq!(f[i].name, "attempts_total");
+        assert_eq!(v, ["google/gemini-2.5-pro", "deepinfra/turbo", "deepinfra", "success"]);
+        let (i, v) = parse(&f, MetricKind::Counter, "switchyard.rate_limit.refused_total.limit.a.code.429").unwrap();
+        assert_eq!((f[i].labels.len(), v), (2, vec!["a".to_string(), "429".to_string()]));
     }
 
     #[test]
@@ -231,6 +243,8 @@ mod tests {
         for n in &counters {
             assert!(parse(&f, MetricKind::Counter, n).is_some(), "{n}");
         }
+        let budget = "switchyard.rate_limit_budget.limit.all-tokens.kind.tokens.window.hour.per.policy";
+        assert!(parse(&f, MetricKind::Gauge, budget).is_some(), "{budget}");
         let histogram = &usage(None, None)[4];
         assert!(parse(&f, MetricKind::Histogram, histogram).is_some(), "{histogram}");
     }
