@@ -640,7 +640,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(filter: FilterModu
     run(filter, "done", (), (), |f| f.on_done());
     let _ = guard("filter_destroy", || {
         // SAFETY: the pointer `filter_new` leaked; Envoy destroys each filter once.
-        drop(unsafe { Box::from_raw(filter as *mut ModuleFilter) });
+        let m = unsafe { Box::from_raw(filter as *mut ModuleFilter) };
+        if m.role == Role::Downstream {
+            m.host.forget_request();
+        }
+        drop(m);
     });
 }
 

@@ -9,7 +9,9 @@
 //! is process memory (`shared`), metrics are families defined at configuration (`metrics`).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::abi::*;
 use super::grpc::{grpc_frame, grpc_headers, grpc_target_parts, grpc_timeout};
@@ -28,6 +30,8 @@ pub struct Io {
     /// A body hook is running (Envoy's received chunk exists only then; elsewhere, as in the
     /// trailers hook, the body is what was buffered).
     pub in_body: Cell<bool>,
+    /// This request's overlay id (see `OVERLAY`).
+    request: Cell<Option<u64>>,
 }
 
 /// The host of one filter instance (or of the tick: no stream).
@@ -53,6 +57,84 @@ impl Native {
 
     fn has_stream(&self) -> bool {
         !self.filter.is_null()
+    }
+}
+
+thread_local! {
+    /// Filter-state values rewritten after their first write, by request and name. A request's
+    /// decision filter and its attempts' filters run on the same worker thread, so this is the
+    /// worker's; the decision filter's host drops its request's entries when Envoy destroys it.
+    static OVERLAY: RefCell<HashMap<(u64, String), Vec<u8>>> = RefCell::new(HashMap::new());
+}
+
+/// The filter-state key of a request's overlay id (written once, by the first writer).
+const REQUEST_KEY: &str = "wasm.switchyard_native_request";
+/// Ids of requests that use the overlay: unique within the process.
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+impl Native {
+    fn state(&self, key: &str) -> Option<Vec<u8>> {
+        let mut out = EnvoyBuffer::empty();
+        // SAFETY: `filter` is live for this hook; `out` outlives the call.
+        let ok = unsafe {
+            envoy_dynamic_module_callback_http_get_filter_state_bytes(
+                self.filter,
+                ModuleBuffer::of(key.as_bytes()),
+                &mut out,
+            )
+        };
+        if ok {
+            copy(out)
+        } else {
+            None
+        }
+    }
+
+    fn set_state(&self, key: &str, value: &[u8]) -> bool {
+        // SAFETY: as above; Envoy copies key and value.
+        unsafe {
+            envoy_dynamic_module_callback_http_set_filter_state_bytes(
+                self.filter,
+                ModuleBuffer::of(key.as_bytes()),
+                ModuleBuffer::of(value),
+            )
+        }
+    }
+
+    /// The request's overlay id: cached, else read from filter state (the decision filter's,
+    /// seen by its attempts' filters), else (`create`) made and written there.
+    fn request_id(&self, create: bool) -> Option<u64> {
+        if let Some(id) = self.io.request.get() {
+            return Some(id);
+        }
+        let read = self.state(REQUEST_KEY).and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok()).map(u64::from_le_bytes);
+        let id = match read {
+            Some(id) => id,
+            None if create => {
+                let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+                if !self.set_state(REQUEST_KEY, &id.to_le_bytes()) {
+                    return None;
+                }
+                id
+            }
+            None => return None,
+        };
+        self.io.request.set(Some(id));
+        Some(id)
+    }
+
+    /// A rewritten value of property `name` for this request.
+    fn rewritten(&self, name: &str) -> Option<Vec<u8>> {
+        let id = self.request_id(false)?;
+        OVERLAY.with(|o| o.borrow().get(&(id, name.to_string())).cloned())
+    }
+
+    /// Drops the request's rewritten values (the decision filter's host, when Envoy destroys
+    /// it: after every attempt's filter).
+    pub fn forget_request(&self) {
+        if let Some(id) = self.request_id(false) {
+            OVERLAY.with(|o| o.borrow_mut().retain(|(r, _), _| *r != id));
+        }
     }
 }
 
@@ -353,21 +435,10 @@ impl Host for Native {
         }
         match path {
             [name] => {
-                let key = super::state_key(name);
-                let mut out = EnvoyBuffer::empty();
-                // SAFETY: as above.
-                let ok = unsafe {
-                    envoy_dynamic_module_callback_http_get_filter_state_bytes(
-                        self.filter,
-                        ModuleBuffer::of(key.as_bytes()),
-                        &mut out,
-                    )
-                };
-                if ok {
-                    copy(out)
-                } else {
-                    None
+                if let Some(v) = self.rewritten(name) {
+                    return Some(v);
                 }
+                self.state(&super::state_key(name))
             }
             ["xds", "cluster_name"] => {
                 let mut out = EnvoyBuffer::empty();
@@ -398,16 +469,16 @@ impl Host for Native {
             return;
         };
         let key = super::state_key(name);
-        // SAFETY: as above; Envoy copies key and value.
-        let ok = unsafe {
-            envoy_dynamic_module_callback_http_set_filter_state_bytes(
-                self.filter,
-                ModuleBuffer::of(key.as_bytes()),
-                ModuleBuffer::of(value),
-            )
-        };
-        if !ok {
-            log::warn!("switchyard: writing filter state {key} failed");
+        // Envoy keeps the first write of a key (the ABI stores it read-only): that one is what
+        // Envoy reads (the route's plan matcher, access logs); a rewrite (an attempt's record,
+        // started then finished) is kept for the request's filters in the overlay.
+        if !self.set_state(&key, value) {
+            match self.request_id(true) {
+                Some(id) => OVERLAY.with(|o| {
+                    o.borrow_mut().insert((id, name.to_string()), value.to_vec());
+                }),
+                None => log::warn!("switchyard: writing filter state {key} failed"),
+            }
         }
     }
     fn request_body(&self, start: usize, size: usize) -> Option<Vec<u8>> {
