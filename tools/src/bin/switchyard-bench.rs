@@ -811,7 +811,7 @@ fn bench() -> Result<i32, String> {
         // The same filters and configuration as the native dynamic module (`make native`).
         let mut native = switchyard_config(mock_port);
         native.build = Build::Native;
-        add_envoy(&mut rows, &mut keep, "Switchyard full path (native module)", Ok(bootstrap(&native)), "bench-native");
+        add_envoy(&mut rows, &mut keep, NATIVE_ROW, Ok(bootstrap(&native)), "bench-native");
     }
     // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
     // optimization settings), side by side with the default build in the same run.
@@ -1042,7 +1042,12 @@ const TARGET_P50_US: f64 = 60.0;
 const TARGET_TTFB_US: f64 = 80.0;
 const TARGET_100K_RATIO: f64 = 0.5;
 const TARGET_RSS_MB: f64 = 35.0;
-const TARGET_WASM_BYTES: u64 = 400_000;
+const TARGET_WASM_BYTES: u64 = 600_000;
+// The native build's targets (1 KB): CPU, p50 at one connection, SSE time to first byte.
+const TARGET_NATIVE_CPU_US: f64 = 30.0;
+const TARGET_NATIVE_P50_US: f64 = 60.0;
+const TARGET_NATIVE_TTFB_US: f64 = 60.0;
+const NATIVE_ROW: &str = "Switchyard full path (native module)";
 const QUIET_PLAIN_CPU_US: f64 = 40.0;
 const QUIET_OTHERS: f64 = 0.10;
 
@@ -1251,6 +1256,32 @@ fn render(
     }
     if let Some(li) = find(102_400, false) {
         let _ = writeln!(o, "{}", throughput_target(sums[li][1], sums[li][2], "100 KB", TARGET_100K_RATIO));
+    }
+    // The native build's row, when it ran.
+    if let Some(ni) = rows.iter().position(|r| r.name == NATIVE_ROW) {
+        if let Some(li) = find(1024, false) {
+            let (b, n) = (sums[li][1], sums[li][ni]);
+            if let (Some(bc), Some(nc)) = (b.cpu, n.cpu) {
+                let _ = writeln!(
+                    o,
+                    "{}",
+                    latency_target("native: Envoy CPU per request at 1 KB", nc, bc, TARGET_NATIVE_CPU_US)
+                );
+            }
+            let _ = writeln!(
+                o,
+                "{}",
+                latency_target("native: p50 at one connection, 1 KB", n.idle_p50, b.idle_p50, TARGET_NATIVE_P50_US)
+            );
+        }
+        if let Some(li) = find(1024, true) {
+            let (b, n) = (sums[li][1], sums[li][ni]);
+            let _ = writeln!(
+                o,
+                "{}",
+                latency_target("native: SSE time to first byte, 1 KB", n.idle_ttfb, b.idle_ttfb, TARGET_NATIVE_TTFB_US)
+            );
+        }
     }
     if let Some(r) = rss_c2 {
         let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
