@@ -174,8 +174,16 @@ impl RateLimitService {
 
     /// Pauses it (SIGSTOP): its port still accepts connections, nothing answers, so calls time
     /// out (a hung service, not a dead one).
+    /// Returns once every thread of it is stopped: SIGSTOP takes effect asynchronously, and a
+    /// thread still running could answer a call sent right after.
     pub fn pause(&mut self) {
         self.signal(libc::SIGSTOP);
+        let Some(pid) = self.pid() else { return };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(pid) {
+            assert!(std::time::Instant::now() < deadline, "switchyard-ratelimit {pid} did not stop within 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Lets a paused service run again (SIGCONT).
@@ -208,4 +216,15 @@ impl Drop for RateLimitService {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Every thread of `pid` is in the stopped state (`T` in `/proc/<pid>/task/<tid>/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with(['T', 't'])))
+            .unwrap_or(false)
+    })
 }
