@@ -812,6 +812,16 @@ fn bench() -> Result<i32, String> {
         let mut native = switchyard_config(mock_port);
         native.build = Build::Native;
         add_envoy(&mut rows, &mut keep, NATIVE_ROW, Ok(bootstrap(&native)), "bench-native");
+        // The wiring question for the native build: with a per-attempt filter this cheap, are the
+        // first-attempt twin clusters (and their hook) still worth their configuration?
+        native.first_attempt_clusters = false;
+        let boot = bootstrap(&native);
+        let boot = if boot.to_string().contains("-first") {
+            Err("first-attempt clusters could not be turned off".to_string())
+        } else {
+            Ok(boot)
+        };
+        add_envoy(&mut rows, &mut keep, NATIVE_EVERY_ATTEMPT_ROW, boot, "bench-native-every-attempt");
     }
     // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
     // optimization settings), side by side with the default build in the same run.
@@ -1048,6 +1058,7 @@ const TARGET_NATIVE_CPU_US: f64 = 30.0;
 const TARGET_NATIVE_P50_US: f64 = 60.0;
 const TARGET_NATIVE_TTFB_US: f64 = 60.0;
 const NATIVE_ROW: &str = "Switchyard full path (native module)";
+const NATIVE_EVERY_ATTEMPT_ROW: &str = "- native, every attempt through the per-attempt filter (no twins)";
 const QUIET_PLAIN_CPU_US: f64 = 40.0;
 const QUIET_OTHERS: f64 = 0.10;
 
