@@ -33,8 +33,22 @@ pub fn tokens_per_s(
     (secs > 0.0 && tokens > 0.0).then(|| tokens / secs)
 }
 
+/// Where `key` last occurs in `text`. Each candidate position is tested on its first two bytes
+/// before the whole key: comparing every window whole calls `memcmp` once per byte of the
+/// answer, for each key (the answer's tail is scanned on every attempt's end).
+fn rfind(text: &[u8], key: &[u8]) -> Option<usize> {
+    let (&a, rest) = key.split_first()?;
+    let b = rest.first().copied();
+    let last = text.len().checked_sub(key.len())?;
+    (0..=last).rev().find(|&i| {
+        text.get(i) == Some(&a)
+            && b.is_none_or(|b| text.get(i + 1) == Some(&b))
+            && text.get(i..i + key.len()) == Some(key)
+    })
+}
+
 fn last_number_after(text: &[u8], key: &[u8]) -> Option<u64> {
-    let pos = text.windows(key.len()).rposition(|w| w == key)?;
+    let pos = rfind(text, key)?;
     let rest = text.get(pos + key.len()..)?;
     let digits = rest.iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_digit());
     let mut n: u64 = 0;
@@ -119,6 +133,35 @@ impl ReportedUsage {
             completion_tokens: completion,
             cost_usd: pricing.cost_usd(prompt, self.cached_tokens.unwrap_or(0), completion),
         })
+    }
+}
+
+#[cfg(test)]
+mod rfind_tests {
+    use super::rfind;
+
+    #[test]
+    fn rfind_finds_the_last_occurrence_as_windows_would() {
+        let cases: [(&[u8], &[u8]); 8] = [
+            (b"\"a\":1,\"a\":2", b"\"a\":"),
+            (b"xx", b"xxx"),
+            (b"", b"\""),
+            (b"abc", b""),
+            (b"\"", b"\""),
+            (b"\"\"\"", b"\"\""),
+            (b"\"input_tokens\":3,\"output_tokens\":4", b"\"output_tokens\":"),
+            (b"\"ou\"out\"output_tokens", b"\"output_tokens"),
+        ];
+        for (text, key) in cases {
+            let naive = if key.is_empty() { None } else { text.windows(key.len()).rposition(|w| w == key) };
+            assert_eq!(
+                rfind(text, key),
+                naive,
+                "{:?} in {:?}",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 }
 
