@@ -51,6 +51,9 @@ pub const NON_PARAMETERS: [&str; 15] = [
     "instructions",
 ];
 
+/// Up to this many members, duplicates are found by comparing keys (see `TopLevel`).
+const LINEAR_KEYS: usize = 16;
+
 /// The object's top-level members, in order, values as raw JSON text.
 pub struct TopLevel<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
 
@@ -85,11 +88,23 @@ impl<'de> Deserialize<'de> for TopLevel<'de> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel<'de>, A::Error> {
                 let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                // A hash set keeps the duplicate check linear in the number of keys (comparing
-                // each key with every earlier one let a 1 MiB body of distinct keys stall a worker).
-                let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
+                // Duplicates: the few members of a usual body are compared with each other (no
+                // hashing, no allocation: this runs on every request and answer); past
+                // LINEAR_KEYS a hash set keeps the check linear (comparing each key with every
+                // earlier one let a 1 MiB body of distinct keys stall a worker).
+                let mut seen: Option<HashSet<Cow<'de, str>>> = None;
                 while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    if !seen.insert(k.clone()) {
+                    let duplicate = match &mut seen {
+                        Some(set) => !set.insert(k.clone()),
+                        None if out.len() < LINEAR_KEYS => out.iter().any(|(o, _)| *o == k),
+                        None => {
+                            let mut set: HashSet<Cow<'de, str>> = out.iter().map(|(o, _)| o.clone()).collect();
+                            let duplicate = !set.insert(k.clone());
+                            seen = Some(set);
+                            duplicate
+                        }
+                    };
+                    if duplicate {
                         return Err(de::Error::custom(format!("duplicate field `{k}`")));
                     }
                     let v: &'de RawValue = map.next_value()?;

@@ -127,6 +127,24 @@ fn many_distinct_keys_parse_and_a_late_duplicate_is_found() {
     assert!(e.message.contains("duplicate field `k0`"), "{}", e.message);
 }
 
+// Duplicates are found by comparison up to 16 members and by a hash set past them: a duplicate
+// of each earlier member is found at every count around the switch.
+#[test]
+fn a_duplicate_is_found_on_either_side_of_the_linear_check() {
+    for members in 1..=20 {
+        for dup_of in 0..members {
+            let mut body = String::from(r#"{"model":"a""#);
+            for i in 1..members {
+                body.push_str(&format!(r#","k{i}":0"#));
+            }
+            let name = if dup_of == 0 { "model".to_string() } else { format!("k{dup_of}") };
+            body.push_str(&format!(r#","{name}":1}}"#));
+            let e = parse_err(&body);
+            assert!(e.message.contains(&format!("duplicate field `{name}`")), "{body}: {}", e.message);
+        }
+    }
+}
+
 // Regression (compliance smuggling): duplicate keys inside `provider` took the last value
 // (`"zdr":true,...,"zdr":false` routed as zdr:false). Duplicates are rejected at every depth,
 // as at the top level.
