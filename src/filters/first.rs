@@ -9,7 +9,7 @@
 //! - notes a failed answer's status and `Retry-After` in filter state, where the second attempt's
 //!   filter reads them to record this attempt's failure (statistics, cool-down).
 
-use super::host::{find, status_of, Action, Host};
+use super::host::{Action, Host};
 use super::internals::{hand_on, set_scheme};
 use super::Filter;
 use crate::protocol::bytes::u64_at;
@@ -33,17 +33,18 @@ impl<H: Host> Filter for FirstAttempt<H> {
         self.attempt =
             self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
                 as usize;
-        hand_on(&self.host, &self.host.req_headers(), self.attempt);
+        hand_on(&self.host, self.host.req_header_names().iter().map(String::as_str), self.attempt);
         set_scheme(&self.host);
         Action::Continue
     }
 
     fn on_response_headers(&mut self, _end_of_stream: bool) -> Action {
-        let headers = self.host.resp_headers();
-        let status = status_of(&headers);
+        let [status, retry_after]: [Option<String>; 2] =
+            self.host.resp_headers_named(&[":status", "retry-after"]).try_into().unwrap_or_default();
+        let status: u16 = status.and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if !(200..300).contains(&status) {
-            let note = format!("{status},{}", find(&headers, "retry-after").unwrap_or_default());
+            let note = format!("{status},{}", retry_after.unwrap_or_default());
             self.host.set_property(&[FIRST_ATTEMPT_PROPERTY], note.as_bytes());
         }
         Action::Continue

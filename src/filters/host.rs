@@ -32,6 +32,18 @@ pub trait Host {
     /// Replaces a request header, or removes it (`None`).
     fn set_req_header(&self, name: &str, value: Option<&str>);
     fn resp_headers(&self) -> Vec<(String, String)>;
+    /// The names of the request headers. By default from `req_headers` (one host call, where
+    /// calls are dear: Wasm); a host that lends its headers copies only the names.
+    fn req_header_names(&self) -> Vec<String> {
+        self.req_headers().into_iter().map(|(k, _)| k).collect()
+    }
+    /// The values of a few response headers, in the order asked. By default from
+    /// `resp_headers` (one host call); a host with cheap lookups looks each one up instead of
+    /// copying every header.
+    fn resp_headers_named(&self, names: &[&str]) -> Vec<Option<String>> {
+        let all = self.resp_headers();
+        names.iter().map(|n| find(&all, n).map(str::to_string)).collect()
+    }
     fn set_resp_header(&self, name: &str, value: Option<&str>);
     /// An Envoy attribute or filter-state value by path (`["xds", "cluster_name"]`).
     fn property(&self, path: &[&str]) -> Option<Vec<u8>>;

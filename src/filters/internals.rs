@@ -20,10 +20,10 @@ pub fn is_internal(name: &str) -> bool {
 /// Removes every internal header in `headers` (the request's, as attempt `attempt` found it)
 /// and names the next planned attempt's cluster for the router's retry (no header after the
 /// last: nothing follows).
-pub fn hand_on<H: Host>(host: &H, headers: &[(String, String)], attempt: usize) {
+pub fn hand_on<'a, H: Host>(host: &H, names: impl IntoIterator<Item = &'a str>, attempt: usize) {
     let slots = host.property(&[SLOTS_PROPERTY]).unwrap_or_default();
     let next = next_token(&slots, attempt);
-    for (k, _) in headers.iter().filter(|(k, _)| is_internal(k)) {
+    for k in names.into_iter().filter(|k| is_internal(k)) {
         if next.is_none() || k != NEXT_CLUSTER_HEADER {
             host.set_req_header(k, None);
         }
@@ -65,7 +65,7 @@ mod tests {
         ]);
         host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a", "c_b", "c_c"]).as_bytes());
         let found = host.req_headers();
-        hand_on(&host, &found, k);
+        hand_on(&host, found.iter().map(|(k, _)| k.as_str()), k);
         let mut sent = host.req_headers();
         sent.sort();
         sent

@@ -209,7 +209,7 @@ impl<H: Host> Filter for Attempt<H> {
         // (the default deny set and the operator's upstream_headers policy), every credential
         // header, and this provider's own.
         let headers = self.host.req_headers();
-        hand_on(&self.host, &headers, self.attempt);
+        hand_on(&self.host, headers.iter().map(|(k, _)| k.as_str()), self.attempt);
         set_scheme(&self.host);
         // The key the provider's cluster injected for this attempt's API (it ran before this
         // filter) stays.

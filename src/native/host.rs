@@ -8,8 +8,8 @@
 //! access-log formats read the same keys), metadata, attributes, the cluster name. Shared data
 //! is process memory (`shared`), metrics are families defined at configuration (`metrics`).
 
+use crate::filters::fast_hash::FastMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -64,7 +64,7 @@ thread_local! {
     /// Filter-state values rewritten after their first write, by request and name. A request's
     /// decision filter and its attempts' filters run on the same worker thread, so this is the
     /// worker's; the decision filter's host drops its request's entries when Envoy destroys it.
-    static OVERLAY: RefCell<HashMap<(u64, String), Vec<u8>>> = RefCell::new(HashMap::new());
+    static OVERLAY: RefCell<FastMap<(u64, String), Vec<u8>>> = RefCell::new(FastMap::default());
 }
 
 /// The filter-state key of a request's overlay id (written once, by the first writer).
@@ -148,20 +148,32 @@ fn copy(b: EnvoyBuffer) -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(b.ptr, b.length) }.to_vec())
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// The text of a buffer Envoy lends for the current hook, copied once (headers are read on
+/// every request: a copy and then a lossy conversion would allocate twice).
+fn lent_text(b: EnvoyBuffer) -> Option<String> {
+    if b.ptr.is_null() {
+        return (b.length == 0).then(String::new);
+    }
+    // SAFETY: as in `copy`: `length` readable bytes at `ptr` until the hook returns; read at once.
+    let bytes = unsafe { std::slice::from_raw_parts(b.ptr, b.length) };
+    Some(match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    })
 }
 
 impl Native {
-    fn headers(&self, kind: HeaderType) -> Vec<(String, String)> {
+    /// Runs `read` on the headers Envoy lends for this hook (empty without a stream or headers).
+    fn lent_headers<R: Default>(&self, kind: HeaderType, read: impl FnOnce(&[EnvoyHttpHeader]) -> R) -> R {
         if !self.has_stream() {
-            return Vec::new();
+            return R::default();
         }
-        // SAFETY: `filter` is live for this hook; the vector has room for `n` headers.
+        // SAFETY: `filter` is live for this hook; the vector has room for `n` headers, whose
+        // buffers Envoy lends until the hook returns (`read` copies what it keeps).
         unsafe {
             let n = envoy_dynamic_module_callback_http_get_headers_size(self.filter, kind);
             if n == 0 {
-                return Vec::new();
+                return R::default();
             }
             let empty = EnvoyHttpHeader {
                 key_ptr: std::ptr::null(),
@@ -171,16 +183,31 @@ impl Native {
             };
             let mut v = vec![empty; n];
             if !envoy_dynamic_module_callback_http_get_headers(self.filter, kind, v.as_mut_ptr()) {
-                return Vec::new();
+                return R::default();
             }
+            read(&v)
+        }
+    }
+
+    fn headers(&self, kind: HeaderType) -> Vec<(String, String)> {
+        self.lent_headers(kind, |v| {
             v.iter()
                 .map(|h| {
-                    let k = copy(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default();
-                    let val = copy(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length }).unwrap_or_default();
-                    (text(&k), text(&val))
+                    let k = lent_text(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default();
+                    let val = lent_text(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length }).unwrap_or_default();
+                    (k, val)
                 })
                 .collect()
-        }
+        })
+    }
+
+    /// The header names only (the values stay in Envoy).
+    fn header_names(&self, kind: HeaderType) -> Vec<String> {
+        self.lent_headers(kind, |v| {
+            v.iter()
+                .map(|h| lent_text(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default())
+                .collect()
+        })
     }
 
     fn header(&self, kind: HeaderType, name: &str) -> Option<String> {
@@ -203,7 +230,7 @@ impl Native {
         if !ok || count == 0 {
             return None;
         }
-        copy(out).map(|b| text(&b))
+        lent_text(out)
     }
 
     fn set_header(&self, kind: HeaderType, name: &str, value: Option<&str>) {
@@ -426,6 +453,12 @@ impl Host for Native {
     fn resp_headers(&self) -> Vec<(String, String)> {
         self.headers(RESPONSE_HEADER)
     }
+    fn req_header_names(&self) -> Vec<String> {
+        self.header_names(REQUEST_HEADER)
+    }
+    fn resp_headers_named(&self, names: &[&str]) -> Vec<Option<String>> {
+        names.iter().map(|n| self.header(RESPONSE_HEADER, n)).collect()
+    }
     fn set_resp_header(&self, name: &str, value: Option<&str>) {
         self.set_header(RESPONSE_HEADER, name, value)
     }
@@ -580,8 +613,9 @@ impl Native {
     /// Adds to a counter, sets a gauge or records a histogram sample: the series' family and
     /// label values, through the stream when there is one (else the configuration).
     fn metric(&self, id: u32, value: u64) {
-        let Some((kind, family, values)) = metrics::lookup(id) else { return };
-        let labels: Vec<ModuleBuffer> = values.iter().map(|v| ModuleBuffer::of(v.as_bytes())).collect();
+        let Some(series) = metrics::recorded(id) else { return };
+        let (kind, family) = (series.kind, series.envoy_id);
+        let labels = series.labels();
         let (l, n) = (labels.as_ptr(), labels.len());
         // SAFETY: the label buffers live for the call; a root configuration stays alive while
         // `with_root` holds its lock, `filter` (or `config`) for the hook.
