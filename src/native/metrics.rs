@@ -173,6 +173,48 @@ pub fn lookup(id: u32) -> Option<(MetricKind, usize, Vec<String>)> {
     })
 }
 
+/// A series as a worker records it: its kind, Envoy's family id and the label values, kept
+/// with the buffers Envoy reads them through.
+pub struct Recorded {
+    pub kind: MetricKind,
+    pub envoy_id: usize,
+    values: Vec<String>,
+}
+
+impl Recorded {
+    /// The label values as module buffers, valid while `self` is.
+    pub fn labels(&self) -> Vec<crate::native::abi::ModuleBuffer> {
+        self.values.iter().map(|v| crate::native::abi::ModuleBuffer::of(v.as_bytes())).collect()
+    }
+}
+
+thread_local! {
+    /// Resolved series by id, per worker: a series never changes once resolved and a family's
+    /// Envoy id is the same in every configuration, so each worker takes the registry's lock
+    /// once per series instead of on every record.
+    static RECORDED: std::cell::RefCell<Vec<Option<std::rc::Rc<Recorded>>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Series `id` as this worker records it (None: unknown, or its family not defined yet).
+pub fn recorded(id: u32) -> Option<std::rc::Rc<Recorded>> {
+    let index = (id as usize).checked_sub(1)?;
+    if let Some(r) = RECORDED.with(|c| c.borrow().get(index).cloned().flatten()) {
+        return Some(r);
+    }
+    let (kind, envoy_id, values) = lookup(id)?;
+    let r = std::rc::Rc::new(Recorded { kind, envoy_id, values });
+    RECORDED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() <= index {
+            c.resize(index + 1, None);
+        }
+        if let Some(slot) = c.get_mut(index) {
+            *slot = Some(r.clone());
+        }
+    });
+    Some(r)
+}
+
 /// The live decision filters' configurations (Envoy's pointers, as addresses): every stat is
 /// recorded through the newest one. A configuration's stats scope is where it was created, and
 /// an upstream filter's is its cluster's (`cluster.<name>.switchyard...`), so recording through
@@ -254,6 +296,23 @@ mod tests {
         let id = resolve(MetricKind::Counter, "switchyard.no_such_family_total.x.y");
         assert!(id.is_some(), "cached by the filters, so logged once");
         assert!(lookup(id.unwrap()).is_none());
+        assert!(recorded(id.unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_worker_records_through_its_cached_series() {
+        let Some(index) = families().iter().position(|f| f.name == "fallbacks_total") else {
+            panic!("no fallbacks_total family")
+        };
+        defined(index, 4242);
+        let id = resolve(MetricKind::Counter, "switchyard.fallbacks_total.kind.model").unwrap();
+        let r = recorded(id).unwrap();
+        assert_eq!((r.kind, r.envoy_id), (MetricKind::Counter, 4242));
+        let labels = r.labels();
+        assert_eq!(labels.len(), 1);
+        // SAFETY: the buffer points into `r`, alive here.
+        assert_eq!(unsafe { std::slice::from_raw_parts(labels[0].ptr, labels[0].length) }, b"model");
+        assert!(std::rc::Rc::ptr_eq(&r, &recorded(id).unwrap()), "the second record reads the worker's cache");
     }
 
     #[test]
