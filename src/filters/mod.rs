@@ -15,6 +15,7 @@
 mod attempts;
 mod caller;
 pub mod downstream;
+pub mod fast_hash;
 pub mod first;
 pub mod gauges;
 pub mod host;

@@ -1,8 +1,8 @@
 //! Cross-worker state: per-endpoint statistics in proxy-wasm shared data (compare-and-swap
 //! updates, so several workers never lose an increment) and Envoy stats (metrics).
 
+use crate::filters::fast_hash::FastMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 use super::host::{Host, MetricKind, CAS_MISMATCH};
 use crate::protocol::bytes::u64_at;
@@ -128,7 +128,7 @@ pub struct SharedHealth<'h> {
     /// Each endpoint read so far, by a hash of (model id, slug), with its names to confirm a
     /// hit. A request looks at its endpoints many times over (filters, ranking, peers' outage
     /// rules): hashing the two names costs less than formatting the shared-data key each time.
-    memo: RefCell<HashMap<u64, (String, String, EndpointHealth)>>,
+    memo: RefCell<FastMap<u64, (String, String, EndpointHealth)>>,
     /// The caller's `x-session-id`.
     pub session: Option<String>,
     /// Hash of who is calling (see `HealthView::caller_scope`).
@@ -143,7 +143,7 @@ impl<'h> SharedHealth<'h> {
             host,
             now_ms,
             outage_window_ms,
-            memo: RefCell::new(HashMap::new()),
+            memo: RefCell::new(FastMap::default()),
             session: None,
             caller_scope: 0,
             capped: Vec::new(),
@@ -236,7 +236,7 @@ impl HealthView for SharedHealth<'_> {
 // ---------------------------------------------------------------------------------------------
 
 thread_local! {
-    static METRICS: RefCell<HashMap<String, u32>> = RefCell::new(HashMap::new());
+    static METRICS: RefCell<FastMap<String, u32>> = RefCell::new(FastMap::default());
 }
 
 /// Stats names carry labels as `.label.value` pairs (`.model.<m>.endpoint.<e>`) that the

@@ -6,12 +6,12 @@
 use super::host::{Host, MetricKind};
 use super::shared::{metric, tag};
 use super::Configured;
+use crate::filters::fast_hash::FastMap;
 use crate::telemetry::{
     attribute, usage_metric_names, UsageLabels, CACHE_READ_SERIES, COST_SERIES, DURATION_SERIES, INPUT_SERIES,
     NANO_USD, OUTPUT_SERIES, USAGE_SERIES,
 };
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// Which usage series a request counts into: indices into the catalog and the configuration
 /// (bounded by their sizes), never caller text.
@@ -41,7 +41,7 @@ type UsageIds = [Option<u32>; USAGE_SERIES];
 thread_local! {
     /// Metric ids per usage key for the configuration `.0`: each request's five series are
     /// named and defined once per worker.
-    static USAGE_METRICS: RefCell<(u64, HashMap<UsageKey, UsageIds>)> = RefCell::new((0, HashMap::new()));
+    static USAGE_METRICS: RefCell<(u64, FastMap<UsageKey, UsageIds>)> = RefCell::new((0, FastMap::default()));
 }
 
 /// The request model's label: its catalog id, or `auto`.
@@ -79,7 +79,7 @@ fn ids(host: &dyn Host, config: &Configured, key: UsageKey) -> Option<UsageIds> 
     USAGE_METRICS.with(|m| {
         let mut m = m.borrow_mut();
         if m.0 != config.id {
-            *m = (config.id, HashMap::new());
+            *m = (config.id, FastMap::default());
         }
         m.1.insert(key, row);
     });

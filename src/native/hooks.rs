@@ -8,8 +8,8 @@
 //! response has not started, counts `switchyard_native_panics_total{hook}`, and the filter does
 //! nothing more for that stream. The library is built with `panic = "unwind"` (`make native`).
 
+use crate::filters::fast_hash::FastMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::os::raw::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
@@ -391,7 +391,7 @@ fn answer_of(
 thread_local! {
     /// Each worker's compiled configurations by fingerprint (the decision filter and every
     /// cluster's per-attempt filter share one): compiled on the worker's first stream.
-    static COMPILED: RefCell<HashMap<u64, Rc<Configured>>> = RefCell::new(HashMap::new());
+    static COMPILED: RefCell<FastMap<u64, Rc<Configured>>> = RefCell::new(FastMap::default());
 }
 
 /// Configurations kept per worker before the cache starts over (hot reloads).

@@ -4,7 +4,7 @@
 //! serialization, no host call. Also the outbox of calls a stream leaves behind (settlements),
 //! sent by the main thread's tick.
 
-use std::collections::HashMap;
+use crate::filters::fast_hash::FastMap;
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 use crate::filters::host::CAS_MISMATCH;
@@ -12,7 +12,7 @@ use crate::filters::host::CAS_MISMATCH;
 /// A value and its CAS token (bumped on every write; never 0 once written).
 type Entry = (Vec<u8>, u32);
 
-static DATA: Mutex<Option<HashMap<String, Entry>>> = Mutex::new(None);
+static DATA: Mutex<Option<FastMap<String, Entry>>> = Mutex::new(None);
 
 /// A call whose answer nobody waits for, made by the next tick.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +47,7 @@ pub fn get(key: &str) -> (Option<Vec<u8>>, u32) {
 /// that returned it. 0 on success, `CAS_MISMATCH` otherwise.
 pub fn set(key: &str, value: &[u8], cas: u32) -> u32 {
     let mut guard = lock(&DATA);
-    let map = guard.get_or_insert_with(HashMap::new);
+    let map = guard.get_or_insert_with(FastMap::default);
     let current = map.get(key).map_or(0, |e| e.1);
     if cas != 0 && cas != current {
         return CAS_MISMATCH;
