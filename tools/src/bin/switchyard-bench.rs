@@ -599,6 +599,8 @@ struct RssC2 {
     plain: u64,
     switchyard: u64,
     noop: u64,
+    /// The native build's RSS, when its row ran.
+    native: Option<u64>,
 }
 
 struct Bench {
@@ -981,10 +983,19 @@ fn bench() -> Result<i32, String> {
         let mut noop_cfg = switchyard_config(mock_port);
         noop_cfg.wasm = noop_path.clone();
         let noop_boot = bootstrap(&noop_cfg);
+        // The native build's figure too when its row ran (the target is per build).
+        let native_boot = (env_on("BENCH_NATIVE") && native_path().exists()).then(|| {
+            let mut native = switchyard_config(mock_port);
+            native.build = Build::Native;
+            bootstrap(&native)
+        });
         let mut rss = Vec::new();
-        for (boot, tag) in
-            [(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2"), (&noop_boot, "bench-noop-c2")]
-        {
+        let mut runs =
+            vec![(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2"), (&noop_boot, "bench-noop-c2")];
+        if let Some(b) = &native_boot {
+            runs.push((b, "bench-native-c2"));
+        }
+        for (boot, tag) in runs {
             let e = start_envoy(boot, tag, 2, &bench.cores)?;
             for load in [
                 Load { size: 1024, stream: false },
@@ -998,7 +1009,7 @@ fn bench() -> Result<i32, String> {
         }
         let _ = std::fs::remove_file(&noop_path);
         let at = |i: usize| rss.get(i).copied().unwrap_or(0);
-        Some(RssC2 { plain: at(0), switchyard: at(1), noop: at(2) })
+        Some(RssC2 { plain: at(0), switchyard: at(1), noop: at(2), native: rss.get(3).copied() })
     } else {
         None
     };
@@ -1052,6 +1063,7 @@ const TARGET_P50_US: f64 = 60.0;
 const TARGET_TTFB_US: f64 = 80.0;
 const TARGET_100K_RATIO: f64 = 0.5;
 const TARGET_RSS_MB: f64 = 35.0;
+const TARGET_NATIVE_RSS_MB: f64 = 10.0;
 const TARGET_WASM_BYTES: u64 = 600_000;
 // The native build's targets (1 KB): CPU, p50 at one connection, SSE time to first byte.
 const TARGET_NATIVE_CPU_US: f64 = 30.0;
@@ -1306,6 +1318,18 @@ fn render(
             signed(mb(r.noop) - mb(r.plain), 1),
             verdict(d_mb <= TARGET_RSS_MB, format!("{:.1} MB", d_mb - TARGET_RSS_MB))
         );
+        if let Some(n) = r.native {
+            let d_mb = mb(n) - mb(r.plain);
+            let native_bytes = std::fs::metadata(native_path()).map(|m| m.len()).unwrap_or(0);
+            let _ = writeln!(
+                o,
+                "| native: Envoy RSS at `--concurrency 2`: at most +{TARGET_NATIVE_RSS_MB:.0} MB over plain | {:.1} vs {:.1} MB: {} MB (library {native_bytes} bytes) | {} |",
+                mb(n),
+                mb(r.plain),
+                signed(d_mb, 1),
+                verdict(d_mb <= TARGET_NATIVE_RSS_MB, format!("{:.1} MB", d_mb - TARGET_NATIVE_RSS_MB))
+            );
+        }
     }
     let _ = writeln!(
         o,
