@@ -18,6 +18,9 @@
 //!   ConfigMap `switchyard-sds`) instead of the Wasm, maps it in the failover route, and makes the
 //!   router add no `x-envoy-*` headers; the plugin configuration names it per provider
 //!   (`first_attempt_cluster`).
+//! - The native build (`deployment.istio.build: native`): the same filters as an Envoy dynamic
+//!   module, inserted inline instead of the Wasm extension configs, the library mounted into
+//!   `istio-proxy` from an image volume (`istio_native`).
 
 use serde_json::{json, Value};
 use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, OWN_REPLY_HEADER};
@@ -31,6 +34,7 @@ use crate::envoy::{
     with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, ANTHROPIC_PATH_REGEX, DECISION_FILTER,
     FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
 };
+use crate::istio_native;
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
@@ -462,21 +466,29 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
     }))});
-    // The decision filter holds the request headers until the body is complete, which Envoy
-    // honours only with `allow_on_headers_stop_iteration`.
-    let mut decision = wasm_extension(c, DECISION_FILTER, DECISION_ROOT_ID, &plugin, sha256);
-    decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
-    let mut patches = vec![
-        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
-        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
-            "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
-        // Right before the router: after Istio's authentication and authorization (a caller is
-        // admitted before its body is buffered and before keys are attached) and its stats.
-        // Disabled but on Switchyard's marked routes (`mark_route` enables it there): other
-        // hosts on the listener never run it, and if its extension config does not arrive (a
-        // failed module pull), only Switchyard's routes fail.
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": disabled(ecds_filter(DECISION_FILTER))}}),
-    ];
+    // The native build's filters are inline (no extension configs, nothing served by ECDS).
+    let native = istio_native::is_native(c);
+    let mut patches = Vec::new();
+    if !native {
+        // The decision filter holds the request headers until the body is complete, which Envoy
+        // honours only with `allow_on_headers_stop_iteration`.
+        let mut decision = wasm_extension(c, DECISION_FILTER, DECISION_ROOT_ID, &plugin, sha256);
+        decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
+        patches.extend([
+            json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
+            json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
+                "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
+        ]);
+    }
+    let decision_filter =
+        if native { istio_native::decision_filter(cfg, &plugin) } else { ecds_filter(DECISION_FILTER) };
+    // Right before the router: after Istio's authentication and authorization (a caller is
+    // admitted before its body is buffered and before keys are attached) and its stats.
+    // Disabled but on Switchyard's marked routes (`mark_route` enables it there): other hosts on
+    // the listener never run it, and if its extension config does not arrive (a failed module
+    // pull), only Switchyard's routes fail.
+    patches.push(json!({"applyTo": "HTTP_FILTER", "match": before_router,
+        "patch": {"operation": "INSERT_BEFORE", "value": disabled(decision_filter)}}));
     patches.extend([
         // Envoy's own errors on Switchyard's hosts come as JSON in the caller's API shape (the
         // same mappers as every generated Envoy configuration). The attempts' `:scheme` comes
@@ -487,7 +499,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                    "local_reply_config": istio_local_replies(c, v)}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
-    if !firsts.is_empty() {
+    if !firsts.is_empty() && !native {
         // The first-attempt clusters' filter (configuration-free: it takes the internal headers
         // off the attempt and notes a failure for the next attempt's filter).
         patches.insert(
@@ -522,7 +534,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         patched.push(p.cluster());
         // The cluster's key injectors (keys from the mounted Secret), then the per-attempt Wasm
         // (it keeps the key of its attempt's API, removes every other credential header).
-        let mut filters = upstream_filters_ecds();
+        let mut filters = if native { istio_native::upstream_chain(cfg, &plugin) } else { upstream_filters_ecds() };
         if let (Some(k), Some(list)) = (keyed.iter().find(|k| k.cluster == p.cluster()), filters.as_array_mut()) {
             for (i, inj) in key_injectors(k, &sds_secret_ref(&k.cluster, KEYS_MOUNT)).into_iter().enumerate() {
                 list.insert(i, inj);
@@ -543,11 +555,16 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         // provider's key injector instead of the per-attempt filter.
         let secret = sds_secret_ref(&twin.cluster, watched_for(c, &twin.cluster));
         let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
+        let chain = if native {
+            istio_native::first_attempt_chain(cfg, injector)
+        } else {
+            first_attempt_filters_ecds(injector)
+        };
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, first_attempt_filters_ecds(injector)), "metadata": tls_scheme_metadata()}}
+                provider_protocol_options(p.http2, chain), "metadata": tls_scheme_metadata()}}
         }));
     }
     json!({
@@ -631,10 +648,12 @@ pub const BOOTSTRAP_MOUNT: &str = "/etc/switchyard/bootstrap";
 pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
 pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
 
-/// The bootstrap override (the metrics' label rules) as the ConfigMap the keys patch mounts, in
-/// the proxy's namespace.
-pub fn bootstrap_config_map(namespace: &str) -> Value {
-    let file = crate::telemetry::istio_bootstrap_override().to_string();
+/// The bootstrap override (the metrics' label rules; on the native build also its runtime
+/// flag) as the ConfigMap the keys patch mounts, in the proxy's namespace.
+pub fn bootstrap_config_map(c: &Catalog, namespace: &str) -> Value {
+    let mut over = crate::telemetry::istio_bootstrap_override();
+    istio_native::with_native_runtime(c, &mut over);
+    let file = over.to_string();
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(BOOTSTRAP_CONFIG_MAP, namespace),
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
@@ -666,7 +685,9 @@ pub fn keys_patch(c: &Catalog, v: Variant) -> Value {
         mounts.push(json!({"name": "switchyard-keys", "mountPath": KEYS_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-keys", "secret": {"secretName": c.istio.keys_secret}}));
     }
-    if let Some(secret) = &c.istio.image_pull_secret {
+    // istio-agent pulls only the Wasm build (the native build's library comes by an image volume,
+    // which the kubelet pulls with the pod's `imagePullSecrets`: `istio_native`).
+    if let Some(secret) = c.istio.image_pull_secret.as_ref().filter(|_| !istio_native::is_native(c)) {
         env.push(json!({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_MOUNT}));
         mounts.push(json!({"name": "switchyard-pull-secret", "mountPath": DOCKER_CONFIG_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
@@ -691,13 +712,16 @@ pub fn variant_manifests(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &st
     let mut main = vec![envoy_filter(c, v, cfg, sha256)];
     for ns in v.proxy_namespaces(c) {
         main.push(sds_config_map(c, cfg, &ns));
-        main.push(bootstrap_config_map(&ns));
+        main.push(bootstrap_config_map(c, &ns));
         if c.istio.tracing {
             main.push(telemetry_resource(c, v, &ns));
         }
     }
     main.extend(entry_resources(c, v));
-    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: keys_patch(c, v) }
+    let mut patch = keys_patch(c, v);
+    // The native build's library, as an image volume pinned to `sha256`, its image's digest.
+    istio_native::with_library_volume(&mut patch, c, v, sha256);
+    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: patch }
 }
 
 /// Every file under `k8s/` as (relative path, content).
