@@ -26,6 +26,13 @@
 //!   without `typed_config` (istiod skips that too).
 //!
 //! Extension configs arrive by ECDS from files (Istio sends them over ADS).
+//!
+//! The native build (`istio_native`) adds: the sidecar template's `userVolume` annotations, the
+//! kubelet's image volumes (the pinned image's layer unpacked into the volume) and the rule
+//! that a dynamic module's library is a file of a volume mounted into `istio-proxy`
+//! (`image_volumes`).
+
+pub mod image_volumes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +41,7 @@ use serde_json::{json, Value};
 
 use crate::catalog::Catalog;
 use crate::istio::{Variant, VariantManifests};
+use crate::oci::Image;
 
 /// The extension configs (ECDS) a proxy receives, by name.
 pub type Extensions = BTreeMap<String, Value>;
@@ -155,7 +163,7 @@ impl Install {
 pub fn strategic_merge(dst: &mut Value, patch: &Value) {
     fn key_of(field: &str) -> Option<&'static str> {
         match field {
-            "containers" | "initContainers" | "env" | "volumes" => Some("name"),
+            "containers" | "initContainers" | "env" | "volumes" | "imagePullSecrets" => Some("name"),
             "volumeMounts" => Some("mountPath"),
             _ => None,
         }
@@ -210,9 +218,11 @@ fn admitted_pod(install: Install, keys_patch: &Value) -> Result<Value, String> {
         return Ok(pod);
     }
     // Injection (`pkg/kube/inject/webhook.go`): the template's istio-proxy, overlaid by the pod's
-    // own container of that name (its `auto` image dropped), and the bootstrap override
-    // annotation's variable, mount and volume (the injection templates).
+    // own container of that name (its `auto` image dropped), the bootstrap override
+    // annotation's variable, mount and volume (the injection templates), and the sidecar
+    // template's user volumes and mounts (`image_volumes::user_volumes`).
     let mut proxy = json!({"name": "istio-proxy", "image": PROXY_IMAGE, "env": [], "volumeMounts": []});
+    let (user_volumes, user_mounts) = image_volumes::user_volumes(&pod)?;
     let annotation = pod.pointer("/metadata/annotations/sidecar.istio.io~1bootstrapOverride").cloned();
     if let Some(name) = &annotation {
         proxy["env"] =
@@ -223,6 +233,12 @@ fn admitted_pod(install: Install, keys_patch: &Value) -> Result<Value, String> {
             &mut pod,
             &json!({"spec": {"volumes": [{"name": "custom-bootstrap-volume", "configMap": {"name": name}}]}}),
         );
+    }
+    if let Some(mounts) = proxy["volumeMounts"].as_array_mut() {
+        mounts.extend(user_mounts);
+    }
+    if !user_volumes.is_empty() {
+        strategic_merge(&mut pod, &json!({"spec": {"volumes": user_volumes}}));
     }
     let containers = pod["spec"]["containers"].as_array_mut().ok_or("a pod without containers")?;
     match containers.iter().position(|c| c["name"] == "istio-proxy") {
@@ -242,9 +258,16 @@ fn admitted_pod(install: Install, keys_patch: &Value) -> Result<Value, String> {
 }
 
 /// The kubelet's mounts of the pod's `istio-proxy`: every ConfigMap and Secret volume from the
-/// pod's own namespace, none optional (a missing one keeps the pod from starting). Secrets are
-/// the key Secret's `secret` data (the operator creates it there, as docs/istio.md says).
-fn proxy_volumes(pod: &Value, resources: &[Value], secret: &[(String, String)]) -> Result<Vec<Volume>, String> {
+/// pod's own namespace, none optional (a missing one keeps the pod from starting), and every
+/// image volume from `images` (what the registry serves, `image_volumes::image_volume_files`).
+/// Secrets are the key Secret's `secret` data (the operator creates it there, as docs/istio.md
+/// says). Any other kind of volume is an error.
+fn proxy_volumes(
+    pod: &Value,
+    resources: &[Value],
+    secret: &[(String, String)],
+    images: &[&Image],
+) -> Result<Vec<Volume>, String> {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let proxy = pod["spec"]["containers"]
         .as_array()
@@ -275,9 +298,12 @@ fn proxy_volumes(pod: &Value, resources: &[Value], secret: &[(String, String)]) 
                 .flatten()
                 .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
                 .collect();
-            out.push(Volume { mount, files });
+            out.push(Volume { mount, files, binaries: Vec::new() });
         } else if volume["secret"].is_object() {
-            out.push(Volume { mount, files: secret.to_vec() });
+            out.push(Volume { mount, files: secret.to_vec(), binaries: Vec::new() });
+        } else if volume["image"].is_object() {
+            let binaries = image_volumes::image_volume_files(name, volume, images)?;
+            out.push(Volume { mount, files: Vec::new(), binaries });
         } else {
             return Err(format!("volume {name}: a kind the model does not know"));
         }
@@ -552,6 +578,9 @@ pub fn proxy_bootstrap(
     Ok(json!({
         // Istio's node identity (ECDS needs one).
         "node": node,
+        // Istio's runtime layers (`tools/packaging/common/envoy_bootstrap.json`): a bootstrap
+        // override's layers are appended after them.
+        "layered_runtime": {"layers": [{"name": "global config", "static_layer": {}}, {"name": "admin", "admin_layer": {}}]},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
         "static_resources": {
             "listeners": [{
@@ -857,9 +886,31 @@ pub fn install_proxy(
     services: &[MeshService],
     failed_pulls: &[&str],
 ) -> Result<Proxy, String> {
+    let registry = Registry { images: &[] };
+    install_proxy_from(manifests, install, ca_file, module, digest, secret, services, failed_pulls, &registry)
+}
+
+/// The images the registry serves the kubelet (image volumes), by their manifest digest.
+pub struct Registry<'a> {
+    pub images: &'a [&'a Image],
+}
+
+/// `install_proxy` with the images the kubelet can pull (`registry`).
+#[allow(clippy::too_many_arguments)]
+pub fn install_proxy_from(
+    manifests: &VariantManifests,
+    install: Install,
+    ca_file: &str,
+    module: &Path,
+    digest: &str,
+    secret: &[(String, String)],
+    services: &[MeshService],
+    failed_pulls: &[&str],
+    registry: &Registry,
+) -> Result<Proxy, String> {
     let resources: Vec<Value> = manifests.providers.iter().chain(&manifests.main).cloned().collect();
     let pod = admitted_pod(install, &manifests.keys_patch)?;
-    let volumes = proxy_volumes(&pod, &resources, secret)?;
+    let volumes = proxy_volumes(&pod, &resources, secret, registry.images)?;
     let args = agent_override_args(&pod, &volumes)?;
     let mut boot = proxy_bootstrap(install, &pod, &resources, ca_file, services)?;
     let filters = envoy_filters_for(&pod, &resources);
@@ -877,8 +928,38 @@ pub fn install_proxy(
             agent_localize(ext, digest, module)?;
         }
     }
+    let mounts: Vec<String> = volumes.iter().map(|v| v.mount.clone()).collect();
+    image_volumes::check_module_files(&boot, &mounts)?;
     mount_volumes(&mut boot, &volumes, &crate::envoy::work_dir(&format!("istio-volumes-{}", install.name())))?;
     Ok(Proxy { boot, extensions, args, pod })
+}
+
+/// The native build (`deployment.istio.build: native`) of what `make render` writes for the
+/// catalog, installed with the registry serving `library` (the library image, whose digest the
+/// manifests pin): no extension configs, the library mounted from the image volume.
+pub fn install_native(
+    c: &Catalog,
+    install: Install,
+    ca_file: &str,
+    library: &Image,
+    secret: &[(String, String)],
+    services: &[MeshService],
+) -> Result<Proxy, String> {
+    let cfg = c.envoy_stack(PathBuf::from("unused.wasm"), &BTreeMap::new());
+    let digest = library.digest();
+    let manifests = crate::istio::variant_manifests(c, install.variant(), &cfg, &digest);
+    let registry = Registry { images: &[library] };
+    install_proxy_from(
+        &manifests,
+        install,
+        ca_file,
+        Path::new("unused.wasm"),
+        &digest,
+        secret,
+        services,
+        &[],
+        &registry,
+    )
 }
 
 /// `install_proxy` on what `make render` writes for the catalog (module checked against `digest`).
@@ -908,11 +989,12 @@ pub fn gateway_config(
 }
 
 /// A volume mounted into istio-proxy (as `keys_patch` mounts the ConfigMap and the key Secret):
-/// its files by name.
+/// its text files by name, and the files of an image volume (`binaries`, written as they are).
 #[derive(Debug)]
 pub struct Volume {
     pub mount: String,
     pub files: Vec<(String, String)>,
+    pub binaries: Vec<(String, Vec<u8>)>,
 }
 
 /// Mounts `volumes` the way the kubelet would: each one's files written to its own directory
@@ -927,7 +1009,7 @@ pub fn mount_volumes(boot: &mut Value, volumes: &[Volume], dir: &Path) -> Result
                 return Ok(Some(d.to_string_lossy().into_owned()));
             }
             if let Some(file) = path.strip_prefix(v.mount.as_str()).and_then(|f| f.strip_prefix('/')) {
-                if !v.files.iter().any(|(n, _)| n == file) {
+                if !v.files.iter().any(|(n, _)| n == file) && !v.binaries.iter().any(|(n, _)| n == file) {
                     return Err(format!("{path}: not in the volume mounted at {}", v.mount));
                 }
                 return Ok(Some(d.join(file).to_string_lossy().into_owned()));
@@ -959,6 +1041,13 @@ pub fn mount_volumes(boot: &mut Value, volumes: &[Volume], dir: &Path) -> Result
                 _ => content.clone(),
             };
             std::fs::write(d.join(name), text).map_err(|e| e.to_string())?;
+        }
+        for (name, bytes) in &v.binaries {
+            let path = d.join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+            }
+            std::fs::write(path, bytes).map_err(|e| e.to_string())?;
         }
     }
     walk(boot, &local)

@@ -114,10 +114,10 @@ fn the_bootstrap_override_annotation_works_only_where_the_pod_is_injected() {
     annotated["spec"]["template"]["metadata"] = json!({"annotations": {"sidecar.istio.io/bootstrapOverride": "boot"}});
     let map = |ns: &str| json!({"kind": "ConfigMap", "metadata": {"name": "boot", "namespace": ns}, "data": {"custom_bootstrap.json": "{\"stats_config\": {}}"}});
     let helm = admitted_pod(Install::HelmGateway, &annotated).unwrap();
-    let volumes = proxy_volumes(&helm, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+    let volumes = proxy_volumes(&helm, &[map(ROOT_NAMESPACE)], &[], &[]).unwrap();
     assert_eq!(agent_override_args(&helm, &volumes).unwrap(), ["--config-yaml", "{\"stats_config\":{}}"]);
     let istioctl = admitted_pod(Install::IstioctlGateway, &annotated).unwrap();
-    let volumes = proxy_volumes(&istioctl, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+    let volumes = proxy_volumes(&istioctl, &[map(ROOT_NAMESPACE)], &[], &[]).unwrap();
     assert!(agent_override_args(&istioctl, &volumes).unwrap().is_empty(), "nothing reads the annotation there");
     // An explicit variable and volume work on both.
     let explicit = patch(
@@ -127,16 +127,16 @@ fn the_bootstrap_override_annotation_works_only_where_the_pod_is_injected() {
     );
     for install in [Install::HelmGateway, Install::IstioctlGateway] {
         let pod = admitted_pod(install, &explicit).unwrap();
-        let volumes = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[]).unwrap();
+        let volumes = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[], &[]).unwrap();
         assert_eq!(agent_override_args(&pod, &volumes).unwrap().len(), 2, "{install:?}");
     }
     // The pod's namespace: a ConfigMap elsewhere is not found and the pod does not start.
     let mut sidecar = explicit.clone();
     sidecar["spec"]["template"]["spec"]["containers"][0]["image"] = json!("auto");
     let pod = admitted_pod(Install::Sidecar, &sidecar).unwrap();
-    let err = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[]).unwrap_err();
+    let err = proxy_volumes(&pod, &[map(ROOT_NAMESPACE)], &[], &[]).unwrap_err();
     assert!(err.contains("configmap \"boot\" not found in namespace apps"), "{err}");
-    assert!(proxy_volumes(&pod, &[map(APP_NAMESPACE)], &[]).is_ok());
+    assert!(proxy_volumes(&pod, &[map(APP_NAMESPACE)], &[], &[]).is_ok());
 }
 
 #[test]
