@@ -2,7 +2,7 @@
 //! OCI image layout, tagged with the catalog's image tag, and prints its digest. `make
 //! image-native` (`--native`): the native library's image (`libswitchyard.so` at the root of a
 //! linux/amd64 image, what `deployment.istio.build: native` mounts as an image volume), tagged
-//! with `deployment.istio.native_image`'s tag.
+//! with `deployment.istio.native_image`'s tag (or, without one, the Wasm image's).
 //!
 //! Usage: switchyard-image [--wasm PATH] [--out DIR] | --native [--library PATH] [--out DIR]
 //! (default out: target/switchyard-oci, target/switchyard-native-oci)
@@ -41,7 +41,9 @@ fn main() {
         (file.unwrap_or_else(wasm_path), out.unwrap_or_else(|| repo_root().join("target/switchyard-oci")))
     };
     let result = Catalog::load(&default_catalog_path()).and_then(|c| {
-        let reference = if native { c.istio.native_image.clone().unwrap_or_default() } else { c.istio.image.clone() };
+        // The library image's tag is `native_image`'s; a catalog without one (the Wasm build)
+        // gets the Wasm image's, so both images of a release share it.
+        let reference = c.istio.native_image.clone().filter(|_| native).unwrap_or_else(|| c.istio.image.clone());
         let tag = reference.rsplit_once(':').map(|(_, t)| t.to_string()).filter(|t| !t.contains('/'));
         let tag = tag.unwrap_or_else(|| "latest".into());
         let make = if native { "make native" } else { "make wasm" };
