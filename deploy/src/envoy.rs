@@ -453,8 +453,11 @@ fn wasm_filter(cfg: &StackConfig, root_id: &str, configuration: &str, stop_on_he
 /// The native build's filter config for one role: the same configuration string and role names
 /// (`filter_name` is the Wasm `root_id`). The module is loaded once per process (its workers
 /// share its state) and never unloaded; its stats are in the Wasm host's namespace. The
-/// process environment is the module's: credential `env` references read it directly.
-fn native_filter(cfg: &StackConfig, root_id: &str, configuration: &str) -> Value {
+/// process environment is the module's: credential `env` references read it directly. Always a
+/// local file (`module.local`): a `remote` module Envoy could not fetch leaves the filter out
+/// (fail-open), which must never happen to the filter that strips forged internal headers.
+/// The Istio EnvoyFilter's native build inserts exactly these (`istio_native`).
+pub fn native_filter(cfg: &StackConfig, root_id: &str, configuration: &str) -> Value {
     json!({
         "@type": DYNAMIC_MODULE_TYPE_URL,
         "dynamic_module_config": {

@@ -18,6 +18,9 @@
 //!   ConfigMap `switchyard-sds`) instead of the Wasm, maps it in the failover route, and makes the
 //!   router add no `x-envoy-*` headers; the plugin configuration names it per provider
 //!   (`first_attempt_cluster`).
+//! - The native build (`deployment.istio.build: native`): the same filters as an Envoy dynamic
+//!   module, inserted inline instead of the Wasm extension configs, the library mounted into
+//!   `istio-proxy` from an image volume (`istio_native`).
 
 use serde_json::{json, Value};
 use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, OWN_REPLY_HEADER};
@@ -31,6 +34,7 @@ use crate::envoy::{
     with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, ANTHROPIC_PATH_REGEX, DECISION_FILTER,
     FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
 };
+use crate::istio_native;
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
@@ -462,21 +466,29 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         "name": "envoy.filters.network.http_connection_manager",
         "subFilter": {"name": "envoy.filters.http.router"}
     }))});
-    // The decision filter holds the request headers until the body is complete, which Envoy
-    // honours only with `allow_on_headers_stop_iteration`.
-    let mut decision = wasm_extension(c, DECISION_FILTER, DECISION_ROOT_ID, &plugin, sha256);
-    decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
-    let mut patches = vec![
-        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
-        json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
-            "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
-        // Right before the router: after Istio's authentication and authorization (a caller is
-        // admitted before its body is buffered and before keys are attached) and its stats.
-        // Disabled but on Switchyard's marked routes (`mark_route` enables it there): other
-        // hosts on the listener never run it, and if its extension config does not arrive (a
-        // failed module pull), only Switchyard's routes fail.
-        json!({"applyTo": "HTTP_FILTER", "match": before_router, "patch": {"operation": "INSERT_BEFORE", "value": disabled(ecds_filter(DECISION_FILTER))}}),
-    ];
+    // The native build's filters are inline (no extension configs, nothing served by ECDS).
+    let native = istio_native::is_native(c);
+    let mut patches = Vec::new();
+    if !native {
+        // The decision filter holds the request headers until the body is complete, which Envoy
+        // honours only with `allow_on_headers_stop_iteration`.
+        let mut decision = wasm_extension(c, DECISION_FILTER, DECISION_ROOT_ID, &plugin, sha256);
+        decision["typed_config"]["config"]["allow_on_headers_stop_iteration"] = json!(true);
+        patches.extend([
+            json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD", "value": decision}}),
+            json!({"applyTo": "EXTENSION_CONFIG", "patch": {"operation": "ADD",
+                "value": wasm_extension(c, "switchyard-upstream", ATTEMPT_ROOT_ID, &plugin, sha256)}}),
+        ]);
+    }
+    let decision_filter =
+        if native { istio_native::decision_filter(cfg, &plugin) } else { ecds_filter(DECISION_FILTER) };
+    // Right before the router: after Istio's authentication and authorization (a caller is
+    // admitted before its body is buffered and before keys are attached) and its stats.
+    // Disabled but on Switchyard's marked routes (`mark_route` enables it there): other hosts on
+    // the listener never run it, and if its extension config does not arrive (a failed module
+    // pull), only Switchyard's routes fail.
+    patches.push(json!({"applyTo": "HTTP_FILTER", "match": before_router,
+        "patch": {"operation": "INSERT_BEFORE", "value": disabled(decision_filter)}}));
     patches.extend([
         // Envoy's own errors on Switchyard's hosts come as JSON in the caller's API shape (the
         // same mappers as every generated Envoy configuration). The attempts' `:scheme` comes
@@ -487,7 +499,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                    "local_reply_config": istio_local_replies(c, v)}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
-    if !firsts.is_empty() {
+    if !firsts.is_empty() && !native {
         // The first-attempt clusters' filter (configuration-free: it takes the internal headers
         // off the attempt and notes a failure for the next attempt's filter).
         patches.insert(
@@ -522,7 +534,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         patched.push(p.cluster());
         // The cluster's key injectors (keys from the mounted Secret), then the per-attempt Wasm
         // (it keeps the key of its attempt's API, removes every other credential header).
-        let mut filters = upstream_filters_ecds();
+        let mut filters = if native { istio_native::upstream_chain(cfg, &plugin) } else { upstream_filters_ecds() };
         if let (Some(k), Some(list)) = (keyed.iter().find(|k| k.cluster == p.cluster()), filters.as_array_mut()) {
             for (i, inj) in key_injectors(k, &sds_secret_ref(&k.cluster, KEYS_MOUNT)).into_iter().enumerate() {
                 list.insert(i, inj);
@@ -543,11 +555,16 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         // provider's key injector instead of the per-attempt filter.
         let secret = sds_secret_ref(&twin.cluster, watched_for(c, &twin.cluster));
         let injector = twin.key.as_ref().map(|k| credential_injector(k, secret));
+        let chain = if native {
+            istio_native::first_attempt_chain(cfg, injector)
+        } else {
+            first_attempt_filters_ecds(injector)
+        };
         patches.push(json!({
             "applyTo": "CLUSTER",
             "match": {"context": ctx, "cluster": {"name": p.first_attempt_cluster()}},
             "patch": {"operation": "MERGE", "value": {"typed_extension_protocol_options":
-                provider_protocol_options(p.http2, first_attempt_filters_ecds(injector)), "metadata": tls_scheme_metadata()}}
+                provider_protocol_options(p.http2, chain), "metadata": tls_scheme_metadata()}}
         }));
     }
     json!({
@@ -631,10 +648,12 @@ pub const BOOTSTRAP_MOUNT: &str = "/etc/switchyard/bootstrap";
 pub const BOOTSTRAP_OVERRIDE_KEY: &str = "custom_bootstrap.json";
 pub const BOOTSTRAP_CONFIG_MAP: &str = "switchyard-bootstrap";
 
-/// The bootstrap override (the metrics' label rules) as the ConfigMap the keys patch mounts, in
-/// the proxy's namespace.
-pub fn bootstrap_config_map(namespace: &str) -> Value {
-    let file = crate::telemetry::istio_bootstrap_override().to_string();
+/// The bootstrap override (the metrics' label rules; on the native build also its runtime
+/// flag) as the ConfigMap the keys patch mounts, in the proxy's namespace.
+pub fn bootstrap_config_map(c: &Catalog, namespace: &str) -> Value {
+    let mut over = crate::telemetry::istio_bootstrap_override();
+    istio_native::with_native_runtime(c, &mut over);
+    let file = over.to_string();
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata_in(BOOTSTRAP_CONFIG_MAP, namespace),
            "data": {BOOTSTRAP_OVERRIDE_KEY: file}})
 }
@@ -666,7 +685,9 @@ pub fn keys_patch(c: &Catalog, v: Variant) -> Value {
         mounts.push(json!({"name": "switchyard-keys", "mountPath": KEYS_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-keys", "secret": {"secretName": c.istio.keys_secret}}));
     }
-    if let Some(secret) = &c.istio.image_pull_secret {
+    // istio-agent pulls only the Wasm build (the native build's library comes by an image volume,
+    // which the kubelet pulls with the pod's `imagePullSecrets`: `istio_native`).
+    if let Some(secret) = c.istio.image_pull_secret.as_ref().filter(|_| !istio_native::is_native(c)) {
         env.push(json!({"name": "DOCKER_CONFIG", "value": DOCKER_CONFIG_MOUNT}));
         mounts.push(json!({"name": "switchyard-pull-secret", "mountPath": DOCKER_CONFIG_MOUNT, "readOnly": true}));
         volumes.push(json!({"name": "switchyard-pull-secret", "secret": {"secretName": secret,
@@ -691,13 +712,16 @@ pub fn variant_manifests(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &st
     let mut main = vec![envoy_filter(c, v, cfg, sha256)];
     for ns in v.proxy_namespaces(c) {
         main.push(sds_config_map(c, cfg, &ns));
-        main.push(bootstrap_config_map(&ns));
+        main.push(bootstrap_config_map(c, &ns));
         if c.istio.tracing {
             main.push(telemetry_resource(c, v, &ns));
         }
     }
     main.extend(entry_resources(c, v));
-    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: keys_patch(c, v) }
+    let mut patch = keys_patch(c, v);
+    // The native build's library, as an image volume pinned to `sha256`, its image's digest.
+    istio_native::with_library_volume(&mut patch, c, v, sha256);
+    VariantManifests { providers: providers_resources(c, v, cfg), main, keys_patch: patch }
 }
 
 /// Every file under `k8s/` as (relative path, content).
@@ -737,198 +761,5 @@ fn documents(docs: &[Value]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    fn catalog() -> Catalog {
-        Catalog::parse(
-            &json!({
-                "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
-                "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
-                "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
-            })
-            .to_string(),
-        )
-        .unwrap()
-    }
-
-    /// The cluster names the EnvoyFilter's `CLUSTER` patches and failover route use.
-    fn patched_and_routed(ef: &Value) -> (Vec<String>, Vec<String>) {
-        let patches = ef["spec"]["configPatches"].as_array().unwrap();
-        let patched = patches
-            .iter()
-            .filter(|p| p["applyTo"] == "CLUSTER")
-            .map(|p| p["match"]["cluster"]["name"].as_str().unwrap().to_string())
-            .collect();
-        let route = patches
-            .iter()
-            .find(|p| {
-                p["applyTo"] == "HTTP_ROUTE"
-                    && p["patch"]["value"]["route"]["inline_cluster_specifier_plugin"].is_object()
-            })
-            .unwrap();
-        let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
-            ["cluster_matcher"]["matcher_tree"]["exact_match_map"]["map"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|a| a["action"]["typed_config"]["cluster"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>();
-        let mut routed = routed;
-        routed.sort();
-        (patched, routed)
-    }
-
-    #[test]
-    fn the_first_attempt_subset_cluster_is_named_patched_and_routed_or_absent_altogether() {
-        let c = catalog();
-        let mut cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
-        let twin = "outbound|443|first|api.p.example";
-        for v in [Variant::EgressGateway, Variant::Sidecar] {
-            let dr = &providers_resources(&c, v, &cfg)[1];
-            assert_eq!(dr["spec"]["subsets"], json!([{"name": "first"}]));
-            assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["first_attempt_cluster"], twin);
-            let ef = envoy_filter(&c, v, &cfg, "d");
-            let (patched, routed) = patched_and_routed(&ef);
-            assert_eq!(patched, ["outbound|443||api.p.example", twin]);
-            assert_eq!(routed, [twin, "outbound|443||api.p.example"], "sorted: the matcher maps both");
-            let patches = ef["spec"]["configPatches"].as_array().unwrap();
-            let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
-                ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
-            // The first-attempt filter, then the provider's key injector reading its SDS file,
-            // then the codec.
-            let (_, t) = &first_attempt_providers(&c, &cfg)[0];
-            let key = t.key.clone().unwrap();
-            assert_eq!(key.source, crate::envoy::KeySource::Env { name: "P_KEY".into(), prefix: "Bearer ".into() });
-            assert_eq!(
-                *hook,
-                first_attempt_filters_ecds(Some(credential_injector(&key, sds_secret_ref(&t.cluster, KEYS_MOUNT))))
-            );
-            assert_eq!(hook[0]["name"], "switchyard-first");
-            let path = hook[1]["typed_config"]["credential"]["typed_config"]["credential"]["sds_config"]
-                ["path_config_source"]["path"]
-                .as_str()
-                .unwrap();
-            // The ConfigMap holds that file, naming the key's file in the mounted Secret (no key
-            // in it), and the keys patch mounts both where the paths point; the filter holds no
-            // key and reads no key variable.
-            let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
-            let cm = sds_config_map(&c, &cfg, "ns");
-            let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
-            assert_eq!(sds["resources"][0]["name"], crate::envoy::twin_secret_name(&t.cluster));
-            assert_eq!(
-                sds["resources"][0]["generic_secret"]["secret"],
-                json!({"filename": "/etc/switchyard/keys/P_KEY"})
-            );
-            assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
-            let patch = keys_patch(&c, v);
-            let spec = &patch["spec"]["template"]["spec"];
-            let env = spec["containers"][0]["env"].as_array().unwrap();
-            assert_eq!(env.len(), 1, "no key in the proxy's environment: {env:?}");
-            assert_eq!(env[0]["name"], BOOTSTRAP_OVERRIDE_ENV);
-            // The API server needs an image: a sidecar's container is new in the pod template
-            // (the injector replaces `auto`); the gateways' Deployments have theirs.
-            assert_eq!(spec["containers"][0].get("image"), (v == Variant::Sidecar).then(|| json!("auto")).as_ref());
-            let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["mountPath"].as_str().unwrap())
-                .collect();
-            assert_eq!(mounts, [SDS_MOUNT, BOOTSTRAP_MOUNT, KEYS_MOUNT]);
-            assert_eq!(spec["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
-            assert_eq!(spec["volumes"][1]["configMap"]["name"], BOOTSTRAP_CONFIG_MAP);
-            assert_eq!(spec["volumes"][2]["secret"]["secretName"], c.istio.keys_secret);
-            // The regular cluster: its key injector, then the per-attempt filter.
-            let regular = patches
-                .iter()
-                .find(|p| p["applyTo"] == "CLUSTER" && p["match"]["cluster"]["name"] == "outbound|443||api.p.example")
-                .unwrap();
-            let names: Vec<&str> = regular["patch"]["value"]["typed_extension_protocol_options"]
-                ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|f| f["name"].as_str().unwrap())
-                .collect();
-            assert_eq!(
-                names,
-                ["envoy.filters.http.credential_injector", "switchyard-upstream", "envoy.filters.http.upstream_codec"]
-            );
-            // The first-attempt filter's extension config: its role, no catalog.
-            let first = patches
-                .iter()
-                .find(|p| p["applyTo"] == "EXTENSION_CONFIG" && p["patch"]["value"]["name"] == "switchyard-first")
-                .unwrap();
-            let config = &first["patch"]["value"]["typed_config"]["config"];
-            assert_eq!(
-                (config["root_id"].as_str(), config["configuration"]["value"].as_str()),
-                (Some("switchyard_first"), Some("{}"))
-            );
-            // No listener-wide router setting: the upstream filters keep x-envoy-* off attempts.
-            assert!(!ef.to_string().contains("suppress_envoy_headers"));
-        }
-        // The fallback, keys as environment variables: the filter reads them, the twin's SDS
-        // file names the variable, nothing is mounted but the ConfigMap.
-        let mut env = c.clone();
-        env.istio.keys = KeyDelivery::Env;
-        assert_eq!(plugin_config(&env, &cfg)["providers"]["p"]["credential"], json!({"env": "P_KEY"}));
-        let cm = sds_config_map(&env, &cfg, "ns");
-        let (_, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
-        let sds: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
-        assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
-        let patch = keys_patch(&env, Variant::EgressGateway);
-        assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
-        assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2, "the two ConfigMaps");
-        // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
-        cfg.first_attempt_clusters = false;
-        let v = Variant::EgressGateway;
-        assert!(providers_resources(&c, v, &cfg)[1]["spec"].get("subsets").is_none());
-        assert!(plugin_config(&c, &cfg)["providers"]["p"].get("first_attempt_cluster").is_none());
-        let ef = envoy_filter(&c, v, &cfg, "d");
-        assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("switchyard-first"));
-        assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);
-    }
-
-    #[test]
-    fn tracing_renders_the_telemetry_and_turns_the_attributes_on_only_when_asked() {
-        let off = catalog();
-        let cfg = off.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
-        let kinds = |c: &Catalog| -> Vec<String> {
-            render_k8s(c, &cfg, "sha")
-                .iter()
-                .filter(|(p, _)| p.ends_with("switchyard.yaml"))
-                .flat_map(|(_, t)| {
-                    t.lines().filter(|l| l.starts_with("kind: ")).map(str::to_string).collect::<Vec<_>>()
-                })
-                .collect()
-        };
-        assert!(!kinds(&off).iter().any(|k| k == "kind: Telemetry"));
-        assert!(plugin_config(&off, &cfg).get("telemetry").is_none());
-        let on = Catalog::parse(
-            &json!({
-                "deployment": {"istio": {"image": "oci://registry.example/switchyard:1", "tracing": true}},
-                "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
-                "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
-            })
-            .to_string(),
-        )
-        .unwrap();
-        assert_eq!(kinds(&on).iter().filter(|k| *k == "kind: Telemetry").count(), 2, "one per variant");
-        assert_eq!(plugin_config(&on, &cfg)["telemetry"]["request_attributes"], true);
-        let t = telemetry_resource(&on, Variant::Sidecar, "apps");
-        assert_eq!(t["metadata"]["namespace"], "apps");
-        let tags = &t["spec"]["tracing"][0]["customTags"];
-        assert_eq!(
-            tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
-            "%FILTER_STATE(wasm.switchyard.output_tokens:PLAIN)%"
-        );
-        // Per request (the caller's API), not a literal.
-        assert_eq!(
-            tags["gen_ai.operation.name"]["formatter"]["value"],
-            "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%"
-        );
-        assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
-    }
-}
+#[path = "istio_tests.rs"]
+mod tests;

@@ -6,6 +6,7 @@
 pub mod catalog;
 pub mod envoy;
 pub mod istio;
+pub mod istio_native;
 pub mod oci;
 pub mod ratelimit;
 pub mod render;

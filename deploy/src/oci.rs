@@ -1,9 +1,13 @@
-//! The filter's OCI image, written as an OCI image layout by code (no Docker engine, no
-//! buildah): Istio's "compat" Wasm image format, one `application/vnd.oci.image.layer.v1.tar+gzip`
-//! layer holding `plugin.wasm`. The image is reproducible (fixed tar metadata, gzip without a
-//! timestamp), so its manifest digest is a function of the module: the renderer puts that
-//! digest in the Wasm configs' `sha256` (for `oci://` URLs istio-agent compares `sha256` with the
-//! image's manifest digest, not with the module's).
+//! The filter's OCI images, written as an OCI image layout by code (no Docker engine, no
+//! buildah), each one `application/vnd.oci.image.layer.v1.tar+gzip` layer holding one file:
+//! - the Wasm module: Istio's "compat" Wasm image format, `plugin.wasm` (`Image::from_module`);
+//! - the native build: `libswitchyard.so` at the image root, a `linux/amd64` image a Kubernetes
+//!   image volume mounts into istio-proxy (`Image::from_library`, see `istio_native`).
+//!
+//! The images are reproducible (fixed tar metadata, gzip without a timestamp), so a manifest
+//! digest is a function of the file: the renderer puts the Wasm image's digest in the Wasm
+//! configs' `sha256` (for `oci://` URLs istio-agent compares `sha256` with the image's manifest
+//! digest, not with the module's), and pins the library image volume's reference to its digest.
 
 use std::io::Write;
 use std::path::Path;
@@ -49,16 +53,33 @@ pub struct Image {
     pub manifest: Vec<u8>,
 }
 
+/// The file name of the module in a compat Wasm image.
+pub const WASM_FILE: &str = "plugin.wasm";
+/// The file name of the native library in its image (at the root: the image volume's mount
+/// directory holds it).
+pub const LIBRARY_FILE: &str = "libswitchyard.so";
+
 impl Image {
     pub fn from_module(wasm: &[u8]) -> Image {
-        let tar = tar_with("plugin.wasm", wasm);
+        Image::with_file(WASM_FILE, wasm, "wasm", "wasip1")
+    }
+
+    /// The native library's image: a `linux/amd64` image (the platform the container runtime
+    /// matches against the node's; `make native` builds for x86_64 Linux) whose one layer holds
+    /// `libswitchyard.so` at its root, mode 0644 (`dlopen` maps it, nothing executes it).
+    pub fn from_library(library: &[u8]) -> Image {
+        Image::with_file(LIBRARY_FILE, library, "amd64", "linux")
+    }
+
+    fn with_file(name: &str, data: &[u8], architecture: &str, os: &str) -> Image {
+        let tar = tar_with(name, data);
         // gzip header with mtime 0 and no name: the same module always gives the same bytes.
         let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
         let _ = gz.write_all(&tar);
         let layer = gz.finish().unwrap_or_default();
         let config = json!({
-            "architecture": "wasm",
-            "os": "wasip1",
+            "architecture": architecture,
+            "os": os,
             "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha256_hex(&tar))]},
             "config": {}
         })
@@ -69,7 +90,7 @@ impl Image {
             "mediaType": MANIFEST_MEDIA_TYPE,
             "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": format!("sha256:{}", sha256_hex(&config)), "size": config.len()},
             "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": format!("sha256:{}", sha256_hex(&layer)), "size": layer.len(),
-                        "annotations": {"org.opencontainers.image.title": "plugin.wasm"}}]
+                        "annotations": {"org.opencontainers.image.title": name}}]
         })
         .to_string()
         .into_bytes();
@@ -100,9 +121,16 @@ impl Image {
 
 /// Extracts `plugin.wasm` from a compat-format layer (tar.gz), as istio-agent does.
 pub fn extract_module(layer: &[u8]) -> Result<Vec<u8>, String> {
+    extract_file(layer, WASM_FILE)
+}
+
+/// Every regular file of a layer (tar.gz) by its path, as a container runtime unpacks it into
+/// an image volume's directory.
+pub fn layer_files(layer: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
     use std::io::Read;
     let mut tar = Vec::new();
     flate2::read::GzDecoder::new(layer).read_to_end(&mut tar).map_err(|e| format!("gunzip: {e}"))?;
+    let mut out = Vec::new();
     let mut at = 0;
     while at + 512 <= tar.len() {
         let h = &tar[at..at + 512];
@@ -113,12 +141,22 @@ pub fn extract_module(layer: &[u8]) -> Result<Vec<u8>, String> {
         let size_text: String = h[124..136].iter().take_while(|&&b| b != 0 && b != b' ').map(|&b| b as char).collect();
         let size = usize::from_str_radix(size_text.trim(), 8).map_err(|e| format!("tar size: {e}"))?;
         let data = tar.get(at + 512..at + 512 + size).ok_or("tar truncated")?;
-        if name.rsplit('/').next() == Some("plugin.wasm") {
-            return Ok(data.to_vec());
+        // Regular files only ('0' or the old NUL type flag).
+        if h[156] == b'0' || h[156] == 0 {
+            out.push((name.trim_start_matches("./").to_string(), data.to_vec()));
         }
         at += 512 + size.div_ceil(512) * 512;
     }
-    Err("plugin.wasm not found in the layer".into())
+    Ok(out)
+}
+
+/// Extracts the file `file` (at any depth) from a layer (tar.gz).
+pub fn extract_file(layer: &[u8], file: &str) -> Result<Vec<u8>, String> {
+    layer_files(layer)?
+        .into_iter()
+        .find(|(name, _)| name.rsplit('/').next() == Some(file))
+        .map(|(_, data)| data)
+        .ok_or_else(|| format!("{file} not found in the layer"))
 }
 
 #[cfg(test)]
@@ -134,5 +172,16 @@ mod tests {
         assert_eq!(a.digest(), b.digest());
         assert_eq!(extract_module(&a.layer).unwrap(), module);
         assert_ne!(Image::from_module(b"\0asm\x01\0\0\0").digest(), a.digest());
+    }
+
+    #[test]
+    fn the_library_image_is_a_linux_amd64_image_with_the_library_at_its_root() {
+        let library = b"\x7fELF some library bytes".repeat(300);
+        let image = Image::from_library(&library);
+        assert_eq!(image.digest(), Image::from_library(&library).digest(), "reproducible");
+        let config: serde_json::Value = serde_json::from_slice(&image.config).unwrap();
+        assert_eq!((config["os"].as_str(), config["architecture"].as_str()), (Some("linux"), Some("amd64")));
+        assert_eq!(layer_files(&image.layer).unwrap(), vec![(LIBRARY_FILE.to_string(), library.to_vec())]);
+        assert!(extract_module(&image.layer).is_err(), "not a Wasm image");
     }
 }

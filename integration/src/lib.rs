@@ -3,7 +3,7 @@
 #![recursion_limit = "256"]
 
 // The generator and the catalog live in the deploy crate (what ships); the tests use them here.
-pub use switchyard_deploy::{catalog, istio, oci, ratelimit, render};
+pub use switchyard_deploy::{catalog, istio, istio_native, oci, ratelimit, render};
 
 pub mod client;
 pub mod demo;

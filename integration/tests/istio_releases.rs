@@ -9,13 +9,15 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
-use switchyard_integration::envoy::{repo_root, wasm_path, ENVOY_REFUSED};
+use switchyard_integration::envoy::{repo_root, wasm_path, Build, ENVOY_REFUSED};
 use switchyard_integration::istio::{envoy_filter, Variant, ISTIO_RELEASES, ISTIO_UNSUPPORTED};
 
 /// The Envoy extension each Any type of the rendered patches belongs to ("core": compiled into
 /// every Envoy, not in istio-proxy's extension list).
-const EXTENSION_OF: [(&str, &str); 14] = [
+const EXTENSION_OF: [(&str, &str); 15] = [
     ("envoy.extensions.filters.http.wasm.v3.Wasm", "envoy.filters.http.wasm"),
+    // The native build's filters (`deployment.istio.build: native`).
+    ("envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter", "envoy.filters.http.dynamic_modules"),
     // What enables the decision filter on Switchyard's routes (see `decision_filter_enabled`).
     ("envoy.extensions.filters.http.rbac.v3.RBACPerRoute", "envoy.filters.http.rbac"),
     ("envoy.extensions.filters.http.lua.v3.Lua", "envoy.filters.http.lua"),
@@ -70,9 +72,16 @@ fn types(v: &Value, out: &mut BTreeSet<String>) {
     }
 }
 
-/// What `release` would refuse or lack of the rendered EnvoyFilters.
+/// What `release` would refuse or lack of the rendered EnvoyFilters (the Wasm build's).
 fn problems(release: &str) -> Vec<String> {
-    let catalog = Catalog::load(&default_catalog_path()).unwrap();
+    problems_of(release, Build::Wasm)
+}
+
+/// What `release` would refuse or lack of the EnvoyFilters rendered for `build`.
+fn problems_of(release: &str, build: Build) -> Vec<String> {
+    let mut catalog = Catalog::load(&default_catalog_path()).unwrap();
+    catalog.istio.build = build;
+    catalog.istio.native_image = Some("registry.example/switchyard/native:0.1.0".into());
     let cfg = catalog.envoy_stack(wasm_path(), &Default::default());
     let (extensions, registered) = (vendored("extensions", release), vendored("types", release));
     let mut out = Vec::new();
@@ -103,9 +112,25 @@ fn every_extension_and_type_is_built_and_registered_by_each_claimed_release() {
     assert!(!ISTIO_RELEASES.is_empty());
     for (release, _) in ISTIO_RELEASES {
         assert_eq!(problems(release), Vec::<String>::new(), "Istio {release}");
+        assert_eq!(problems_of(release, Build::Native), Vec::<String>::new(), "Istio {release}, native");
         // master (the next release) builds them too.
     }
     assert_eq!(problems("master"), Vec::<String>::new(), "istio master");
+    assert_eq!(problems_of("master", Build::Native), Vec::<String>::new(), "istio master, native");
+}
+
+/// The native build needs Istio 1.31 whatever else a release has: istiod registers the
+/// dynamic-module filter's type from 1.28 on, but istio-proxy builds the filter only from 1.31.
+#[test]
+fn the_native_build_needs_istio_1_31s_proxy() {
+    for (release, _) in ISTIO_UNSUPPORTED {
+        let found = problems_of(release, Build::Native);
+        assert!(
+            found.iter().any(|p| p == "envoy.filters.http.dynamic_modules is not built"),
+            "Istio {release}: {found:?}"
+        );
+        assert!(!found.iter().any(|p| p.contains("not registered")), "Istio {release}: {found:?}");
+    }
 }
 
 #[test]

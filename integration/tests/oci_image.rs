@@ -155,3 +155,66 @@ fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
     assert_eq!(r.header("x-switchyard-provider"), Some("p"));
     assert_eq!(provider.received()[0].json()["model"], "x-upstream");
 }
+
+/// `make image-native`'s library image through the same registry: pushed with skopeo, its
+/// manifest digest the one the native manifests pin in the image volume's reference, and what
+/// the registry serves (manifest, config, layer) unpacked by the Istio model's kubelet into the
+/// volume: `libswitchyard.so` at its root, byte-identical to `make native`'s library.
+#[test]
+fn the_library_image_round_trips_through_a_registry_into_the_image_volume() {
+    use switchyard_integration::envoy::{native_path, Build};
+    use switchyard_integration::istio::variant_manifests;
+    use switchyard_integration::istio_native::LIBRARY_VOLUME;
+    use switchyard_integration::istio_sim::image_volumes::image_volume_files;
+    use switchyard_integration::oci::LIBRARY_FILE;
+
+    let dir = repo_root().join(".work").join(format!("oci-native-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let library = std::fs::read(native_path()).expect("the native library (run `make native`)");
+    let image = Image::from_library(&library);
+    let layout = dir.join("layout");
+    image.write_layout(&layout, "0.1.0").unwrap();
+
+    let registry = start_registry(&dir);
+    let dest = format!("docker://{}/switchyard/native:0.1.0", registry.addr);
+    let out = Command::new("skopeo")
+        .args(["copy", "--dest-tls-verify=false", &format!("oci:{}:0.1.0", layout.display()), &dest])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo push: {}", String::from_utf8_lossy(&out.stderr));
+    let (status, head, manifest) =
+        get(registry.addr, "/v2/switchyard/native/manifests/0.1.0", MANIFEST_MEDIA_TYPE).unwrap();
+    assert_eq!(status, 200, "{head}");
+    let served = sha256_hex(&manifest);
+    assert_eq!(served, image.digest(), "the registry serves the manifest the renderer pins");
+    let m: Value = serde_json::from_slice(&manifest).unwrap();
+    let blob = |digest: &str| {
+        let (status, _, bytes) = get(registry.addr, &format!("/v2/switchyard/native/blobs/{digest}"), "*/*").unwrap();
+        assert_eq!(status, 200, "{digest}");
+        assert_eq!(format!("sha256:{}", sha256_hex(&bytes)), digest);
+        bytes
+    };
+    let config = blob(m["config"]["digest"].as_str().unwrap());
+    let layer = blob(m["layers"][0]["digest"].as_str().unwrap());
+    drop(registry);
+
+    // The native manifests pin that digest, and the model's kubelet mounts what was pulled.
+    let mut catalog = Catalog::load(&default_catalog_path()).unwrap();
+    catalog.istio.build = Build::Native;
+    catalog.istio.native_image = Some("registry.example/switchyard/native:0.1.0".into());
+    let cfg = catalog.envoy_stack(wasm_path(), &Default::default());
+    let patch = variant_manifests(&catalog, Variant::EgressGateway, &cfg, &served).keys_patch;
+    let volume = patch["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == LIBRARY_VOLUME)
+        .cloned()
+        .unwrap();
+    assert_eq!(volume["image"]["reference"], format!("registry.example/switchyard/native:0.1.0@sha256:{served}"));
+    let pulled = Image { layer, config, manifest };
+    let files = image_volume_files(LIBRARY_VOLUME, &volume, &[&pulled]).unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].0, LIBRARY_FILE, "at the image root");
+    assert!(files[0].1 == library, "the pulled library differs from the built one");
+}

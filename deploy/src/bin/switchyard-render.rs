@@ -4,12 +4,13 @@
 //! Usage: switchyard-render [--catalog PATH] [--wasm PATH]
 //! The committed files carry a placeholder where the image digest goes (it follows every module
 //! build); the copy in `target/deploy/` carries the digest of the OCI image `make image` builds
-//! from the module.
+//! from the module (with `deployment.istio.build: native`, of the library image `make
+//! image-native` builds from `make native`'s library).
 
 use std::path::PathBuf;
 
 use switchyard_deploy::catalog::{default_catalog_path, Catalog};
-use switchyard_deploy::envoy::{repo_root, wasm_path};
+use switchyard_deploy::envoy::{native_path, repo_root, wasm_path, Build};
 use switchyard_deploy::oci::Image;
 use switchyard_deploy::render::{render_all, DEPLOY_DIR, DIGEST_PLACEHOLDER};
 
@@ -28,8 +29,19 @@ fn main() {
         }
     }
     let result = Catalog::load(&catalog).and_then(|c| {
-        let module = std::fs::read(&wasm).map_err(|e| format!("{}: {e} (run `make wasm` first)", wasm.display()))?;
-        let digest = Image::from_module(&module).digest();
+        // The digest of the image of the build the catalog delivers on Istio: the Wasm module's
+        // (the Wasm configs' sha256) or, with `deployment.istio.build: native`, the library's
+        // (the image volume's pinned reference).
+        let digest = if c.istio.build == Build::Native {
+            let lib = native_path();
+            let library =
+                std::fs::read(&lib).map_err(|e| format!("{}: {e} (run `make native` first)", lib.display()))?;
+            Image::from_library(&library).digest()
+        } else {
+            let module =
+                std::fs::read(&wasm).map_err(|e| format!("{}: {e} (run `make wasm` first)", wasm.display()))?;
+            Image::from_module(&module).digest()
+        };
         let committed = render_all(&c, DIGEST_PLACEHOLDER).into_iter().map(|(p, t)| (p.clone(), p, t));
         let deployable = render_all(&c, &digest).into_iter().map(|(p, t)| (format!("{DEPLOY_DIR}/{p}"), p, t));
         for (path, _, text) in committed.chain(deployable) {

@@ -1,0 +1,186 @@
+//! The Istio generator's tests (`istio.rs`).
+
+use super::*;
+use std::path::PathBuf;
+
+fn catalog() -> Catalog {
+    Catalog::parse(
+        &json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
+            "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+            "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+        })
+        .to_string(),
+    )
+    .unwrap()
+}
+
+/// The cluster names the EnvoyFilter's `CLUSTER` patches and failover route use.
+fn patched_and_routed(ef: &Value) -> (Vec<String>, Vec<String>) {
+    let patches = ef["spec"]["configPatches"].as_array().unwrap();
+    let patched = patches
+        .iter()
+        .filter(|p| p["applyTo"] == "CLUSTER")
+        .map(|p| p["match"]["cluster"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let route = patches
+        .iter()
+        .find(|p| {
+            p["applyTo"] == "HTTP_ROUTE" && p["patch"]["value"]["route"]["inline_cluster_specifier_plugin"].is_object()
+        })
+        .unwrap();
+    let routed = route["patch"]["value"]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
+        ["cluster_matcher"]["matcher_tree"]["exact_match_map"]["map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|a| a["action"]["typed_config"]["cluster"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>();
+    let mut routed = routed;
+    routed.sort();
+    (patched, routed)
+}
+
+#[test]
+fn the_first_attempt_subset_cluster_is_named_patched_and_routed_or_absent_altogether() {
+    let c = catalog();
+    let mut cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    let twin = "outbound|443|first|api.p.example";
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let dr = &providers_resources(&c, v, &cfg)[1];
+        assert_eq!(dr["spec"]["subsets"], json!([{"name": "first"}]));
+        assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["first_attempt_cluster"], twin);
+        let ef = envoy_filter(&c, v, &cfg, "d");
+        let (patched, routed) = patched_and_routed(&ef);
+        assert_eq!(patched, ["outbound|443||api.p.example", twin]);
+        assert_eq!(routed, [twin, "outbound|443||api.p.example"], "sorted: the matcher maps both");
+        let patches = ef["spec"]["configPatches"].as_array().unwrap();
+        let hook = &patches.last().unwrap()["patch"]["value"]["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
+        // The first-attempt filter, then the provider's key injector reading its SDS file,
+        // then the codec.
+        let (_, t) = &first_attempt_providers(&c, &cfg)[0];
+        let key = t.key.clone().unwrap();
+        assert_eq!(key.source, crate::envoy::KeySource::Env { name: "P_KEY".into(), prefix: "Bearer ".into() });
+        assert_eq!(
+            *hook,
+            first_attempt_filters_ecds(Some(credential_injector(&key, sds_secret_ref(&t.cluster, KEYS_MOUNT))))
+        );
+        assert_eq!(hook[0]["name"], "switchyard-first");
+        let path = hook[1]["typed_config"]["credential"]["typed_config"]["credential"]["sds_config"]
+            ["path_config_source"]["path"]
+            .as_str()
+            .unwrap();
+        // The ConfigMap holds that file, naming the key's file in the mounted Secret (no key
+        // in it), and the keys patch mounts both where the paths point; the filter holds no
+        // key and reads no key variable.
+        let file = path.strip_prefix(&format!("{SDS_MOUNT}/")).unwrap();
+        let cm = sds_config_map(&c, &cfg, "ns");
+        let sds: Value = serde_json::from_str(cm["data"][file].as_str().unwrap()).unwrap();
+        assert_eq!(sds["resources"][0]["name"], crate::envoy::twin_secret_name(&t.cluster));
+        assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"filename": "/etc/switchyard/keys/P_KEY"}));
+        assert_eq!(plugin_config(&c, &cfg)["providers"]["p"]["credential"], json!({"injected": true}));
+        let patch = keys_patch(&c, v);
+        let spec = &patch["spec"]["template"]["spec"];
+        let env = spec["containers"][0]["env"].as_array().unwrap();
+        assert_eq!(env.len(), 1, "no key in the proxy's environment: {env:?}");
+        assert_eq!(env[0]["name"], BOOTSTRAP_OVERRIDE_ENV);
+        // The API server needs an image: a sidecar's container is new in the pod template
+        // (the injector replaces `auto`); the gateways' Deployments have theirs.
+        assert_eq!(spec["containers"][0].get("image"), (v == Variant::Sidecar).then(|| json!("auto")).as_ref());
+        let mounts: Vec<&str> = spec["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        assert_eq!(mounts, [SDS_MOUNT, BOOTSTRAP_MOUNT, KEYS_MOUNT]);
+        assert_eq!(spec["volumes"][0]["configMap"]["name"], SDS_CONFIG_MAP);
+        assert_eq!(spec["volumes"][1]["configMap"]["name"], BOOTSTRAP_CONFIG_MAP);
+        assert_eq!(spec["volumes"][2]["secret"]["secretName"], c.istio.keys_secret);
+        // The regular cluster: its key injector, then the per-attempt filter.
+        let regular = patches
+            .iter()
+            .find(|p| p["applyTo"] == "CLUSTER" && p["match"]["cluster"]["name"] == "outbound|443||api.p.example")
+            .unwrap();
+        let names: Vec<&str> = regular["patch"]["value"]["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["envoy.filters.http.credential_injector", "switchyard-upstream", "envoy.filters.http.upstream_codec"]
+        );
+        // The first-attempt filter's extension config: its role, no catalog.
+        let first = patches
+            .iter()
+            .find(|p| p["applyTo"] == "EXTENSION_CONFIG" && p["patch"]["value"]["name"] == "switchyard-first")
+            .unwrap();
+        let config = &first["patch"]["value"]["typed_config"]["config"];
+        assert_eq!(
+            (config["root_id"].as_str(), config["configuration"]["value"].as_str()),
+            (Some("switchyard_first"), Some("{}"))
+        );
+        // No listener-wide router setting: the upstream filters keep x-envoy-* off attempts.
+        assert!(!ef.to_string().contains("suppress_envoy_headers"));
+    }
+    // The fallback, keys as environment variables: the filter reads them, the twin's SDS
+    // file names the variable, nothing is mounted but the ConfigMap.
+    let mut env = c.clone();
+    env.istio.keys = KeyDelivery::Env;
+    assert_eq!(plugin_config(&env, &cfg)["providers"]["p"]["credential"], json!({"env": "P_KEY"}));
+    let cm = sds_config_map(&env, &cfg, "ns");
+    let (_, text) = cm["data"].as_object().unwrap().iter().next().unwrap();
+    let sds: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+    assert_eq!(sds["resources"][0]["generic_secret"]["secret"], json!({"environment_variable": "P_KEY"}));
+    let patch = keys_patch(&env, Variant::EgressGateway);
+    assert_eq!(patch["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"], "P_KEY");
+    assert_eq!(patch["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2, "the two ConfigMaps");
+    // Off: no subset, no twin anywhere, every attempt through the per-attempt filter.
+    cfg.first_attempt_clusters = false;
+    let v = Variant::EgressGateway;
+    assert!(providers_resources(&c, v, &cfg)[1]["spec"].get("subsets").is_none());
+    assert!(plugin_config(&c, &cfg)["providers"]["p"].get("first_attempt_cluster").is_none());
+    let ef = envoy_filter(&c, v, &cfg, "d");
+    assert!(!ef.to_string().contains(twin) && !ef.to_string().contains("switchyard-first"));
+    assert_eq!(patched_and_routed(&ef).1, ["outbound|443||api.p.example"]);
+}
+
+#[test]
+fn tracing_renders_the_telemetry_and_turns_the_attributes_on_only_when_asked() {
+    let off = catalog();
+    let cfg = off.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    let kinds = |c: &Catalog| -> Vec<String> {
+        render_k8s(c, &cfg, "sha")
+            .iter()
+            .filter(|(p, _)| p.ends_with("switchyard.yaml"))
+            .flat_map(|(_, t)| t.lines().filter(|l| l.starts_with("kind: ")).map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    assert!(!kinds(&off).iter().any(|k| k == "kind: Telemetry"));
+    assert!(plugin_config(&off, &cfg).get("telemetry").is_none());
+    let on = Catalog::parse(
+        &json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1", "tracing": true}},
+            "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+            "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    assert_eq!(kinds(&on).iter().filter(|k| *k == "kind: Telemetry").count(), 2, "one per variant");
+    assert_eq!(plugin_config(&on, &cfg)["telemetry"]["request_attributes"], true);
+    let t = telemetry_resource(&on, Variant::Sidecar, "apps");
+    assert_eq!(t["metadata"]["namespace"], "apps");
+    let tags = &t["spec"]["tracing"][0]["customTags"];
+    assert_eq!(
+        tags["gen_ai.usage.output_tokens"]["formatter"]["value"],
+        "%FILTER_STATE(wasm.switchyard.output_tokens:PLAIN)%"
+    );
+    // Per request (the caller's API), not a literal.
+    assert_eq!(tags["gen_ai.operation.name"]["formatter"]["value"], "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%");
+    assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
+}
