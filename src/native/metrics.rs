@@ -178,13 +178,22 @@ pub fn lookup(id: u32) -> Option<(MetricKind, usize, Vec<String>)> {
 pub struct Recorded {
     pub kind: MetricKind,
     pub envoy_id: usize,
-    values: Vec<String>,
+    /// Owns the bytes `labels` points at (never changed after construction).
+    _values: Vec<String>,
+    labels: Vec<crate::native::abi::ModuleBuffer>,
 }
 
 impl Recorded {
-    /// The label values as module buffers, valid while `self` is.
-    pub fn labels(&self) -> Vec<crate::native::abi::ModuleBuffer> {
-        self.values.iter().map(|v| crate::native::abi::ModuleBuffer::of(v.as_bytes())).collect()
+    fn new(kind: MetricKind, envoy_id: usize, values: Vec<String>) -> Recorded {
+        // A String's bytes stay where they are when the String moves: the buffers stay valid.
+        let labels = values.iter().map(|v| crate::native::abi::ModuleBuffer::of(v.as_bytes())).collect();
+        Recorded { kind, envoy_id, _values: values, labels }
+    }
+
+    /// The label values as module buffers, built once per series and worker, valid while
+    /// `self` is.
+    pub fn labels(&self) -> &[crate::native::abi::ModuleBuffer] {
+        &self.labels
     }
 }
 
@@ -202,7 +211,7 @@ pub fn recorded(id: u32) -> Option<std::rc::Rc<Recorded>> {
         return Some(r);
     }
     let (kind, envoy_id, values) = lookup(id)?;
-    let r = std::rc::Rc::new(Recorded { kind, envoy_id, values });
+    let r = std::rc::Rc::new(Recorded::new(kind, envoy_id, values));
     RECORDED.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() <= index {
