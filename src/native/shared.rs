@@ -53,7 +53,18 @@ pub fn set(key: &str, value: &[u8], cas: u32) -> u32 {
         return CAS_MISMATCH;
     }
     let next = current.wrapping_add(1).max(1);
-    map.insert(key.to_string(), (value.to_vec(), next));
+    // Rewrites reuse the entry's key and buffer (health counters are rewritten on every
+    // attempt's start and end).
+    match map.get_mut(key) {
+        Some(entry) => {
+            entry.0.clear();
+            entry.0.extend_from_slice(value);
+            entry.1 = next;
+        }
+        None => {
+            map.insert(key.to_string(), (value.to_vec(), next));
+        }
+    }
     0
 }
 
@@ -106,6 +117,11 @@ mod tests {
         assert_eq!(set(key, b"b", cas), 0);
         assert_eq!(set(key, b"c", cas), CAS_MISMATCH, "the token is stale after a write");
         assert_eq!(get(key).0.as_deref(), Some(&b"b"[..]));
+        // A rewrite in place holds exactly the new bytes, longer or shorter.
+        assert_eq!(set(key, b"longer", 0), 0);
+        assert_eq!(get(key).0.as_deref(), Some(&b"longer"[..]));
+        assert_eq!(set(key, b"s", get(key).1), 0);
+        assert_eq!(get(key).0.as_deref(), Some(&b"s"[..]));
     }
 
     #[test]
