@@ -53,6 +53,19 @@ pub struct Configured {
     pub id: u64,
 }
 
+impl Configured {
+    /// What a host logs once a configuration is in place (the same line on both builds).
+    pub fn summary(&self) -> String {
+        format!(
+            "configured {} providers, {} models, {} endpoints, {} policies",
+            self.catalog.providers.len(),
+            self.catalog.models.len(),
+            self.catalog.endpoints.len(),
+            self.policies.list.len()
+        )
+    }
+}
+
 /// Which filter a plugin instance runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

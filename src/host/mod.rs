@@ -93,13 +93,7 @@ impl RootContext for Root {
         };
         match configure(&bytes, &|name| std::env::var(name).ok()) {
             Ok(configured) => {
-                log::info!(
-                    "switchyard ({root_id}): configured {} providers, {} models, {} endpoints, {} policies",
-                    configured.catalog.providers.len(),
-                    configured.catalog.models.len(),
-                    configured.catalog.endpoints.len(),
-                    configured.policies.list.len()
-                );
+                log::info!("switchyard ({root_id}): {}", configured.summary());
                 if self.role == Role::Downstream {
                     prune_stale_keys(&ProxyWasm, &configured.catalog);
                     // The mesh-wide charges need the short tick; the health gauges the long one.

@@ -187,13 +187,7 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
         );
         return None;
     }
-    log::info!(
-        "switchyard ({name}, native): configured {} providers, {} models, {} endpoints, {} policies",
-        configured.catalog.providers.len(),
-        configured.catalog.models.len(),
-        configured.catalog.endpoints.len(),
-        configured.policies.list.len()
-    );
+    log::info!("switchyard ({name}, native): {}", configured.summary());
     config.id = configured.id;
     if role == Role::Downstream {
         let host = Native::new(std::ptr::null_mut(), envoy);
