@@ -304,3 +304,22 @@ fn dechunk(mut rest: &str) -> String {
     }
     out
 }
+
+/// Removes every HTTP filter named `name` from a configuration's listeners and clusters (what a
+/// proxy without the decision filter, or with it failed open, runs): how many were removed.
+pub fn remove_http_filter(v: &mut Value, name: &str) -> usize {
+    let mut removed = 0;
+    match v {
+        Value::Object(o) => {
+            if let Some(Value::Array(filters)) = o.get_mut("http_filters") {
+                let before = filters.len();
+                filters.retain(|f| f["name"] != name);
+                removed += before - filters.len();
+            }
+            o.values_mut().for_each(|x| removed += remove_http_filter(x, name));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| removed += remove_http_filter(x, name)),
+        _ => {}
+    }
+    removed
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
-use switchyard_integration::envoy::{http_get, wasm_path, Envoy};
+use switchyard_integration::envoy::{http_get, remove_http_filter, wasm_path, Envoy};
 use switchyard_integration::istio::{variant_manifests, Variant, RBAC_TYPE_URL};
 use switchyard_integration::istio_sim::{
     clusters_from_manifests, envoy_filters_for, install_proxy, istio_envoy, serve_extensions_from_files,
@@ -123,30 +123,6 @@ enum DecisionConfig {
     Missing,
     /// Not in the chain at all (a listener the patch missed, a hand-written configuration).
     Absent,
-}
-
-/// Removes every HTTP filter named `name` from the bootstrap's listeners.
-fn remove_http_filter(v: &mut Value, name: &str) -> usize {
-    let mut removed = 0;
-    match v {
-        Value::Object(o) => {
-            if let Some(Value::Array(filters)) = o.get_mut("http_filters") {
-                let before = filters.len();
-                filters.retain(|f| f["name"] != name);
-                removed += before - filters.len();
-            }
-            for x in o.values_mut() {
-                removed += remove_http_filter(x, name);
-            }
-        }
-        Value::Array(a) => {
-            for x in a {
-                removed += remove_http_filter(x, name);
-            }
-        }
-        _ => {}
-    }
-    removed
 }
 
 struct FailedPull {

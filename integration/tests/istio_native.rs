@@ -13,15 +13,15 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, send, Reply};
-use switchyard_integration::envoy::{http_get, native_path, repo_root, Build, Envoy};
+use switchyard_integration::envoy::{http_get, native_path, remove_http_filter, repo_root, Build, Envoy};
 use switchyard_integration::istio::{first_attempt_providers, variant_manifests, Variant};
 use switchyard_integration::istio_native::{library_path, LIBRARY_MOUNT, LIBRARY_VOLUME, USER_VOLUME_ANNOTATION};
 use switchyard_integration::istio_sim::{
     install_native, install_proxy_from, istio_envoy, test_secret, Install, Proxy, Registry, APP_NAMESPACE,
 };
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::mock::MockProvider;
 use switchyard_integration::oci::Image;
-use switchyard_integration::tls::TestCa;
+use switchyard_integration::tls::{start_catalog_mocks, CatalogMocks};
 
 /// TLS mock providers for every catalog provider, the catalog pointed at them with the native
 /// build, and the library image built from `make native`'s library.
@@ -44,23 +44,7 @@ fn mesh(tag: &str) -> Mesh {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
     let dir = repo_root().join(".work").join(format!("{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca = TestCa::new("Switchyard native test CA").unwrap();
-    let ca_file = dir.join("ca.pem");
-    ca.write_pem(&ca_file).unwrap();
-    let providers = rt.block_on(async {
-        let mut out = BTreeMap::new();
-        for p in &catalog.providers {
-            let id = ca.issue(&p.host).unwrap();
-            out.insert(
-                p.slug.clone(),
-                MockProvider::start_tls(&p.slug, 0, Behavior::default(), &id, p.http2).await.unwrap(),
-            );
-        }
-        out
-    });
-    let ports =
-        catalog.providers.iter().map(|p| (p.slug.clone(), (p.host.clone(), providers[&p.slug].addr.port()))).collect();
+    let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
     let mut local = native(catalog.with_hosts(&ports));
     local.istio.service_host = "switchyard.local".into();
     local.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
@@ -109,24 +93,6 @@ fn module_files(v: &Value) -> Vec<String> {
         _ => {}
     }
     out
-}
-
-/// Removes every HTTP filter named `name` from the configuration's listeners.
-fn remove_http_filter(v: &mut Value, name: &str) -> usize {
-    let mut removed = 0;
-    match v {
-        Value::Object(o) => {
-            if let Some(Value::Array(filters)) = o.get_mut("http_filters") {
-                let before = filters.len();
-                filters.retain(|f| f["name"] != name);
-                removed += before - filters.len();
-            }
-            o.values_mut().for_each(|x| removed += remove_http_filter(x, name));
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| removed += remove_http_filter(x, name)),
-        _ => {}
-    }
-    removed
 }
 
 /// Each install path assembles from the native build's rendered manifests (no extension config;
