@@ -19,9 +19,9 @@ use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
 use switchyard_integration::istio_sim::{
     gateway_config, istio_envoy, serve_extensions_from_files, test_secret, write_extension, Extensions,
 };
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::mock::MockProvider;
 use switchyard_integration::oci::Image;
-use switchyard_integration::tls::TestCa;
+use switchyard_integration::tls::{start_catalog_mocks, CatalogMocks};
 
 struct Setup {
     ca_file: String,
@@ -94,30 +94,12 @@ fn msg() -> Value {
 /// the setup that points the catalog at them.
 fn start_providers(rt: &tokio::runtime::Runtime, tag: &str) -> (Catalog, BTreeMap<String, MockProvider>, Setup) {
     let dir = repo_root().join(".work").join(format!("{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca = TestCa::new("Switchyard test CA").unwrap();
-    let ca_file = dir.join("ca.pem");
-    ca.write_pem(&ca_file).unwrap();
     let base = Catalog::parse(&catalog_a().to_string()).unwrap();
-    let providers: BTreeMap<String, MockProvider> = rt.block_on(async {
-        let mut out = BTreeMap::new();
-        for p in &base.providers {
-            let id = ca.issue(&p.host).unwrap();
-            out.insert(
-                p.slug.clone(),
-                MockProvider::start_tls(&p.slug, 0, Behavior::default(), &id, p.http2).await.unwrap(),
-            );
-        }
-        out
-    });
+    let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(rt, &base, &dir).unwrap();
     let setup = Setup {
         ca_file: ca_file.to_string_lossy().into_owned(),
         digest: Image::from_module(&std::fs::read(wasm_path()).unwrap()).digest(),
-        ports: base
-            .providers
-            .iter()
-            .map(|p| (p.slug.clone(), (p.host.clone(), providers[&p.slug].addr.port())))
-            .collect(),
+        ports,
         ecds: dir.join("ecds"),
     };
     (base, providers, setup)

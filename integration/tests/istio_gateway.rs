@@ -22,7 +22,7 @@ use switchyard_integration::istio_sim::{
 };
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
-use switchyard_integration::tls::TestCa;
+use switchyard_integration::tls::{start_catalog_mocks, CatalogMocks};
 
 struct Stack {
     addr: SocketAddr,
@@ -44,26 +44,7 @@ fn stack() -> &'static Stack {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             let catalog = Catalog::load(&default_catalog_path()).unwrap();
             let dir = repo_root().join(".work").join(format!("istio-gateway-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let ca = TestCa::new("Switchyard test CA").unwrap();
-            let ca_file = dir.join("ca.pem");
-            ca.write_pem(&ca_file).unwrap();
-            let providers = rt.block_on(async {
-                let mut out = BTreeMap::new();
-                for p in &catalog.providers {
-                    let id = ca.issue(&p.host).unwrap();
-                    out.insert(
-                        p.slug.clone(),
-                        MockProvider::start_tls(&p.slug, 0, Behavior::default(), &id, p.http2).await.unwrap(),
-                    );
-                }
-                out
-            });
-            let ports = catalog
-                .providers
-                .iter()
-                .map(|p| (p.slug.clone(), (p.host.clone(), providers[&p.slug].addr.port())))
-                .collect();
+            let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
             let mut local = catalog.with_hosts(&ports);
             local.istio.service_host = "switchyard.local".into();
             local.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
