@@ -82,6 +82,16 @@ fn get(addr: SocketAddr, path: &str, accept: &str) -> Result<(u16, String, Vec<u
     Ok((status, head, buf[split + 4..].to_vec()))
 }
 
+/// Pushes tag 0.1.0 of the OCI layout at `layout` to `repo` in the registry with skopeo.
+fn push(registry: &Registry, layout: &std::path::Path, repo: &str) {
+    let dest = format!("docker://{}/{repo}:0.1.0", registry.addr);
+    let out = Command::new("skopeo")
+        .args(["copy", "--dest-tls-verify=false", &format!("oci:{}:0.1.0", layout.display()), &dest])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo push: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
     let dir = repo_root().join(".work").join(format!("oci-{}", std::process::id()));
@@ -105,12 +115,7 @@ fn image_round_trips_through_a_registry_and_the_pulled_module_runs_in_envoy() {
         .to_string();
 
     let registry = start_registry(&dir);
-    let dest = format!("docker://{}/switchyard/filter:0.1.0", registry.addr);
-    let out = Command::new("skopeo")
-        .args(["copy", "--dest-tls-verify=false", &format!("oci:{}:0.1.0", layout.display()), &dest])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "skopeo push: {}", String::from_utf8_lossy(&out.stderr));
+    push(&registry, &layout, "switchyard/filter");
 
     // Pull as istio-agent does (go-containerregistry): manifest by tag, then the layer.
     let (status, head, manifest) =
@@ -176,12 +181,7 @@ fn the_library_image_round_trips_through_a_registry_into_the_image_volume() {
     image.write_layout(&layout, "0.1.0").unwrap();
 
     let registry = start_registry(&dir);
-    let dest = format!("docker://{}/switchyard/native:0.1.0", registry.addr);
-    let out = Command::new("skopeo")
-        .args(["copy", "--dest-tls-verify=false", &format!("oci:{}:0.1.0", layout.display()), &dest])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "skopeo push: {}", String::from_utf8_lossy(&out.stderr));
+    push(&registry, &layout, "switchyard/native");
     let (status, head, manifest) =
         get(registry.addr, "/v2/switchyard/native/manifests/0.1.0", MANIFEST_MEDIA_TYPE).unwrap();
     assert_eq!(status, 200, "{head}");
