@@ -398,10 +398,16 @@ fn translated_config(port: u16) -> StackConfig {
     cfg
 }
 
-/// Breakdown (measurement only): the full path as it was before first-attempt clusters, every
-/// attempt through the per-attempt (upstream) Wasm filter.
-fn every_attempt_filtered(mock_port: u16) -> Result<Value, String> {
-    let mut cfg = switchyard_config(mock_port);
+/// The full path on the native build (`make native`).
+fn native_config(port: u16) -> StackConfig {
+    let mut cfg = switchyard_config(port);
+    cfg.build = Build::Native;
+    cfg
+}
+
+/// Breakdown (measurement only): `cfg` as it was before first-attempt clusters, every attempt
+/// through the per-attempt (upstream) filter of its build.
+fn every_attempt_filtered(mut cfg: StackConfig) -> Result<Value, String> {
     cfg.first_attempt_clusters = false;
     let boot = bootstrap(&cfg);
     if boot.to_string().contains("-first") {
@@ -811,18 +817,10 @@ fn bench() -> Result<i32, String> {
     add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
     if env_on("BENCH_NATIVE") && native_path().exists() {
         // The same filters and configuration as the native dynamic module (`make native`).
-        let mut native = switchyard_config(mock_port);
-        native.build = Build::Native;
-        add_envoy(&mut rows, &mut keep, NATIVE_ROW, Ok(bootstrap(&native)), "bench-native");
+        add_envoy(&mut rows, &mut keep, NATIVE_ROW, Ok(bootstrap(&native_config(mock_port))), "bench-native");
         // The wiring question for the native build: with a per-attempt filter this cheap, are the
         // first-attempt twin clusters (and their hook) still worth their configuration?
-        native.first_attempt_clusters = false;
-        let boot = bootstrap(&native);
-        let boot = if boot.to_string().contains("-first") {
-            Err("first-attempt clusters could not be turned off".to_string())
-        } else {
-            Ok(boot)
-        };
+        let boot = every_attempt_filtered(native_config(mock_port));
         add_envoy(&mut rows, &mut keep, NATIVE_EVERY_ATTEMPT_ROW, boot, "bench-native-every-attempt");
     }
     // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
@@ -863,7 +861,7 @@ fn bench() -> Result<i32, String> {
             &mut rows,
             &mut keep,
             "- every attempt through the per-attempt Wasm",
-            every_attempt_filtered(mock_port),
+            every_attempt_filtered(switchyard_config(mock_port)),
             "bench-every-attempt",
         );
         add_envoy(
@@ -984,11 +982,8 @@ fn bench() -> Result<i32, String> {
         noop_cfg.wasm = noop_path.clone();
         let noop_boot = bootstrap(&noop_cfg);
         // The native build's figure too when its row ran (the target is per build).
-        let native_boot = (env_on("BENCH_NATIVE") && native_path().exists()).then(|| {
-            let mut native = switchyard_config(mock_port);
-            native.build = Build::Native;
-            bootstrap(&native)
-        });
+        let native_boot =
+            (env_on("BENCH_NATIVE") && native_path().exists()).then(|| bootstrap(&native_config(mock_port)));
         let mut rss = Vec::new();
         let mut runs =
             vec![(&plain_boot, "bench-plain-c2"), (&sy_boot, "bench-switchyard-c2"), (&noop_boot, "bench-noop-c2")];
