@@ -35,6 +35,9 @@ use crate::envoy::{
     FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
 };
 use crate::istio_native;
+// Defined apart so that `istio_native` can use it without importing this file; still named
+// `istio::Variant` by its users.
+pub use crate::istio_variant::Variant;
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
@@ -51,66 +54,6 @@ pub const ISTIO_UNSUPPORTED: [(&str, &str); 3] = [
     ("1.29", "envoy.router.cluster_specifier_plugin.matcher is not built"),
     ("1.30", "its Envoy 1.38 has no refresh_cluster_on_retry"),
 ];
-
-/// Where Switchyard runs in the mesh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    /// In the egress gateway: one place holds the keys and talks to providers.
-    EgressGateway,
-    /// In the sidecars of selected application pods (outbound traffic).
-    Sidecar,
-}
-
-impl Variant {
-    pub fn dir(self) -> &'static str {
-        match self {
-            Variant::EgressGateway => "egress-gateway",
-            Variant::Sidecar => "sidecar",
-        }
-    }
-
-    /// EnvoyFilter patch context.
-    pub fn context(self) -> &'static str {
-        match self {
-            Variant::EgressGateway => "GATEWAY",
-            Variant::Sidecar => "SIDECAR_OUTBOUND",
-        }
-    }
-
-    /// Visibility of the ServiceEntries, DestinationRules and the entry point: the gateway lives
-    /// in their namespace; sidecars see them in the namespaces listed in
-    /// `deployment.istio.sidecar_namespaces` only (istiod builds a proxy's clusters from the
-    /// ServiceEntries exported to its namespace: `exportTo`, read in
-    /// `pilot/pkg/model/push_context.go` at release-1.31). Any other workload of the mesh keeps
-    /// calling the providers with its own TLS on 443.
-    fn export_to(self, c: &Catalog) -> Value {
-        match self {
-            Variant::EgressGateway => json!(["."]),
-            Variant::Sidecar => json!(c.istio.sidecar_namespaces),
-        }
-    }
-
-    /// The namespaces the proxies run in, where what they mount (the ConfigMaps) and a
-    /// selector-based Telemetry must be: the gateway's, or each application namespace.
-    pub fn proxy_namespaces(self, c: &Catalog) -> Vec<String> {
-        match self {
-            Variant::EgressGateway => vec![c.istio.namespace.clone()],
-            Variant::Sidecar => c.istio.sidecar_namespaces.clone(),
-        }
-    }
-
-    fn labels(self, c: &Catalog) -> Value {
-        match self {
-            Variant::EgressGateway => json!(c.istio.gateway_labels),
-            Variant::Sidecar => json!(c.istio.sidecar_labels),
-        }
-    }
-
-    /// The host applications send requests to, and so the virtual host the route goes into.
-    pub fn entry_host(self, c: &Catalog) -> String {
-        c.istio.service_host.clone()
-    }
-}
 
 fn metadata(name: &str, c: &Catalog) -> Value {
     metadata_in(name, &c.istio.namespace)

@@ -43,7 +43,7 @@ use crate::envoy::{
     first_attempt_filters, native_filter, native_runtime, upstream_filters, Build, StackConfig, DECISION_FILTER,
     FIRST_ATTEMPT_CONFIGURATION,
 };
-use crate::istio::Variant;
+use crate::istio_variant::Variant;
 use crate::oci::LIBRARY_FILE;
 
 /// Where the library's image volume is mounted in `istio-proxy` (the image's root).

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod envoy;
 pub mod istio;
 pub mod istio_native;
+pub mod istio_variant;
 pub mod oci;
 pub mod ratelimit;
 pub mod render;
