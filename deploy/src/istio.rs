@@ -706,3 +706,7 @@ fn documents(docs: &[Value]) -> String {
 #[cfg(test)]
 #[path = "istio_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "istio_native_tests.rs"]
+mod native_tests;
