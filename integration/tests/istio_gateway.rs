@@ -14,6 +14,7 @@ use std::sync::{mpsc, OnceLock};
 
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
+use switchyard_integration::catalog_mocks::{start_catalog_mocks, CatalogMocks};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, repo_root, wasm_path, Envoy};
 use switchyard_integration::istio_sim::{
@@ -22,7 +23,6 @@ use switchyard_integration::istio_sim::{
 };
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::oci::Image;
-use switchyard_integration::tls::{start_catalog_mocks, CatalogMocks};
 
 struct Stack {
     addr: SocketAddr,

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
+use switchyard_integration::catalog_mocks::{start_catalog_mocks, CatalogMocks};
 use switchyard_integration::client::{post_json, send, Reply};
 use switchyard_integration::envoy::{http_get, native_path, remove_http_filter, repo_root, Build, Envoy};
 use switchyard_integration::istio::{first_attempt_providers, variant_manifests, Variant};
@@ -21,7 +22,6 @@ use switchyard_integration::istio_sim::{
 };
 use switchyard_integration::mock::MockProvider;
 use switchyard_integration::oci::Image;
-use switchyard_integration::tls::{start_catalog_mocks, CatalogMocks};
 
 /// TLS mock providers for every catalog provider, the catalog pointed at them with the native
 /// build, and the library image built from `make native`'s library.
