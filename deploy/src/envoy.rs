@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 
 use crate::telemetry::{access_log, hcm_tracing, otlp_cluster, stats_config, with_request_attributes};
 pub use crate::telemetry::{AccessLog, Tracing};
+use switchyard::answer::errors::{anthropic_type, google_status};
+use switchyard::api::MESSAGES_PATH;
 use switchyard::protocol::plan::{plan_state_prefix, PLAN_STATE_KEY};
 use switchyard::protocol::scope::{
     CLUSTER_SCHEME_KEY, METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY,
@@ -907,10 +909,22 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     )
 }
 
-/// Request paths of the Anthropic and Google surfaces: the caller's path, or after an attempt's
-/// rewrite the provider's, which keeps the API's method (`.../messages`, `...:generateContent`).
-pub const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
-pub const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
+/// Request paths of Anthropic's API: the caller's Messages path and the paths under it
+/// (`/v1/messages/count_tokens`, `/v1/messages/batches...`), or after an attempt's rewrite the
+/// provider's, which keeps the method (`<prefix>/messages`).
+pub fn anthropic_path_regex() -> String {
+    format!(r"^([^?]*/messages|{MESSAGES_PATH}/[^?]*)(\?.*)?$")
+}
+
+/// Request paths of Google's API: every caller path under `/v1beta/` (the filter's
+/// `Api::of_path`: listings, `:countTokens`, ...), and a generateContent method anywhere (the
+/// caller's `/v1/models/...`, or a provider's path after an attempt's rewrite).
+pub fn google_path_regex() -> String {
+    format!(r"^({GOOGLE_BETA_PREFIX}[^?]*|[^?]*:(generateContent|streamGenerateContent))(\?.*)?$")
+}
+
+/// The version prefix every Google path has (the filter's `GOOGLE_MODELS_PREFIX` without `models/`).
+const GOOGLE_BETA_PREFIX: &str = "/v1beta/";
 
 /// Envoy's own local replies in the shape of the caller's API (OpenAI, Anthropic Messages,
 /// Google generateContent), told apart by the request path, on Switchyard's marked routes only
@@ -931,21 +945,23 @@ pub fn local_reply_config() -> Value {
     // Upstream failures Envoy answers itself: no healthy upstream, connect failure, reset,
     // overflow, no route, timeout (UT), a downstream protocol error (DPE).
     const UPSTREAM: [&str; 11] = ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"];
-    let anthropic = |kind: &str| json!({"type": "error", "error": {"type": kind, "message": "%LOCAL_REPLY_BODY%", "code": "%RESPONSE_CODE_DETAILS%"}});
-    let google = |status: &str| {
-        json!({"error": {"code": "%RESPONSE_CODE%", "message": "%LOCAL_REPLY_BODY%", "status": status, "details": [{
+    let anthropic = |status: u32| json!({"type": "error", "error": {"type": anthropic_type(status), "message": "%LOCAL_REPLY_BODY%", "code": "%RESPONSE_CODE_DETAILS%"}});
+    let google = |status: u32| {
+        json!({"error": {"code": "%RESPONSE_CODE%", "message": "%LOCAL_REPLY_BODY%", "status": google_status(status), "details": [{
             "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "%RESPONSE_CODE_DETAILS%", "domain": "switchyard"}]}})
     };
     let openai = |kind: &str| json!({"error": {"message": "%LOCAL_REPLY_BODY%", "type": kind, "code": "%RESPONSE_CODE_DETAILS%", "param": null}});
     let mappers = vec![
         // Anthropic Messages callers.
-        mapper(all(vec![flags(&["UT"]), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("timeout_error")),
-        mapper(all(vec![flags(&UPSTREAM), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
-        mapper(all(vec![status_503.clone(), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
-        // Google generateContent callers.
-        mapper(all(vec![flags(&["UT"]), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("DEADLINE_EXCEEDED")),
-        mapper(all(vec![flags(&UPSTREAM), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
-        mapper(all(vec![status_503.clone(), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
+        // (UT is Envoy's 504, the other flags and a failed VM its 503: the filter's error type
+        // and status name for those statuses.)
+        mapper(all(vec![flags(&["UT"]), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(504)),
+        mapper(all(vec![flags(&UPSTREAM), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(503)),
+        mapper(all(vec![status_503.clone(), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(503)),
+        // Google callers.
+        mapper(all(vec![flags(&["UT"]), on_path(&google_path_regex()), not_own.clone()]), google(504)),
+        mapper(all(vec![flags(&UPSTREAM), on_path(&google_path_regex()), not_own.clone()]), google(503)),
+        mapper(all(vec![status_503.clone(), on_path(&google_path_regex()), not_own.clone()]), google(503)),
         // Everyone else: OpenAI's shape.
         mapper(all(vec![flags(&UPSTREAM), not_own.clone()]), openai("upstream_error")),
         // Envoy's other local 503s (a failed Wasm VM: `wasm_fail_stream`) as JSON too.

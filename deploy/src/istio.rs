@@ -23,16 +23,17 @@
 //!   `istio-proxy` from an image volume (`istio_native`).
 
 use serde_json::{json, Value};
+use switchyard::answer::errors::{anthropic_type, google_status};
 use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, OWN_REPLY_HEADER};
 
 use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
-    credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
-    mark_route, provider_protocol_options, route_mark_filter, routed_route, sds_file_content, sds_file_secret,
-    sds_keyed, tls_scheme_metadata, twin_secret, unrouted_route, upstream_filters, with_first_attempt_clusters,
-    with_injected_keys, SdsKeyed, StackConfig, Twin, ANTHROPIC_PATH_REGEX, DECISION_FILTER,
-    FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
+    anthropic_path_regex, credential_injector, file_safe, first_attempt_filters, first_attempt_twins,
+    google_path_regex, key_injectors, local_reply_config, mark_route, provider_protocol_options, route_mark_filter,
+    routed_route, sds_file_content, sds_file_secret, sds_keyed, tls_scheme_metadata, twin_secret, unrouted_route,
+    upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin, DECISION_FILTER,
+    FIRST_ATTEMPT_CONFIGURATION,
 };
 use crate::istio_native;
 
@@ -389,12 +390,12 @@ pub fn istio_local_replies() -> Value {
     const WHY: &str = "Switchyard's filter module is not available on this proxy (its image could not be pulled)";
     let shaped = [
         unavailable(
-            Some(on_path(ANTHROPIC_PATH_REGEX)),
-            json!({"type": "error", "error": {"type": "api_error", "message": WHY, "code": "module_unavailable"}}),
+            Some(on_path(&anthropic_path_regex())),
+            json!({"type": "error", "error": {"type": anthropic_type(503), "message": WHY, "code": "module_unavailable"}}),
         ),
         unavailable(
-            Some(on_path(GOOGLE_PATH_REGEX)),
-            json!({"error": {"code": 503, "message": WHY, "status": "UNAVAILABLE", "details": [{
+            Some(on_path(&google_path_regex())),
+            json!({"error": {"code": 503, "message": WHY, "status": google_status(503), "details": [{
                 "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "module_unavailable", "domain": "switchyard"}]}}),
         ),
         unavailable(

@@ -315,18 +315,20 @@ fn a_host_declared_nowhere_keeps_envoys_own_503_beside_a_failed_pull() {
                 assert!(r.text().starts_with("upstream connect error"), "{what}: {}", r.text());
             }
             let id = format!("declared-nowhere-{how:?}");
-            for (path, body) in [
-                ("/v1/chat/completions", r#"{"model": "openai/gpt-4.1-mini", "messages": []}"#),
-                ("/v1/messages", ANTHROPIC_BODY),
-                (GOOGLE_PATH, GOOGLE_BODY),
+            for (path, body, api) in [
+                ("/v1/chat/completions", r#"{"model": "openai/gpt-4.1-mini", "messages": []}"#, "openai"),
+                ("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+                (GOOGLE_PATH, GOOGLE_BODY, "google"),
+                // Google paths beyond generateContent are Google's too.
+                ("/v1beta/models/google/gemini-2.5-flash:countTokens", GOOGLE_BODY, "google"),
             ] {
                 let r = p.post_with(&id, path, body, accept);
                 let what = format!("{how:?} {path} {accept:?}");
                 assert_eq!((r.status, r.header("content-type")), (503, Some("application/json")), "{what}");
                 let v = r.json();
-                let code = match path {
-                    "/v1/messages" => v["error"]["code"].as_str().filter(|_| v["type"] == "error"),
-                    GOOGLE_PATH => v["error"]["details"][0]["reason"].as_str().filter(|_| v["error"]["code"] == 503),
+                let code = match api {
+                    "anthropic" => v["error"]["code"].as_str().filter(|_| v["type"] == "error"),
+                    "google" => v["error"]["details"][0]["reason"].as_str().filter(|_| v["error"]["code"] == 503),
                     _ => v["error"]["code"].as_str().filter(|_| v.get("type").is_none()),
                 };
                 assert_eq!(code, Some("module_unavailable"), "{what}: {v}");

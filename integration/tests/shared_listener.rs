@@ -327,8 +327,8 @@ async fn another_hosts_envoy_errors_are_byte_identical_with_and_without_switchya
 /// untouched by anything Switchyard adds to the listener (no JSON mapper, no compressor, no
 /// `vary`, no access-log line), whether or not the caller accepts gzip and whatever API its path
 /// looks like. On the same listener, Switchyard's marked routes (here its pass-through route,
-/// whose cluster is down too) still get Envoy's errors as JSON in the caller's API shape,
-/// gzipped when asked.
+/// whose cluster is down too) still get Envoy's errors as JSON in the caller's API shape (any
+/// path under `/v1/messages` is Anthropic's, any under `/v1beta/` Google's), gzipped when asked.
 #[tokio::test]
 async fn a_host_added_by_hand_keeps_envoys_own_errors_and_switchyard_routes_keep_theirs() {
     let down = common::closed_port();
@@ -357,7 +357,12 @@ async fn a_host_added_by_hand_keeps_envoys_own_errors_and_switchyard_routes_keep
             assert_no_switchyard_headers(&r);
         }
         // Switchyard's pass-through route (marked): its cluster refuses the connection.
-        for (path, api) in [("/v1/files", "openai")] {
+        for (path, api) in [
+            ("/v1/files", "openai"),
+            // An Anthropic and a Google path the filter leaves to the pass-through route.
+            ("/v1/messages/count_tokens", "anthropic"),
+            ("/v1beta/models/m/one:countTokens", "google"),
+        ] {
             let mut h = vec![("host", "llm.example"), ("content-type", "application/json")];
             h.extend_from_slice(accept);
             let r = send(envoy.addr(), "POST", path, &h, b"{}").await.unwrap();
