@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 
 use crate::telemetry::{access_log, hcm_tracing, otlp_cluster, stats_config, with_request_attributes};
 pub use crate::telemetry::{AccessLog, Tracing};
+use switchyard::answer::errors::{anthropic_type, google_status};
+use switchyard::api::MESSAGES_PATH;
 use switchyard::protocol::plan::{plan_state_prefix, PLAN_STATE_KEY};
 use switchyard::protocol::scope::{
     CLUSTER_SCHEME_KEY, METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY,
@@ -158,9 +160,6 @@ pub struct StackConfig {
     /// Give every provider cluster a first-attempt twin without the per-attempt Wasm (see
     /// `first_attempt_cluster`); off, every attempt runs the per-attempt filter.
     pub first_attempt_clusters: bool,
-    /// Other services' virtual hosts on Switchyard's listener (their routes are not marked as
-    /// Switchyard's, so the filter leaves their requests alone).
-    pub other_hosts: Vec<OtherHost>,
     /// Provider keys from files by SDS instead of the Wasm configuration (see `KeyFiles`).
     pub key_files: Option<KeyFiles>,
     /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
@@ -336,14 +335,6 @@ impl StackConfig {
     }
 }
 
-/// Another service on Switchyard's listener (an in-mesh model server, say): every request for
-/// `domain` goes to `cluster`, untouched by Switchyard.
-#[derive(Clone, Debug)]
-pub struct OtherHost {
-    pub domain: String,
-    pub cluster: ClusterSpec,
-}
-
 /// One `jwt_authn` provider: the tokens' issuer and the JWKS (JSON) that verifies them. A
 /// request without a token passes unauthenticated; a bad token is refused by Envoy (401).
 #[derive(Clone, Debug)]
@@ -396,7 +387,6 @@ impl StackConfig {
             max_requests_per_cluster: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             max_concurrent_failovers: DEFAULT_MAX_REQUESTS_PER_CLUSTER,
             first_attempt_clusters: true,
-            other_hosts: Vec::new(),
             key_files: None,
             rate_limit_service: None,
         }
@@ -808,6 +798,17 @@ pub fn decision_filter_enabled() -> Value {
             "permissions": [{"any": true}], "principals": [{"any": true}]}}}}})
 }
 
+/// The name of the generated listener's response compressor (gzip for callers that accept it).
+pub const COMPRESSOR_FILTER: &str = "envoy.filters.http.compressor";
+
+/// What enables the compressor, held `disabled` on the listener, on a route: a valid per-route
+/// configuration for it that overrides nothing (an empty response-direction override; Envoy
+/// 1.39.3 and 1.40.0 then compress that route's answers as the listener's configuration says).
+pub fn compressor_enabled() -> Value {
+    json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
+        "overrides": {"response_direction_config": {}}})
+}
+
 /// The decision filter's name in the HTTP filter chain (the generated Envoy configuration and
 /// the Istio EnvoyFilter's ECDS resource alike).
 pub const DECISION_FILTER: &str = "switchyard-decision";
@@ -825,6 +826,23 @@ pub fn mark_route(route: &mut Value, policy: Option<&str>) {
     }
     route["metadata"] = json!({"filter_metadata": {METADATA_NAMESPACE: ours}});
     route["typed_per_filter_config"] = json!({DECISION_FILTER: decision_filter_enabled()});
+}
+
+/// An access-log filter (the form local-reply mappers and access logs take) selecting the
+/// requests of Switchyard's marked routes (`mark_route`): the CEL access-log filter on the route
+/// metadata, non-empty as the decision filter reads it (`scope::is_marked`). Nothing else keys on
+/// the mark, so a virtual host added to a shared listener is left alone without being declared
+/// anywhere. A request without a route (or a route without the mark) fails the expression, which
+/// the filter counts as no match. Built into Envoy and istio-proxy alike
+/// (`envoy.access_loggers.extension_filters.cel`).
+pub fn route_mark_filter() -> Value {
+    json!({"extension_filter": {
+        "name": "envoy.access_loggers.extension_filters.cel",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+            "expression": format!("xds.route_metadata.filter_metadata['{METADATA_NAMESPACE}']['{ROUTE_MARK_KEY}'] != ''")
+        }
+    }})
 }
 
 /// The cluster specifier of the routed route: Envoy's matcher picks the cluster the request's
@@ -891,80 +909,59 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     )
 }
 
-/// Request paths of the Anthropic and Google surfaces: the caller's path, or after an attempt's
-/// rewrite the provider's, which keeps the API's method (`.../messages`, `...:generateContent`).
-pub const ANTHROPIC_PATH_REGEX: &str = r"^[^?]*/messages(\?.*)?$";
-pub const GOOGLE_PATH_REGEX: &str = r"^[^?]*:(generateContent|streamGenerateContent)(\?.*)?$";
-
-/// Which hosts of a listener Switchyard's local-reply mappers apply to: the listener's mappers
-/// are listener-wide, so on a listener shared with other services they are scoped by
-/// `:authority` and another host's Envoy-generated errors stay Envoy's own.
-#[derive(Clone, Debug)]
-pub enum ReplyHosts {
-    /// Only requests for these hosts (Istio: the service host applications call, and the
-    /// provider hosts an attempt's `:authority` is rewritten to before Envoy answers its failure).
-    Only(Vec<String>),
-    /// Every host but these (a generated listener: Switchyard's virtual host is the catch-all,
-    /// the other services' are named).
-    Except(Vec<String>),
+/// Request paths of Anthropic's API: the caller's Messages path and the paths under it
+/// (`/v1/messages/count_tokens`, `/v1/messages/batches...`), or after an attempt's rewrite the
+/// provider's, which keeps the method (`<prefix>/messages`).
+pub fn anthropic_path_regex() -> String {
+    format!(r"^([^?]*/messages|{MESSAGES_PATH}/[^?]*)(\?.*)?$")
 }
 
-impl ReplyHosts {
-    /// The mapper filter selecting these hosts (None: every host). Exact and `host:` prefix
-    /// matches, not one regex: RE2 programs over about 100 (Envoy's default limit) are refused.
-    pub fn filter(&self) -> Option<Value> {
-        let is = |host: &str, invert: bool| -> [Value; 2] {
-            [
-                json!({"header_filter": {"header": {"name": ":authority", "string_match": {"exact": host}, "invert_match": invert}}}),
-                json!({"header_filter": {"header": {"name": ":authority", "string_match": {"prefix": format!("{host}:")}, "invert_match": invert}}}),
-            ]
-        };
-        match self {
-            ReplyHosts::Only(list) => {
-                Some(json!({"or_filter": {"filters": list.iter().flat_map(|h| is(h, false)).collect::<Vec<_>>()}}))
-            }
-            ReplyHosts::Except(list) if list.is_empty() => None,
-            ReplyHosts::Except(list) => {
-                Some(json!({"and_filter": {"filters": list.iter().flat_map(|h| is(h, true)).collect::<Vec<_>>()}}))
-            }
-        }
-    }
+/// Request paths of Google's API: every caller path under `/v1beta/` (the filter's
+/// `Api::of_path`: listings, `:countTokens`, ...), and a generateContent method anywhere (the
+/// caller's `/v1/models/...`, or a provider's path after an attempt's rewrite).
+pub fn google_path_regex() -> String {
+    format!(r"^({GOOGLE_BETA_PREFIX}[^?]*|[^?]*:(generateContent|streamGenerateContent))(\?.*)?$")
 }
+
+/// The version prefix every Google path has (the filter's `GOOGLE_MODELS_PREFIX` without `models/`).
+const GOOGLE_BETA_PREFIX: &str = "/v1beta/";
 
 /// Envoy's own local replies in the shape of the caller's API (OpenAI, Anthropic Messages,
-/// Google generateContent), told apart by the request path, on Switchyard's hosts only. Replies
-/// Switchyard shaped itself (`x-switchyard-own-reply`) are left alone. Mappers apply in order:
-/// the first match wins.
-pub fn local_reply_config(hosts: &ReplyHosts) -> Value {
+/// Google generateContent), told apart by the request path, on Switchyard's marked routes only
+/// (`route_mark_filter`): another host of a shared listener keeps Envoy's own replies, whether
+/// or not anyone listed it. Replies Switchyard shaped itself (`x-switchyard-own-reply`) are left
+/// alone. Mappers apply in order: the first match wins.
+pub fn local_reply_config() -> Value {
     let not_own =
         json!({"header_filter": {"header": {"name": OWN_REPLY_HEADER, "present_match": true, "invert_match": true}}});
     let flags = |list: &[&str]| json!({"response_flag_filter": {"flags": list}});
     let status_503 = json!({"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 503, "runtime_key": "switchyard.local_503"}}}});
     let on_path = |regex: &str| json!({"header_filter": {"header": {"name": ":path", "string_match": {"safe_regex": {"regex": regex}}}}});
-    let scope = hosts.filter();
     let all = |mut filters: Vec<Value>| {
-        filters.extend(scope.clone());
+        filters.push(route_mark_filter());
         json!({"and_filter": {"filters": filters}})
     };
     let mapper = |filter: Value, body: Value| json!({"filter": filter, "body_format_override": {"json_format": body, "content_type": "application/json"}});
     // Upstream failures Envoy answers itself: no healthy upstream, connect failure, reset,
     // overflow, no route, timeout (UT), a downstream protocol error (DPE).
     const UPSTREAM: [&str; 11] = ["UF", "UH", "NR", "UT", "URX", "UC", "UO", "NC", "UR", "UMSDR", "DPE"];
-    let anthropic = |kind: &str| json!({"type": "error", "error": {"type": kind, "message": "%LOCAL_REPLY_BODY%", "code": "%RESPONSE_CODE_DETAILS%"}});
-    let google = |status: &str| {
-        json!({"error": {"code": "%RESPONSE_CODE%", "message": "%LOCAL_REPLY_BODY%", "status": status, "details": [{
+    let anthropic = |status: u32| json!({"type": "error", "error": {"type": anthropic_type(status), "message": "%LOCAL_REPLY_BODY%", "code": "%RESPONSE_CODE_DETAILS%"}});
+    let google = |status: u32| {
+        json!({"error": {"code": "%RESPONSE_CODE%", "message": "%LOCAL_REPLY_BODY%", "status": google_status(status), "details": [{
             "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "%RESPONSE_CODE_DETAILS%", "domain": "switchyard"}]}})
     };
     let openai = |kind: &str| json!({"error": {"message": "%LOCAL_REPLY_BODY%", "type": kind, "code": "%RESPONSE_CODE_DETAILS%", "param": null}});
     let mappers = vec![
         // Anthropic Messages callers.
-        mapper(all(vec![flags(&["UT"]), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("timeout_error")),
-        mapper(all(vec![flags(&UPSTREAM), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
-        mapper(all(vec![status_503.clone(), on_path(ANTHROPIC_PATH_REGEX), not_own.clone()]), anthropic("api_error")),
-        // Google generateContent callers.
-        mapper(all(vec![flags(&["UT"]), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("DEADLINE_EXCEEDED")),
-        mapper(all(vec![flags(&UPSTREAM), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
-        mapper(all(vec![status_503.clone(), on_path(GOOGLE_PATH_REGEX), not_own.clone()]), google("UNAVAILABLE")),
+        // (UT is Envoy's 504, the other flags and a failed VM its 503: the filter's error type
+        // and status name for those statuses.)
+        mapper(all(vec![flags(&["UT"]), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(504)),
+        mapper(all(vec![flags(&UPSTREAM), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(503)),
+        mapper(all(vec![status_503.clone(), on_path(&anthropic_path_regex()), not_own.clone()]), anthropic(503)),
+        // Google callers.
+        mapper(all(vec![flags(&["UT"]), on_path(&google_path_regex()), not_own.clone()]), google(504)),
+        mapper(all(vec![flags(&UPSTREAM), on_path(&google_path_regex()), not_own.clone()]), google(503)),
+        mapper(all(vec![status_503.clone(), on_path(&google_path_regex()), not_own.clone()]), google(503)),
         // Everyone else: OpenAI's shape.
         mapper(all(vec![flags(&UPSTREAM), not_own.clone()]), openai("upstream_error")),
         // Envoy's other local 503s (a failed Wasm VM: `wasm_fail_stream`) as JSON too.
@@ -1037,6 +1034,13 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         routes.push(unrouted_route());
         for r in routes.iter_mut() {
             mark_route(r, policy);
+            // The listener's reply filters are held disabled too: they act on Switchyard's
+            // marked routes only.
+            r["typed_per_filter_config"][COMPRESSOR_FILTER] = compressor_enabled();
+            if cfg.access_log == AccessLog::Json {
+                r["typed_per_filter_config"][crate::telemetry::TYPED_NUMBERS_FILTER] =
+                    crate::telemetry::typed_numbers_enabled();
+            }
         }
         Value::Array(routes)
     };
@@ -1047,11 +1051,6 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
             json!({"name": format!("policy-{}", r.domain), "domains": [r.domain], "routes": routes(Some(&r.policy))})
         })
         .collect();
-    for o in &cfg.other_hosts {
-        virtual_hosts.push(json!({"name": format!("other-{}", o.domain), "domains": [o.domain],
-            "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]}));
-        clusters.push(cluster(&o.cluster));
-    }
     virtual_hosts.push(json!({"name": "llm", "domains": ["*"], "routes": routes(None)}));
     let mut boot = json!({
         // SDS (the key files) needs a node identity.
@@ -1073,13 +1072,14 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
                         "route_config": {"name": "switchyard", "virtual_hosts": virtual_hosts},
                         // Envoy's own errors (no upstream, reset, timeout, a failed VM) as JSON
                         // in the caller's API shape.
-                        "local_reply_config": local_reply_config(&ReplyHosts::Except(
-                            cfg.other_hosts.iter().map(|o| o.domain.clone()).collect())),
+                        "local_reply_config": local_reply_config(),
                         "http_filters": [
                             // 0. Compress for callers that accept it. Switchyard asks providers for
                             //    unencoded answers (it rewrites them); this filter runs last on the
-                            //    response, after the rewrite.
-                            {"name": "envoy.filters.http.compressor", "typed_config": {
+                            //    response, after the rewrite. Disabled but on Switchyard's own
+                            //    routes (`compressor_enabled`): another host's answers are never
+                            //    compressed or given a `vary` by it.
+                            {"name": COMPRESSOR_FILTER, "disabled": true, "typed_config": {
                                 "@type": "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor",
                                 "compressor_library": {"name": "gzip", "typed_config": {
                                     "@type": "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"}}

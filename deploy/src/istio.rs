@@ -23,16 +23,17 @@
 //!   `istio-proxy` from an image volume (`istio_native`).
 
 use serde_json::{json, Value};
+use switchyard::answer::errors::{anthropic_type, google_status};
 use switchyard::wiring::{ATTEMPT_ROOT_ID, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, OWN_REPLY_HEADER};
 
 use crate::catalog::KeyDelivery;
 use crate::catalog::{Catalog, ProviderHost, FIRST_ATTEMPT_SUBSET};
 use crate::envoy::{
-    credential_injector, file_safe, first_attempt_filters, first_attempt_twins, key_injectors, local_reply_config,
-    mark_route, provider_protocol_options, routed_route, sds_file_content, sds_file_secret, sds_keyed,
-    tls_scheme_metadata, twin_secret, unrouted_route, upstream_filters, with_first_attempt_clusters,
-    with_injected_keys, ReplyHosts, SdsKeyed, StackConfig, Twin, ANTHROPIC_PATH_REGEX, DECISION_FILTER,
-    FIRST_ATTEMPT_CONFIGURATION, GOOGLE_PATH_REGEX,
+    anthropic_path_regex, credential_injector, file_safe, first_attempt_filters, first_attempt_twins,
+    google_path_regex, key_injectors, local_reply_config, mark_route, provider_protocol_options, route_mark_filter,
+    routed_route, sds_file_content, sds_file_secret, sds_keyed, tls_scheme_metadata, twin_secret, unrouted_route,
+    upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin, DECISION_FILTER,
+    FIRST_ATTEMPT_CONFIGURATION,
 };
 use crate::istio_native;
 // Defined apart so that `istio_native` can use it without importing this file; still named
@@ -304,18 +305,13 @@ pub fn wasm_extension(c: &Catalog, name: &str, root_id: &str, configuration: &st
     })
 }
 
-/// The generated configuration's local-reply mappers, and first, for Switchyard's own host only,
-/// the refusals of a decision filter whose module did not arrive: istio-agent's deny-all RBAC
-/// substitute (a local 403: Envoy has no response flag for RBAC denials) or no configuration at
-/// all (flag `NFCF`), as a JSON 503 naming the cause; replies Switchyard shaped itself (its own
-/// 403 policy refusals) are left alone. Scoped by `:authority` to Switchyard's hosts (the service
-/// host and the provider hosts), so another host's Envoy errors stay as Envoy answers them.
-pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
-    // An attempt's failure is answered after its filter rewrote `:authority` to the provider's.
-    let mut names = vec![v.entry_host(c)];
-    names.extend(c.providers.iter().map(|p| p.host.clone()));
-    names.dedup();
-    let hosts = ReplyHosts::Only(names);
+/// The generated configuration's local-reply mappers, and first the refusals of a decision
+/// filter whose module did not arrive: istio-agent's deny-all RBAC substitute (a local 403: Envoy
+/// has no response flag for RBAC denials) or no configuration at all (flag `NFCF`), as a JSON 503
+/// naming the cause; replies Switchyard shaped itself (its own 403 policy refusals) are left
+/// alone. On Switchyard's marked routes only (`route_mark_filter`), like every mapper: another
+/// host's Envoy errors stay as Envoy answers them, declared anywhere or not.
+pub fn istio_local_replies() -> Value {
     let refused = json!({"or_filter": {"filters": [
         {"response_flag_filter": {"flags": ["NFCF"]}},
         {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": 403, "runtime_key": "switchyard.module_denied"}}}}
@@ -327,7 +323,7 @@ pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
     let unavailable = |path: Option<Value>, body: Value| {
         let mut filters = vec![refused.clone(), not_own.clone()];
         filters.extend(path);
-        filters.extend(hosts.filter());
+        filters.push(route_mark_filter());
         json!({
             "filter": {"and_filter": {"filters": filters}},
             "status_code": 503,
@@ -337,12 +333,12 @@ pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
     const WHY: &str = "Switchyard's filter module is not available on this proxy (its image could not be pulled)";
     let shaped = [
         unavailable(
-            Some(on_path(ANTHROPIC_PATH_REGEX)),
-            json!({"type": "error", "error": {"type": "api_error", "message": WHY, "code": "module_unavailable"}}),
+            Some(on_path(&anthropic_path_regex())),
+            json!({"type": "error", "error": {"type": anthropic_type(503), "message": WHY, "code": "module_unavailable"}}),
         ),
         unavailable(
-            Some(on_path(GOOGLE_PATH_REGEX)),
-            json!({"error": {"code": 503, "message": WHY, "status": "UNAVAILABLE", "details": [{
+            Some(on_path(&google_path_regex())),
+            json!({"error": {"code": 503, "message": WHY, "status": google_status(503), "details": [{
                 "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "module_unavailable", "domain": "switchyard"}]}}),
         ),
         unavailable(
@@ -350,7 +346,7 @@ pub fn istio_local_replies(c: &Catalog, v: Variant) -> Value {
             json!({"error": {"message": WHY, "type": "server_error", "code": "module_unavailable", "param": null}}),
         ),
     ];
-    let mut replies = local_reply_config(&hosts);
+    let mut replies = local_reply_config();
     if let Some(mappers) = replies["mappers"].as_array_mut() {
         mappers.splice(0..0, shaped);
     }
@@ -433,13 +429,13 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     patches.push(json!({"applyTo": "HTTP_FILTER", "match": before_router,
         "patch": {"operation": "INSERT_BEFORE", "value": disabled(decision_filter)}}));
     patches.extend([
-        // Envoy's own errors on Switchyard's hosts come as JSON in the caller's API shape (the
+        // Envoy's own errors on Switchyard's marked routes come as JSON in the caller's API shape (the
         // same mappers as every generated Envoy configuration). The attempts' `:scheme` comes
         // from each provider cluster's metadata (below), not from a listener-wide setting.
         json!({"applyTo": "NETWORK_FILTER", "match": {"context": ctx, "listener": listener(json!({"name": "envoy.filters.network.http_connection_manager"}))},
                "patch": {"operation": "MERGE", "value": {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                   "local_reply_config": istio_local_replies(c, v)}}}}),
+                   "local_reply_config": istio_local_replies()}}}}),
     ]);
     let firsts = first_attempt_providers(c, cfg);
     if !firsts.is_empty() && !native {

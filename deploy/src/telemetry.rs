@@ -129,10 +129,20 @@ pub fn typed_numbers_filter() -> Value {
          end\n",
         keys.join(", ")
     );
-    json!({"name": "switchyard.typed_log_numbers", "typed_config": {
+    // Disabled but on Switchyard's marked routes (`typed_numbers_enabled`), which name its code.
+    json!({"name": TYPED_NUMBERS_FILTER, "disabled": true, "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-        "default_source_code": {"inline_string": code}
+        "source_codes": {TYPED_NUMBERS_FILTER: {"inline_string": code}}
     }})
+}
+
+/// The name of the JSON access log's Lua filter (`typed_numbers_filter`).
+pub const TYPED_NUMBERS_FILTER: &str = "switchyard.typed_log_numbers";
+
+/// What enables `typed_numbers_filter` on a route (the filter is held disabled): its per-route
+/// configuration naming the code the filter holds.
+pub fn typed_numbers_enabled() -> Value {
+    json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute", "name": TYPED_NUMBERS_FILTER})
 }
 
 /// One per-request attribute: its span attribute (OpenTelemetry GenAI name where one exists),
@@ -230,7 +240,8 @@ pub enum AccessLog {
     Json,
 }
 
-/// The HCM's `access_log`, or None when off.
+/// The HCM's `access_log`, or None when off. Only the requests of Switchyard's marked routes (`envoy::route_mark_filter`): another host of
+/// the listener is not written to Switchyard's log.
 pub fn access_log(kind: AccessLog) -> Option<Value> {
     let format = match kind {
         AccessLog::Off => return None,
@@ -239,6 +250,7 @@ pub fn access_log(kind: AccessLog) -> Option<Value> {
     };
     Some(json!([{
         "name": "envoy.access_loggers.stdout",
+        "filter": crate::envoy::route_mark_filter(),
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
             "log_format": format

@@ -120,6 +120,17 @@ impl Envoy {
     /// `SWITCHYARD_BUILD=native` runs the stack on the native build (tests written for Wasm run
     /// unchanged on it).
     pub fn start_with_env(cfg: &StackConfig, tag: &str, env: &[(&str, &str)]) -> Result<Envoy, String> {
+        Envoy::start_edited(cfg, tag, env, &[])
+    }
+
+    /// As `start_with_env`, with other services' virtual hosts added by hand to the rendered
+    /// configuration (`add_other_host`): declared nowhere in Switchyard's configuration.
+    pub fn start_edited(
+        cfg: &StackConfig,
+        tag: &str,
+        env: &[(&str, &str)],
+        others: &[OtherHost],
+    ) -> Result<Envoy, String> {
         let mut cfg = cfg.clone();
         if Build::from_env() == Build::Native {
             cfg.build = Build::Native;
@@ -131,7 +142,11 @@ impl Envoy {
             }
             std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        Envoy::start_bootstrap(&bootstrap(cfg), tag, env, 2)
+        let mut boot = bootstrap(cfg);
+        for o in others {
+            add_other_host(&mut boot, o)?;
+        }
+        Envoy::start_bootstrap(&boot, tag, env, 2)
     }
 
     /// Starts Envoy with any bootstrap (benchmarks use a plain one too).
@@ -303,6 +318,37 @@ fn dechunk(mut rest: &str) -> String {
         rest = after[n..].trim_start_matches("\r\n");
     }
     out
+}
+
+/// Another service on Switchyard's listener (an in-mesh model server, say): every request for
+/// `domain` goes to `cluster`.
+#[derive(Clone, Debug)]
+pub struct OtherHost {
+    pub domain: String,
+    pub cluster: ClusterSpec,
+}
+
+/// Adds another service to the first listener of a rendered configuration the way an operator
+/// edits it by hand: a virtual host for `o.domain` whose one route (unmarked) goes to its own
+/// cluster, and that cluster. Nothing of Switchyard's configuration names it.
+pub fn add_other_host(boot: &mut Value, o: &OtherHost) -> Result<(), String> {
+    let hcm = "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config";
+    let hosts = boot
+        .pointer_mut(&format!("{hcm}/route_config/virtual_hosts"))
+        .and_then(Value::as_array_mut)
+        .ok_or("no virtual hosts in the configuration")?;
+    hosts.push(serde_json::json!({"name": format!("other-{}", o.domain), "domains": [o.domain],
+        "routes": [{"match": {"prefix": "/"}, "route": {"cluster": o.cluster.name, "timeout": "30s"}}]}));
+    let clusters = boot
+        .pointer_mut("/static_resources/clusters")
+        .and_then(Value::as_array_mut)
+        .ok_or("no clusters in the configuration")?;
+    clusters.push(serde_json::json!({
+        "name": o.cluster.name, "type": "STATIC", "connect_timeout": "1s", "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {"cluster_name": o.cluster.name, "endpoints": [{"lb_endpoints": [{"endpoint":
+            {"address": {"socket_address": {"address": "127.0.0.1", "port_value": o.cluster.port}}}}]}]}
+    }));
+    Ok(())
 }
 
 /// Removes every HTTP filter named `name` from a configuration's listeners and clusters (what a

@@ -5,6 +5,8 @@
 //! namespaces that use Switchyard, and a module istio-agent cannot fetch leaves the other hosts
 //! of the listener alone (real Envoy 1.39.3, Istio 1.31's).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -137,6 +139,8 @@ fn failed_pull(how: DecisionConfig, tag: &str) -> FailedPull {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let other = rt.block_on(MockProvider::start("vllm", 0, Behavior::default())).unwrap();
     let service = MeshService { host: "vllm.apps.svc.cluster.local".into(), port: other.addr.port() };
+    // Another service whose workload is down (nothing listens on its port).
+    let down = MeshService { host: DOWN_HOST.into(), port: common::closed_port() };
     let c = catalog();
     let failed: &[&str] = match how {
         DecisionConfig::Substituted => &["switchyard-decision"],
@@ -146,8 +150,7 @@ fn failed_pull(how: DecisionConfig, tag: &str) -> FailedPull {
     let ca = dir.join("ca.pem");
     TestCa::new("failed pull CA").unwrap().write_pem(&ca).unwrap();
     let mut proxy =
-        assemble_with_ca(&c, Install::HelmGateway, std::slice::from_ref(&service), failed, &ca.to_string_lossy())
-            .unwrap();
+        assemble_with_ca(&c, Install::HelmGateway, &[service, down], failed, &ca.to_string_lossy()).unwrap();
     if let DecisionConfig::Absent = how {
         assert_eq!(
             remove_http_filter(&mut proxy.boot, "switchyard-decision"),
@@ -171,6 +174,12 @@ impl FailedPull {
         self._rt.block_on(send(self.envoy.addr(), "POST", "/generate", &h, b"{}")).unwrap()
     }
 
+    fn down_host(&self, path: &str, extra: &[(&str, &str)]) -> Reply {
+        let mut h = vec![("host", DOWN_HOST), ("content-type", "application/json")];
+        h.extend_from_slice(extra);
+        self._rt.block_on(send(self.envoy.addr(), "POST", path, &h, b"{}")).unwrap()
+    }
+
     fn switchyard(&self, id: &str) -> Reply {
         let body = json!({"model": "openai/gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]});
         self._rt
@@ -184,7 +193,12 @@ impl FailedPull {
     }
 
     fn post(&self, id: &str, path: &str, body: &str) -> Reply {
-        let h = [("host", "llm.switchyard.internal"), ("x-test-id", id), ("content-type", "application/json")];
+        self.post_with(id, path, body, &[])
+    }
+
+    fn post_with(&self, id: &str, path: &str, body: &str, extra: &[(&str, &str)]) -> Reply {
+        let mut h = vec![("host", "llm.switchyard.internal"), ("x-test-id", id), ("content-type", "application/json")];
+        h.extend_from_slice(extra);
         self._rt.block_on(send(self.envoy.addr(), "POST", path, &h, body.as_bytes())).unwrap()
     }
 
@@ -276,6 +290,50 @@ fn other_hosts_keep_working_when_the_decision_filter_cannot_be_fetched() {
             "{how:?}: {v}"
         );
         assert_eq!(v["error"]["details"][0]["reason"], "module_unavailable", "{how:?}: {v}");
+    }
+}
+
+/// A service of the gateway's listener that no Switchyard manifest names, its workload down.
+const DOWN_HOST: &str = "down.apps.svc.cluster.local";
+
+/// A host of the gateway's listener that no Switchyard manifest names, its service down, answers
+/// Envoy's own text/plain 503 untouched (no JSON, no `vary`, no gzip), whatever API its path
+/// looks like and with or without `accept-encoding: gzip`, while on the same listener
+/// Switchyard's routes refuse a failed module pull in each caller's API shape: the local-reply
+/// mappers the EnvoyFilter merges into the connection manager act on Switchyard's marked routes
+/// only.
+#[test]
+fn a_host_declared_nowhere_keeps_envoys_own_503_beside_a_failed_pull() {
+    for how in [DecisionConfig::Substituted, DecisionConfig::Missing] {
+        let p = failed_pull(how, "istio-declared-nowhere");
+        for accept in [&[][..], &[("accept-encoding", "gzip")][..]] {
+            for path in ["/v1/chat/completions", "/v1/messages", GOOGLE_PATH, "/generate"] {
+                let r = p.down_host(path, accept);
+                let what = format!("{how:?} {path} {accept:?}");
+                assert_eq!((r.status, r.header("content-type")), (503, Some("text/plain")), "{what}: {:?}", r.headers);
+                assert_eq!((r.header("vary"), r.header("content-encoding")), (None, None), "{what}: {:?}", r.headers);
+                assert!(r.text().starts_with("upstream connect error"), "{what}: {}", r.text());
+            }
+            let id = format!("declared-nowhere-{how:?}");
+            for (path, body, api) in [
+                ("/v1/chat/completions", r#"{"model": "openai/gpt-4.1-mini", "messages": []}"#, "openai"),
+                ("/v1/messages", ANTHROPIC_BODY, "anthropic"),
+                (GOOGLE_PATH, GOOGLE_BODY, "google"),
+                // Google paths beyond generateContent are Google's too.
+                ("/v1beta/models/google/gemini-2.5-flash:countTokens", GOOGLE_BODY, "google"),
+            ] {
+                let r = p.post_with(&id, path, body, accept);
+                let what = format!("{how:?} {path} {accept:?}");
+                assert_eq!((r.status, r.header("content-type")), (503, Some("application/json")), "{what}");
+                let v = r.json();
+                let code = match api {
+                    "anthropic" => v["error"]["code"].as_str().filter(|_| v["type"] == "error"),
+                    "google" => v["error"]["details"][0]["reason"].as_str().filter(|_| v["error"]["code"] == 503),
+                    _ => v["error"]["code"].as_str().filter(|_| v.get("type").is_none()),
+                };
+                assert_eq!(code, Some("module_unavailable"), "{what}: {v}");
+            }
+        }
     }
 }
 

@@ -14,13 +14,15 @@ use switchyard_integration::istio::{envoy_filter, Variant, ISTIO_RELEASES, ISTIO
 
 /// The Envoy extension each Any type of the rendered patches belongs to ("core": compiled into
 /// every Envoy, not in istio-proxy's extension list).
-const EXTENSION_OF: [(&str, &str); 15] = [
+const EXTENSION_OF: [(&str, &str); 16] = [
     ("envoy.extensions.filters.http.wasm.v3.Wasm", "envoy.filters.http.wasm"),
     // The native build's filters (`deployment.istio.build: native`).
     ("envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter", "envoy.filters.http.dynamic_modules"),
     // What enables the decision filter on Switchyard's routes (see `decision_filter_enabled`).
     ("envoy.extensions.filters.http.rbac.v3.RBACPerRoute", "envoy.filters.http.rbac"),
     ("envoy.extensions.filters.http.lua.v3.Lua", "envoy.filters.http.lua"),
+    // What scopes the local-reply mappers to Switchyard's marked routes (see `route_mark_filter`).
+    ("envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter", "envoy.access_loggers.extension_filters.cel"),
     (
         "envoy.extensions.filters.http.credential_injector.v3.CredentialInjector",
         "envoy.filters.http.credential_injector",

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{send, Reply};
-use switchyard_integration::envoy::{http_get, keep_running, ClusterSpec, Envoy, OtherHost, StackConfig};
+use switchyard_integration::envoy::{http_get, keep_running, AccessLog, ClusterSpec, Envoy, OtherHost, StackConfig};
 use switchyard_integration::mock::{received_by, MockProvider, Received};
 
 const KEYS: [&str; 3] = ["key-alpha", "key-beta-env", "key-delta"];
@@ -65,12 +65,13 @@ fn stack() -> &'static Stack {
             let mut cfg = StackConfig::new(catalog(), clusters, None);
             cfg.env_keys = vec!["SY_SHARED_BETA_KEY".into()];
             cfg.per_try_idle_timeout_ms = 1_000;
-            cfg.other_hosts = vec![OtherHost {
+            let vllm = OtherHost {
                 domain: "vllm.internal".into(),
                 cluster: ClusterSpec { name: "vllm".into(), port: port("vllm") },
-            }];
-            let envoy = Envoy::start_with_env(&cfg, "shared-listener", &[("SY_SHARED_BETA_KEY", "key-beta-env")])
-                .unwrap_or_else(|e| panic!("envoy: {e}"));
+            };
+            let env = [("SY_SHARED_BETA_KEY", "key-beta-env")];
+            let envoy =
+                Envoy::start_edited(&cfg, "shared-listener", &env, &[vllm]).unwrap_or_else(|e| panic!("envoy: {e}"));
             let stack = Stack { addr: envoy.addr(), admin: envoy.admin, providers };
             (envoy, stack)
         })
@@ -268,8 +269,7 @@ async fn another_hosts_envoy_errors_are_byte_identical_with_and_without_switchya
     let unused = |n: &str| ClusterSpec { name: format!("c_{n}"), port: down };
     let mut cfg = StackConfig::new(catalog(), vec![unused("alpha"), unused("beta"), unused("delta")], None);
     cfg.env_keys = vec!["SY_SHARED_BETA_KEY".into()];
-    cfg.other_hosts = others.clone();
-    let with = Envoy::start_with_env(&cfg, "shared-errors", &[("SY_SHARED_BETA_KEY", "k")]).unwrap();
+    let with = Envoy::start_edited(&cfg, "shared-errors", &[("SY_SHARED_BETA_KEY", "k")], &others).unwrap();
     // The same services on plain Envoy: one virtual host each, the router, nothing else.
     let vhosts: Vec<Value> = others
         .iter()
@@ -320,4 +320,107 @@ async fn another_hosts_envoy_errors_are_byte_identical_with_and_without_switchya
             "{case}: with Switchyard vs plain Envoy"
         );
     }
+}
+
+/// A virtual host an operator adds by hand to the rendered configuration, declared nowhere in
+/// Switchyard's, its service down: every reply Envoy makes for it is Envoy's own text/plain 503,
+/// untouched by anything Switchyard adds to the listener (no JSON mapper, no compressor, no
+/// `vary`, no access-log line), whether or not the caller accepts gzip and whatever API its path
+/// looks like. On the same listener, Switchyard's marked routes (here its pass-through route,
+/// whose cluster is down too) still get Envoy's errors as JSON in the caller's API shape (any
+/// path under `/v1/messages` is Anthropic's, any under `/v1beta/` Google's), gzipped when asked.
+#[tokio::test]
+async fn a_host_added_by_hand_keeps_envoys_own_errors_and_switchyard_routes_keep_theirs() {
+    let down = common::closed_port();
+    let unused = |n: &str| ClusterSpec { name: format!("c_{n}"), port: down };
+    let mut cfg = StackConfig::new(
+        catalog(),
+        vec![unused("alpha"), unused("beta"), unused("delta")],
+        Some(ClusterSpec { name: "passthrough".into(), port: down }),
+    );
+    cfg.env_keys = vec!["SY_SHARED_BETA_KEY".into()];
+    cfg.access_log = AccessLog::Text;
+    let neighbour =
+        OtherHost { domain: "down.internal".into(), cluster: ClusterSpec { name: "down".into(), port: down } };
+    let envoy = Envoy::start_edited(&cfg, "shared-by-hand", &[("SY_SHARED_BETA_KEY", "k")], &[neighbour]).unwrap();
+    let gzip: &[(&str, &str)] = &[("accept-encoding", "gzip")];
+    let mut switchyard_requests = 0;
+    for accept in [&[][..], gzip] {
+        for path in ["/v1/chat/completions", "/v1/messages", "/v1beta/models/m/one:generateContent", "/generate"] {
+            let mut h = vec![("host", "down.internal"), ("content-type", "application/json")];
+            h.extend_from_slice(accept);
+            let r = send(envoy.addr(), "POST", path, &h, b"{}").await.unwrap();
+            let what = format!("neighbour {path} {accept:?}");
+            assert_eq!((r.status, r.header("content-type")), (503, Some("text/plain")), "{what}: {:?}", r.headers);
+            assert_eq!((r.header("vary"), r.header("content-encoding")), (None, None), "{what}: {:?}", r.headers);
+            assert!(r.text().starts_with("upstream connect error"), "{what}: {}", r.text());
+            assert_no_switchyard_headers(&r);
+        }
+        // Switchyard's pass-through route (marked): its cluster refuses the connection.
+        for (path, api) in [
+            ("/v1/files", "openai"),
+            // An Anthropic and a Google path the filter leaves to the pass-through route.
+            ("/v1/messages/count_tokens", "anthropic"),
+            ("/v1beta/models/m/one:countTokens", "google"),
+        ] {
+            let mut h = vec![("host", "llm.example"), ("content-type", "application/json")];
+            h.extend_from_slice(accept);
+            let r = send(envoy.addr(), "POST", path, &h, b"{}").await.unwrap();
+            switchyard_requests += 1;
+            let what = format!("switchyard {path} {accept:?}");
+            assert_eq!(
+                (r.status, r.header("content-type")),
+                (503, Some("application/json")),
+                "{what}: {:?}",
+                r.headers
+            );
+            let body = if accept.is_empty() {
+                assert_eq!(r.header("content-encoding"), None, "{what}");
+                r.body.to_vec()
+            } else {
+                assert_eq!(r.header("content-encoding"), Some("gzip"), "{what}: {:?}", r.headers);
+                assert!(r.header("vary").is_some_and(|v| v.contains("Accept-Encoding")), "{what}: {:?}", r.headers);
+                gunzip(&r.body)
+            };
+            let v: Value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{what}: {e}"));
+            match api {
+                "anthropic" => assert_eq!(
+                    (v["type"].as_str(), v["error"]["type"].as_str()),
+                    (Some("error"), Some("api_error")),
+                    "{what}: {v}"
+                ),
+                "google" => assert_eq!(
+                    (v["error"]["code"].as_u64(), v["error"]["status"].as_str()),
+                    (Some(503), Some("UNAVAILABLE")),
+                    "{what}: {v}"
+                ),
+                _ => assert!(v["error"]["type"].is_string() && v.get("type").is_none(), "{what}: {v}"),
+            }
+            assert!(
+                v["error"]["message"].as_str().is_some_and(|m| m.starts_with("upstream connect error")),
+                "{what}: {v}"
+            );
+        }
+    }
+    // The access log: one line per request of Switchyard's routes, none for the neighbour's.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lines = loop {
+        let log = std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default();
+        let lines = log.lines().filter(|l| l.contains(" switchyard=")).count();
+        if lines >= switchyard_requests || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let log = std::fs::read_to_string(envoy.dir.join("envoy.log")).unwrap_or_default();
+    assert_eq!(lines, switchyard_requests, "{log}");
+    assert_eq!(log.lines().filter(|l| l.contains(" switchyard=")).count(), switchyard_requests, "{log}");
+}
+
+fn gunzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(b).read_to_end(&mut out).unwrap_or_else(|e| panic!("not gzip: {e}"));
+    out
 }
