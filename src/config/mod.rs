@@ -26,7 +26,7 @@ mod upstream_headers;
 pub use auto::{AutoCandidate, AutoConfig, TaskType, TierLimit};
 pub use models::{base_of, CostTier, Endpoint, Modality, Model, Pricing, Quantization};
 pub use providers::{Credential, Provider, ANTHROPIC_KEY_HEADER, GOOGLE_KEY_HEADER};
-pub use routing::{DefaultPolicy, Routing};
+pub use routing::{DefaultPolicy, Routing, StreamUsage};
 
 use auto::{compile_auto, default_auto, RawAuto};
 use models::{compile_models, CompiledModels, RawModel};

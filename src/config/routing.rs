@@ -29,6 +29,13 @@ pub(super) struct RawRouting {
     routing_cost: RawRoutingCost,
     #[serde(default)]
     strict_provider_slugs: bool,
+    /// Whether an OpenAI chat completions or completions stream ends with the usage chunk
+    /// (`"choices": []`, `usage` with `cost`): `"always"` (OpenRouter's rule, the default: the
+    /// caller's `stream_options.include_usage` is ignored, `false` included) or `"when_asked"`
+    /// (OpenAI's rule: only when the caller asked, for clients that break on a chunk without
+    /// choices). Providers are asked for their usage either way, so metrics and limits count it.
+    #[serde(default = "default_stream_usage")]
+    stream_usage: String,
 }
 
 /// `routing.routing_cost`: tunables of the routing_cost policy (defaults need no tuning).
@@ -97,6 +104,37 @@ impl Default for RawRouting {
             max_retry_after_s: default_max_retry_after(),
             routing_cost: RawRoutingCost::default(),
             strict_provider_slugs: false,
+            stream_usage: default_stream_usage(),
+        }
+    }
+}
+
+fn default_stream_usage() -> String {
+    StreamUsage::Always.name().to_string()
+}
+
+/// Which OpenAI streams end with their usage chunk (`routing.stream_usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamUsage {
+    /// Every stream, whatever the caller's `stream_options.include_usage` (OpenRouter).
+    Always,
+    /// Only a stream whose caller set `stream_options.include_usage: true` (OpenAI).
+    WhenAsked,
+}
+
+impl StreamUsage {
+    pub fn parse(s: &str) -> Option<StreamUsage> {
+        match s {
+            "always" => Some(StreamUsage::Always),
+            "when_asked" => Some(StreamUsage::WhenAsked),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamUsage::Always => "always",
+            StreamUsage::WhenAsked => "when_asked",
         }
     }
 }
@@ -130,6 +168,8 @@ pub struct Routing {
     /// A provider slug in `order`/`only`/`ignore` that names no configured provider is a 400
     /// instead of a warning header.
     pub strict_provider_slugs: bool,
+    /// Which OpenAI chat completions and completions streams show the caller their usage chunk.
+    pub stream_usage: StreamUsage,
 }
 
 pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
@@ -143,6 +183,9 @@ pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
             ));
         }
     };
+    let stream_usage = StreamUsage::parse(&r.stream_usage).ok_or_else(|| {
+        err("routing.stream_usage", format!("unknown value \"{}\" (always, when_asked)", r.stream_usage))
+    })?;
     let rc = &r.routing_cost;
     if !(rc.competitive_margin.is_finite() && rc.competitive_margin > 0.0 && rc.competitive_margin <= 10.0) {
         return Err(err("routing.routing_cost.competitive_margin", "must be a number in (0, 10]"));
@@ -199,5 +242,6 @@ pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         },
         sticky_ttl_s: rc.sticky_ttl_s,
         strict_provider_slugs: r.strict_provider_slugs,
+        stream_usage,
     })
 }

@@ -112,6 +112,27 @@ fn errors_name_the_field() {
     assert_eq!(e.field, "providers");
 }
 
+// `routing.stream_usage`: OpenRouter's rule unless the operator keeps OpenAI's; anything else is
+// refused, naming the field.
+#[test]
+fn stream_usage_defaults_to_always_and_names_itself_when_wrong() {
+    let env = |_: &str| Some("k".to_string());
+    let with = |routing: &str| format!("{}, \"routing\": {routing}}}", sample().trim_end().trim_end_matches('}'));
+    let usage = |json: &str| Catalog::from_json(json.as_bytes(), &env).map(|c| c.routing.stream_usage);
+    assert_eq!(usage(sample()), Ok(StreamUsage::Always));
+    assert_eq!(usage(&with(r#"{"stream_usage": "always"}"#)), Ok(StreamUsage::Always));
+    assert_eq!(usage(&with(r#"{"stream_usage": "when_asked"}"#)), Ok(StreamUsage::WhenAsked));
+    for bad in ["never", "Always", "when-asked", ""] {
+        let e = expect_err(&with(&format!(r#"{{"stream_usage": "{bad}"}}"#)));
+        assert_eq!(e.field, "routing.stream_usage", "{bad}: {e}");
+    }
+    let e = expect_err(&with(r#"{"stream_usage": "never"}"#));
+    assert_eq!(
+        (e.field.as_str(), e.reason.as_str()),
+        ("routing.stream_usage", "unknown value \"never\" (always, when_asked)")
+    );
+}
+
 #[test]
 fn missing_env_var_is_rejected() {
     let e = Catalog::from_json(sample().as_bytes(), &no_env).unwrap_err();
