@@ -136,7 +136,7 @@ integration: wasm native registry-tools mesh-tools observability-tools envoy-mat
 	# The core routing tests again on the native build (about 25 s; tests/native.rs runs in the
 	# line above: the panic test and the load test in every Envoy release).
 	SWITCHYARD_BUILD=native cargo test -p switchyard-integration --test failover --test first_attempt \
-	  --test streaming_and_config --test surfaces --test key_rotation --test mesh_limits
+	  --test streaming_and_config --test stream_usage --test surfaces --test key_rotation --test mesh_limits
 	# The measurement tools' smoke run (tools/tests/bench_smoke.rs) and load generator tests.
 	cargo test -p switchyard-tools
 

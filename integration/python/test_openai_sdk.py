@@ -64,6 +64,22 @@ def test_streamed_chunks_name_the_catalog_model_and_usage_has_cost(base_url):
     assert abs(u.model_extra["cost"] - (u.prompt_tokens * 0.27 + u.completion_tokens * 0.85) / 1e6) < 1e-12
 
 
+def test_a_stream_that_did_not_ask_for_usage_ends_with_it_and_the_sdk_takes_it(base_url):
+    # As on OpenRouter: the usage chunk (no choices) ends every stream, asked or not, and the SDK
+    # parses it like the one it asked for.
+    stream = client(base_url).chat.completions.create(
+        model="meta-llama/llama-4-maverick",
+        messages=[{"role": "user", "content": "Stream please"}],
+        stream=True,
+        extra_body={"provider": {"order": ["together"], "allow_fallbacks": False}},
+    )
+    chunks = list(stream)
+    assert chunks[-1].choices == [] and all(c.choices for c in chunks[:-1])
+    assert [c.usage is not None for c in chunks].count(True) == 1
+    u = chunks[-1].usage
+    assert abs(u.model_extra["cost"] - (u.prompt_tokens * 0.27 + u.completion_tokens * 0.85) / 1e6) < 1e-12
+
+
 def test_streaming_chat_completion(base_url):
     stream = client(base_url).chat.completions.create(
         model="meta-llama/llama-4-maverick",

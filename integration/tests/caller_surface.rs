@@ -130,20 +130,29 @@ async fn streamed_chunks_name_the_catalog_model_and_the_usage_chunk_has_cost() {
     assert!(r.text().ends_with("data: [DONE]\n\n"));
 }
 
-// A caller that did not ask for the usage chunk: the provider is asked for it all the same (so
-// the usage is counted), and the caller gets the stream OpenAI would send it, every chunk with
-// a choice, no usage.
+// A caller that did not ask for the usage chunk, or said `include_usage: false`: as on
+// OpenRouter, its stream ends with the usage chunk all the same, priced (the provider is asked
+// for it on the caller's behalf). `routing.stream_usage: "when_asked"` keeps OpenAI's rule:
+// tests/stream_usage.rs.
 #[tokio::test]
-async fn a_stream_that_did_not_ask_for_usage_gets_no_usage_chunk_but_the_provider_is_asked() {
+async fn a_stream_that_did_not_ask_for_usage_ends_with_it_priced() {
     let s = stack();
-    let r = s.chat("sy-stream-unasked", json!({"model": "sy/cost", "stream": true, "messages": msg("hi")})).await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let ev = events(&r.body);
-    assert_eq!(ev.len(), 4, "3 content chunks and the finish chunk: {}", r.text());
-    assert!(ev.iter().all(|e| e["choices"][0].is_object() && e["usage"].is_null()), "{}", r.text());
-    assert!(r.text().ends_with("data: [DONE]\n\n"));
-    let (_, got) = s.only_receiver("sy-stream-unasked");
-    assert_eq!(got.json()["stream_options"], json!({"include_usage": true}), "{}", got.json());
+    for (id, options) in [("sy-stream-unasked", None), ("sy-stream-refused", Some(json!({"include_usage": false})))] {
+        let mut body = json!({"model": "sy/cost", "stream": true, "messages": msg("hi")});
+        if let Some(o) = options {
+            body["stream_options"] = o;
+        }
+        let r = s.chat(id, body).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let ev = events(&r.body);
+        assert_eq!(ev.len(), 5, "3 content chunks, the finish chunk, the usage chunk: {}", r.text());
+        assert!(ev[..4].iter().all(|e| e["choices"][0].is_object() && e["usage"].is_null()), "{}", r.text());
+        assert_eq!(ev[4]["choices"], json!([]), "the usage alone, as OpenAI sends it: {}", r.text());
+        assert_eq!(ev[4]["usage"]["cost"].as_f64(), Some(cost(5, 0, 3)), "{}", r.text());
+        assert!(r.text().ends_with("data: [DONE]\n\n"));
+        let (_, got) = s.only_receiver(id);
+        assert_eq!(got.json()["stream_options"], json!({"include_usage": true}), "{}", got.json());
+    }
 }
 
 #[tokio::test]
@@ -167,8 +176,9 @@ async fn gzip_accepting_callers_get_the_rewritten_answer_compressed() {
     assert_eq!(r.status, 200);
     let raw = if r.header("content-encoding") == Some("gzip") { gunzip(&r.body) } else { r.body.to_vec() };
     let ev = events(&raw);
-    assert_eq!(ev.len(), 4, "3 content chunks and the finish chunk: {}", String::from_utf8_lossy(&raw));
+    assert_eq!(ev.len(), 5, "3 content chunks, the finish chunk, the usage chunk: {}", String::from_utf8_lossy(&raw));
     assert!(ev.iter().all(|e| e["model"] == "sy/cost" && e["provider"] == "alpha"));
+    assert!(ev[4]["usage"]["cost"].is_number(), "{}", String::from_utf8_lossy(&raw));
     let (_, got) = s.only_receiver("sy-gzip-stream");
     assert_eq!(got.header("accept-encoding"), Some("identity"));
 }

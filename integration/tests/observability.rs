@@ -152,8 +152,9 @@ async fn usage_metrics_count_what_the_answers_report_by_caller_model_and_endpoin
 
 // A stream whose caller did not ask for its usage (`stream_options.include_usage`): real
 // providers then send none unless asked, so Switchyard asks, and the tokens and cost reach the
-// usage metrics and the access log. The mock, like OpenAI, reports usage only when asked:
-// 5 prompt and 3 completion tokens, at test/basic's alpha price ($1 per million each).
+// usage metrics and the access log, the same as the caller's last chunk shows (OpenRouter's
+// rule, the default). The mock, like OpenAI, reports usage only when asked: 5 prompt and 3
+// completion tokens, at test/basic's alpha price ($1 per million each).
 #[tokio::test]
 async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
     let s = stack();
@@ -163,7 +164,9 @@ async fn a_stream_that_did_not_ask_for_usage_is_counted_priced_and_logged() {
     let r = s.chat_with("obs-unasked", &headers, body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("alpha"));
-    assert!(usage_of(&r.text()).is_null(), "the caller did not ask for the usage chunk: {}", r.text());
+    let shown = usage_of(&r.text());
+    assert_eq!((shown["prompt_tokens"].as_u64(), shown["completion_tokens"].as_u64()), (Some(5), Some(3)), "{shown}");
+    assert!((shown["cost"].as_f64().unwrap_or(-1.0) - 8e-6).abs() < 1e-12, "the caller's cost: {shown}");
     let labels = |t: &'static str| {
         vec![
             ("caller", "stream"),

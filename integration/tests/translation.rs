@@ -157,10 +157,16 @@ async fn openai_stream_from_anthropic_is_translated_chunk_by_chunk() {
     let (p, c) = (usage["prompt_tokens"].as_f64().unwrap(), usage["completion_tokens"].as_f64().unwrap());
     assert_eq!(c, 4.0);
     assert!((usage["cost"].as_f64().unwrap() - cost(3.0, p, 0.0, c)).abs() < 1e-12, "{usage}");
-    // Not asked: no usage chunk (as on OpenAI), the cost still counted.
+    // Not asked: the same usage chunk last (as on OpenRouter; `routing.stream_usage` can keep
+    // OpenAI's rule, tests/stream_usage.rs).
     let body = json!({"model": "t/claude-stream", "stream": true, "max_tokens": 32, "messages": [{"role": "user", "content": "Hi"}]});
     let r = openai(s, "oa-an-s2", &[], body).await;
-    assert!(data(&r.text()).iter().all(|c| c.get("usage").is_none_or(Value::is_null)), "{}", r.text());
+    let chunks = data(&r.text());
+    let last = chunks.iter().rev().find(|c| c.is_object()).unwrap_or_else(|| panic!("{}", r.text()));
+    assert_eq!(last["choices"], json!([]), "{}", r.text());
+    let usage = &last["usage"];
+    let (p, c) = (usage["prompt_tokens"].as_f64().unwrap(), usage["completion_tokens"].as_f64().unwrap());
+    assert!((usage["cost"].as_f64().unwrap() - cost(3.0, p, 0.0, c)).abs() < 1e-12, "{usage}");
     let (_, got) = s.only_receiver("oa-an-s2");
     assert_eq!(got.json()["stream"], true);
 }

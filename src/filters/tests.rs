@@ -621,43 +621,61 @@ data: {\"model\":\"m-up\",\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"com
 data: [DONE]\n\n";
 
 // A caller's stream without `stream_options.include_usage`: the provider is asked for its usage,
-// the caller never sees the usage-only chunk, and the usage is counted, priced and charged to
-// the token limit as reported (not the prompt estimate).
+// which is counted, priced and charged to the token limit as reported (not the prompt estimate)
+// whatever the caller sees: by default (`routing.stream_usage: always`, OpenRouter's rule) the
+// usage-only chunk with its `cost`, under `when_asked` (OpenAI's rule) no such chunk.
 #[test]
 fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
     use crate::limits::rls::{Code, Response};
-    let host = MockHost::default();
-    let config = configured(&limited_config("open"));
-    routed_request(&host);
-    host.state().request_body = STREAM_BODY.as_bytes().to_vec();
-    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
-    stream.on_request_headers(false);
-    let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
-    stream.on_grpc_response(1, 0, n);
-    assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Continue);
-    let sent = json(&host.state().request_body);
-    assert_eq!(sent["stream_options"], serde_json::json!({"include_usage": true}), "asked on the caller's behalf");
-    let mut a = attempt(&host, &config, 1, "c_alpha");
-    host.with_response_headers(&[(":status", "200"), ("content-type", "text/event-stream")]);
-    host.state().response_body = ASKED_STREAM.as_bytes().to_vec();
-    a.on_response_headers(false);
-    a.on_response_body(ASKED_STREAM.len(), true);
-    a.on_done();
-    stream.on_response_headers(false);
-    stream.on_response_body(ASKED_STREAM.len(), true);
-    let shown = String::from_utf8(host.state().response_body.clone()).unwrap();
-    assert!(!shown.contains("\"choices\":[]") && !shown.contains("prompt_tokens"), "{shown}");
-    assert!(shown.contains("\"finish_reason\":\"stop\"") && shown.ends_with("data: [DONE]\n\n"), "{shown}");
-    stream.on_log();
-    let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.alpha.endpoint.alpha";
-    let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
-    assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1000);
-    assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 500);
-    // 1500 tokens at alpha's $1 per million.
-    assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_500_000);
-    let calls = host.state().grpc_calls.clone();
-    let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
-    assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+    for stream_usage in [None, Some("always"), Some("when_asked")] {
+        let host = MockHost::default();
+        let mut raw = limited_config("open");
+        if let Some(mode) = stream_usage {
+            let routing = format!(r#""price_weighted", "stream_usage": "{mode}"}}"#);
+            raw = raw.replacen(r#""price_weighted"}"#, &routing, 1);
+        }
+        let config = configured(&raw);
+        routed_request(&host);
+        host.state().request_body = STREAM_BODY.as_bytes().to_vec();
+        let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+        stream.on_request_headers(false);
+        let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
+        stream.on_grpc_response(1, 0, n);
+        assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Continue);
+        let sent = json(&host.state().request_body);
+        assert_eq!(sent["stream_options"], serde_json::json!({"include_usage": true}), "asked on the caller's behalf");
+        let mut a = attempt(&host, &config, 1, "c_alpha");
+        host.with_response_headers(&[(":status", "200"), ("content-type", "text/event-stream")]);
+        host.state().response_body = ASKED_STREAM.as_bytes().to_vec();
+        a.on_response_headers(false);
+        a.on_response_body(ASKED_STREAM.len(), true);
+        a.on_done();
+        stream.on_response_headers(false);
+        stream.on_response_body(ASKED_STREAM.len(), true);
+        let shown = String::from_utf8(host.state().response_body.clone()).unwrap();
+        assert!(shown.contains("\"finish_reason\":\"stop\"") && shown.ends_with("data: [DONE]\n\n"), "{shown}");
+        let last = shown.split("\n\n").filter_map(|e| e.strip_prefix("data: {")).last().unwrap();
+        let last = json(format!("{{{last}").as_bytes());
+        if stream_usage == Some("when_asked") {
+            assert!(!shown.contains("\"choices\":[]") && !shown.contains("prompt_tokens"), "{shown}");
+        } else {
+            // The usage chunk as OpenAI's include_usage sends it, priced: 1500 tokens at $1 per million.
+            assert_eq!(last["choices"], serde_json::json!([]), "{shown}");
+            assert_eq!((last["provider"].as_str(), last["model"].as_str()), (Some("alpha"), Some("m")), "{shown}");
+            assert_eq!(last["usage"]["prompt_tokens"], 1000, "{shown}");
+            assert_eq!(last["usage"]["cost"].as_f64(), Some(0.0015), "{shown}");
+        }
+        stream.on_log();
+        let labels = "gen_ai_request_model.m.gen_ai_response_model.m.gen_ai_provider_name.alpha.endpoint.alpha";
+        let tokens = "switchyard.gen_ai_client_token_usage_tokens_total.gen_ai_token_type";
+        assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1000);
+        assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 500);
+        // 1500 tokens at alpha's $1 per million.
+        assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_500_000);
+        let calls = host.state().grpc_calls.clone();
+        let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
+        assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+    }
 }
 
 /// alpha speaks OpenAI; beta only Anthropic's Messages API (the request is translated for it).

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use crate::answer::errors::ApiError;
 use crate::api::{Api, Surface};
-use crate::config::Catalog;
+use crate::config::{Catalog, StreamUsage};
 use crate::protocol::bytes::push_json_string;
 use crate::protocol::plan::{AttemptPlan, EndpointRef};
 use crate::protocol::rewrite::model_prefix;
@@ -36,7 +36,8 @@ pub struct Decision {
     /// The API the request speaks.
     pub api: Api,
     /// The provider was asked for a usage chunk the caller did not ask for (an OpenAI chat or
-    /// completions stream without `stream_options.include_usage`): it is counted, not passed on.
+    /// completions stream without `stream_options.include_usage`) and `routing.stream_usage` is
+    /// `when_asked`: it is counted, not passed on. With `always` (the default) it is passed on.
     pub hide_usage_chunk: bool,
     /// The API of `body`: the first endpoint's (`ApiSet::serving`), the caller's unless that
     /// endpoint serves the request translated.
@@ -88,9 +89,12 @@ pub fn decide_for<'a>(
     presets.apply(&mut req).map_err(|e| e.for_api(surface.api))?;
     let mut plan = plan_under(catalog, &req, policy, health, rand).map_err(|e| e.for_api(surface.api))?;
     // Every OpenAI chat or completions stream asks for its usage: real providers send it only
-    // when asked, and without it the request has no cost, token metrics or limit charge.
+    // when asked, and without it the request has no cost, token metrics or limit charge. The
+    // caller sees that usage chunk always (OpenRouter), or only when it asked (OpenAI's rule,
+    // `routing.stream_usage: when_asked`).
     let ask_usage = surface.usage_on_request && req.stream;
-    let hide_usage_chunk = ask_usage && !asks_usage(&req.fields);
+    let hide_usage_chunk =
+        ask_usage && catalog.routing.stream_usage == StreamUsage::WhenAsked && !asks_usage(&req.fields);
     let bodies = plan_bodies(catalog, &req, &mut plan, ask_usage)?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;

@@ -1322,7 +1322,12 @@ fn pinned_id_of_a_colon_model_is_routed() {
 // ---------------------------------------------------------------------------------------------
 
 fn decision_catalog() -> Catalog {
-    catalog(&[model(
+    decision_catalog_routing("{}")
+}
+
+fn decision_catalog_routing(routing: &str) -> Catalog {
+    catalog_routing(
+        &[model(
         "m/dec",
         &[
             r#"{"provider": "alpha", "upstream_model": "alpha-model-v1", "pricing": {"prompt": 1, "completion": 1}}"#
@@ -1330,7 +1335,9 @@ fn decision_catalog() -> Catalog {
             r#"{"provider": "beta", "upstream_model": "beta/m", "pricing": {"prompt": 2, "completion": 2}}"#
                 .to_string(),
         ],
-    )])
+    )],
+        routing,
+    )
 }
 
 const DEC_BODY: &str = r#"{"route": "fallback", "model": "m/dec", "temperature": 0.70, "messages": [{"role": "user", "content": "h\u00e9"}], "provider": {"sort": "price"}, "models": ["m/dec"], "plugins": [], "stream": true}"#;
@@ -1349,7 +1356,7 @@ fn decide_rewrites_body_for_the_first_endpoint() {
         String::from_utf8_lossy(&d.body),
         r#"{"model":"alpha-model-v1","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true,"stream_options":{"include_usage":true}}"#
     );
-    assert!(d.hide_usage_chunk, "asked for the caller, who did not ask");
+    assert!(!d.hide_usage_chunk, "asked for the caller, who gets it though it did not ask (OpenRouter)");
 }
 
 // Only OpenAI chat and completions streams are asked for their usage (the Responses API always
@@ -1379,6 +1386,38 @@ fn only_chat_and_completions_streams_ask_for_their_usage() {
     let d = run(&Surface::OPENAI, &asked);
     assert!(String::from_utf8_lossy(&d.body).ends_with(r#""stream_options":{"include_usage":true}}"#));
     assert!(!d.hide_usage_chunk, "the caller asked: it gets the usage chunk");
+}
+
+// `routing.stream_usage`: by default (OpenRouter's rule) every chat or completions stream shows
+// the caller its usage chunk, even one that said `include_usage: false`; under `when_asked`
+// (OpenAI's rule) only a caller who asked sees it. The provider is asked for it either way.
+#[test]
+fn the_usage_chunk_reaches_every_stream_unless_the_operator_keeps_openais_rule() {
+    let always = r#"{"stream_usage": "always"}"#;
+    let when_asked = r#"{"stream_usage": "when_asked"}"#;
+    for (routing, include_usage, hidden) in [
+        ("{}", None, false),
+        ("{}", Some(false), false),
+        ("{}", Some(true), false),
+        (always, None, false),
+        (always, Some(false), false),
+        (when_asked, None, true),
+        (when_asked, Some(false), true),
+        (when_asked, Some(true), false),
+    ] {
+        let c = decision_catalog_routing(routing);
+        let body = match include_usage {
+            None => DEC_BODY.to_string(),
+            Some(asked) => DEC_BODY.replace(
+                r#""stream": true"#,
+                &format!(r#""stream": true, "stream_options": {{"include_usage": {asked}}}"#),
+            ),
+        };
+        let d = decide(&c, body.as_bytes(), &NoHealthData, &mut || 0.0).unwrap_or_else(|e| panic!("{}", e.body()));
+        assert_eq!(d.hide_usage_chunk, hidden, "routing {routing}, include_usage {include_usage:?}");
+        let sent = String::from_utf8_lossy(&d.body);
+        assert!(sent.ends_with(r#""stream_options":{"include_usage":true}}"#), "the provider is asked: {sent}");
+    }
 }
 
 // A later attempt splices its own upstream id over the body's model prefix (here beta: path

@@ -1,0 +1,382 @@
+//! `providers`: each provider's clusters, authority, key, data policy and the APIs it serves.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{err, ConfigError};
+use crate::api::{Api, ApiSet};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProvider {
+    cluster: String,
+    /// A second cluster to the same provider whose upstream filter chain has no per-attempt Wasm
+    /// (only the hook that reports a failed answer, see the README): the first attempt of a
+    /// single-model plan goes there, prepared by the decision filter.
+    #[serde(default)]
+    first_attempt_cluster: Option<String>,
+    authority: String,
+    #[serde(default = "default_path_prefix")]
+    path_prefix: String,
+    #[serde(default)]
+    credential: Option<RawCredential>,
+    #[serde(default)]
+    byok: bool,
+    /// With `byok`: this key is the only way to its provider (OpenRouter's "Always use for this
+    /// provider"): the same provider's other, non-BYOK endpoints are never planned.
+    #[serde(default)]
+    byok_always: bool,
+    #[serde(default)]
+    data_policy: RawDataPolicy,
+    /// Operator labels (`eu`, `hipaa`, `contract-2026`) that policies' `require_tags` select on.
+    #[serde(default)]
+    tags: Vec<String>,
+    /// The APIs this provider serves, each with its own path prefix; absent = OpenAI only.
+    #[serde(default)]
+    apis: Option<BTreeMap<String, RawApi>>,
+}
+
+/// One API a provider serves (`providers[..].apis.<api>`).
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    /// OpenAI and Anthropic: replaces the request path's `/v1` (default `/v1`; OpenAI: the
+    /// provider's `path_prefix`). Google: put before the caller's `/{version}/models/...`
+    /// (default empty).
+    #[serde(default)]
+    path_prefix: Option<String>,
+}
+
+fn default_path_prefix() -> String {
+    "/v1".to_string()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCredential {
+    #[serde(default = "default_credential_header")]
+    header: String,
+    #[serde(default = "default_credential_prefix")]
+    prefix: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    env: Option<String>,
+    /// The provider's cluster adds the key itself (`credential_injector` fed by SDS, e.g. from a
+    /// mounted Kubernetes Secret): the filter never holds it, and keeps the header the cluster
+    /// wrote for the attempt's API while removing every other credential header.
+    #[serde(default)]
+    injected: bool,
+}
+
+fn default_credential_header() -> String {
+    "authorization".to_string()
+}
+fn default_credential_prefix() -> String {
+    "Bearer ".to_string()
+}
+
+/// Unknown data handling is assumed to be the unsafe kind, so compliance filters
+/// (`data_collection: deny`, `zdr`) never pass a provider whose policy was not declared.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDataPolicy {
+    #[serde(default = "yes")]
+    retains_data: bool,
+    #[serde(default = "yes")]
+    trains_on_data: bool,
+    #[serde(default)]
+    zdr: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for RawDataPolicy {
+    fn default() -> Self {
+        RawDataPolicy { retains_data: true, trains_on_data: true, zdr: false }
+    }
+}
+
+#[derive(Clone)]
+pub struct Credential {
+    /// Lower-case header name.
+    pub header: String,
+    /// Full header value (prefix + secret). Never logged.
+    pub value: String,
+    /// The secret alone (Anthropic's `x-api-key` and Google's `x-goog-api-key` carry it bare).
+    pub secret: String,
+    /// The provider's cluster injects the key (`credential.injected`): `value` and `secret` are
+    /// empty, and the filter sets nothing.
+    pub injected: bool,
+}
+
+/// Hand-written so that `{:?}` of a provider (or the whole catalog) never prints a key.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential").field("header", &self.header).field("value", &"<redacted>").finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Provider {
+    /// The key in `providers`: `name` or `name/variant`.
+    pub slug: String,
+    pub cluster: String,
+    /// The cluster a prepared first attempt goes to (no per-attempt Wasm), if configured.
+    pub first_attempt_cluster: Option<String>,
+    pub authority: String,
+    pub path_prefix: String,
+    pub credential: Option<Credential>,
+    pub byok: bool,
+    /// The provider's traffic stays on this BYOK key (see `Catalog::byok_always_bases`).
+    pub byok_always: bool,
+    pub retains_data: bool,
+    pub trains_on_data: bool,
+    pub zdr: bool,
+    /// Operator labels for data residency and contract scope (policy `require_tags`).
+    pub tags: Vec<String>,
+    /// The APIs it serves.
+    pub apis: ApiSet,
+    /// Path prefix per API (indexed by `Api::index`; empty for APIs it does not serve).
+    pub api_prefixes: [String; 3],
+}
+
+impl Provider {
+    /// The path prefix of `api` on this provider.
+    pub fn prefix(&self, api: Api) -> &str {
+        self.api_prefixes.get(api.index()).map_or("", String::as_str)
+    }
+
+    /// The credential header and value an attempt in `api` carries: the configured header for
+    /// OpenAI, `x-api-key` for Anthropic, `x-goog-api-key` for Google (both with the bare secret).
+    /// None when the provider's cluster injects the key itself (`credential.injected`).
+    pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
+        let c = self.credential.as_ref().filter(|c| !c.injected)?;
+        let header = self.key_header(api)?;
+        Some((header, if api == Api::OpenAi { c.value.as_str() } else { c.secret.as_str() }))
+    }
+
+    /// The header an attempt in `api` carries the key in (set by the filter, or by the cluster
+    /// for an injected credential).
+    pub fn key_header(&self, api: Api) -> Option<&str> {
+        let c = self.credential.as_ref()?;
+        Some(match api {
+            Api::OpenAi => c.header.as_str(),
+            Api::Anthropic => ANTHROPIC_KEY_HEADER,
+            Api::Google => GOOGLE_KEY_HEADER,
+        })
+    }
+
+    /// The header the provider's cluster injected the key in for `api`, which the filter must
+    /// keep (None: the filter sets the key, or there is none).
+    pub fn injected_header(&self, api: Api) -> Option<&str> {
+        self.credential.as_ref().filter(|c| c.injected)?;
+        self.key_header(api)
+    }
+}
+
+/// Anthropic's and Google's API key headers.
+pub const ANTHROPIC_KEY_HEADER: &str = "x-api-key";
+pub const GOOGLE_KEY_HEADER: &str = "x-goog-api-key";
+
+/// The default path prefix of an API. OpenAI and Anthropic: what the request's `/v1` is replaced
+/// with. Google: what goes before the caller's `/{version}/models/...` (its clients choose the
+/// API version, `v1beta` or `v1`, so the version is kept).
+fn default_api_prefix(api: Api) -> &'static str {
+    match api {
+        Api::OpenAi | Api::Anthropic => "/v1",
+        Api::Google => "",
+    }
+}
+
+fn valid_header_name(h: &str) -> bool {
+    !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Bytes never allowed in a header value (HTAB is).
+fn is_control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+pub(super) fn valid_slug(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok_part =
+        |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(a), None, None) => ok_part(a),
+        (Some(a), Some(b), None) => ok_part(a) && ok_part(b),
+        _ => false,
+    }
+}
+
+/// One provider: its slug, clusters, authority, path prefix, key and the APIs it serves.
+pub(super) fn compile_provider(
+    slug: &str,
+    p: &RawProvider,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Provider, ConfigError> {
+    let field = format!("providers[\"{slug}\"]");
+    if !valid_slug(slug) {
+        return Err(err(&field, "provider slug must be `name` or `name/variant` (letters, digits, - _ .)"));
+    }
+    if p.cluster.is_empty() {
+        return Err(err(format!("{field}.cluster"), "must name the Envoy cluster of this provider"));
+    }
+    if p.byok_always && !p.byok {
+        return Err(err(
+            format!("{field}.byok_always"),
+            "needs `byok: true`: it keeps the provider's traffic on this BYOK key",
+        ));
+    }
+    if p.authority.is_empty() {
+        return Err(err(format!("{field}.authority"), "must be the provider's host (sent as :authority)"));
+    }
+    if let Some(first) = &p.first_attempt_cluster {
+        if first.is_empty() || *first == p.cluster {
+            return Err(err(
+                format!("{field}.first_attempt_cluster"),
+                "must name a second cluster to this provider, other than `cluster`",
+            ));
+        }
+    }
+    if !p.path_prefix.starts_with('/') {
+        return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
+    }
+    let credential = match &p.credential {
+        None => None,
+        Some(c) => Some(compile_credential(&field, c, env)?),
+    };
+    for (i, t) in p.tags.iter().enumerate() {
+        if t.is_empty() || t.contains(char::is_whitespace) {
+            return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));
+        }
+    }
+    let (apis, api_prefixes) = compile_apis(&field, p)?;
+    Ok(Provider {
+        slug: slug.to_string(),
+        cluster: p.cluster.clone(),
+        first_attempt_cluster: p.first_attempt_cluster.clone(),
+        authority: p.authority.clone(),
+        path_prefix: p.path_prefix.trim_end_matches('/').to_string(),
+        credential,
+        byok: p.byok,
+        byok_always: p.byok_always,
+        retains_data: p.data_policy.retains_data,
+        trains_on_data: p.data_policy.trains_on_data,
+        zdr: p.data_policy.zdr,
+        tags: p.tags.clone(),
+        apis,
+        api_prefixes,
+    })
+}
+
+/// A provider's `credential`: its header and the secret, read from the value or the VM's
+/// environment (or left to the Envoy configuration with `injected`).
+fn compile_credential(
+    field: &str,
+    c: &RawCredential,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Credential, ConfigError> {
+    let header = c.header.to_ascii_lowercase();
+    if !valid_header_name(&header) || header.starts_with(':') {
+        return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
+    }
+    let secret = match (&c.value, &c.env, c.injected) {
+        (Some(v), None, false) => v.clone(),
+        (None, Some(name), false) => env(name).ok_or_else(|| {
+            err(
+                format!("{field}.credential.env"),
+                format!(
+                    "environment variable {name} is not set in the Wasm VM (add it to vm_config.environment_variables)"
+                ),
+            )
+        })?,
+        (None, None, true) => String::new(),
+        _ => {
+            return Err(err(format!("{field}.credential"), "set exactly one of `value`, `env` or `injected: true`"));
+        }
+    };
+    // A control character (CR/LF above all) in a header value would let the
+    // configuration inject headers into every upstream request.
+    if c.prefix.bytes().any(is_control) {
+        return Err(err(format!("{field}.credential.prefix"), "contains a control character (CR, LF, ...)"));
+    }
+    if (secret.is_empty() && !c.injected) || secret.bytes().any(is_control) {
+        return Err(err(
+            format!("{field}.credential"),
+            "the secret is empty or contains a control character (CR, LF, ...)",
+        ));
+    }
+    let value = if c.injected { String::new() } else { format!("{}{}", c.prefix, secret) };
+    Ok(Credential { header, value, secret, injected: c.injected })
+}
+
+/// A first-attempt cluster adds its provider's key itself (its own upstream filter, Envoy's
+/// `credential_injector`: the decision filter never writes a key into the downstream request),
+/// so it must be able to: one API (one key header) per such cluster, and every provider sent
+/// to it has the same key.
+pub(super) fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(), ConfigError> {
+    for (i, p) in providers.iter().enumerate() {
+        let Some(first) = &p.first_attempt_cluster else { continue };
+        let field = format!("providers[\"{}\"].first_attempt_cluster", p.slug);
+        let mut apis = p.apis.iter();
+        let (Some(api), None) = (apis.next(), apis.next()) else {
+            return Err(err(
+                field,
+                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis)",
+            ));
+        };
+        let key = |q: &Provider| {
+            q.credential.as_ref().map(|c| (q.key_header(api).map(str::to_string), c.value.clone(), c.injected))
+        };
+        let clash = providers.iter().take(i).find(|q| {
+            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.iter().ne(p.apis.iter()) || key(q) != key(p))
+        });
+        if let Some(q) = clash {
+            return Err(err(
+                field,
+                format!("\"{first}\" is also provider {}'s first-attempt cluster with another API or key; the cluster injects one key", q.slug),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A provider's `apis`: the set it serves and each API's path prefix. Absent = OpenAI only,
+/// at the provider's `path_prefix`.
+fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), ConfigError> {
+    let openai_prefix = p.path_prefix.trim_end_matches('/').to_string();
+    let mut prefixes: [String; 3] = Default::default();
+    let Some(apis) = &p.apis else {
+        if let Some(slot) = prefixes.get_mut(Api::OpenAi.index()) {
+            *slot = openai_prefix;
+        }
+        return Ok((ApiSet::OPENAI, prefixes));
+    };
+    if apis.is_empty() {
+        return Err(err(format!("{field}.apis"), "must name at least one API (openai, anthropic, google)"));
+    }
+    let mut set = ApiSet::default();
+    for (name, a) in apis {
+        let af = format!("{field}.apis.{name}");
+        let api = Api::parse(name).ok_or_else(|| err(&af, "unknown API (openai, anthropic, google)"))?;
+        let prefix = match (&a.path_prefix, api) {
+            (Some(pp), _) => {
+                if !pp.starts_with('/') {
+                    return Err(err(format!("{af}.path_prefix"), "must start with '/'"));
+                }
+                pp.trim_end_matches('/').to_string()
+            }
+            (None, Api::OpenAi) => openai_prefix.clone(),
+            (None, other) => default_api_prefix(other).to_string(),
+        };
+        if let Some(slot) = prefixes.get_mut(api.index()) {
+            *slot = prefix;
+        }
+        set = set.with(api);
+    }
+    Ok((set, prefixes))
+}
