@@ -40,8 +40,12 @@ pub fn routing_fields(api: Api) -> &'static [&'static str] {
 
 /// Top-level fields that are the request itself rather than optional parameters; everything
 /// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
-pub const NON_PARAMETERS: [&str; 15] = [
+pub const NON_PARAMETERS: [&str; 19] = [
     "model",
+    "usage",
+    "transforms",
+    "debug",
+    "trace",
     "preset",
     "models",
     "provider",
