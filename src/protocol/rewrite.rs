@@ -76,6 +76,28 @@ fn reasoning(raw: &RawValue) -> Reasoning {
     serde_json::from_str::<Option<Reasoning>>(raw.get()).ok().flatten().unwrap_or_default()
 }
 
+/// The members of the Responses API's `reasoning` object.
+const RESPONSES_REASONING: [&str; 3] = ["effort", "summary", "generate_summary"];
+
+/// OpenRouter's `reasoning` on the Responses API: its members OpenAI has kept (byte for byte
+/// when that is all of them), OpenRouter's own (`max_tokens`, `exclude`, `enabled`) left out;
+/// dropped when disabled or nothing is left. Anything but an object is the API's to judge.
+fn responses_reasoning(raw: &RawValue) -> Member {
+    let Ok(Some(mut o)) = serde_json::from_str::<Option<serde_json::Map<String, serde_json::Value>>>(raw.get()) else {
+        return Member::Keep;
+    };
+    if o.get("enabled") == Some(&serde_json::Value::Bool(false)) {
+        return Member::Drop;
+    }
+    let all = o.len();
+    o.retain(|k, _| RESPONSES_REASONING.contains(&k.as_str()));
+    match o.len() {
+        0 => Member::Drop,
+        n if n == all => Member::Keep,
+        _ => serde_json::to_vec(&o).map_or(Member::Drop, |v| Member::Put("reasoning", v)),
+    }
+}
+
 /// A member of a body of `dialect` as the provider's API takes it: OpenRouter's fields the API
 /// lacks mapped onto its own field when it has one (and the caller did not set that too), else
 /// dropped. Each rule looks at a bounded number of other members: linear in the body.
@@ -95,6 +117,8 @@ fn member(dialect: Dialect, fields: &TopLevel, key: &str, raw: &RawValue) -> Mem
             }
             _ => Member::Drop,
         },
+        // The Responses API has `reasoning`, with fewer members than OpenRouter's.
+        (Dialect::OpenAiResponses, "reasoning") => responses_reasoning(raw),
         // OpenRouter's top-level `cache_control` (Anthropic's automatic caching) and
         // `image_config`: no OpenAI body has them.
         (Dialect::OpenAiChat | Dialect::OpenAiResponses, "cache_control" | "image_config") => Member::Drop,
@@ -509,7 +533,7 @@ mod tests {
             (Dialect::OpenAiCompletions, r#"{"model":"up","temperature":0.50,"user":"u-1","stream":false}"#),
             (
                 Dialect::OpenAiResponses,
-                r#"{"model":"up","temperature":0.50,"reasoning":{"effort":"high","max_tokens":2048,"exclude":true},"user":"u-1","prompt_cache_key":"k","stream":false}"#,
+                r#"{"model":"up","temperature":0.50,"reasoning":{"effort":"high"},"user":"u-1","prompt_cache_key":"k","stream":false}"#,
             ),
             (
                 Dialect::Anthropic,
@@ -546,6 +570,15 @@ mod tests {
             r#"{"model":"up"}"#
         );
         assert_eq!(body_of(Dialect::OpenAiChat, r#"{"reasoning":{"max_tokens":9}}"#), r#"{"model":"up"}"#);
+        // The Responses API's own reasoning passes byte for byte; OpenRouter's members do not.
+        let responses = r#"{"reasoning":{"effort": "low","summary":"auto"}}"#;
+        assert_eq!(
+            body_of(Dialect::OpenAiResponses, responses),
+            r#"{"model":"up","reasoning":{"effort": "low","summary":"auto"}}"#
+        );
+        for body in [r#"{"reasoning":{"max_tokens":9}}"#, r#"{"reasoning":{"enabled":false,"effort":"low"}}"#] {
+            assert_eq!(body_of(Dialect::OpenAiResponses, body), r#"{"model":"up"}"#, "{body}");
+        }
         // A body of nothing else.
         assert_eq!(body_of(Dialect::Google, r#"{"usage":{"include":true}}"#), "{}");
     }
