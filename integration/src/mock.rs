@@ -10,7 +10,11 @@
 //!
 //! As strict as the real APIs where a lenient mock would hide a defect: each API refuses a request
 //! without its key (OpenAI on its generation paths: [`openai`]) and a body with a top-level field
-//! it does not document (Anthropic also one without `max_tokens`); an OpenAI stream ends with its
+//! it does not document, with the real API's 400 (OpenAI: `Unrecognized request argument
+//! supplied: <field>`, `error.param`; Anthropic: `<field>: Extra inputs are not permitted`;
+//! Google: `Unknown name "<field>"`), so an OpenRouter field that leaks to a provider fails the
+//! test (Anthropic also refuses one without `max_tokens`; the OpenAI API is OpenAI's own unless
+//! `compat` makes it an OpenAI-compatible host's, see [`openai`]); an OpenAI stream ends with its
 //! usage only when the body asks (`stream_options.include_usage`), alone in a last chunk without
 //! choices; Gemini reports a 429's delay only in the body (`RetryInfo`), never in `retry-after`.
 
@@ -92,6 +96,9 @@ pub struct Behavior {
     /// Answers gzipped whatever the request's `accept-encoding` says (`gzip`), as a provider that
     /// ignores `identity` does.
     pub force_gzip: bool,
+    /// The OpenAI API is an OpenAI-compatible host's (`compat`), which also takes `top_k`,
+    /// `min_p`, `top_a` and `repetition_penalty`; by default it is OpenAI's own.
+    pub openai_compatible: bool,
 }
 
 /// How a stream is cut short.
@@ -123,6 +130,7 @@ impl Default for Behavior {
             big_sized: false,
             cached_tokens: None,
             force_gzip: false,
+            openai_compatible: false,
         }
     }
 }
@@ -401,7 +409,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// with an HTML page), `big<bytes>` (a large chunked answer; with `sized` it carries a
 /// `content-length`), `cached<n>` (cached prompt tokens
 /// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`), `gzip`
-/// (answers compressed even when the request asked for `identity`).
+/// (answers compressed even when the request asked for `identity`), `compat` (the OpenAI API is
+/// an OpenAI-compatible host's: `Behavior::openai_compatible`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -421,6 +430,8 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.html_errors = true;
             } else if tok == "gzip" {
                 b.force_gzip = true;
+            } else if tok == "compat" {
+                b.openai_compatible = true;
             } else if tok == "sized" {
                 b.big_sized = true;
             } else if let Some(n) = tok.strip_prefix("big") {
@@ -752,10 +763,15 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     // does not accept (a field it does not document; Anthropic: no `max_tokens`), as the real
     // APIs do. OpenAI is checked on its generation paths (the mock also plays other services).
     let header = |name: &str| full_headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
+    if let Some(spec) = header("x-mock-behavior") {
+        apply_override(&mut behavior, &s.name, spec);
+    }
     let refusal = match api {
         Api::OpenAi => {
             let owned = |name: &str| header(name).map(str::to_string);
-            if let Some((status, body)) = openai::refusal(parts.uri.path(), &owned, &body) {
+            let compatible = behavior.openai_compatible;
+            if let Some((status, body)) = openai::refusal(parts.uri.path(), &owned, &body, compatible) {
                 return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
             }
             if let Some(msg) = strict::check(api, parts.uri.path(), &body) {
@@ -779,10 +795,6 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             _ => anthropic::error_json(status, &msg),
         };
         return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
-    }
-    let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
-    if let Some(spec) = header("x-mock-behavior") {
-        apply_override(&mut behavior, &s.name, spec);
     }
     let n = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     let guard = InFlight(Arc::clone(&s));

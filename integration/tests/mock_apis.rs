@@ -357,6 +357,89 @@ async fn each_api_refuses_a_missing_key_and_undocumented_fields_as_the_real_one_
     assert_eq!(r.status, 200);
 }
 
+/// OpenRouter's request fields: no provider's real API takes any of them.
+const OPENROUTER_FIELDS: &[&str] = &[
+    "provider",
+    "models",
+    "plugins",
+    "route",
+    "preset",
+    "session_id",
+    "transforms",
+    "usage",
+    "debug",
+    "trace",
+    "image_config",
+];
+
+// Each API's strict mock refuses every OpenRouter field with the real API's own 400, and takes
+// each API's own fields that the filter maps them onto; an OpenAI-compatible host (`compat`)
+// takes the sampling fields OpenAI lacks, OpenAI itself does not.
+#[tokio::test]
+async fn each_api_refuses_openrouters_fields_in_its_own_words() {
+    let m = mock().await;
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    let with = |body: &Value, field: &str| {
+        let mut b = body.clone();
+        b[field] = json!({});
+        b
+    };
+    let (path, key) = ("/v1beta/models/gemini-x:generateContent", [("x-goog-api-key", "k")]);
+    for f in OPENROUTER_FIELDS.iter().chain(&["reasoning"]) {
+        let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &with(&chat, f)).await.unwrap();
+        let e = &r.json()["error"];
+        assert_eq!(r.status, 400, "{f}: {}", r.text());
+        assert_eq!(e["message"].as_str(), Some(format!("Unrecognized request argument supplied: {f}").as_str()));
+        assert_eq!((e["type"].as_str(), e["param"].as_str()), (Some("invalid_request_error"), Some(*f)));
+        let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &with(&messages(false), f)).await.unwrap();
+        assert_eq!(r.status, 400, "{f}: {}", r.text());
+        assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+        assert_eq!(r.json()["error"]["message"], format!("{f}: Extra inputs are not permitted"));
+        let r = post_json(m.addr, path, &key, &with(&gemini(), f)).await.unwrap();
+        assert_eq!((r.status, r.json()["error"]["status"].as_str()), (400, Some("INVALID_ARGUMENT")), "{f}");
+        let want = format!("Invalid JSON payload received. Unknown name \"{f}\": Cannot find field.");
+        assert_eq!(r.json()["error"]["message"], want);
+    }
+    // Fields only some APIs have: `user`, `prompt_cache_key` (OpenAI's), `cache_control`
+    // (Anthropic's automatic caching).
+    for (f, openai, anthropic, google) in
+        [("user", 200, 400, 400), ("prompt_cache_key", 200, 400, 400), ("cache_control", 400, 200, 400)]
+    {
+        let value = if f == "cache_control" { json!({"type": "ephemeral"}) } else { json!("u") };
+        let set = |body: &Value| {
+            let mut b = body.clone();
+            b[f] = value.clone();
+            b
+        };
+        let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &set(&chat)).await.unwrap();
+        assert_eq!(r.status, openai, "{f}: {}", r.text());
+        let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &set(&messages(false))).await.unwrap();
+        assert_eq!(r.status, anthropic, "{f}: {}", r.text());
+        assert_eq!(post_json(m.addr, path, &key, &set(&gemini())).await.unwrap().status, google, "{f}");
+    }
+    // The fields the filter maps OpenRouter's onto pass.
+    let mut mapped = chat.clone();
+    mapped["reasoning_effort"] = json!("low");
+    assert_eq!(post_json(m.addr, "/v1/chat/completions", OPENAI, &mapped).await.unwrap().status, 200);
+    let mut mapped = messages(false);
+    mapped["max_tokens"] = json!(4096);
+    mapped["metadata"] = json!({"user_id": "u"});
+    mapped["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+    assert_eq!(post_json(m.addr, "/v1/messages", ANTHROPIC, &mapped).await.unwrap().status, 200);
+    // OpenAI refuses `top_k`; an OpenAI-compatible host takes it (not on the Responses API).
+    let mut sampled = chat.clone();
+    sampled["top_k"] = json!(40);
+    let r = post_json(m.addr, "/v1/chat/completions", OPENAI, &sampled).await.unwrap();
+    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("top_k")));
+    sampled["min_p"] = json!(0.1);
+    sampled["repetition_penalty"] = json!(1.1);
+    let compat: Vec<(&str, &str)> = OPENAI.iter().copied().chain([("x-mock-behavior", "alpha=compat")]).collect();
+    assert_eq!(post_json(m.addr, "/v1/chat/completions", &compat, &sampled).await.unwrap().status, 200);
+    let responses = json!({"model": "m", "input": "Hi", "top_k": 40});
+    assert_eq!(post_json(m.addr, "/v1/responses", &compat, &responses).await.unwrap().status, 400);
+    assert_eq!(post_json(m.addr, "/v1/chat/completions", &compat, &with(&chat, "usage")).await.unwrap().status, 400);
+}
+
 #[tokio::test]
 async fn a_provider_overloaded_mid_stream_sends_its_apis_error_event() {
     let m = mock().await;

@@ -25,7 +25,7 @@ fn catalog() -> Value {
         "routing": {"default_policy": "price_weighted"}
     });
     // One model per test (live statistics stay apart). Prices per million tokens.
-    let models: [(&str, &[(&str, f64)]); 12] = [
+    let models: [(&str, &[(&str, f64)]); 15] = [
         ("t/claude", &[("beta", 3.0)]),
         ("t/claude-stream", &[("beta", 3.0)]),
         ("t/claude-tools", &[("beta", 3.0)]),
@@ -38,6 +38,9 @@ fn catalog() -> Value {
         ("t/fo-stream", &[("beta", 1.0), ("alpha", 2.0)]),
         ("t/fo-anthropic", &[("beta", 1.0), ("alpha", 2.0)]),
         ("t/fo-google", &[("gamma", 1.0), ("beta", 2.0), ("alpha", 3.0)]),
+        ("t/or-gpt", &[("alpha", 1.0)]),
+        ("t/or-claude", &[("beta", 1.0)]),
+        ("t/or-gemini", &[("gamma", 1.0)]),
     ];
     for (model, endpoints) in models {
         let eps: Vec<Value> = endpoints
@@ -294,6 +297,80 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
         chunks.iter().filter_map(|c| c.pointer("/candidates/0/content/parts/0/text").and_then(Value::as_str)).collect();
     assert!(text.starts_with("tok0 "), "{}", r.text());
     assert_eq!(chunks.last().and_then(|c| c.pointer("/candidates/0/finishReason")), Some(&json!("STOP")));
+}
+
+/// Every request field of OpenRouter's that some provider API lacks (routing, accounting,
+/// observability, and the unified `reasoning`, `user`, `prompt_cache_key`, `cache_control`,
+/// `image_config`), as a caller of `model` sends them.
+fn openrouter_fields(model: &str) -> Value {
+    json!({"provider": {"sort": "price"}, "models": [model], "plugins": [], "route": "fallback", "preset": null,
+        "session_id": "conv-1", "transforms": ["middle-out"], "usage": {"include": true},
+        "debug": {"echo_upstream_body": true}, "trace": {"trace_id": "t-1"},
+        "reasoning": {"effort": "low", "max_tokens": 1024}, "user": "user-1", "prompt_cache_key": "pk",
+        "cache_control": {"type": "ephemeral"}, "image_config": {"aspect_ratio": "1:1"}})
+}
+
+fn merged(mut body: Value, extra: Value) -> Value {
+    if let (Some(b), Value::Object(e)) = (body.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    body
+}
+
+// Each caller's API sends every OpenRouter field to a model of each API (same API: the body
+// passed through; another: translated). The strict mocks refuse any field their real API
+// does not have, so each answer being a 200 is the proof that none leaked; the fields a
+// provider's own API has a name for arrive under it.
+#[tokio::test]
+async fn openrouter_fields_never_reach_a_provider_that_refuses_them() {
+    let s = stack();
+    let goog = [("x-goog-api-key", "caller-key")];
+    for (model, provider) in [("t/or-gpt", "alpha"), ("t/or-claude", "beta"), ("t/or-gemini", "gamma")] {
+        for stream in [false, true] {
+            let chat = json!({"model": model, "max_tokens": 2048, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]});
+            let id = format!("or-oa-{model}-{stream}");
+            let r = openai(s, &id, &[], merged(chat, openrouter_fields(model))).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            assert_eq!(s.only_receiver(&id).0, provider);
+            let messages = json!({"model": model, "max_tokens": 2048, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]});
+            let id = format!("or-an-{model}-{stream}");
+            let r = anthropic(s, &id, &[], merged(messages, openrouter_fields(model))).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            assert_eq!(s.only_receiver(&id).0, provider);
+            let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
+            let path = format!("/v1beta/models/{model}:{method}");
+            let contents = json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]});
+            let mut fields = openrouter_fields(model);
+            fields.as_object_mut().unwrap().remove("preset");
+            let id = format!("or-go-{model}-{stream}");
+            let r = post(s, &path, &id, &goog, merged(contents, fields)).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            assert_eq!(s.only_receiver(&id).0, provider);
+        }
+    }
+    // What the fields became where the provider's API has a name for them.
+    let sent = |id: &str| s.only_receiver(id).1.json();
+    let chat = sent("or-oa-t/or-gpt-false");
+    assert_eq!((chat["reasoning_effort"].as_str(), chat["user"].as_str()), (Some("low"), Some("user-1")), "{chat}");
+    assert_eq!(chat["prompt_cache_key"], "pk");
+    let messages = sent("or-an-t/or-claude-false");
+    assert_eq!(messages["metadata"], json!({"user_id": "user-1"}), "{messages}");
+    assert_eq!(messages["thinking"], json!({"type": "enabled", "budget_tokens": 1024}));
+    assert_eq!(messages["cache_control"], json!({"type": "ephemeral"}));
+    let translated = sent("or-oa-t/or-claude-false");
+    assert_eq!(translated["metadata"], json!({"user_id": "user-1"}), "{translated}");
+    assert_eq!(translated["thinking"]["budget_tokens"], 1024);
+    // The Responses API takes `reasoning` less OpenRouter's own members; the legacy completions
+    // neither it nor a prompt cache key.
+    let oa = [("authorization", "Bearer caller-key")];
+    let input = json!({"model": "t/or-gpt", "input": "Hi"});
+    let r = post(s, "/v1/responses", "or-responses", &oa, merged(input, openrouter_fields("t/or-gpt"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(sent("or-responses")["reasoning"], json!({"effort": "low"}));
+    let prompt = json!({"model": "t/or-gpt", "prompt": "Hi"});
+    let r = post(s, "/v1/completions", "or-completions", &oa, merged(prompt, openrouter_fields("t/or-gpt"))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(sent("or-completions")["user"], "user-1");
 }
 
 #[tokio::test]

@@ -5,13 +5,149 @@
 use crate::api::Api;
 use crate::config::Catalog;
 use crate::protocol::plan::AttemptPlan;
-use crate::routing::request::{routing_fields, TopLevel, ROUTING_FIELDS};
+use crate::routing::request::{routing_fields, TopLevel, OPENROUTER_ONLY, ROUTING_FIELDS};
+use serde_json::value::RawValue;
 
 use crate::protocol::bytes::push_json_string;
 
-/// `{"<first_key>":"<first_value>"` (when given) followed by every member of `fields` except
-/// `skip`, each copied byte-for-byte in its original order.
-fn splice(fields: &TopLevel, first: Option<(&str, &str)>, skip: &[&str]) -> Vec<u8> {
+/// The request body a caller's endpoints take when they speak its API: which of OpenRouter's
+/// fields the provider's API lacks (OpenAI's three request bodies differ there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `/v1/chat/completions`.
+    OpenAiChat,
+    /// `/v1/completions`.
+    OpenAiCompletions,
+    /// `/v1/responses`.
+    OpenAiResponses,
+    Anthropic,
+    Google,
+}
+
+impl Dialect {
+    pub fn api(self) -> Api {
+        match self {
+            Dialect::OpenAiChat | Dialect::OpenAiCompletions | Dialect::OpenAiResponses => Api::OpenAi,
+            Dialect::Anthropic => Api::Anthropic,
+            Dialect::Google => Api::Google,
+        }
+    }
+
+    /// A request of `api`: for OpenAI, `chat` (a chat completions body) or `responses` (the
+    /// Responses API) or else the legacy completions.
+    pub fn of(api: Api, chat: bool, responses: bool) -> Dialect {
+        match api {
+            Api::Anthropic => Dialect::Anthropic,
+            Api::Google => Dialect::Google,
+            Api::OpenAi if responses => Dialect::OpenAiResponses,
+            Api::OpenAi if chat => Dialect::OpenAiChat,
+            Api::OpenAi => Dialect::OpenAiCompletions,
+        }
+    }
+}
+
+/// What becomes of one top-level member on its way to a provider.
+enum Member {
+    /// Copied byte for byte.
+    Keep,
+    /// Left out.
+    Drop,
+    /// Replaced by this member (name, raw JSON value), in its place.
+    Put(&'static str, Vec<u8>),
+}
+
+/// The members every body leaves out: `api`'s routing fields and OpenRouter's own fields.
+fn never_forwarded(api: Api, key: &str) -> bool {
+    routing_fields(api).contains(&key) || OPENROUTER_ONLY.contains(&key)
+}
+
+/// OpenRouter's `reasoning` object, as far as a provider's own field can say it.
+#[derive(serde::Deserialize, Default)]
+struct Reasoning {
+    #[serde(default)]
+    effort: Option<String>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    enabled: Option<bool>,
+}
+
+fn reasoning(raw: &RawValue) -> Reasoning {
+    serde_json::from_str::<Option<Reasoning>>(raw.get()).ok().flatten().unwrap_or_default()
+}
+
+/// The members of the Responses API's `reasoning` object.
+const RESPONSES_REASONING: [&str; 3] = ["effort", "summary", "generate_summary"];
+
+/// OpenRouter's `reasoning` on the Responses API: its members OpenAI has kept (byte for byte
+/// when that is all of them), OpenRouter's own (`max_tokens`, `exclude`, `enabled`) left out;
+/// dropped when disabled or nothing is left. Anything but an object is the API's to judge.
+fn responses_reasoning(raw: &RawValue) -> Member {
+    let Ok(Some(mut o)) = serde_json::from_str::<Option<serde_json::Map<String, serde_json::Value>>>(raw.get()) else {
+        return Member::Keep;
+    };
+    if o.get("enabled") == Some(&serde_json::Value::Bool(false)) {
+        return Member::Drop;
+    }
+    let all = o.len();
+    o.retain(|k, _| RESPONSES_REASONING.contains(&k.as_str()));
+    match o.len() {
+        0 => Member::Drop,
+        n if n == all => Member::Keep,
+        _ => serde_json::to_vec(&o).map_or(Member::Drop, |v| Member::Put("reasoning", v)),
+    }
+}
+
+/// A member of a body of `dialect` as the provider's API takes it: OpenRouter's fields the API
+/// lacks mapped onto its own field when it has one (and the caller did not set that too), else
+/// dropped. Each rule looks at a bounded number of other members: linear in the body.
+fn member(dialect: Dialect, fields: &TopLevel, key: &str, raw: &RawValue) -> Member {
+    if never_forwarded(dialect.api(), key) {
+        return Member::Drop;
+    }
+    // Present at all, even as null: a second member of the same name would be a duplicate.
+    let absent = |k: &str| fields.get(k).is_none();
+    match (dialect, key) {
+        // Chat completions takes the effort alone (no budget, no `exclude`).
+        (Dialect::OpenAiChat, "reasoning") => match reasoning(raw) {
+            Reasoning { effort: Some(e), enabled, .. } if enabled != Some(false) && absent("reasoning_effort") => {
+                let mut v = Vec::with_capacity(e.len() + 2);
+                push_json_string(&mut v, &e);
+                Member::Put("reasoning_effort", v)
+            }
+            _ => Member::Drop,
+        },
+        // The Responses API has `reasoning`, with fewer members than OpenRouter's.
+        (Dialect::OpenAiResponses, "reasoning") => responses_reasoning(raw),
+        // OpenRouter's top-level `cache_control` (Anthropic's automatic caching) and
+        // `image_config`: no OpenAI body has them.
+        (Dialect::OpenAiChat | Dialect::OpenAiResponses, "cache_control" | "image_config") => Member::Drop,
+        (Dialect::OpenAiCompletions, "reasoning" | "cache_control" | "image_config" | "prompt_cache_key") => {
+            Member::Drop
+        }
+        // Messages names the end user in `metadata.user_id`.
+        (Dialect::Anthropic, "user") if raw.get().starts_with('"') && absent("metadata") => {
+            let mut v = b"{\"user_id\":".to_vec();
+            v.extend_from_slice(raw.get().as_bytes());
+            v.push(b'}');
+            Member::Put("metadata", v)
+        }
+        // A reasoning budget is Messages' `thinking`; an effort alone has no counterpart.
+        (Dialect::Anthropic, "reasoning") => match reasoning(raw) {
+            Reasoning { max_tokens: Some(n), enabled, .. } if enabled != Some(false) && absent("thinking") => {
+                Member::Put("thinking", format!("{{\"type\":\"enabled\",\"budget_tokens\":{n}}}").into_bytes())
+            }
+            _ => Member::Drop,
+        },
+        (Dialect::Anthropic, "user" | "prompt_cache_key" | "image_config") => Member::Drop,
+        (Dialect::Google, "user" | "reasoning" | "prompt_cache_key" | "image_config" | "cache_control") => Member::Drop,
+        _ => Member::Keep,
+    }
+}
+
+/// `{"<first_key>":"<first_value>"` (when given) followed by the members of `fields` as `edit`
+/// says, each kept one copied byte-for-byte in its original order.
+fn splice(fields: &TopLevel, first: Option<(&str, &str)>, edit: &dyn Fn(&str, &RawValue) -> Member) -> Vec<u8> {
     let size: usize = fields.0.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum();
     let mut out = Vec::with_capacity(size + first.map_or(0, |(k, v)| k.len() + v.len()) + 8);
     out.push(b'{');
@@ -23,16 +159,22 @@ fn splice(fields: &TopLevel, first: Option<(&str, &str)>, skip: &[&str]) -> Vec<
         empty = false;
     }
     for (k, v) in &fields.0 {
-        if skip.contains(&k.as_ref()) {
-            continue;
-        }
+        let put;
+        let (key, value): (&str, &[u8]) = match edit(k, v) {
+            Member::Drop => continue,
+            Member::Keep => (k, v.get().as_bytes()),
+            Member::Put(key, value) => {
+                put = value;
+                (key, &put)
+            }
+        };
         if !empty {
             out.push(b',');
         }
         empty = false;
-        push_json_string(&mut out, k);
+        push_json_string(&mut out, key);
         out.push(b':');
-        out.extend_from_slice(v.get().as_bytes());
+        out.extend_from_slice(value);
     }
     out.push(b'}');
     out
@@ -41,24 +183,40 @@ fn splice(fields: &TopLevel, first: Option<(&str, &str)>, skip: &[&str]) -> Vec<
 /// The body a provider receives: `model` first (the endpoint's upstream id), routing fields
 /// removed, every other member copied byte-for-byte in its original order.
 pub fn upstream_body(fields: &TopLevel, upstream_model: &str) -> Vec<u8> {
-    splice(fields, Some(("model", upstream_model)), &ROUTING_FIELDS)
+    splice(fields, Some(("model", upstream_model)), &|k, _| {
+        if ROUTING_FIELDS.contains(&k) {
+            Member::Drop
+        } else {
+            Member::Keep
+        }
+    })
 }
 
-/// The body a provider of `api` receives. OpenAI and Anthropic: as [`upstream_body`] (Anthropic's
-/// `fallbacks` removed too). Google: the model is in the path, so only the routing fields are
-/// removed.
+/// The caller's body as the translators read it: routing fields and OpenRouter's own fields
+/// removed (never reported as dropped: no API has them), every other member kept for the
+/// translation to map (`reasoning`, `user`, ...). No model.
+pub fn translation_source(api: Api, fields: &TopLevel) -> Vec<u8> {
+    let first = (api != Api::Google).then_some(("model", ""));
+    splice(fields, first, &|k, _| if never_forwarded(api, k) { Member::Drop } else { Member::Keep })
+}
+
+/// The body a provider of the caller's own API receives (`dialect`). OpenAI and Anthropic:
+/// `model` first (the endpoint's upstream id); Google: no model (the path names it). Routing
+/// fields (Anthropic's `fallbacks` too) and OpenRouter's own fields removed, OpenRouter's
+/// fields the API lacks mapped or removed (`member`); every other member copied byte for byte.
 ///
 /// `ask_usage` (an OpenAI chat completions or completions stream): `stream_options` is moved to
 /// the end with `include_usage: true` (the caller's other options kept), so the provider ends the
 /// stream with its usage whatever the caller asked.
-pub fn upstream_body_for(api: Api, fields: &TopLevel, upstream_model: &str, ask_usage: bool) -> Vec<u8> {
-    match api {
-        Api::Google => splice(fields, None, routing_fields(api)),
-        Api::Anthropic => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
-        Api::OpenAi if !ask_usage => splice(fields, Some(("model", upstream_model)), routing_fields(api)),
+pub fn upstream_body_for(dialect: Dialect, fields: &TopLevel, upstream_model: &str, ask_usage: bool) -> Vec<u8> {
+    let edit = |k: &str, v: &RawValue| member(dialect, fields, k, v);
+    match dialect.api() {
+        Api::Google => splice(fields, None, &edit),
+        Api::Anthropic => splice(fields, Some(("model", upstream_model)), &edit),
+        Api::OpenAi if !ask_usage => splice(fields, Some(("model", upstream_model)), &edit),
         Api::OpenAi => {
-            let skip: Vec<&str> = routing_fields(api).iter().copied().chain([STREAM_OPTIONS]).collect();
-            let mut out = splice(fields, Some(("model", upstream_model)), &skip);
+            let edit = |k: &str, v: &RawValue| if k == STREAM_OPTIONS { Member::Drop } else { edit(k, v) };
+            let mut out = splice(fields, Some(("model", upstream_model)), &edit);
             out.pop();
             out.extend_from_slice(b",\"stream_options\":");
             out.extend_from_slice(&stream_options_with_usage(fields.get(STREAM_OPTIONS).map(|v| v.get())));
@@ -319,14 +477,14 @@ mod tests {
         for (body, asked, options) in cases {
             let t = TopLevel::parse(body.as_bytes()).unwrap();
             assert_eq!(asks_usage(&t), asked, "{body}");
-            let out = upstream_body_for(Api::OpenAi, &t, "up", true);
+            let out = upstream_body_for(Dialect::OpenAiChat, &t, "up", true);
             let v: Value =
                 serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
             assert_eq!(v["stream_options"], options, "{body}");
             assert_eq!((v["model"].as_str(), v["stream"].as_bool()), (Some("up"), Some(true)));
             assert!(out.starts_with(br#"{"model":"up","#));
             // Not asked: the body is the caller's.
-            let plain = upstream_body_for(Api::OpenAi, &t, "up", false);
+            let plain = upstream_body_for(Dialect::OpenAiChat, &t, "up", false);
             assert_eq!(
                 serde_json::from_slice::<Value>(&plain).unwrap()["stream_options"],
                 serde_json::from_str::<Value>(body).unwrap()["stream_options"]
@@ -353,13 +511,100 @@ mod tests {
         assert_eq!(o.len(), 4);
     }
 
+    /// Every OpenRouter field a caller may send, once, with one plain field around them.
+    const OPENROUTER_BODY: &str = r#"{"model":"a/b","temperature":0.50,"provider":{"sort":"price"},"models":["x"],"plugins":[],"route":"fallback","preset":"p","session_id":"s","transforms":["middle-out"],"usage":{"include":true},"debug":{"echo_upstream_body":true},"trace":{"trace_id":"t"},"reasoning":{"effort":"high","max_tokens":2048,"exclude":true},"user":"u-1","prompt_cache_key":"k","cache_control":{"type":"ephemeral"},"image_config":{"aspect_ratio":"16:9"},"stream":false}"#;
+
+    fn body_of(dialect: Dialect, body: &str) -> String {
+        let t = TopLevel::parse(body.as_bytes()).unwrap();
+        let out = String::from_utf8(upstream_body_for(dialect, &t, "up", false)).unwrap();
+        let parsed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert!(parsed.is_object(), "{out}");
+        out
+    }
+
+    #[test]
+    fn openrouter_only_fields_are_removed_or_mapped_per_api() {
+        // Kept byte for byte, in order, around the removed and mapped members.
+        let cases = [
+            (
+                Dialect::OpenAiChat,
+                r#"{"model":"up","temperature":0.50,"reasoning_effort":"high","user":"u-1","prompt_cache_key":"k","stream":false}"#,
+            ),
+            (Dialect::OpenAiCompletions, r#"{"model":"up","temperature":0.50,"user":"u-1","stream":false}"#),
+            (
+                Dialect::OpenAiResponses,
+                r#"{"model":"up","temperature":0.50,"reasoning":{"effort":"high"},"user":"u-1","prompt_cache_key":"k","stream":false}"#,
+            ),
+            (
+                Dialect::Anthropic,
+                r#"{"model":"up","temperature":0.50,"thinking":{"type":"enabled","budget_tokens":2048},"metadata":{"user_id":"u-1"},"cache_control":{"type":"ephemeral"},"stream":false}"#,
+            ),
+            (Dialect::Google, r#"{"temperature":0.50,"stream":false}"#),
+        ];
+        for (dialect, want) in cases {
+            assert_eq!(body_of(dialect, OPENROUTER_BODY), want, "{dialect:?}");
+        }
+    }
+
+    #[test]
+    fn the_callers_own_field_wins_over_a_mapped_one() {
+        let chat = r#"{"reasoning_effort":null,"reasoning":{"effort":"low"}}"#;
+        assert_eq!(body_of(Dialect::OpenAiChat, chat), r#"{"model":"up","reasoning_effort":null}"#);
+        let anthropic =
+            r#"{"metadata":{"user_id":"mine"},"user":"u","thinking":{"type":"disabled"},"reasoning":{"max_tokens":9}}"#;
+        assert_eq!(
+            body_of(Dialect::Anthropic, anthropic),
+            r#"{"model":"up","metadata":{"user_id":"mine"},"thinking":{"type":"disabled"}}"#
+        );
+        // Nothing to map: a disabled or budget-less reasoning, a user that is not a string.
+        for body in [
+            r#"{"reasoning":{"enabled":false,"effort":"high","max_tokens":9}}"#,
+            r#"{"reasoning":{"effort":"high"},"user":null}"#,
+            r#"{"reasoning":"high","user":7}"#,
+            r#"{"reasoning":null}"#,
+        ] {
+            assert_eq!(body_of(Dialect::Anthropic, body), r#"{"model":"up"}"#, "{body}");
+        }
+        assert_eq!(
+            body_of(Dialect::OpenAiChat, r#"{"reasoning":{"enabled":false,"effort":"high"}}"#),
+            r#"{"model":"up"}"#
+        );
+        assert_eq!(body_of(Dialect::OpenAiChat, r#"{"reasoning":{"max_tokens":9}}"#), r#"{"model":"up"}"#);
+        // The Responses API's own reasoning passes byte for byte; OpenRouter's members do not.
+        let responses = r#"{"reasoning":{"effort": "low","summary":"auto"}}"#;
+        assert_eq!(
+            body_of(Dialect::OpenAiResponses, responses),
+            r#"{"model":"up","reasoning":{"effort": "low","summary":"auto"}}"#
+        );
+        for body in [r#"{"reasoning":{"max_tokens":9}}"#, r#"{"reasoning":{"enabled":false,"effort":"low"}}"#] {
+            assert_eq!(body_of(Dialect::OpenAiResponses, body), r#"{"model":"up"}"#, "{body}");
+        }
+        // A body of nothing else.
+        assert_eq!(body_of(Dialect::Google, r#"{"usage":{"include":true}}"#), "{}");
+    }
+
+    #[test]
+    fn translators_read_the_fields_they_map_but_never_openrouters_own() {
+        let t = TopLevel::parse(OPENROUTER_BODY.as_bytes()).unwrap();
+        for api in Api::ALL {
+            let src: Value = serde_json::from_slice(&translation_source(api, &t)).unwrap();
+            let keys: Vec<&str> = src.as_object().unwrap().keys().map(String::as_str).collect();
+            for f in OPENROUTER_ONLY.iter().chain(routing_fields(api).iter().filter(|f| **f != "model")) {
+                assert!(!keys.contains(f), "{f} reaches the {api:?} translator");
+            }
+            for f in ["reasoning", "user", "prompt_cache_key", "cache_control", "temperature"] {
+                assert!(keys.contains(&f), "{f} hidden from the {api:?} translator");
+            }
+        }
+    }
+
     #[test]
     fn anthropic_fallbacks_never_reach_a_provider_but_openai_ones_pass() {
         let body = br#"{"model":"a","max_tokens":5,"messages":[],"fallbacks":[{"model":"c"}]}"#;
         let t = TopLevel::parse(body).unwrap();
-        let out = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x", false)).unwrap();
+        let out = String::from_utf8(upstream_body_for(Dialect::Anthropic, &t, "claude-x", false)).unwrap();
         assert_eq!(out, r#"{"model":"claude-x","max_tokens":5,"messages":[]}"#);
-        let out = String::from_utf8(upstream_body_for(Api::OpenAi, &t, "gpt-x", false)).unwrap();
+        let out = String::from_utf8(upstream_body_for(Dialect::OpenAiChat, &t, "gpt-x", false)).unwrap();
         assert!(out.contains(r#""fallbacks":[{"model":"c"}]"#), "{out}");
     }
 
@@ -367,11 +612,11 @@ mod tests {
     fn google_bodies_lose_only_routing_fields_and_paths_name_the_upstream_model() {
         let body = br#"{"contents":[{"parts":[{"text":"hi"}]}],"provider":{"sort":"price"},"models":["x"],"generationConfig":{"maxOutputTokens":5}}"#;
         let t = TopLevel::parse(body).unwrap();
-        let out = String::from_utf8(upstream_body_for(Api::Google, &t, "gemini-x", false)).unwrap();
+        let out = String::from_utf8(upstream_body_for(Dialect::Google, &t, "gemini-x", false)).unwrap();
         assert_eq!(out, r#"{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":5}}"#);
         let only_routing = TopLevel::parse(br#"{"provider":{}}"#).unwrap();
-        assert_eq!(upstream_body_for(Api::Google, &only_routing, "m", false), b"{}");
-        let anthropic = String::from_utf8(upstream_body_for(Api::Anthropic, &t, "claude-x", false)).unwrap();
+        assert_eq!(upstream_body_for(Dialect::Google, &only_routing, "m", false), b"{}");
+        let anthropic = String::from_utf8(upstream_body_for(Dialect::Anthropic, &t, "claude-x", false)).unwrap();
         assert!(anthropic.starts_with(r#"{"model":"claude-x","contents""#), "{anthropic}");
         assert_eq!(
             google_upstream_path("/v1beta/models/google/gemini:streamGenerateContent?alt=sse", "", "gemini-2.5"),

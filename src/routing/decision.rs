@@ -9,7 +9,7 @@ use crate::config::{Catalog, StreamUsage};
 use crate::protocol::bytes::push_json_string;
 use crate::protocol::plan::{AttemptPlan, EndpointRef};
 use crate::protocol::rewrite::model_prefix;
-use crate::protocol::rewrite::{asks_usage, upstream_body_for};
+use crate::protocol::rewrite::{asks_usage, translation_source, upstream_body_for, Dialect};
 use crate::routing::health::HealthView;
 use crate::routing::policy::Policy;
 use crate::routing::presets::{Presets, NO_PRESETS};
@@ -95,7 +95,9 @@ pub fn decide_for<'a>(
     let ask_usage = surface.usage_on_request && req.stream;
     let hide_usage_chunk =
         ask_usage && catalog.routing.stream_usage == StreamUsage::WhenAsked && !asks_usage(&req.fields);
-    let bodies = plan_bodies(catalog, &req, &mut plan, ask_usage)?;
+    // Which of OpenRouter's fields the caller's own API lacks depends on the OpenAI body too.
+    let dialect = Dialect::of(req.api, req.translatable, !surface.usage_on_request);
+    let bodies = plan_bodies(catalog, &req, dialect, &mut plan, ask_usage)?;
     let no_attempt = || ApiError::new(500, "server_error", "internal_error", "routing produced no attempt");
     let first = plan.attempts.first().and_then(|a| catalog.endpoint(a.endpoint)).ok_or_else(no_attempt)?;
     let model = catalog.models.get(first.model).ok_or_else(no_attempt)?.id.clone();
@@ -145,7 +147,13 @@ struct PlanBodies {
 /// The request's body for each API the plan's endpoints serve it in: the caller's own, and
 /// each other API's translated (`translate::request`). Endpoints of an API the translation
 /// refuses leave the plan; if none is left, the refusal is the answer (400 naming the field).
-fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage: bool) -> Result<PlanBodies, ApiError> {
+fn plan_bodies(
+    catalog: &Catalog,
+    req: &ChatRequest,
+    dialect: Dialect,
+    plan: &mut Plan,
+    ask_usage: bool,
+) -> Result<PlanBodies, ApiError> {
     let caller = req.api;
     let api_of = |i: usize| catalog.endpoint(i).map_or(caller, |e| e.apis.serving(caller));
     let first_model = |plan: &Plan, api: Api| {
@@ -160,7 +168,7 @@ fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage:
     let mut unsupported = false;
     for api in Api::ALL.into_iter().filter(|&a| a != caller) {
         let Some(model) = first_model(plan, api) else { continue };
-        let source = upstream_body_for(caller, &req.fields, "", false);
+        let source = translation_source(caller, &req.fields);
         match crate::translate::request(caller, api, &source, &model, req.stream) {
             // `require_parameters`: an endpoint whose translation drops a parameter cannot
             // honour it, as one that does not support it.
@@ -197,7 +205,7 @@ fn plan_bodies(catalog: &Catalog, req: &ChatRequest, plan: &mut Plan, ask_usage:
     }
     if let Some(model) = first_model(plan, caller) {
         let prefix_len = if caller == Api::Google { 0 } else { model_prefix(&model).len() };
-        out.bodies.push((caller, prefix_len, upstream_body_for(caller, &req.fields, &model, ask_usage)));
+        out.bodies.push((caller, prefix_len, upstream_body_for(dialect, &req.fields, &model, ask_usage)));
     }
     Ok(out)
 }

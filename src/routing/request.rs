@@ -23,6 +23,13 @@ pub const ROUTING_FIELDS: [&str; 7] = ["model", "models", "provider", "plugins",
 pub const ANTHROPIC_ROUTING_FIELDS: [&str; 8] =
     ["model", "models", "provider", "plugins", "route", "preset", "session_id", "fallbacks"];
 
+/// OpenRouter's own request fields that no provider's API has and routing does not read:
+/// usage accounting (`usage: {"include": true}`), `transforms`, `debug` (`echo_upstream_body`)
+/// and `trace` (observability). Accepted on every surface and removed before every attempt, as
+/// the routing fields are (the fields a provider's API lacks only in some APIs, such as
+/// `reasoning` or `user`, are `protocol::rewrite`'s per-API rules).
+pub const OPENROUTER_ONLY: [&str; 4] = ["usage", "transforms", "debug", "trace"];
+
 /// The routing fields of `api`'s requests (removed before any attempt).
 pub fn routing_fields(api: Api) -> &'static [&'static str] {
     match api {
@@ -33,8 +40,12 @@ pub fn routing_fields(api: Api) -> &'static [&'static str] {
 
 /// Top-level fields that are the request itself rather than optional parameters; everything
 /// else counts for `require_parameters` (`tools`, `response_format`, `temperature`, ...).
-pub const NON_PARAMETERS: [&str; 15] = [
+pub const NON_PARAMETERS: [&str; 19] = [
     "model",
+    "usage",
+    "transforms",
+    "debug",
+    "trace",
     "preset",
     "models",
     "provider",

@@ -31,6 +31,18 @@ fn parses_core_fields() {
     assert_eq!(r.model_sequence().len(), 2);
 }
 
+// OpenRouter's own fields ask nothing of an endpoint: under `require_parameters` they must not
+// leave out every endpoint that does not list them (no provider's API has them).
+#[test]
+fn openrouter_only_fields_are_not_parameters() {
+    let body = br#"{"model":"a/b","messages":[],"usage":{"include":true},"transforms":["middle-out"],
+        "debug":{"echo_upstream_body":true},"trace":{"trace_id":"t"},"session_id":"s","seed":1}"#;
+    for surface in [Surface::OPENAI, Surface::of(Api::Anthropic)] {
+        let r = ChatRequest::parse_for(body, &surface, None).unwrap();
+        assert_eq!(r.parameters, vec!["seed"], "{:?}", surface.api);
+    }
+}
+
 #[test]
 fn parses_full_provider_object() {
     let r = parse(

@@ -1420,6 +1420,43 @@ fn the_usage_chunk_reaches_every_stream_unless_the_operator_keeps_openais_rule()
     }
 }
 
+// Each OpenAI request body loses the OpenRouter fields its own API lacks: chat completions
+// takes `reasoning` as `reasoning_effort`, the Responses API takes `reasoning` itself, the
+// legacy completions neither (nor `prompt_cache_key`). OpenRouter's own fields reach none.
+#[test]
+fn each_openai_body_loses_the_openrouter_fields_its_api_lacks() {
+    let c = decision_catalog();
+    let run = |surface: &Surface, body: &str| {
+        let d = crate::routing::decision::decide_for(
+            &c,
+            None,
+            &crate::routing::presets::NO_PRESETS,
+            surface,
+            None,
+            body.as_bytes(),
+            &NoHealthData,
+            &mut || 0.0,
+        )
+        .unwrap_or_else(|e| panic!("{}", e.body()));
+        String::from_utf8(d.body).unwrap_or_default()
+    };
+    let extra =
+        r#""usage": {"include": true}, "transforms": [], "reasoning": {"effort": "low"}, "prompt_cache_key": "k", "#;
+    let chat = DEC_BODY.replacen('{', &format!("{{{extra}"), 1);
+    let completions = chat.replace(r#""messages""#, r#""prompt": "hi", "ignored""#);
+    assert_eq!(
+        run(&Surface::OPENAI, &chat),
+        r#"{"model":"alpha-model-v1","reasoning_effort":"low","prompt_cache_key":"k","temperature":0.70,"messages":[{"role": "user", "content": "h\u00e9"}],"stream":true,"stream_options":{"include_usage":true}}"#
+    );
+    let responses = run(&Surface::OPENAI_RESPONSES, &chat);
+    assert!(
+        responses.starts_with(r#"{"model":"alpha-model-v1","reasoning":{"effort": "low"},"prompt_cache_key":"k","#),
+        "{responses}"
+    );
+    let completions = run(&Surface::OPENAI, &completions);
+    assert!(completions.starts_with(r#"{"model":"alpha-model-v1","temperature":0.70,"prompt":"hi","#), "{completions}");
+}
+
 // A later attempt splices its own upstream id over the body's model prefix (here beta: path
 // prefix `/openai/v1`, custom credential header); the result is the same body the first
 // attempt got with only `model` changed. Past the end of the plan there is no attempt.

@@ -24,7 +24,10 @@ pub(super) fn refusal(api_key: Option<&str>, version: Option<&str>) -> Option<(u
     }
 }
 
-/// The Messages API's request fields.
+/// The Messages API's request fields, beta ones included (`cache_control`: automatic prompt
+/// caching; `output_format`: the structured-outputs beta's name for `output_config.format`;
+/// `inference_geo`, `speed`). OpenRouter's own fields (`provider`, `user`, `reasoning`,
+/// `session_id`, `usage`, ...) are not among them: the real API refuses them.
 const FIELDS: &[&str] = &[
     "model",
     "messages",
@@ -44,6 +47,10 @@ const FIELDS: &[&str] = &[
     "mcp_servers",
     "context_management",
     "output_config",
+    "output_format",
+    "cache_control",
+    "inference_geo",
+    "speed",
 ];
 
 /// A body the Messages API refuses with 400: not a JSON object, a field it does not document

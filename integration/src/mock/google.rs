@@ -35,7 +35,9 @@ pub(super) fn refusal(api_key: Option<&str>, query: Option<&str>) -> Option<(u16
     }
 }
 
-/// `GenerateContentRequest`'s fields, in both spellings the JSON mapping accepts.
+/// `GenerateContentRequest`'s fields (the Gemini API's: Vertex AI's `labels` is not one), in both
+/// spellings the JSON mapping accepts. OpenRouter's fields (`user`, `reasoning`, `usage`, ...)
+/// are unknown names to it.
 const FIELDS: &[&str] = &[
     "model",
     "contents",

@@ -1,7 +1,14 @@
 //! What the mock's OpenAI API refuses before answering, as the real API does: a request without
 //! a key (401), and on the generation paths a body with a top-level field the endpoint does not
-//! document, or `stream_options` without `stream: true`, or (Responses API) `include_usage`
+//! document (400 `Unrecognized request argument supplied: <field>`, `error.param` naming it), or
+//! `stream_options` without `stream: true`, or (Responses API) `include_usage`
 //! (400 `invalid_request_error`).
+//!
+//! Two kinds of provider speak this API. By default the mock is OpenAI itself: only the fields
+//! OpenAI documents. An OpenAI-compatible host (vLLM, Together, Fireworks, DeepInfra, ...;
+//! `Behavior::openai_compatible`, the `compat` token) also takes the sampling fields OpenAI
+//! lacks and OpenRouter documents ([`COMPATIBLE_EXTRA_FIELDS`]) on chat completions and
+//! completions. Neither takes OpenRouter's own fields (`provider`, `usage`, `transforms`, ...).
 
 use serde_json::{json, Value};
 
@@ -42,6 +49,9 @@ const CHAT_FIELDS: &[&str] = &[
     "verbosity",
     "web_search_options",
 ];
+
+/// The sampling fields OpenAI-compatible hosts take beyond OpenAI's (`Behavior::openai_compatible`).
+pub const COMPATIBLE_EXTRA_FIELDS: &[&str] = &["top_k", "min_p", "top_a", "repetition_penalty"];
 
 /// The legacy Completions API's request fields.
 const COMPLETIONS_FIELDS: &[&str] = &[
@@ -113,9 +123,16 @@ pub(super) fn error_json(msg: &str, param: Option<&str>, code: Option<&str>) -> 
 
 /// The refusal of a request on a generation path (`path` without its query): 401 without a key
 /// (`authorization: Bearer <key>`, or the `api-key` / `x-api-key` header OpenAI-compatible hosts
-/// such as Azure take), 400 for a body the endpoint does not accept.
-pub(super) fn refusal(path: &str, header: &dyn Fn(&str) -> Option<String>, body: &[u8]) -> Option<(u16, Value)> {
+/// such as Azure take), 400 for a body the endpoint does not accept. `compatible`: an
+/// OpenAI-compatible host, which also takes [`COMPATIBLE_EXTRA_FIELDS`] (not on `/v1/responses`).
+pub(super) fn refusal(
+    path: &str,
+    header: &dyn Fn(&str) -> Option<String>,
+    body: &[u8],
+    compatible: bool,
+) -> Option<(u16, Value)> {
     let fields = fields_of(path)?;
+    let extra: &[&str] = if compatible && path != "/v1/responses" { COMPATIBLE_EXTRA_FIELDS } else { &[] };
     let bearer =
         header("authorization").and_then(|a| a.strip_prefix("Bearer ").map(|k| !k.trim().is_empty())).unwrap_or(false);
     let other = ["api-key", "x-api-key"].iter().any(|h| header(h).is_some_and(|k| !k.is_empty()));
@@ -136,9 +153,9 @@ pub(super) fn refusal(path: &str, header: &dyn Fn(&str) -> Option<String>, body:
         .filter(|(k, _)| ["stream", "stream_options"].contains(&k.as_str()))
         .filter_map(|(k, v)| serde_json::from_str(v.get()).ok().map(|v| (k.clone(), v)))
         .collect();
-    if let Some(unknown) = raw.keys().find(|k| !fields.contains(&k.as_str())) {
+    if let Some(unknown) = raw.keys().find(|k| !fields.contains(&k.as_str()) && !extra.contains(&k.as_str())) {
         let msg = format!("Unrecognized request argument supplied: {unknown}");
-        return Some((400, error_json(&msg, None, None)));
+        return Some((400, error_json(&msg, Some(unknown), None)));
     }
     let options = o.get("stream_options").filter(|v| !v.is_null());
     if options.is_some() && o.get("stream") != Some(&Value::Bool(true)) {
