@@ -244,6 +244,10 @@ struct RawRouting {
     routing_cost: RawRoutingCost,
     #[serde(default)]
     strict_provider_slugs: bool,
+    #[serde(default)]
+    handoff: Option<String>,
+    #[serde(default)]
+    handoff_key: Option<String>,
 }
 
 /// `routing.routing_cost`: tunables of the routing_cost policy (defaults need no tuning).
@@ -312,6 +316,8 @@ impl Default for RawRouting {
             max_retry_after_s: default_max_retry_after(),
             routing_cost: RawRoutingCost::default(),
             strict_provider_slugs: false,
+            handoff: None,
+            handoff_key: None,
         }
     }
 }
@@ -753,6 +759,12 @@ pub struct Routing {
     /// A provider slug in `order`/`only`/`ignore` that names no configured provider is a 400
     /// instead of a warning header.
     pub strict_provider_slugs: bool,
+    /// Where the next attempt's cluster token travels to Envoy's retry (`protocol::slots`):
+    /// filter state (the default, nothing on the request) or the `x-switchyard-next` header
+    /// (istio-proxy, whose matcher cannot read filter state).
+    pub handoff: crate::protocol::slots::Handoff,
+    /// The deployment's secret key of the header tokens (`handoff: header` only).
+    pub handoff_key: Option<[u8; 16]>,
 }
 
 #[derive(Debug, Clone)]
@@ -1414,6 +1426,7 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
             return Err(err("routing.passthrough_cluster", "must be an Envoy cluster name"));
         }
     }
+    let (handoff, handoff_key) = compile_handoff(r)?;
     Ok(Routing {
         default_policy,
         outage_window_s: r.outage_window_s,
@@ -1432,7 +1445,36 @@ fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         },
         sticky_ttl_s: rc.sticky_ttl_s,
         strict_provider_slugs: r.strict_provider_slugs,
+        handoff,
+        handoff_key,
     })
+}
+
+/// `routing.handoff` and `routing.handoff_key`: a header handoff needs its key (tokens on the
+/// request are never the unkeyed hash of public names), a filter-state one takes none.
+fn compile_handoff(r: &RawRouting) -> Result<(crate::protocol::slots::Handoff, Option<[u8; 16]>), ConfigError> {
+    use crate::protocol::slots::{parse_handoff_key, Handoff};
+    let handoff = match r.handoff.as_deref() {
+        None | Some("filter_state") => Handoff::FilterState,
+        Some("header") => Handoff::Header,
+        Some(_) => return Err(err("routing.handoff", "must be filter_state or header")),
+    };
+    let key = match (&r.handoff_key, handoff) {
+        (None, Handoff::FilterState) => None,
+        (None, Handoff::Header) => {
+            return Err(err(
+                "routing.handoff_key",
+                "required with handoff: header (32 hex digits, secret per deployment)",
+            ))
+        }
+        (Some(_), Handoff::FilterState) => {
+            return Err(err("routing.handoff_key", "only used with handoff: header"));
+        }
+        (Some(k), Handoff::Header) => {
+            Some(parse_handoff_key(k).ok_or_else(|| err("routing.handoff_key", "must be 32 hex digits"))?)
+        }
+    };
+    Ok((handoff, key))
 }
 
 #[cfg(test)]
@@ -1600,6 +1642,29 @@ mod tests {
         assert_eq!((c.routing.outage_window_s, c.routing.max_retry_after_s), (3600, 0));
         let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
         assert_eq!(c.routing.max_retry_after_s, 300);
+    }
+
+    #[test]
+    fn a_header_handoff_needs_its_key_and_a_filter_state_one_takes_none() {
+        use crate::protocol::slots::Handoff;
+        let with_routing = |r: &str| format!("{}, \"routing\": {r}}}", sample().trim_end().trim_end_matches('}'));
+        let env = |_: &str| Some("k".to_string());
+        let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+        assert_eq!((c.routing.handoff, c.routing.handoff_key), (Handoff::FilterState, None));
+        let key = r#""handoff_key": "000102030405060708090a0b0c0d0e0f""#;
+        let c =
+            Catalog::from_json(with_routing(&format!(r#"{{"handoff": "header", {key}}}"#)).as_bytes(), &env).unwrap();
+        assert_eq!(c.routing.handoff, Handoff::Header);
+        assert_eq!(c.routing.handoff_key, Some(std::array::from_fn(|i| i as u8)));
+        for (routing, field) in [
+            (r#"{"handoff": "header"}"#.to_string(), "routing.handoff_key"),
+            (format!(r#"{{"handoff": "filter_state", {key}}}"#), "routing.handoff_key"),
+            (format!(r#"{{{key}}}"#), "routing.handoff_key"),
+            (r#"{"handoff": "header", "handoff_key": "0001"}"#.to_string(), "routing.handoff_key"),
+            (r#"{"handoff": "metadata"}"#.to_string(), "routing.handoff"),
+        ] {
+            assert_eq!(expect_err(&with_routing(&routing)).field, field, "{routing}");
+        }
     }
 
     #[test]
