@@ -108,6 +108,11 @@ pub struct IstioSettings {
     /// `registry/repository:tag` of the native library's image (required with `build: native`,
     /// no `oci://`, no digest: the renderer pins the digest of the image it built).
     pub native_image: Option<String>,
+    /// The secret that keys the next-attempt tokens istio-proxy's retries read from a request
+    /// header (`deployment.istio.handoff_key`, 32 hex digits; the filter's `routing.handoff_key`):
+    /// a provider cannot tell from a token which provider comes next. Absent, it is derived from
+    /// the catalog file, which is then as secret as that file: set one per deployment.
+    pub handoff_key: [u8; 16],
 }
 
 /// Plain Envoy settings of the catalog (`deployment.envoy`).
@@ -227,6 +232,16 @@ fn image_reference(s: &str, field: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// The handoff key of a catalog that sets none: SHA-256 of the catalog file, cut to 128 bits.
+fn derived_handoff_key(catalog_text: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let digest =
+        Sha256::new().chain_update(b"switchyard handoff key\n").chain_update(catalog_text.as_bytes()).finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
+
 fn is_dns_name(host: &str) -> bool {
     !host.is_empty()
         && host.len() <= 253
@@ -273,6 +288,7 @@ impl Catalog {
                 "tracing",
                 "build",
                 "native_image",
+                "handoff_key",
             ];
             if !known.contains(&key.as_str()) {
                 return Err(format!("{p}.{key}: unknown field"));
@@ -311,7 +327,14 @@ impl Catalog {
                 "{p}.native_image: required with build native (the library image, registry/repository:tag)"
             ));
         }
+        let handoff_key = match i.get("handoff_key") {
+            None => derived_handoff_key(text),
+            Some(v) => v.as_str().and_then(switchyard::protocol::slots::parse_handoff_key).ok_or_else(|| {
+                format!("{p}.handoff_key: 32 hex digits, a secret per deployment (e.g. `openssl rand -hex 16`)")
+            })?,
+        };
         let istio = IstioSettings {
+            handoff_key,
             namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
             keys,
             image,

@@ -14,7 +14,7 @@ use switchyard::protocol::plan::{plan_state_prefix, PLAN_STATE_KEY};
 use switchyard::protocol::scope::{
     CLUSTER_SCHEME_KEY, METADATA_NAMESPACE, ROUTE_MARK_KEY, ROUTE_MARK_VALUE, ROUTE_POLICY_KEY,
 };
-use switchyard::protocol::slots::slot_token;
+use switchyard::protocol::slots::{keyed_slot_token, next_state_property, slot_token};
 use switchyard::wiring::{
     ATTEMPT_ROOT_ID, AUTHORITY_HEADER, DECISION_ROOT_ID, FIRST_ATTEMPT_ROOT_ID, NEXT_CLUSTER_HEADER, OWN_REPLY_HEADER,
     PASSTHROUGH_HEADER, VM_ID,
@@ -484,6 +484,7 @@ fn plugin_json(cfg: &StackConfig) -> String {
     let generated = generated_cluster_names(cfg);
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &generated, &first_attempt_cluster_name);
     with_injected_keys(&mut config, &cfg.sds_keyed());
+    with_handoff(&mut config, None);
     // The custom tags and the JSON log read the attributes the filter writes.
     if cfg.tracing.is_some() || cfg.access_log == AccessLog::Json {
         with_request_attributes(&mut config);
@@ -845,35 +846,95 @@ pub fn route_mark_filter() -> Value {
     }})
 }
 
-/// The cluster specifier of the routed route: Envoy's matcher picks the cluster the request's
-/// `x-switchyard-next` names by its token (see the filter's `slots` module): the decision filter
-/// writes the first attempt's, each attempt's filter the next one's, and
-/// `refresh_cluster_on_retry` reads it again before every retry. It maps exactly the tokens of
-/// the configuration's clusters; anything else matches none.
-pub fn cluster_matcher(cluster_names: &[&str]) -> Value {
+/// Where the routed route's matcher finds the next attempt's cluster token (the filter's
+/// `protocol::slots`): the generator and the plugin configuration must agree.
+#[derive(Clone, Copy, Debug)]
+pub enum HandoffWiring<'a> {
+    /// Filter state, one key per attempt (`wasm.switchyard_next_<k>`): nothing reaches a
+    /// provider. Needs Envoy's filter-state matcher input (plain Envoy builds it).
+    FilterState { max_attempts: u32 },
+    /// The request header `x-switchyard-next` with tokens keyed by the deployment's secret
+    /// (istio-proxy builds no filter-state matcher input).
+    Header { key: &'a [u8; 16] },
+}
+
+/// The plugin configuration's `routing.handoff` as the generated routes read it: by filter
+/// state (`key` None, the filter's default; whatever the catalog says is replaced) or by the
+/// keyed header.
+pub fn with_handoff(config: &mut Value, key: Option<&[u8; 16]>) {
+    let Some(obj) = config.as_object_mut() else { return };
+    let routing = obj.entry("routing").or_insert_with(|| json!({}));
+    let Some(r) = routing.as_object_mut() else { return };
+    match key {
+        None => {
+            r.remove("handoff");
+            r.remove("handoff_key");
+        }
+        Some(k) => {
+            r.insert("handoff".into(), json!("header"));
+            r.insert("handoff_key".into(), json!(k.iter().map(|b| format!("{b:02x}")).collect::<String>()));
+        }
+    }
+}
+
+/// Envoy's `ClusterAction` for each token of `cluster_names`.
+fn token_map(cluster_names: &[&str], token: &dyn Fn(&str) -> String) -> Value {
     let map: serde_json::Map<String, Value> = cluster_names
         .iter()
         .map(|c| {
             let action = json!({"action": {"name": "cluster", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.ClusterAction",
                 "cluster": c}}});
-            (slot_token(c), action)
+            (token(c), action)
         })
         .collect();
-    json!({"matcher_tree": {
-        "input": {"name": "next", "typed_config": {
-            "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
-            "header_name": NEXT_CLUSTER_HEADER}},
-        "exact_match_map": {"map": map}
-    }})
+    json!({"map": map})
 }
 
-/// The route for requests the filter routed: it named the first cluster in `x-switchyard-next`
-/// and wrote the plan in filter state, which the match requires. Only the decision filter writes
-/// that filter state, so a request it did not plan (the filter absent, skipped or failed open)
-/// matches no route to a provider, whatever headers it forges: it falls through to the marked
-/// 404. The matcher cluster specifier and Envoy's retry policy move from one cluster to the next.
-pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
+/// The filter-state matcher input reading attempt `k`'s token.
+fn next_state_input(k: u32) -> Value {
+    json!({"name": "envoy.matching.inputs.filter_state", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.FilterStateInput",
+        "key": format!("wasm.{}", next_state_property(k as usize))}})
+}
+
+/// The cluster specifier of the routed route: Envoy's matcher picks the cluster the next
+/// attempt's token names (the decision filter writes the first attempt's, each attempt's filter
+/// the next one's, and `refresh_cluster_on_retry` runs the matcher again before every retry).
+/// It maps exactly the tokens of the configuration's clusters; anything else matches none.
+/// By filter state: the highest attempt's key present wins (attempt k + 1's key is written by
+/// attempt k, so it is the newest), one exact map per attempt.
+pub fn cluster_matcher(cluster_names: &[&str], handoff: HandoffWiring) -> Value {
+    match handoff {
+        HandoffWiring::Header { key } => json!({"matcher_tree": {
+            "input": {"name": "next", "typed_config": {
+                "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+                "header_name": NEXT_CLUSTER_HEADER}},
+            "exact_match_map": token_map(cluster_names, &|c| keyed_slot_token(key, c))
+        }}),
+        HandoffWiring::FilterState { max_attempts } => {
+            let map = token_map(cluster_names, &|c| slot_token(c));
+            let matchers: Vec<Value> = (1..=max_attempts.max(1))
+                .rev()
+                .map(|k| {
+                    json!({
+                        "predicate": {"single_predicate": {"input": next_state_input(k),
+                            "value_match": {"safe_regex": {"google_re2": {}, "regex": "^[0-9a-f]{16}$"}}}},
+                        "on_match": {"matcher": {"matcher_tree": {"input": next_state_input(k), "exact_match_map": map.clone()}}}
+                    })
+                })
+                .collect();
+            json!({"matcher_list": {"matchers": matchers}})
+        }
+    }
+}
+
+/// The route for requests the filter routed: it wrote the plan in filter state, which the match
+/// requires, and the first attempt's token. Only the decision filter writes that filter state,
+/// so a request it did not plan (the filter absent, skipped or failed open) matches no route to a
+/// provider, whatever headers it forges: it falls through to the marked 404. The matcher cluster
+/// specifier and Envoy's retry policy move from one cluster to the next.
+pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig, handoff: HandoffWiring) -> Value {
     let mut retry_policy = json!({
         "retry_on": "connect-failure,refused-stream,reset,5xx,retriable-status-codes",
         "retriable_status_codes": [408, 429],
@@ -884,16 +945,20 @@ pub fn routed_route(cluster_names: &[&str], cfg: &StackConfig) -> Value {
     if cfg.per_try_idle_timeout_ms > 0 {
         retry_policy["per_try_idle_timeout"] = json!(format!("{}s", f64::from(cfg.per_try_idle_timeout_ms) / 1000.0));
     }
+    let mut matched = json!({"prefix": "/",
+        "filter_state": [{"key": PLAN_STATE_KEY, "string_match": {"prefix": plan_state_prefix()}}]});
+    if let HandoffWiring::Header { .. } = handoff {
+        matched["headers"] = json!([{"name": NEXT_CLUSTER_HEADER, "present_match": true}]);
+    }
     json!(
         {
-            "match": {"prefix": "/", "headers": [{"name": NEXT_CLUSTER_HEADER, "present_match": true}],
-                "filter_state": [{"key": PLAN_STATE_KEY, "string_match": {"prefix": plan_state_prefix()}}]},
+            "match": matched,
             "route": {
                 "inline_cluster_specifier_plugin": {"extension": {
                     "name": "envoy.router.cluster_specifier_plugin.matcher",
                     "typed_config": {
                         "@type": "type.googleapis.com/envoy.extensions.router.cluster_specifiers.matcher.v3.MatcherClusterSpecifier",
-                        "cluster_matcher": cluster_matcher(cluster_names)
+                        "cluster_matcher": cluster_matcher(cluster_names, handoff)
                     }
                 }},
                 "timeout": format!("{}s", f64::from(cfg.route_timeout_ms) / 1000.0),
@@ -1018,7 +1083,8 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     // The routes of a virtual host; `policy` labels each of them (route metadata
     // `filter_metadata.switchyard.policy`) for route-selected operator policies.
     let routes = |policy: Option<&str>| -> Value {
-        let mut routes: Vec<Value> = vec![routed_route(&names, cfg)];
+        let mut routes: Vec<Value> =
+            vec![routed_route(&names, cfg, HandoffWiring::FilterState { max_attempts: cfg.max_attempts })];
         // Unrouted requests the filter marked with the operator's pass-through cluster (the exact
         // value, so a forged header can only ever reach that cluster).
         if let Some(pt) = &cfg.passthrough {

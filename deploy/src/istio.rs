@@ -32,8 +32,8 @@ use crate::envoy::{
     anthropic_path_regex, credential_injector, file_safe, first_attempt_filters, first_attempt_twins,
     google_path_regex, key_injectors, local_reply_config, mark_route, provider_protocol_options, route_mark_filter,
     routed_route, sds_file_content, sds_file_secret, sds_keyed, tls_scheme_metadata, twin_secret, unrouted_route,
-    upstream_filters, with_first_attempt_clusters, with_injected_keys, SdsKeyed, StackConfig, Twin, DECISION_FILTER,
-    FIRST_ATTEMPT_CONFIGURATION,
+    upstream_filters, with_first_attempt_clusters, with_handoff, with_injected_keys, HandoffWiring, SdsKeyed,
+    StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
 };
 use crate::istio_native;
 // Defined apart so that `istio_native` can use it without importing this file; still named
@@ -177,6 +177,7 @@ pub fn plugin_config(c: &Catalog, cfg: &StackConfig) -> Value {
     };
     with_first_attempt_clusters(&mut config, cfg.first_attempt_clusters, &refs, &twin);
     with_injected_keys(&mut config, &keyed_clusters(c));
+    with_handoff(&mut config, Some(&c.istio.handoff_key));
     if c.istio.tracing {
         crate::telemetry::with_request_attributes(&mut config);
     }
@@ -453,7 +454,9 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     // Every route on Switchyard's host is marked as Switchyard's (the filter acts on nothing
     // else of the listener): the routed ones, and a marked 404 before the VirtualService's own
     // catch-all, which is where a request on this host lands before the filter routes it.
-    let mut routed = routed_route(&refs, cfg);
+    // istio-proxy builds no filter-state matcher input: the next attempt's token travels in a
+    // header there, keyed by the deployment's secret (the filter's `protocol::slots`).
+    let mut routed = routed_route(&refs, cfg, HandoffWiring::Header { key: &c.istio.handoff_key });
     mark_route(&mut routed, None);
     let routes = [routed, unrouted_route()];
     // INSERT_FIRST puts each route before the others: in reverse, they keep their order.

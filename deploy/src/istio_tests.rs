@@ -184,3 +184,60 @@ fn tracing_renders_the_telemetry_and_turns_the_attributes_on_only_when_asked() {
     assert_eq!(tags["gen_ai.operation.name"]["formatter"]["value"], "%FILTER_STATE(wasm.switchyard.operation:PLAIN)%");
     assert_eq!(t["spec"]["selector"]["matchLabels"], json!(on.istio.sidecar_labels));
 }
+
+/// The Istio route reads the next cluster from the header its plugin configuration writes, with
+/// tokens keyed by the catalog's key (derived when the catalog sets none, its own otherwise);
+/// the plain-Envoy route reads filter state and its plugin configuration says nothing of a key.
+#[test]
+fn istio_hands_off_by_keyed_header_and_plain_envoy_by_filter_state() {
+    let raw = json!({
+        "deployment": {"istio": {"image": "oci://registry.example/switchyard:1",
+            "handoff_key": "00112233445566778899aabbccddeeff"}},
+        "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+        "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}
+    });
+    for (c, key) in [
+        (catalog(), catalog().istio.handoff_key),
+        (
+            Catalog::parse(&raw.to_string()).unwrap(),
+            *b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff",
+        ),
+    ] {
+        let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+        let plugin = plugin_config(&c, &cfg);
+        assert_eq!(plugin["routing"]["handoff"], "header");
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(plugin["routing"]["handoff_key"], hex.as_str());
+        let ef = envoy_filter(&c, Variant::EgressGateway, &cfg, "d");
+        let route = ef["spec"]["configPatches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["applyTo"] == "HTTP_ROUTE"
+                    && p["patch"]["value"]["route"]["inline_cluster_specifier_plugin"].is_object()
+            })
+            .unwrap()["patch"]["value"]
+            .clone();
+        let tree = &route["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]["cluster_matcher"]
+            ["matcher_tree"];
+        assert_eq!(tree["input"]["typed_config"]["header_name"], "x-switchyard-next");
+        let cluster = "outbound|443||api.p.example";
+        let token = switchyard::protocol::slots::keyed_slot_token(&key, cluster);
+        assert_eq!(tree["exact_match_map"]["map"][&token]["action"]["typed_config"]["cluster"], cluster);
+        assert!(tree["exact_match_map"]["map"].get(switchyard::protocol::slots::slot_token(cluster)).is_none());
+        // The filter accepts what the generator wrote.
+        let parsed = switchyard::config::Catalog::from_json(plugin.to_string().as_bytes(), &|_| Some("k".into()));
+        assert_eq!(parsed.map(|c| c.routing.handoff_key).ok().flatten(), Some(key));
+    }
+    let c = catalog();
+    let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    let boot = crate::envoy::bootstrap(&cfg);
+    let text = boot.to_string();
+    assert!(!text.contains("HttpRequestHeaderMatchInput"), "plain Envoy reads no header for the next cluster");
+    assert!(text.contains("\"wasm.switchyard_next_1\""), "plain Envoy reads the first attempt's filter state");
+    assert!(!text.contains("handoff"), "plain Envoy's plugin configuration keeps the default");
+    let mut bad = raw.clone();
+    bad["deployment"]["istio"]["handoff_key"] = json!("0011");
+    assert!(Catalog::parse(&bad.to_string()).unwrap_err().starts_with("deployment.istio.handoff_key:"));
+}

@@ -369,3 +369,31 @@ pub fn remove_http_filter(v: &mut Value, name: &str) -> usize {
     }
     removed
 }
+
+/// The handoff key of `routed_by_header_without_plan`'s matcher.
+pub const UNPLANNED_KEY: [u8; 16] = *b"unplanned-key-01";
+
+/// A generated bootstrap whose routed route takes any request, plan or not, to the cluster a
+/// request header names by its `UNPLANNED_KEY` token (`unplanned_token`): what a module that
+/// does not route (a no-op, for measurements) needs, and the unsafe control the security tests
+/// compare with. `cluster_names`: every cluster the matcher maps.
+pub fn routed_by_header_without_plan(boot: &mut Value, cluster_names: &[&str]) {
+    let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+    for vh in hcm["route_config"]["virtual_hosts"].as_array_mut().into_iter().flatten() {
+        for r in vh["routes"].as_array_mut().into_iter().flatten() {
+            let was_routed = r["match"].as_object_mut().and_then(|m| m.remove("filter_state")).is_some();
+            if was_routed {
+                r["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]["cluster_matcher"] =
+                    cluster_matcher(cluster_names, HandoffWiring::Header { key: &UNPLANNED_KEY });
+            }
+        }
+    }
+}
+
+/// The header naming `cluster` for `routed_by_header_without_plan`.
+pub fn unplanned_token(cluster: &str) -> (String, String) {
+    (
+        switchyard::wiring::NEXT_CLUSTER_HEADER.to_string(),
+        switchyard::protocol::slots::keyed_slot_token(&UNPLANNED_KEY, cluster),
+    )
+}

@@ -179,14 +179,15 @@ pub struct Received {
     pub seq: u64,
 }
 
-/// A cluster token as `slots::slot_token` writes it: 16 lower-case hex digits.
+/// A cluster token as `slots::slot_token` or `keyed_slot_token` writes it: 16 lower-case hex
+/// digits.
 fn is_token(v: &str) -> bool {
     v.len() == 16 && v.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The next arrival number (`Received::seq`).
 use switchyard::wiring::NEXT_CLUSTER_HEADER;
 
+/// The next arrival number (`Received::seq`).
 static ARRIVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Received {
@@ -213,16 +214,20 @@ impl Received {
 }
 
 impl Received {
-    /// The `x-envoy-*` and `x-switchyard-*` headers this attempt carried beyond the one a
-    /// retried attempt must carry (`next_token`, see the filter's `slots` module). Empty for a
-    /// clean attempt.
+    /// Every `x-envoy-*` and `x-switchyard-*` header this attempt carried. Empty for a clean
+    /// attempt: on plain Envoy the next attempt's cluster travels in filter state.
     pub fn internal_headers(&self) -> Vec<(String, String)> {
         self.headers
             .iter()
             .filter(|(k, _)| k.starts_with("x-envoy-") || k.starts_with(switchyard::wiring::INTERNAL_PREFIX))
-            .filter(|(k, v)| !(k == NEXT_CLUSTER_HEADER && is_token(v)))
             .cloned()
             .collect()
+    }
+
+    /// `internal_headers` beyond the one a retried attempt carries where the matcher can read
+    /// only headers (istio-proxy: `next_token`, see the filter's `slots` module).
+    pub fn internal_headers_but_next_token(&self) -> Vec<(String, String)> {
+        self.internal_headers().into_iter().filter(|(k, v)| !(k == NEXT_CLUSTER_HEADER && is_token(v))).collect()
     }
 
     /// The next attempt's cluster token this attempt carried (None: nothing could follow it).

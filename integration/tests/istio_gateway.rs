@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{mpsc, OnceLock};
 
 use serde_json::{json, Value};
+use switchyard::protocol::slots::{keyed_slot_token, slot_token};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::catalog_mocks::{start_catalog_mocks, CatalogMocks};
 use switchyard_integration::client::{post_json, send, Reply};
@@ -241,11 +242,25 @@ async fn fails_over_across_istio_provider_clusters() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("deepinfra"));
     assert_eq!(r.header("x-switchyard-attempts"), Some("3"));
-    for (slug, key) in [("together", "TOGETHER"), ("fireworks", "FIREWORKS"), ("deepinfra", "DEEPINFRA")] {
+    // istio-proxy reads the next cluster from a header (it builds no filter-state matcher input):
+    // each attempt that may be retried carries the next cluster's token, keyed by the
+    // deployment's secret, not the hash of its public name; the last carries none.
+    let order = [
+        ("together", "TOGETHER", Some("fireworks")),
+        ("fireworks", "FIREWORKS", Some("deepinfra")),
+        ("deepinfra", "DEEPINFRA", None),
+    ];
+    for (slug, key, next) in order {
         let got = stack().providers[slug].received_for("istio-failover");
         assert_eq!(got.len(), 1, "{slug}");
         assert_eq!(got[0].header("authorization"), Some(format!("Bearer key-for-{key}_API_KEY").as_str()), "{slug}");
-        assert_eq!(got[0].internal_headers(), vec![], "{slug} got internal headers");
+        assert_eq!(got[0].internal_headers_but_next_token(), vec![], "{slug} got internal headers");
+        let next_cluster = next.map(|n| stack().local.providers.iter().find(|p| p.slug == n).unwrap().cluster());
+        let keyed = next_cluster.as_deref().map(|c| keyed_slot_token(&stack().local.istio.handoff_key, c));
+        assert_eq!(got[0].next_token(), keyed.as_deref(), "{slug}");
+        if let Some(c) = &next_cluster {
+            assert_ne!(got[0].next_token(), Some(slot_token(c).as_str()), "{slug}: an unkeyed token");
+        }
         for (k, v) in &got[0].headers {
             assert!(!v.contains("caller-secret"), "{slug} got {k}: {v}");
         }

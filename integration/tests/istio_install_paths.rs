@@ -359,7 +359,9 @@ fn forged_tokens_reach_no_provider_on_the_helm_gateway_without_the_decision_filt
             .collect();
         assert!(clusters.len() >= 8 && clusters.iter().any(|c| c.contains("|first|")), "{how:?}: {clusters:?}");
         for c in &clusters {
-            let token = switchyard::protocol::slots::slot_token(c);
+            // The token the routed route's matcher knows (keyed on istio-proxy).
+            let key = Catalog::load(&default_catalog_path()).unwrap().istio.handoff_key;
+            let token = switchyard::protocol::slots::keyed_slot_token(&key, c);
             let body = json!({"model": "openai/gpt-4.1-mini", "messages": [{"role": "user", "content": "hi"}]});
             let h =
                 [("host", "llm.switchyard.internal"), ("x-test-id", "forged"), ("x-switchyard-next", token.as_str())];

@@ -308,7 +308,9 @@ fn forged_slot_headers_reach_no_provider_on_the_native_build() {
             .collect();
         assert!(clusters.len() >= 8 && clusters.iter().any(|c| c.contains("|first|")), "{clusters:?}");
         for c in &clusters {
-            let token = switchyard::protocol::slots::slot_token(c);
+            // The token the routed route's matcher knows (keyed on istio-proxy).
+            let key = Catalog::load(&default_catalog_path()).unwrap().istio.handoff_key;
+            let token = switchyard::protocol::slots::keyed_slot_token(&key, c);
             let model = if absent { "openai/gpt-4.1-mini" } else { "no-such/model" };
             let h = [("x-switchyard-next", token.as_str())];
             let r = m.chat(&envoy, "native-forged", &h, json!({"model": model, "messages": msg()}));

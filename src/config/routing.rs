@@ -36,6 +36,14 @@ pub(super) struct RawRouting {
     /// choices). Providers are asked for their usage either way, so metrics and limits count it.
     #[serde(default = "default_stream_usage")]
     stream_usage: String,
+    /// Where each attempt names the next attempt's cluster for Envoy's retry
+    /// (`protocol::slots::Handoff`): `"filter_state"` (the default) or `"header"` (istio-proxy).
+    #[serde(default)]
+    handoff: Option<String>,
+    /// With `handoff: "header"`: the deployment's secret keying the header's tokens, 32 hex
+    /// digits.
+    #[serde(default)]
+    handoff_key: Option<String>,
 }
 
 /// `routing.routing_cost`: tunables of the routing_cost policy (defaults need no tuning).
@@ -105,6 +113,8 @@ impl Default for RawRouting {
             routing_cost: RawRoutingCost::default(),
             strict_provider_slugs: false,
             stream_usage: default_stream_usage(),
+            handoff: None,
+            handoff_key: None,
         }
     }
 }
@@ -170,6 +180,12 @@ pub struct Routing {
     pub strict_provider_slugs: bool,
     /// Which OpenAI chat completions and completions streams show the caller their usage chunk.
     pub stream_usage: StreamUsage,
+    /// Where the next attempt's cluster token travels to Envoy's retry (`protocol::slots`):
+    /// filter state (the default, nothing on the request) or the `x-switchyard-next` header
+    /// (istio-proxy, whose matcher cannot read filter state).
+    pub handoff: crate::protocol::slots::Handoff,
+    /// The deployment's secret key of the header tokens (`handoff: header` only).
+    pub handoff_key: Option<[u8; 16]>,
 }
 
 pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
@@ -224,6 +240,7 @@ pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
             return Err(err("routing.passthrough_cluster", "must be an Envoy cluster name"));
         }
     }
+    let (handoff, handoff_key) = compile_handoff(r)?;
     Ok(Routing {
         default_policy,
         outage_window_s: r.outage_window_s,
@@ -243,5 +260,32 @@ pub(super) fn compile_routing(r: &RawRouting) -> Result<Routing, ConfigError> {
         sticky_ttl_s: rc.sticky_ttl_s,
         strict_provider_slugs: r.strict_provider_slugs,
         stream_usage,
+        handoff,
+        handoff_key,
     })
+}
+
+/// `routing.handoff` and `routing.handoff_key`: a header handoff needs its key (tokens on the
+/// request are never the unkeyed hash of public names), a filter-state one takes none.
+fn compile_handoff(r: &RawRouting) -> Result<(crate::protocol::slots::Handoff, Option<[u8; 16]>), ConfigError> {
+    use crate::protocol::slots::{parse_handoff_key, Handoff};
+    let handoff = match r.handoff.as_deref() {
+        None | Some("filter_state") => Handoff::FilterState,
+        Some("header") => Handoff::Header,
+        Some(_) => return Err(err("routing.handoff", "must be filter_state or header")),
+    };
+    let key = match (&r.handoff_key, handoff) {
+        (None, Handoff::FilterState) => None,
+        (None, Handoff::Header) => {
+            return Err(err(
+                "routing.handoff_key",
+                "required with handoff: header (32 hex digits, secret per deployment)",
+            ))
+        }
+        (Some(_), Handoff::FilterState) => return Err(err("routing.handoff_key", "only used with handoff: header")),
+        (Some(k), Handoff::Header) => {
+            Some(parse_handoff_key(k).ok_or_else(|| err("routing.handoff_key", "must be 32 hex digits"))?)
+        }
+    };
+    Ok((handoff, key))
 }

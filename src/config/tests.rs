@@ -186,6 +186,28 @@ fn durations_are_bounded() {
 }
 
 #[test]
+fn a_header_handoff_needs_its_key_and_a_filter_state_one_takes_none() {
+    use crate::protocol::slots::Handoff;
+    let with_routing = |r: &str| format!("{}, \"routing\": {r}}}", sample().trim_end().trim_end_matches('}'));
+    let env = |_: &str| Some("k".to_string());
+    let c = Catalog::from_json(sample().as_bytes(), &env).unwrap();
+    assert_eq!((c.routing.handoff, c.routing.handoff_key), (Handoff::FilterState, None));
+    let key = r#""handoff_key": "000102030405060708090a0b0c0d0e0f""#;
+    let c = Catalog::from_json(with_routing(&format!(r#"{{"handoff": "header", {key}}}"#)).as_bytes(), &env).unwrap();
+    assert_eq!(c.routing.handoff, Handoff::Header);
+    assert_eq!(c.routing.handoff_key, Some(std::array::from_fn(|i| i as u8)));
+    for (routing, field) in [
+        (r#"{"handoff": "header"}"#.to_string(), "routing.handoff_key"),
+        (format!(r#"{{"handoff": "filter_state", {key}}}"#), "routing.handoff_key"),
+        (format!(r#"{{{key}}}"#), "routing.handoff_key"),
+        (r#"{"handoff": "header", "handoff_key": "0001"}"#.to_string(), "routing.handoff_key"),
+        (r#"{"handoff": "metadata"}"#.to_string(), "routing.handoff"),
+    ] {
+        assert_eq!(expect_err(&with_routing(&routing)).field, field, "{routing}");
+    }
+}
+
+#[test]
 fn providers_declare_their_apis_and_endpoints_may_narrow_them() {
     let c = Catalog::from_json(
         br#"{"providers": {

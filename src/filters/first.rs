@@ -55,7 +55,7 @@ impl<H: Host> Filter for FirstAttempt<H> {
 mod tests {
     use super::*;
     use crate::filters::mock::MockHost;
-    use crate::protocol::slots::{encode_slots, slot_token, SLOTS_PROPERTY};
+    use crate::protocol::slots::{encode_slots, next_state_property, slot_token, SLOTS_PROPERTY};
 
     fn first() -> (MockHost, FirstAttempt<MockHost>) {
         let host = MockHost::new();
@@ -63,31 +63,26 @@ mod tests {
             (":path", "/v1/chat/completions"),
             ("x-envoy-attempt-count", "1"),
             ("x-envoy-expected-rq-timeout-ms", "300000"),
-            ("x-switchyard-next", "0123456789abcdef"),
             ("x-switchyard-authority", "alpha.example"),
             ("authorization", "Bearer injected"),
         ]);
         host.set_prop(&["upstream", "request_attempt_count"], &1u64.to_le_bytes());
-        host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a-first", "c_b"]).as_bytes());
+        host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a-first", "c_b"], None).as_bytes());
         let f = FirstAttempt::new(host.clone());
         (host, f)
     }
 
     #[test]
-    fn the_attempt_carries_only_the_next_token_and_a_failure_is_noted() {
+    fn the_attempt_carries_no_internal_header_names_the_next_in_state_and_notes_a_failure() {
         let (host, mut f) = first();
         assert_eq!(f.on_request_headers(false), Action::Continue);
         let mut sent = host.req_headers();
         sent.sort();
-        let next = slot_token("c_b");
-        let expected: Vec<(String, String)> = [
-            (":path", "/v1/chat/completions"),
-            ("authorization", "Bearer injected"),
-            ("x-switchyard-next", next.as_str()),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        assert_eq!(host.prop(&[&next_state_property(2)]), Some(slot_token("c_b").into_bytes()));
+        let expected: Vec<(String, String)> = [(":path", "/v1/chat/completions"), ("authorization", "Bearer injected")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         assert_eq!(sent, expected);
         host.with_response_headers(&[(":status", "429"), ("retry-after", "7")]);
         f.on_response_headers(false);

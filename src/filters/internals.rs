@@ -1,12 +1,12 @@
 //! What no provider may see: Envoy's and Switchyard's own request headers (`x-envoy-*`,
 //! `x-switchyard-*`: the router's attempt count and timeout hints, the decision filter's markers,
 //! the first attempt's authority). Each attempt's upstream filter takes them all off before the
-//! codec sends the attempt, then writes the one a retry needs: the next attempt's cluster token
-//! (see `protocol::slots` for why that one must stay on the request).
+//! codec sends the attempt, then names the next attempt's cluster for the router's retry: in
+//! filter state, or on istio-proxy in the one header a retry there needs (see `protocol::slots`).
 
 use super::host::Host;
 use crate::protocol::scope::cluster_scheme_path;
-use crate::protocol::slots::{next_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
+use crate::protocol::slots::{next_state_property, next_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::wiring::INTERNAL_PREFIX;
 
 /// Envoy's own request headers start so.
@@ -18,18 +18,26 @@ pub fn is_internal(name: &str) -> bool {
 }
 
 /// Removes every internal header in `headers` (the request's, as attempt `attempt` found it)
-/// and names the next planned attempt's cluster for the router's retry (no header after the
-/// last: nothing follows).
+/// and names the next planned attempt's cluster for the router's retry (nothing after the last:
+/// nothing follows). The handoff is the one the decision filter chose: a request that arrived
+/// with `x-switchyard-next` uses the header (istio-proxy), any other filter state.
 pub fn hand_on<'a, H: Host>(host: &H, names: impl IntoIterator<Item = &'a str>, attempt: usize) {
     let slots = host.property(&[SLOTS_PROPERTY]).unwrap_or_default();
     let next = next_token(&slots, attempt);
+    let mut by_header = false;
     for k in names.into_iter().filter(|k| is_internal(k)) {
-        if next.is_none() || k != NEXT_CLUSTER_HEADER {
-            host.set_req_header(k, None);
+        if k == NEXT_CLUSTER_HEADER {
+            by_header = true;
+            if next.is_some() {
+                continue; // rewritten below
+            }
         }
+        host.set_req_header(k, None);
     }
-    if let Some(token) = next {
-        host.set_req_header(NEXT_CLUSTER_HEADER, Some(token));
+    match next {
+        Some(token) if by_header => host.set_req_header(NEXT_CLUSTER_HEADER, Some(token)),
+        Some(token) => host.set_property(&[&next_state_property(attempt + 1)], token.as_bytes()),
+        None => {}
     }
 }
 
@@ -46,39 +54,57 @@ pub fn set_scheme<H: Host>(host: &H) {
 mod tests {
     use super::*;
     use crate::filters::mock::MockHost;
-    use crate::protocol::slots::{encode_slots, slot_token};
+    use crate::protocol::slots::{encode_slots, next_state_property, slot_token};
 
     fn headers(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn attempt(k: usize) -> Vec<(String, String)> {
+    /// Attempt `k`'s request as sent, and its filter state, from a request that carried
+    /// `headers` (the internal ones Envoy and the decision filter put there).
+    fn attempt(k: usize, with_next_header: bool) -> (Vec<(String, String)>, MockHost) {
         let host = MockHost::new();
-        host.with_request_headers(&[
+        let mut arrived = vec![
             (":path", "/v1/chat/completions"),
             ("x-envoy-attempt-count", "2"),
             ("x-envoy-expected-rq-timeout-ms", "300000"),
-            ("x-switchyard-next", "stale"),
             ("x-switchyard-authority", "alpha.example"),
             ("x-switchyard-own-reply", "1"),
             ("x-test", "kept"),
-        ]);
-        host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a", "c_b", "c_c"]).as_bytes());
+        ];
+        if with_next_header {
+            arrived.push(("x-switchyard-next", "stale"));
+        }
+        host.with_request_headers(&arrived);
+        host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a", "c_b", "c_c"], None).as_bytes());
         let found = host.req_headers();
         hand_on(&host, found.iter().map(|(k, _)| k.as_str()), k);
         let mut sent = host.req_headers();
         sent.sort();
-        sent
+        (sent, host)
     }
 
     #[test]
-    fn an_attempt_carries_only_the_next_clusters_token_and_the_last_nothing() {
+    fn by_filter_state_an_attempt_carries_no_internal_header_and_names_the_next_in_state() {
+        let clean = headers(&[(":path", "/v1/chat/completions"), ("x-test", "kept")]);
+        let (sent, host) = attempt(2, false);
+        assert_eq!(sent, clean);
+        assert_eq!(host.prop(&[&next_state_property(3)]), Some(slot_token("c_c").into_bytes()));
+        let (sent, host) = attempt(3, false);
+        assert_eq!(sent, clean, "the last attempt");
+        assert_eq!(host.prop(&[&next_state_property(4)]), None, "nothing follows the last");
+    }
+
+    #[test]
+    fn by_header_an_attempt_carries_only_the_next_clusters_token_and_the_last_nothing() {
         let next = slot_token("c_c");
+        let (sent, host) = attempt(2, true);
         assert_eq!(
-            attempt(2),
+            sent,
             headers(&[(":path", "/v1/chat/completions"), ("x-switchyard-next", next.as_str()), ("x-test", "kept")])
         );
-        assert_eq!(attempt(3), headers(&[(":path", "/v1/chat/completions"), ("x-test", "kept")]));
+        assert_eq!(host.prop(&[&next_state_property(3)]), None, "one handoff only");
+        assert_eq!(attempt(3, true).0, headers(&[(":path", "/v1/chat/completions"), ("x-test", "kept")]));
     }
 
     #[test]

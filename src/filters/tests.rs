@@ -13,7 +13,7 @@ use super::upstream::Attempt;
 use super::{configure, role_of, Configured, Filter, Role, Unconfigured};
 use crate::protocol::plan::{AttemptPlan, PLAN_PROPERTY};
 use crate::protocol::scope::route_mark_path;
-use crate::protocol::slots::{encode_slots, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
+use crate::protocol::slots::{encode_slots, next_state_property, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
 use crate::wiring::{ATTEMPTS_HEADER, OWN_REPLY_HEADER};
 
 /// Two endpoints of one model: alpha (cheaper, `authorization`) and beta (`x-api-key`).
@@ -105,8 +105,10 @@ fn the_decision_hands_the_ranked_clusters_to_envoy_and_removes_the_callers_key()
     let config = configured(CONFIG);
     let host = MockHost::new();
     decide(&host, &config);
-    assert_eq!(host.request_header_value(NEXT_CLUSTER_HEADER), Some(slot_token("c_alpha")));
-    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha", "c_beta"]).into_bytes()));
+    // By filter state (the default): nothing on the request names a cluster.
+    assert_eq!(host.request_header_value(NEXT_CLUSTER_HEADER), None);
+    assert_eq!(host.prop(&[&next_state_property(1)]), Some(slot_token("c_alpha").into_bytes()));
+    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha", "c_beta"], None).into_bytes()));
     assert_eq!(host.request_header_value("x-envoy-max-retries").as_deref(), Some("1"));
     assert_eq!(host.request_header_value("accept-encoding").as_deref(), Some("identity"));
     assert_eq!(host.request_header_value("authorization"), None, "the caller's key reaches no provider");
@@ -222,8 +224,8 @@ fn a_prepared_first_attempt_carries_no_key_and_is_recorded_by_the_decision_filte
     let config = configured(FIRST_ATTEMPT_CONFIG);
     let host = MockHost::new();
     let mut stream = decide(&host, &config);
-    assert_eq!(host.request_header_value(NEXT_CLUSTER_HEADER), Some(slot_token("c_alpha_first")));
-    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha_first", "c_beta"]).into_bytes()));
+    assert_eq!(host.prop(&[&next_state_property(1)]), Some(slot_token("c_alpha_first").into_bytes()));
+    assert_eq!(host.prop(&[SLOTS_PROPERTY]), Some(encode_slots(&["c_alpha_first", "c_beta"], None).into_bytes()));
     let plan = host.prop(&[PLAN_PROPERTY]).and_then(|b| AttemptPlan::decode(&b)).expect("plan");
     assert!(plan.first_prepared);
     // The downstream request never holds a provider key: the first-attempt cluster adds it.
@@ -374,7 +376,7 @@ fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answe
     );
     // The body completes before the answer: routed, then held.
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
-    assert!(host.request_header_value(NEXT_CLUSTER_HEADER).is_some(), "routed while held");
+    assert!(host.prop(&[&next_state_property(1)]).is_some(), "routed while held");
     let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: None }; 2] };
     let n = rls_answer(&host, &ok);
     stream.on_grpc_response(1, 0, n);
@@ -410,7 +412,7 @@ fn over_a_limit_is_a_429_in_the_callers_shape_with_retry_after_and_no_provider()
     assert_eq!(body["error"]["code"], "rate_limited");
     assert_eq!(body["error"]["metadata"]["limit"], "tpm");
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue);
-    assert!(host.request_header_value(NEXT_CLUSTER_HEADER).is_none(), "no attempt planned");
+    assert!(host.prop(&[&next_state_property(1)]).is_none(), "no attempt planned");
 }
 
 #[test]

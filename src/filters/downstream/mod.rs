@@ -29,7 +29,9 @@ use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
 use crate::protocol::plan::{body_property, AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{api_headers, attempt_rewrite, ANTHROPIC_VERSION};
 use crate::protocol::scope;
-use crate::protocol::slots::{encode_slots, slot_token, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY};
+use crate::protocol::slots::{
+    encode_slots, next_state_property, next_token, Handoff, NEXT_CLUSTER_HEADER, SLOTS_PROPERTY,
+};
 use crate::routing::decision::{candidates_json, decide_for, hand_off, Audit, Decision, HandOff, AUDIT_PROPERTY};
 use crate::routing::quality::{judge_body, StreamJudge, Verdict};
 use crate::routing::router::policy_allows;

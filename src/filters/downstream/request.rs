@@ -152,9 +152,10 @@ impl<H: Host> Stream<H> {
         }
     }
 
-    /// Hands the ranked list to Envoy: the first attempt's cluster in `x-switchyard-next` (the
-    /// route's matcher reads it; each attempt's filter names the next from the slots in filter
-    /// state, see `slots`), the retry count, and the plan the upstream filter reads.
+    /// Hands the ranked list to Envoy: the first attempt's cluster token where the route's
+    /// matcher reads it (filter state, or `x-switchyard-next` on istio-proxy; each attempt's
+    /// filter names the next from the slots in filter state, see `slots`), the retry count, and
+    /// the plan the upstream filter reads.
     pub(super) fn apply(&mut self, mut d: Decision) {
         // One clock reading for the hand-off: when it was decided, and the prepared first
         // attempt's start (each reading is a host call).
@@ -182,10 +183,16 @@ impl<H: Host> Stream<H> {
         }
         self.host.set_property(&[PLAN_PROPERTY], &plan.encode());
         // The order for Envoy's retries: the first cluster now, each attempt's filter the next.
-        self.host.set_property(&[SLOTS_PROPERTY], encode_slots(&clusters).as_bytes());
-        if let Some(first) = clusters.first() {
-            self.host.set_req_header(NEXT_CLUSTER_HEADER, Some(&slot_token(first)));
+        let routing = &self.config.catalog.routing;
+        let key = routing.handoff_key.as_ref().filter(|_| routing.handoff == Handoff::Header);
+        let slots = encode_slots(&clusters, key);
+        if let Some(first) = next_token(slots.as_bytes(), 0) {
+            match routing.handoff {
+                Handoff::FilterState => self.host.set_property(&[&next_state_property(1)], first.as_bytes()),
+                Handoff::Header => self.host.set_req_header(NEXT_CLUSTER_HEADER, Some(first)),
+            }
         }
+        self.host.set_property(&[SLOTS_PROPERTY], slots.as_bytes());
         self.host.set_req_header("x-envoy-max-retries", Some(&clusters.len().saturating_sub(1).to_string()));
         // The answer is rewritten (model id, provider, cost): ask providers for it unencoded.
         // A compressor filter before this one still compresses for callers that accept it.

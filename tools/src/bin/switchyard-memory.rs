@@ -111,15 +111,9 @@ fn strip_first_attempt_filters(boot: &mut Value) {
 
 /// Lets the routed route take requests no decision filter planned (measurement only: a module
 /// that does not route writes no plan, so its requests would match no route to a provider).
-fn without_plan_requirement(mut boot: Value) -> Value {
-    let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-    for vh in hcm["route_config"]["virtual_hosts"].as_array_mut().into_iter().flatten() {
-        for r in vh["routes"].as_array_mut().into_iter().flatten() {
-            if let Some(m) = r["match"].as_object_mut() {
-                m.remove("filter_state");
-            }
-        }
-    }
+fn without_plan_requirement(mut boot: Value, cfg: &switchyard_integration::envoy::StackConfig) -> Value {
+    let names: Vec<&str> = cfg.clusters.iter().map(|c| c.name.as_str()).collect();
+    switchyard_integration::envoy::routed_by_header_without_plan(&mut boot, &names);
     boot
 }
 
@@ -167,13 +161,13 @@ fn variant(name: &str, port: u16, noop_path: &std::path::Path) -> Result<Variant
             // Any other proxy-wasm module in the same three roles, loaded like `noop`.
             let mut cfg = bench_stack(port, 2);
             cfg.wasm = n.trim_start_matches("mod@").into();
-            Variant { boot: without_plan_requirement(bootstrap(&cfg)), headers: first_slot(&cfg), ..plain }
+            Variant { boot: without_plan_requirement(bootstrap(&cfg), &cfg), headers: first_slot(&cfg), ..plain }
         }
         n if n.starts_with("sy") => Variant { boot: bootstrap(&bench_stack(port, clusters("sy")?)), ..plain },
         n if n.starts_with("noop") => {
             let mut cfg = bench_stack(port, clusters("noop")?);
             cfg.wasm = noop_path.to_path_buf();
-            Variant { boot: without_plan_requirement(bootstrap(&cfg)), headers: first_slot(&cfg), ..plain }
+            Variant { boot: without_plan_requirement(bootstrap(&cfg), &cfg), headers: first_slot(&cfg), ..plain }
         }
         other => return Err(format!("unknown variant {other}")),
     })
@@ -294,9 +288,9 @@ async fn measure() -> Result<(), String> {
     Ok(())
 }
 
-/// The next-cluster header a module that does not route (a no-op) needs for the routed route to
-/// send its requests to the first provider cluster, as the decision filter would.
+/// The next-cluster header a module that does not route (a no-op) needs for the routed route
+/// (`without_plan_requirement`) to send its requests to the first provider cluster.
 fn first_slot(cfg: &switchyard_integration::envoy::StackConfig) -> Vec<(String, String)> {
     let first = cfg.clusters.first().map(|c| c.name.as_str()).unwrap_or_default();
-    vec![(switchyard::wiring::NEXT_CLUSTER_HEADER.to_string(), switchyard::protocol::slots::slot_token(first))]
+    vec![switchyard_integration::envoy::unplanned_token(first)]
 }
