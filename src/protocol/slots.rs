@@ -74,9 +74,8 @@ pub fn parse_handoff_key(hex: &str) -> Option<[u8; 16]> {
         return None;
     }
     let mut key = [0u8; 16];
-    for (i, pair) in b.chunks(2).enumerate() {
-        let s = std::str::from_utf8(pair).ok()?;
-        key[i] = u8::from_str_radix(s, 16).ok()?;
+    for (byte, pair) in key.iter_mut().zip(b.chunks_exact(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
     }
     Some(key)
 }
@@ -104,15 +103,16 @@ fn siphash24(k0: u64, k1: u64, msg: &[u8]) -> u64 {
     }
     let mut chunks = msg.chunks_exact(8);
     for c in &mut chunks {
-        let m = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        let m = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
         v[3] ^= m;
         round(&mut v);
         round(&mut v);
         v[0] ^= m;
     }
     let mut last = [0u8; 8];
-    let rest = chunks.remainder();
-    last[..rest.len()].copy_from_slice(rest);
+    for (d, s) in last.iter_mut().zip(chunks.remainder()) {
+        *d = *s;
+    }
     last[7] = msg.len() as u8;
     let m = u64::from_le_bytes(last);
     v[3] ^= m;
