@@ -111,7 +111,8 @@ pub struct IstioSettings {
     /// The secret that keys the next-attempt tokens istio-proxy's retries read from a request
     /// header (`deployment.istio.handoff_key`, 32 hex digits; the filter's `routing.handoff_key`):
     /// a provider cannot tell from a token which provider comes next. Absent, it is derived from
-    /// the catalog file, which is then as secret as that file: set one per deployment.
+    /// the deployment's namespace and service host: stable across catalog changes (the route and
+    /// the filter's configuration may update at different moments) but not secret: set one.
     pub handoff_key: [u8; 16],
 }
 
@@ -232,11 +233,18 @@ fn image_reference(s: &str, field: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The handoff key of a catalog that sets none: SHA-256 of the catalog file, cut to 128 bits.
-fn derived_handoff_key(catalog_text: &str) -> [u8; 16] {
+/// The handoff key of a catalog that sets none: SHA-256 of the deployment's identity (namespace
+/// and service host), cut to 128 bits. Never of the catalog's contents: a catalog change would
+/// change every token, and the route (EnvoyFilter) and the filter's configuration (WasmPlugin)
+/// reach the proxies at different moments.
+fn derived_handoff_key(namespace: &str, service_host: &str) -> [u8; 16] {
     use sha2::{Digest, Sha256};
-    let digest =
-        Sha256::new().chain_update(b"switchyard handoff key\n").chain_update(catalog_text.as_bytes()).finalize();
+    let digest = Sha256::new()
+        .chain_update(b"switchyard handoff key\n")
+        .chain_update(namespace.as_bytes())
+        .chain_update(b"\n")
+        .chain_update(service_host.as_bytes())
+        .finalize();
     let mut key = [0u8; 16];
     key.copy_from_slice(&digest[..16]);
     key
@@ -328,7 +336,10 @@ impl Catalog {
             ));
         }
         let handoff_key = match i.get("handoff_key") {
-            None => derived_handoff_key(text),
+            None => derived_handoff_key(
+                &field_str(&i, p, "namespace", Some("istio-system"))?,
+                &field_str(&i, p, "service_host", Some("llm.switchyard.internal"))?,
+            ),
             Some(v) => v.as_str().and_then(switchyard::protocol::slots::parse_handoff_key).ok_or_else(|| {
                 format!("{p}.handoff_key: 32 hex digits, a secret per deployment (e.g. `openssl rand -hex 16`)")
             })?,

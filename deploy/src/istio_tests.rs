@@ -241,3 +241,24 @@ fn istio_hands_off_by_keyed_header_and_plain_envoy_by_filter_state() {
     bad["deployment"]["istio"]["handoff_key"] = json!("0011");
     assert!(Catalog::parse(&bad.to_string()).unwrap_err().starts_with("deployment.istio.handoff_key:"));
 }
+
+/// The derived handoff key follows the deployment, not the catalog's contents: a catalog change
+/// (a model or provider added) keeps every token, so a route and a plugin configuration of two
+/// catalog versions still agree during a rollout (`hot_reload.rs` runs one under load).
+#[test]
+fn the_derived_handoff_key_survives_a_catalog_change() {
+    let raw = |models: Value, service_host: &str| {
+        json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1", "service_host": service_host}},
+            "providers": {"p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}}},
+            "models": models
+        })
+        .to_string()
+    };
+    let one = json!({"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}});
+    let mut two = one.clone();
+    two["m/y"] = one["m/x"].clone();
+    let key = |text: String| Catalog::parse(&text).unwrap().istio.handoff_key;
+    assert_eq!(key(raw(one.clone(), "llm.a.internal")), key(raw(two, "llm.a.internal")));
+    assert_ne!(key(raw(one.clone(), "llm.a.internal")), key(raw(one, "llm.b.internal")), "another deployment");
+}
