@@ -60,13 +60,13 @@ impl Drop for TempDir {
 
 /// Runs `claude -p` in `dir/work` against the filter on `port` with these extra request headers;
 /// returns its JSON result.
-fn run_claude(bin: &Path, dir: &Path, port: u16, headers: &[(&str, &str)]) -> Value {
+fn run_claude(bin: &Path, dir: &Path, port: u16, model: &str, headers: &[(&str, &str)]) -> Value {
     let note = dir.join("work/note.txt");
     std::fs::write(&note, format!("The secret word is {WORD}.\n")).expect("note");
     let prompt = format!("Read the file {} with your Read tool and answer with the secret word only.", note.display());
     let custom: Vec<String> = headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     let mut child = Command::new(bin)
-        .args(["-p", &prompt, "--model", MODEL, "--output-format", "json", "--allowedTools", "Read"])
+        .args(["-p", &prompt, "--model", model, "--output-format", "json", "--allowedTools", "Read"])
         .current_dir(dir.join("work"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -117,14 +117,14 @@ fn tool_result(r: &Received) -> Option<String> {
 
 /// The demo stack, Claude Code run against it with `headers`, and what each demo provider
 /// received for `test_id` (in `demo::DEMO_PROVIDERS` order).
-fn session(tag: &str, headers: &[(&str, &str)]) -> Option<(Value, Vec<(String, Vec<Received>)>)> {
+fn session(tag: &str, model: &str, headers: &[(&str, &str)]) -> Option<(Value, Vec<(String, Vec<Received>)>)> {
     let bin = claude()?;
     let dir = TempDir::new(tag);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let stack = rt.block_on(demo::start(0, 0, 0)).expect("demo stack starts");
     let mut all = vec![("x-test-id", tag)];
     all.extend_from_slice(headers);
-    let result = run_claude(&bin, &dir.0, stack.envoy.port, &all);
+    let result = run_claude(&bin, &dir.0, stack.envoy.port, model, &all);
     let received = demo::DEMO_PROVIDERS
         .iter()
         .zip(&stack.providers)
@@ -141,7 +141,7 @@ fn of<'a>(received: &'a [(String, Vec<Received>)], slug: &str) -> &'a [Received]
 #[test]
 fn claude_code_reads_a_file_through_a_model_served_only_by_openai_endpoints() {
     let behavior = [("x-mock-behavior", "fireworks=agent,together=agent")];
-    let Some((result, received)) = session("cc-read", &behavior) else { return };
+    let Some((result, received)) = session("cc-read", MODEL, &behavior) else { return };
     let answer = result["result"].as_str().unwrap_or("");
     assert!(answer.contains(WORD), "the answer quotes the file Claude Code read: {result}");
     assert_eq!(result["num_turns"], 2, "{result}");
@@ -168,7 +168,7 @@ fn claude_code_session_fails_over_when_its_endpoint_answers_429_mid_session() {
         ("x-mock-behavior", "fireworks=agent+429+onresult,together=agent"),
         ("x-switchyard-routing", r#"{"provider": {"order": ["fireworks", "together"]}}"#),
     ];
-    let Some((result, received)) = session("cc-failover", &behavior) else { return };
+    let Some((result, received)) = session("cc-failover", MODEL, &behavior) else { return };
     assert!(result["result"].as_str().unwrap_or("").contains(WORD), "{result}");
 
     let fireworks = of(&received, "fireworks");
@@ -177,4 +177,22 @@ fn claude_code_session_fails_over_when_its_endpoint_answers_429_mid_session() {
     assert!(tool_result(&fireworks[0]).is_none() && tool_result(&fireworks[1]).is_some());
     assert_eq!(together.len(), 1, "together took the second turn over: {together:?}");
     assert!(tool_result(&together[0]).is_some_and(|t| t.contains(WORD)));
+}
+
+/// The request as Claude Code sent it reaches an endpoint speaking Anthropic's API (qwen3-coder:
+/// together and deepinfra) unchanged but for the model: its path and query, its beta headers, and
+/// the mid-conversation system message the strict mock takes as the real API does.
+#[test]
+fn claude_code_reaches_anthropic_endpoints_as_it_speaks() {
+    let Some((result, received)) = session("cc-passthrough", "qwen/qwen3-coder", &[]) else { return };
+    assert!(result["result"].as_str().is_some_and(|r| r.contains("tok0")), "{result}");
+    let sent: Vec<&Received> = received.iter().flat_map(|(_, r)| r).collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].path, "/v1/messages?beta=true");
+    let beta = sent[0].header("anthropic-beta").unwrap_or("");
+    assert!(beta.contains("mid-conversation-system"), "{beta}");
+    let b = body(sent[0]);
+    assert_eq!(b["messages"][1]["role"], "system", "{b}");
+    assert_eq!(b["thinking"]["type"], "adaptive");
+    assert!(b.get("context_management").is_some() && b.get("output_config").is_some(), "{b}");
 }
