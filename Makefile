@@ -12,7 +12,7 @@ BUILD      ?= wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image image-native registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture
+.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image image-native registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture claude-code
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -78,6 +78,19 @@ envoy-matrix: $(ENVOY_STAMPS)
 	.envoy/$*/bin/envoy --version
 	touch $@
 
+# Claude Code for integration/tests/claude_code.rs, from npm into its own cached folder (outside
+# .work, which `make integration` clears; ignored by git). Without npm: the test says it skipped.
+CLAUDE_CODE_VERSION ?= 2.1.197
+CLAUDE_CODE := .tools/npm/claude-code
+claude-code: $(CLAUDE_CODE)/.installed-$(CLAUDE_CODE_VERSION)
+
+$(CLAUDE_CODE)/.installed-$(CLAUDE_CODE_VERSION):
+	@if command -v npm >/dev/null; then \
+	  mkdir -p $(CLAUDE_CODE) && \
+	  npm install -q --no-audit --no-fund --prefix $(CLAUDE_CODE) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
+	  $(CLAUDE_CODE)/node_modules/.bin/claude --version && touch $@; \
+	else echo "npm not found: integration/tests/claude_code.rs will be skipped"; fi
+
 # A real OCI registry and skopeo for the image test (Debian packages).
 registry-tools:
 	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
@@ -127,7 +140,7 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm native registry-tools mesh-tools observability-tools envoy-matrix
+integration: wasm native registry-tools mesh-tools observability-tools envoy-matrix claude-code
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	# The rate limit service the mesh-wide limit tests start (ratelimit/), and its own tests.
 	cargo build -p switchyard-ratelimit

@@ -137,6 +137,20 @@ pub fn demo_catalog() -> Value {
                      "pricing": {"prompt": 0.1, "completion": 0.3}, "context_length": 131072}
                 ]
             },
+            // Only OpenAI-compatible chat endpoints (together narrowed to its OpenAI API): an
+            // Anthropic caller such as Claude Code reaches it translated, and fails over
+            // between the two.
+            "moonshotai/kimi-k2": {
+                "cost_tier": "low",
+                "endpoints": [
+                    {"provider": "fireworks", "upstream_model": "accounts/fireworks/models/kimi-k2-instruct",
+                     "pricing": {"prompt": 0.6, "completion": 2.5}, "context_length": 131072,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]},
+                    {"provider": "together", "upstream_model": "moonshotai/Kimi-K2-Instruct", "apis": ["openai"],
+                     "pricing": {"prompt": 1, "completion": 3}, "context_length": 131072,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
+                ]
+            },
             "google/gemma-3-27b-it": {
                 "cost_tier": "low",
                 "input_modalities": ["text", "image"],

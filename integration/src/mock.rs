@@ -18,6 +18,7 @@
 //! usage only when the body asks (`stream_options.include_usage`), alone in a last chunk without
 //! choices; Gemini reports a 429's delay only in the body (`RetryInfo`), never in `retry-after`.
 
+mod agent;
 mod anthropic;
 mod google;
 mod openai;
@@ -99,6 +100,11 @@ pub struct Behavior {
     /// The OpenAI API is an OpenAI-compatible host's (`compat`), which also takes `top_k`,
     /// `min_p`, `top_a` and `repetition_penalty`; by default it is OpenAI's own.
     pub openai_compatible: bool,
+    /// OpenAI chat answers follow the scripted coding-agent model of [`agent`] (`agent`).
+    pub agent: bool,
+    /// The fault (status, reset, garbage) applies only to a request whose last message is a
+    /// tool's result (`onresult`): a provider that fails mid-session.
+    pub fault_on_result: bool,
 }
 
 /// How a stream is cut short.
@@ -131,6 +137,8 @@ impl Default for Behavior {
             cached_tokens: None,
             force_gzip: false,
             openai_compatible: false,
+            agent: false,
+            fault_on_result: false,
         }
     }
 }
@@ -415,7 +423,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `content-length`), `cached<n>` (cached prompt tokens
 /// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`), `gzip`
 /// (answers compressed even when the request asked for `identity`), `compat` (the OpenAI API is
-/// an OpenAI-compatible host's: `Behavior::openai_compatible`).
+/// an OpenAI-compatible host's: `Behavior::openai_compatible`), `agent` (OpenAI chat answers
+/// scripted as a coding agent's model: [`agent`]), `onresult` (the fault only on a request
+/// carrying a tool's result).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -437,6 +447,10 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.force_gzip = true;
             } else if tok == "compat" {
                 b.openai_compatible = true;
+            } else if tok == "agent" {
+                b.agent = true;
+            } else if tok == "onresult" {
+                b.fault_on_result = true;
             } else if tok == "sized" {
                 b.big_sized = true;
             } else if let Some(n) = tok.strip_prefix("big") {
@@ -737,6 +751,8 @@ struct Ask<'a> {
     gzip: bool,
     /// OpenAI: the stream asked for its usage (`stream_options.include_usage`).
     stream_usage: bool,
+    /// The request body (`agent` reads it).
+    body: &'a [u8],
 }
 
 async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Response<ChannelBody>, BoxError> {
@@ -829,6 +845,9 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             )
         }
     };
+    if behavior.fault_on_result && !agent::carries_tool_result(&body) {
+        behavior.mode = Mode::Ok;
+    }
     match behavior.mode {
         Mode::Reset => return Err("mock reset".into()),
         Mode::Garbage => {
@@ -856,7 +875,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let gzip = behavior.force_gzip || full_headers.iter().any(|(k, v)| k == "accept-encoding" && v.contains("gzip"));
     let (model, stream, stream_usage) = model_and_stream();
     let prompt_tokens = (body.len() as u64).div_ceil(4);
-    let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage };
+    let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage, body: &body };
     match api {
         Api::OpenAi => openai_answer(ask, behavior, guard),
         Api::Anthropic => anthropic::answer(ask, behavior, guard),
@@ -869,7 +888,20 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
 }
 
 fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
-    let Ask { provider, id, model, stream, prompt_tokens, gzip, stream_usage } = ask;
+    let Ask { provider, id, model, stream, prompt_tokens, gzip, stream_usage, body } = ask;
+    if let Some(turn) = behavior.agent.then(|| agent::turn(body)).flatten() {
+        drop(guard);
+        if stream {
+            let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+            for c in agent::chunks(provider, &model, id, &turn, stream_usage) {
+                let _ = tx.try_send(Ok(c));
+            }
+            return Ok(stream_head(provider, "text/event-stream", false).body(ChannelBody(rx))?);
+        }
+        let json = agent::completion(provider, &model, id, &turn).to_string();
+        let (resp, body) = whole_answer(provider, json, false, None);
+        return Ok(resp.body(body)?);
+    }
     if stream {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let name = provider.to_string();

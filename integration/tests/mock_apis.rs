@@ -468,3 +468,27 @@ async fn a_provider_overloaded_mid_stream_sends_its_apis_error_event() {
     assert_eq!(ev[2].1["error"]["type"], "server_error");
     assert!(!r.text().contains("[DONE]"));
 }
+
+/// As the Messages API takes it today (Claude Code 2.1 sends one after its first user turn): a
+/// `role: system` message of text right after a user turn; anywhere else it is refused.
+#[test]
+fn anthropic_takes_a_system_message_only_right_after_a_user_turn() {
+    use switchyard_integration::mock::strict::anthropic;
+    let body = |messages: Value| json!({"model": "claude-x", "max_tokens": 64, "messages": messages});
+    let user = json!({"role": "user", "content": "Hi"});
+    let system = json!({"role": "system", "content": "Agents: Explore, Plan."});
+    let assistant = json!({"role": "assistant", "content": "Hello"});
+    assert_eq!(anthropic(&body(json!([user, system, assistant]))), None);
+    let blocks =
+        json!({"role": "system", "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]});
+    assert_eq!(anthropic(&body(json!([user, blocks]))), None);
+    let first = anthropic(&body(json!([system, user]))).expect("a system message first is refused");
+    assert!(first.starts_with("messages.0"), "{first}");
+    let after_assistant = anthropic(&body(json!([user, assistant, system]))).expect("after an assistant turn");
+    assert!(after_assistant.starts_with("messages.2"), "{after_assistant}");
+    let image =
+        json!({"role": "system", "content": [{"type": "image", "source": {"type": "url", "url": "https://x"}}]});
+    assert!(anthropic(&body(json!([user, image]))).is_some(), "a system message takes only text");
+    let other = anthropic(&body(json!([user, {"role": "developer", "content": "x"}]))).expect("another role");
+    assert!(other.contains("messages.1.role"), "{other}");
+}

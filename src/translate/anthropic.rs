@@ -43,8 +43,12 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
     c.stop = stops(o.g("stop_sequences"));
     c.user = knob(o.g("metadata").and_then(|m| m.g("user_id")), "metadata.user_id");
     if let Some(t) = o.g("thinking") {
-        if t.g("type").and_then(Value::as_str) == Some("enabled") {
-            c.reasoning_budget = knob(t.g("budget_tokens"), "thinking.budget_tokens");
+        match t.g("type").and_then(Value::as_str) {
+            Some("enabled") => c.reasoning_budget = knob(t.g("budget_tokens"), "thinking.budget_tokens"),
+            // The model picks its own budget (Claude Code's default): no other API has that
+            // switch; the model still answers, with the thinking its endpoint does by default.
+            Some("adaptive") => c.drop_field("thinking"),
+            _ => {}
         }
     }
     if let Some(oc) = o.g("output_config") {
@@ -84,6 +88,13 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
         return Err(Refused::new("messages", "messages must be an array"));
     };
     for (i, m) in messages.iter().enumerate() {
+        if m.g("role").and_then(Value::as_str) == Some("system") {
+            let text = system_message(&mut c, m, i)?;
+            if !text.is_empty() {
+                c.messages.push(Msg::System(text));
+            }
+            continue;
+        }
         let assistant = m.g("role").and_then(Value::as_str) == Some("assistant");
         let blocks = match m.g("content") {
             Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
@@ -152,6 +163,30 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
     Ok(c)
 }
 
+/// A mid-conversation system message's text (a string or text blocks; any other block is refused).
+fn system_message(c: &mut Chat, m: &Value, i: usize) -> Result<String, Refused> {
+    match m.g("content") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut text = String::new();
+            for (j, b) in blocks.iter().enumerate() {
+                if b.g("type").and_then(Value::as_str) != Some("text") {
+                    return Err(Refused::new(
+                        format!("messages[{i}].content[{j}].type"),
+                        "a system message takes only text",
+                    ));
+                }
+                if b.g("cache_control").is_some() {
+                    c.drop_field("cache_control");
+                }
+                text.push_str(b.g("text").and_then(Value::as_str).unwrap_or(""));
+            }
+            Ok(text)
+        }
+        _ => Ok(String::new()),
+    }
+}
+
 fn image_part(b: &Value, param: &str) -> Result<Part, Refused> {
     let s = b.g("source");
     match s.and_then(|s| s.g("type")).and_then(Value::as_str) {
@@ -179,8 +214,12 @@ pub fn write_request(c: &mut Chat, model: &str) -> Result<Map<String, Value>, Re
     o.insert("model".into(), json!(model));
     o.insert("max_tokens".into(), c.max_tokens.take().unwrap_or(json!(DEFAULT_MAX_TOKENS)));
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut later_system = Vec::new();
     for (i, m) in c.messages.iter().enumerate() {
         match m {
+            // Not every model behind the Messages API takes a system message mid-conversation:
+            // its text joins the top-level system.
+            Msg::System(t) => later_system.push(t.clone()),
             Msg::User(parts) => {
                 let blocks = parts.iter().filter(|p| !matches!(p, Part::Text(t) if t.is_empty())).map(part_block);
                 push_merged(&mut turns, "user", blocks.collect());
@@ -217,7 +256,7 @@ pub fn write_request(c: &mut Chat, model: &str) -> Result<Map<String, Value>, Re
     let messages: Vec<Value> =
         turns.into_iter().map(|(role, blocks)| json!({"role": role, "content": blocks})).collect();
     o.insert("messages".into(), Value::Array(messages));
-    let system: Vec<&String> = c.system.iter().filter(|s| !s.is_empty()).collect();
+    let system: Vec<&String> = c.system.iter().chain(&later_system).filter(|s| !s.is_empty()).collect();
     if !system.is_empty() {
         o.insert("system".into(), json!(system.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n\n")));
     }

@@ -24,6 +24,9 @@ pub enum Part {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Msg {
     User(Vec<Part>),
+    /// A system instruction at its place in the conversation (Anthropic's mid-conversation
+    /// `role: system` message); the leading ones are [`Chat::system`].
+    System(String),
     Assistant {
         text: String,
         calls: Vec<Call>,

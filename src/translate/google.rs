@@ -281,8 +281,11 @@ fn part_value(p: &Part, param: &str) -> Result<Value, Refused> {
 pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     let mut o = Map::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut later_system = Vec::new();
     for (i, m) in c.messages.iter().enumerate() {
         match m {
+            // generateContent has no system turn: the text joins `systemInstruction`.
+            Msg::System(t) => later_system.push(t.clone()),
             Msg::User(parts) => {
                 let mut out = Vec::new();
                 for (j, p) in parts.iter().enumerate() {
@@ -320,7 +323,7 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     }
     let contents: Vec<Value> = turns.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect();
     o.insert("contents".into(), Value::Array(contents));
-    let system: Vec<&String> = c.system.iter().filter(|s| !s.is_empty()).collect();
+    let system: Vec<&String> = c.system.iter().chain(&later_system).filter(|s| !s.is_empty()).collect();
     if !system.is_empty() {
         let text = system.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n\n");
         o.insert("systemInstruction".into(), json!({"parts": [{"text": text}]}));

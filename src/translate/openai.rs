@@ -216,6 +216,8 @@ pub fn write_request(c: &mut Chat, model: &str) -> Map<String, Value> {
     for m in &c.messages {
         messages.push(match m {
             Msg::User(parts) => json!({"role": "user", "content": content_value(parts)}),
+            // Chat Completions takes a system message anywhere: kept in its place.
+            Msg::System(t) => json!({"role": "system", "content": t}),
             Msg::Assistant { text, calls } => {
                 let mut a = Map::new();
                 a.insert("role".into(), json!("assistant"));

@@ -149,6 +149,63 @@ fn anthropic_to_openai_and_google_requests() {
     assert_eq!(dropped, vec!["cache_control", "metadata.user_id", "parallel_tool_calls"]);
 }
 
+/// What Claude Code 2.1 sends on every turn (captured): a system message after the first user
+/// turn, adaptive thinking, `context_management`, `output_config.effort`, `cache_control` on
+/// blocks and tool results.
+fn claude_code_turn() -> Value {
+    serde_json::json!({
+        "model": "x", "max_tokens": 32000, "stream": true,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Read note.txt", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": "Available agent types: Explore."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "/t/note.txt"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "1\tPINEAPPLE",
+                "cache_control": {"type": "ephemeral"}}]},
+        ],
+        "tools": [{"name": "Read", "description": "Reads a file", "input_schema": {"type": "object"}}],
+        "metadata": {"user_id": "{\"session_id\":\"s\"}"},
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+    })
+}
+
+#[test]
+fn claude_code_requests_reach_openai_and_google_endpoints() {
+    let (v, dropped) = tr(Api::Anthropic, Api::OpenAi, claude_code_turn(), true);
+    let m = v["messages"].as_array().unwrap();
+    assert_eq!(m[0], serde_json::json!({"role": "system", "content": "You are Claude Code."}));
+    assert_eq!(m[1], serde_json::json!({"role": "user", "content": "Read note.txt"}));
+    assert_eq!(
+        m[2],
+        serde_json::json!({"role": "system", "content": "Available agent types: Explore."}),
+        "in its place"
+    );
+    assert_eq!(m[3]["tool_calls"][0]["function"]["name"], "Read");
+    assert_eq!(m[4], serde_json::json!({"role": "tool", "tool_call_id": "toolu_1", "content": "1\tPINEAPPLE"}));
+    assert_eq!(m.len(), 5);
+    assert_eq!(v["reasoning_effort"], "high");
+    assert_eq!(v["max_completion_tokens"], 32000);
+    assert!(v.get("thinking").is_none() && v.get("context_management").is_none(), "{v}");
+    assert_eq!(dropped, vec!["context_management", "cache_control", "thinking"]);
+
+    let (v, dropped) = tr(Api::Anthropic, Api::Google, claude_code_turn(), true);
+    assert_eq!(
+        v["systemInstruction"],
+        serde_json::json!({"parts": [{"text": "You are Claude Code.\n\nAvailable agent types: Explore."}]}),
+        "generateContent has no system turn"
+    );
+    let roles: Vec<&str> = v["contents"].as_array().unwrap().iter().map(|c| c["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "model", "user"]);
+    assert!(dropped.contains(&"thinking".to_string()), "{dropped:?}");
+
+    let mut image = claude_code_turn();
+    image["messages"][1]["content"] =
+        serde_json::json!([{"type": "image", "source": {"type": "url", "url": "https://x"}}]);
+    assert_eq!(refused(Api::Anthropic, Api::OpenAi, image), "messages[1].content[0].type");
+}
+
 #[test]
 fn google_to_openai_and_anthropic_requests_pair_calls_without_ids() {
     let body = serde_json::json!({

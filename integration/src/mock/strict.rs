@@ -97,7 +97,8 @@ pub fn openai_chat(body: &Value) -> Option<String> {
     None
 }
 
-/// Messages: roles, block types, tool results answering the previous turn's tool uses, system,
+/// Messages: roles (a `system` message mid-conversation, as the API takes it today, only right
+/// after a user turn), block types, tool results answering the previous turn's tool uses, system,
 /// tools, tool choice, sampling ranges, output format.
 pub fn anthropic(body: &Value) -> Option<String> {
     if !body.get("max_tokens").and_then(Value::as_u64).is_some_and(|n| n >= 1) {
@@ -117,8 +118,25 @@ pub fn anthropic(body: &Value) -> Option<String> {
     let mut uses: Vec<String> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let role = str_of(m, "role").unwrap_or("");
+        if role == "system" {
+            // A mid-conversation system message (no beta header needed; Claude Code sends one
+            // after its first user turn): text only, and only right after a user turn.
+            let after_user = i > 0 && messages.get(i - 1).and_then(|p| str_of(p, "role")) == Some("user");
+            let text = match m.get("content") {
+                Some(Value::String(s)) => !s.is_empty(),
+                Some(Value::Array(b)) => !b.is_empty() && b.iter().all(|x| str_of(x, "type") == Some("text")),
+                _ => false,
+            };
+            if !after_user {
+                return Some(format!("messages.{i}: a system message must immediately follow a user message"));
+            }
+            if !text {
+                return Some(format!("messages.{i}.content: a system message takes only text"));
+            }
+            continue;
+        }
         if role != "user" && role != "assistant" {
-            return Some(format!("messages.{i}.role: Input should be 'user' or 'assistant'"));
+            return Some(format!("messages.{i}.role: Input should be 'user', 'assistant' or 'system'"));
         }
         let blocks: Vec<Value> = match m.get("content") {
             Some(Value::String(s)) if !s.is_empty() => Vec::new(),
