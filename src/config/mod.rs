@@ -50,7 +50,7 @@ impl std::fmt::Display for ConfigError {
     }
 }
 
-fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { field: field.into(), reason: reason.into() }
 }
 
