@@ -13,6 +13,7 @@ use super::host::{Action, Host};
 use super::internals::{hand_on, set_scheme};
 use super::Filter;
 use crate::protocol::bytes::u64_at;
+use crate::protocol::outcome::retry_after_of;
 use crate::protocol::plan::FIRST_ATTEMPT_PROPERTY;
 use crate::wiring::ATTEMPTS_HEADER;
 
@@ -39,8 +40,9 @@ impl<H: Host> Filter for FirstAttempt<H> {
     }
 
     fn on_response_headers(&mut self, _end_of_stream: bool) -> Action {
-        let [status, retry_after]: [Option<String>; 2] =
-            self.host.resp_headers_named(&[":status", "retry-after"]).try_into().unwrap_or_default();
+        let [status, retry_after, retry_after_ms]: [Option<String>; 3] =
+            self.host.resp_headers_named(&[":status", "retry-after", "retry-after-ms"]).try_into().unwrap_or_default();
+        let retry_after = retry_after_of(retry_after.as_deref(), retry_after_ms.as_deref());
         let status: u16 = status.and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if !(200..300).contains(&status) {
@@ -88,6 +90,15 @@ mod tests {
         f.on_response_headers(false);
         assert_eq!(host.prop(&[FIRST_ATTEMPT_PROPERTY]), Some(b"429,7".to_vec()));
         assert_eq!(host.response_header_value(ATTEMPTS_HEADER).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn azures_retry_after_ms_is_noted_as_seconds() {
+        let (host, mut f) = first();
+        f.on_request_headers(false);
+        host.with_response_headers(&[(":status", "429"), ("retry-after-ms", "1500")]);
+        f.on_response_headers(false);
+        assert_eq!(host.prop(&[FIRST_ATTEMPT_PROPERTY]), Some(b"429,2".to_vec()));
     }
 
     #[test]

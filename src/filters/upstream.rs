@@ -14,7 +14,7 @@ use crate::answer::usage::ReportedUsage;
 use crate::answer::watch::{AttemptWatch, Summary, MAX_ERROR_BODY_BYTES};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
-use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
+use crate::protocol::outcome::{is_retryable_status, parse_retry_after, retry_after_of, AttemptRecord, Outcome};
 use crate::protocol::plan::body_property;
 use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{api_headers, attempt_rewrite, foreign_body, AttemptError, ANTHROPIC_VERSION};
@@ -270,7 +270,8 @@ impl<H: Host> Filter for Attempt<H> {
         let headers = self.host.resp_headers();
         let status = status_of(&headers);
         let cap = self.config.catalog.routing.max_retry_after_s;
-        self.watch.headers(status, find(&headers, "retry-after"), find(&headers, "content-type"), cap);
+        let retry_after = retry_after_of(find(&headers, "retry-after"), find(&headers, "retry-after-ms"));
+        self.watch.headers(status, retry_after.as_deref(), find(&headers, "content-type"), cap);
         // A non-retryable failure with another model still planned: let Envoy retry.
         if status >= 400 && !is_retryable_status(status) && self.later_model {
             self.host.set_resp_header(":status", Some("503"));

@@ -144,6 +144,24 @@ pub struct CutShort {
     pub reason: StopReason,
 }
 
+/// The `Retry-After` of an answer: the header's value, else Azure's `retry-after-ms`
+/// (milliseconds, rounded up to whole seconds) as delta-seconds. None when neither says a delay.
+pub fn retry_after_of<'a>(
+    retry_after: Option<&'a str>,
+    retry_after_ms: Option<&str>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    if let Some(v) = retry_after {
+        return Some(std::borrow::Cow::Borrowed(v));
+    }
+    let ms = retry_after_ms?.trim();
+    if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: too long for u64 means huge (capped later, like `Retry-After`).
+    let ms: u64 = ms.parse().unwrap_or(u64::MAX);
+    Some(std::borrow::Cow::Owned(ms.div_ceil(1000).to_string()))
+}
+
 /// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent), capped at `max_s`
 /// (`routing.max_retry_after_s`): one provider header must not cool an endpoint down for a
 /// century on every worker.

@@ -406,3 +406,18 @@ fn attempt_rewrite_for_azure_deployments() {
     let e = Catalog::from_json(bad.as_bytes(), &|_| None).unwrap_err();
     assert_eq!(e.field, r#"providers["azure/v1"].apis.anthropic"#, "{e}");
 }
+
+// Azure's `retry-after-ms` counts as `Retry-After` (rounded up to whole seconds) when the
+// answer has no `Retry-After`.
+#[test]
+fn retry_after_ms_stands_in_for_retry_after() {
+    let of = |ra: Option<&str>, ms: Option<&str>| retry_after_of(ra, ms).map(|c| c.into_owned());
+    assert_eq!(of(Some("7"), Some("100")).as_deref(), Some("7"));
+    assert_eq!(of(None, Some("1500")).as_deref(), Some("2"));
+    assert_eq!(of(None, Some("1000")).as_deref(), Some("1"));
+    assert_eq!(of(None, Some(" 0 ")).as_deref(), Some("0"));
+    assert_eq!(parse_retry_after(&of(None, Some("99999999999999999999999")).unwrap(), 300), Some(300));
+    for bad in [None, Some(""), Some("1.5"), Some("-3")] {
+        assert_eq!(of(None, bad), None, "{bad:?}");
+    }
+}
