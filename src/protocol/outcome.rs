@@ -41,6 +41,13 @@ pub fn is_retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..600).contains(&status)
 }
 
+/// The provider refused the attempt's key or access (401, 403): the key is the operator's,
+/// never the caller's, so this is the provider's failure and the next planned attempt is made
+/// (the last attempt's refusal still reaches the caller).
+pub fn key_refused(status: u16) -> bool {
+    status == 401 || status == 403
+}
+
 /// Outcome class for metrics and health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
