@@ -6,6 +6,7 @@
 //!   happens to a request by method and path (route, pass through, answer locally)
 //! - `config`: the operator's catalog (providers, models, endpoints), policies and defaults,
 //!   compiled once at load; `forwarding`: which caller headers may reach a provider
+//! - `providers/`: provider kinds (Azure OpenAI, ...): paths, key header, stream quirks
 //! - `routing/`: the routing brain, from request body to an ordered list of endpoints
 //! - `protocol/`: what the decision filter hands the per-attempt filter through Envoy's
 //!   retries (the plan, its slots, the per-attempt rewrite, the route mark)
@@ -29,6 +30,7 @@ pub mod filters;
 pub mod forwarding;
 pub mod limits;
 pub mod protocol;
+pub mod providers;
 pub mod routing;
 pub mod surface;
 pub mod telemetry;

@@ -76,6 +76,14 @@ fn every_configuration_field_is_in_the_reference() {
     files.sort();
     assert!(files.len() > 3, "src/config/ no longer holds the configuration's sections");
     files.extend(["src/routing/policy.rs", "src/forwarding.rs"].map(|f| root.join(f)));
+    // Each provider kind's own options (`kind_options`).
+    let mut kinds: Vec<_> = std::fs::read_dir(root.join("src/providers"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    kinds.sort();
+    files.extend(kinds);
     let mut fields = Vec::new();
     for file in &files {
         fields.extend(config_fields(&std::fs::read_to_string(file).unwrap()));

@@ -6,7 +6,9 @@
 //! claimed by the others), Anthropic's Messages API (`POST /v1/messages`, [`anthropic`]) and
 //! Google's Gemini API (`POST /v1beta/models/{model}:generateContent` and
 //! `:streamGenerateContent`, [`google`]). Every fault of `x-mock-behavior` works on every API,
-//! answered in that API's own shapes.
+//! answered in that API's own shapes. A provider playing Azure OpenAI (`Behavior::azure`) takes
+//! paths under `/openai/` as Azure's ([`azure`]: its deployments and v1 paths, `api-key`,
+//! `api-version`, the prompt filter chunk, content-filter refusals); deployments paths always are.
 //!
 //! As strict as the real APIs where a lenient mock would hide a defect: each API refuses a request
 //! without its key (OpenAI on its generation paths: [`openai`]) and a body with a top-level field
@@ -20,9 +22,12 @@
 
 mod agent;
 mod anthropic;
+mod azure;
 mod google;
 mod openai;
 pub mod strict;
+
+pub use azure::AZURE_KEY;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -105,6 +110,16 @@ pub struct Behavior {
     /// The fault (status, reset, garbage) applies only to a request whose last message is a
     /// tool's result (`onresult`): a provider that fails mid-session.
     pub fault_on_result: bool,
+    /// Azure (paths under `/openai/`, see [`azure`]): the prompt trips the content filter, a 400
+    /// `content_filter` (`filter`), or the answer is cut by it, `finish_reason:
+    /// "content_filter"` (`filterout`).
+    pub content_filter: Option<bool>,
+    /// The provider is an Azure OpenAI resource (`azure`): every path under `/openai/` is
+    /// Azure's. Without it only `/openai/deployments/...` is (an OpenAI-compatible host such as
+    /// Groq serves `/openai/v1/...` too).
+    pub azure: bool,
+    /// Azure: the one `api-key` the resource accepts (None: [`AZURE_KEY`]).
+    pub azure_key: Option<String>,
 }
 
 /// How a stream is cut short.
@@ -139,6 +154,9 @@ impl Default for Behavior {
             openai_compatible: false,
             agent: false,
             fault_on_result: false,
+            content_filter: None,
+            azure: false,
+            azure_key: None,
         }
     }
 }
@@ -425,7 +443,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// (answers compressed even when the request asked for `identity`), `compat` (the OpenAI API is
 /// an OpenAI-compatible host's: `Behavior::openai_compatible`), `agent` (OpenAI chat answers
 /// scripted as a coding agent's model: [`agent`]), `onresult` (the fault only on a request
-/// carrying a tool's result).
+/// carrying a tool's result), `azure` (the provider is an Azure
+/// OpenAI resource: `Behavior::azure`), `filter` / `filterout` (Azure's
+/// content filter refuses the prompt or cuts the answer: `Behavior::content_filter`).
 pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
     for entry in header.split(',') {
         let Some((who, spec)) = entry.trim().split_once('=') else { continue };
@@ -445,6 +465,10 @@ pub fn apply_override(b: &mut Behavior, name: &str, header: &str) {
                 b.html_errors = true;
             } else if tok == "gzip" {
                 b.force_gzip = true;
+            } else if tok == "azure" {
+                b.azure = true;
+            } else if tok == "filter" || tok == "filterout" {
+                b.content_filter = Some(tok == "filter");
             } else if tok == "compat" {
                 b.openai_compatible = true;
             } else if tok == "agent" {
@@ -788,7 +812,20 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     if let Some(spec) = header("x-mock-behavior") {
         apply_override(&mut behavior, &s.name, spec);
     }
+    // Azure OpenAI: its own paths, key and api-version before OpenAI's body checks.
+    let on_azure = (behavior.azure && parts.uri.path().starts_with("/openai/"))
+        || parts.uri.path().starts_with("/openai/deployments/");
+    if on_azure {
+        let owned = |name: &str| header(name).map(str::to_string);
+        let filter = behavior.content_filter == Some(true);
+        let key = behavior.azure_key.as_deref().unwrap_or(AZURE_KEY);
+        let asked = azure::Asked { path: parts.uri.path(), query: parts.uri.query(), key };
+        if let Some((status, body)) = azure::refusal(&asked, &owned, &body, filter) {
+            return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
+        }
+    }
     let refusal = match api {
+        Api::OpenAi if on_azure => None,
         Api::OpenAi => {
             let owned = |name: &str| header(name).map(str::to_string);
             let compatible = behavior.openai_compatible;
@@ -877,7 +914,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let prompt_tokens = (body.len() as u64).div_ceil(4);
     let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage, body: &body };
     match api {
-        Api::OpenAi => openai_answer(ask, behavior, guard),
+        Api::OpenAi => openai_answer(ask, behavior, guard, on_azure),
         Api::Anthropic => anthropic::answer(ask, behavior, guard),
         Api::Google => {
             // Without `alt=sse` Google streams one JSON array instead of events.
@@ -887,7 +924,15 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
 }
 
-fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
+/// `azure`: as Azure answers (its stream opens with the prompt filter chunk; `filterout` ends
+/// the answer with `finish_reason: "content_filter"`).
+fn openai_answer(
+    ask: Ask<'_>,
+    behavior: Behavior,
+    guard: InFlight,
+    azure: bool,
+) -> Result<Response<ChannelBody>, BoxError> {
+    let finish = if azure && behavior.content_filter == Some(false) { "content_filter" } else { "stop" };
     let Ask { provider, id, model, stream, prompt_tokens, gzip, stream_usage, body } = ask;
     if let Some(turn) = behavior.agent.then(|| agent::turn(body)).flatten() {
         drop(guard);
@@ -907,7 +952,11 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
         let name = provider.to_string();
         tokio::spawn(async move {
             let _guard = guard;
-            let chunk = |content: Option<&str>| Bytes::from(chunk_json(&name, &model, id, content, stream_usage));
+            let chunk = |content: Option<&str>| {
+                Bytes::from(
+                    chunk_json(&name, &model, id, content, stream_usage).replace("\"stop\"", &format!("\"{finish}\"")),
+                )
+            };
             // As OpenAI ends a stream: the finish reason, then (only when asked) the usage alone
             // in a chunk without choices, then `[DONE]`.
             let mut tail = vec![chunk(None)];
@@ -915,6 +964,9 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
                 tail.push(Bytes::from(usage_chunk_json(&name, &model, id, behavior.cached_tokens)));
             }
             tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+            if azure {
+                let _ = tx.send(Ok(Bytes::from(azure::prompt_filter_chunk()))).await;
+            }
             if let Some(valid) = behavior.tool_call {
                 for c in tool_chunks(&name, &model, id, valid) {
                     let _ = tx.send(Ok(Bytes::from(c))).await;
@@ -935,10 +987,13 @@ fn openai_answer(ask: Ask<'_>, behavior: Behavior, guard: InFlight) -> Result<Re
         Ok(stream_head(provider, "text/event-stream", gzip).body(ChannelBody(rx))?)
     } else {
         drop(guard);
-        let json = match behavior.tool_call {
+        let mut json = match behavior.tool_call {
             Some(valid) => tool_completion_json(provider, &model, id, valid),
             None => completion_json(provider, &model, id, prompt_tokens, &behavior),
         };
+        if azure && finish != "stop" {
+            json["choices"][0]["finish_reason"] = json!(finish);
+        }
         let (resp, body) =
             whole_answer(provider, json.to_string(), gzip, behavior.big_body.map(|_| behavior.big_sized));
         Ok(resp.body(body)?)

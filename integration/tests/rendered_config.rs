@@ -26,6 +26,30 @@ fn committed_rendered_files_are_current() {
     assert!(stale.is_empty(), "stale rendered files (run `make render` and commit): {stale:?}");
 }
 
+/// The catalog's Azure OpenAI resource is rendered everywhere a provider is: its cluster (plain
+/// Envoy), its ServiceEntry and DestinationRule (Istio), and on Istio its key injected by SDS in
+/// Azure's `api-key` header, bare (no `Bearer `).
+#[test]
+fn azure_is_rendered_with_its_cluster_and_api_key_injection() {
+    let catalog = Catalog::load(&default_catalog_path()).unwrap();
+    let host = "switchyard-eastus2.openai.azure.com";
+    let cluster = format!("outbound|443||{host}");
+    let files = render_all(&catalog, DIGEST_PLACEHOLDER);
+    let file = |path: &str| files.iter().find(|(p, _)| p == path).map(|(_, t)| t.as_str()).unwrap_or_default();
+    let envoy = file("envoy/switchyard.yaml");
+    assert!(envoy.contains(&cluster), "no Azure cluster in envoy/switchyard.yaml");
+    assert!(envoy.contains("AZURE_OPENAI_API_KEY"), "the key's environment variable");
+    let providers = file("k8s/egress-gateway/providers.yaml");
+    assert!(providers.contains(host), "no Azure ServiceEntry in k8s/egress-gateway/providers.yaml");
+    let gateway = file("k8s/egress-gateway/switchyard.yaml");
+    let patch_of = format!("match: {{cluster: {{name: \"{cluster}\"}}");
+    let at = gateway.find(&patch_of).unwrap_or_else(|| panic!("no Azure cluster patch in the gateway's EnvoyFilter"));
+    let rest = &gateway[at + patch_of.len()..];
+    let patch = &rest[..rest.find("match:").unwrap_or(rest.len())];
+    assert!(patch.contains("api-key") && patch.contains("credential_injector"), "{patch}");
+    assert!(!patch.contains("header_value_prefix"), "Azure's key goes bare: {patch}");
+}
+
 /// The committed configurations (real providers, and the demo) are accepted by every Envoy of
 /// the support matrix, with the filter loaded and configured.
 #[test]

@@ -52,7 +52,11 @@ fn stack() -> &'static Stack {
                         "groq" => continue,
                         _ => (ca.issue(&p.host).unwrap(), true),
                     };
-                    let m = MockProvider::start_tls(&p.slug, 0, Behavior::default(), &identity, h2).await.unwrap();
+                    // Azure accepts only its own key (the test's, for its credential env).
+                    let azure_key =
+                        (p.slug == "azure").then(|| format!("key-for-{}", p.credential_env.clone().unwrap()));
+                    let behavior = Behavior { azure: azure_key.is_some(), azure_key, ..Behavior::default() };
+                    let m = MockProvider::start_tls(&p.slug, 0, behavior, &identity, h2).await.unwrap();
                     providers.insert(p.slug.clone(), m);
                 }
                 (providers, RawListener::start().await.unwrap())
@@ -114,7 +118,7 @@ fn stat(name_suffix: &str, host: &str) -> u64 {
 
 #[tokio::test]
 async fn h2_provider_gets_the_request_over_tls_and_http2_with_its_own_key() {
-    let r = chat("h2", json!({"model": "openai/gpt-4.1", "messages": msg()})).await;
+    let r = chat("h2", json!({"model": "openai/gpt-4.1", "messages": msg(), "provider": {"order": ["openai"]}})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("openai"));
     let got = received("openai", "h2");
@@ -136,6 +140,26 @@ async fn h2_provider_gets_the_request_over_tls_and_http2_with_its_own_key() {
     assert_eq!(got[0].path, "/v1beta/openai/chat/completions");
     assert_eq!(got[0].version, "HTTP/2.0");
     assert_eq!(got[0].header("authorization"), Some("Bearer key-for-GEMINI_API_KEY"));
+}
+
+// Azure OpenAI (`kind: azure`): the deployment's path with its api-version, the key in
+// `api-key`, the resource's host, over TLS and HTTP/2.
+#[tokio::test]
+async fn azure_gets_gpt_on_its_deployment_path_with_its_api_key() {
+    let r =
+        chat("azure", json!({"model": "openai/gpt-4.1", "messages": msg(), "provider": {"order": ["azure"]}})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("azure"));
+    let got = received("azure", "azure");
+    assert_eq!(got.len(), 1);
+    let g = &got[0];
+    assert!(g.tls);
+    assert_eq!(g.version, "HTTP/2.0");
+    assert_eq!(g.header(":authority"), Some(stack().hosts["azure"].as_str()));
+    assert_eq!(g.path, "/openai/deployments/gpt-4.1/chat/completions?api-version=2024-10-21");
+    assert_eq!(g.header("api-key"), Some("key-for-AZURE_OPENAI_API_KEY"));
+    assert_eq!(g.header("authorization"), None);
+    assert_eq!(g.json()["model"], "gpt-4.1");
 }
 
 #[tokio::test]

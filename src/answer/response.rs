@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -16,6 +17,7 @@ use crate::answer::usage::ReportedUsage;
 use crate::api::Api;
 use crate::config::{Catalog, Pricing};
 use crate::protocol::outcome::{AttemptRecord, Outcome};
+use crate::providers::Kind;
 use crate::routing::request::TopLevel;
 
 /// What the rewritten answer names: the catalog model id, the serving endpoint's slug and the
@@ -378,6 +380,8 @@ pub struct SseRewriter {
     start_usage: Cell<ReportedUsage>,
     /// OpenAI: the usage-only chunk (`choices: []`) is left out (the caller did not ask for it).
     hide_usage_chunk: bool,
+    /// The serving provider's kind, whose own events are left out (Azure's prompt filter chunk).
+    kind: Option<Arc<dyn Kind>>,
 }
 
 impl SseRewriter {
@@ -388,7 +392,15 @@ impl SseRewriter {
             scanned: 0,
             start_usage: Cell::new(ReportedUsage::default()),
             hide_usage_chunk: false,
+            kind: None,
         }
+    }
+
+    /// Leaves out the events `kind` says are its provider's own (`Kind::hides_stream_event`):
+    /// only for a stream passed on in the provider's API, never after a translation.
+    pub fn hiding_events_of(mut self, kind: Arc<dyn Kind>) -> SseRewriter {
+        self.kind = Some(kind);
+        self
     }
 
     /// Leaves out an OpenAI stream's usage-only chunk (`"choices": []` with `usage`): the
@@ -429,6 +441,11 @@ impl SseRewriter {
         if self.hide_usage_chunk && is_usage_only_chunk(event) {
             return;
         }
+        if let (Some(kind), Some(data)) = (&self.kind, event_data(event)) {
+            if kind.hides_stream_event(self.served.api, data) {
+                return;
+            }
+        }
         for line in event.split_inclusive(|&b| b == b'\n') {
             let (content, eol): (&[u8], &[u8]) = match line.strip_suffix(b"\r\n") {
                 Some(c) => (c, b"\r\n"),
@@ -454,6 +471,13 @@ impl SseRewriter {
             }
         }
     }
+}
+
+/// The `data:` of an event of one data line (the JSON of an OpenAI chunk).
+fn event_data(event: &[u8]) -> Option<&[u8]> {
+    let data = event.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"data:"))?;
+    let json = data.strip_prefix(b" ").unwrap_or(data);
+    Some(json.strip_suffix(b"\r").unwrap_or(json))
 }
 
 /// An OpenAI stream event whose chunk has no choices and carries `usage` (what a provider asked

@@ -24,7 +24,7 @@ mod tests;
 mod upstream_headers;
 
 pub use auto::{AutoCandidate, AutoConfig, TaskType, TierLimit};
-pub use models::{base_of, CostTier, Endpoint, Modality, Model, Pricing, Quantization};
+pub use models::{base_of, valid_region, CostTier, Endpoint, Modality, Model, Pricing, Quantization};
 pub use providers::{Credential, Provider, ANTHROPIC_KEY_HEADER, GOOGLE_KEY_HEADER};
 pub use routing::{DefaultPolicy, Routing, StreamUsage};
 
@@ -50,7 +50,7 @@ impl std::fmt::Display for ConfigError {
     }
 }
 
-fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn err(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError { field: field.into(), reason: reason.into() }
 }
 

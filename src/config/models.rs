@@ -36,6 +36,10 @@ struct RawEndpoint {
     /// The APIs this endpoint serves (a subset of its provider's); absent = all of them.
     #[serde(default)]
     apis: Option<Vec<String>>,
+    /// Where the endpoint runs (the cloud's region name: `eastus`, `swedencentral`, `us-east-1`),
+    /// for operators and policies (`allowed_regions`); absent = not said.
+    #[serde(default)]
+    region: Option<String>,
 }
 
 /// Prices in USD: per million tokens for prompt/completion, per unit for request/image.
@@ -129,6 +133,8 @@ pub struct Endpoint {
     pub supported_parameters: Vec<String>,
     /// The APIs this endpoint serves.
     pub apis: ApiSet,
+    /// Its region (`region`), lower-case; None when not said.
+    pub region: Option<String>,
 }
 
 impl Endpoint {
@@ -273,6 +279,11 @@ fn compile_endpoint(
     if upstream_model.is_empty() {
         return Err(err(format!("{ef}.upstream_model"), "must not be empty"));
     }
+    let region = match &e.region {
+        None => None,
+        Some(r) if valid_region(r) => Some(r.to_ascii_lowercase()),
+        Some(_) => return Err(err(format!("{ef}.region"), "a region name: letters, digits and -, at most 64")),
+    };
     let offered = providers.get(slot).map_or(ApiSet::OPENAI, |p: &Provider| p.apis);
     let apis = match &e.apis {
         None => offered,
@@ -306,7 +317,13 @@ fn compile_endpoint(
         context_length: e.context_length,
         supported_parameters: e.supported_parameters.clone(),
         apis,
+        region,
     })
+}
+
+/// A cloud region's name (`eastus`, `swedencentral`, `us-east-1`, `europe-west4`).
+pub fn valid_region(r: &str) -> bool {
+    !r.is_empty() && r.len() <= 64 && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// The compiled `models` section: the models, every model's endpoints, and model id -> index.

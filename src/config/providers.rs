@@ -4,13 +4,23 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use super::{err, ConfigError};
 use crate::api::{Api, ApiSet};
+use crate::providers::Kind;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProvider {
     cluster: String,
+    /// What kind of provider this is (`standard`, `azure`; see `crate::providers::KINDS`): its
+    /// paths, key header and stream quirks. Default `standard`.
+    #[serde(default)]
+    kind: Option<String>,
+    /// The kind's own settings (Azure: `path`, `api_version`), checked by the kind.
+    #[serde(default)]
+    kind_options: Option<serde_json::Value>,
     /// A second cluster to the same provider whose upstream filter chain has no per-attempt Wasm
     /// (only the hook that reports a failed answer, see the README): the first attempt of a
     /// single-model plan goes there, prepared by the decision filter.
@@ -55,10 +65,12 @@ fn default_path_prefix() -> String {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCredential {
-    #[serde(default = "default_credential_header")]
-    header: String,
-    #[serde(default = "default_credential_prefix")]
-    prefix: String,
+    /// The key's header (default: the kind's, `authorization`; Azure `api-key`).
+    #[serde(default)]
+    header: Option<String>,
+    /// The text before the key (default: the kind's, `Bearer `; Azure none).
+    #[serde(default)]
+    prefix: Option<String>,
     #[serde(default)]
     value: Option<String>,
     #[serde(default)]
@@ -68,13 +80,6 @@ struct RawCredential {
     /// wrote for the attempt's API while removing every other credential header.
     #[serde(default)]
     injected: bool,
-}
-
-fn default_credential_header() -> String {
-    "authorization".to_string()
-}
-fn default_credential_prefix() -> String {
-    "Bearer ".to_string()
 }
 
 /// Unknown data handling is assumed to be the unsafe kind, so compliance filters
@@ -142,6 +147,8 @@ pub struct Provider {
     pub apis: ApiSet,
     /// Path prefix per API (indexed by `Api::index`; empty for APIs it does not serve).
     pub api_prefixes: [String; 3],
+    /// Its kind (`kind`): paths, key header, stream quirks.
+    pub kind: Arc<dyn Kind>,
 }
 
 impl Provider {
@@ -245,9 +252,10 @@ pub(super) fn compile_provider(
     if !p.path_prefix.starts_with('/') {
         return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
     }
+    let kind = crate::providers::compile(&field, p.kind.as_deref(), p.kind_options.as_ref())?;
     let credential = match &p.credential {
         None => None,
-        Some(c) => Some(compile_credential(&field, c, env)?),
+        Some(c) => Some(compile_credential(&field, c, kind.default_credential(), env)?),
     };
     for (i, t) in p.tags.iter().enumerate() {
         if t.is_empty() || t.contains(char::is_whitespace) {
@@ -255,6 +263,12 @@ pub(super) fn compile_provider(
         }
     }
     let (apis, api_prefixes) = compile_apis(&field, p)?;
+    if let Some(api) = apis.iter().find(|a| !kind.apis().contains(a)) {
+        return Err(err(
+            format!("{field}.apis.{}", api.name()),
+            format!("a provider of kind {} does not serve this API", kind.name()),
+        ));
+    }
     Ok(Provider {
         slug: slug.to_string(),
         cluster: p.cluster.clone(),
@@ -270,6 +284,7 @@ pub(super) fn compile_provider(
         tags: p.tags.clone(),
         apis,
         api_prefixes,
+        kind,
     })
 }
 
@@ -278,9 +293,11 @@ pub(super) fn compile_provider(
 fn compile_credential(
     field: &str,
     c: &RawCredential,
+    (default_header, default_prefix): (&str, &str),
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Credential, ConfigError> {
-    let header = c.header.to_ascii_lowercase();
+    let header = c.header.as_deref().unwrap_or(default_header).to_ascii_lowercase();
+    let prefix = c.prefix.as_deref().unwrap_or(default_prefix);
     if !valid_header_name(&header) || header.starts_with(':') {
         return Err(err(format!("{field}.credential.header"), "must be a plain header name"));
     }
@@ -301,7 +318,7 @@ fn compile_credential(
     };
     // A control character (CR/LF above all) in a header value would let the
     // configuration inject headers into every upstream request.
-    if c.prefix.bytes().any(is_control) {
+    if prefix.bytes().any(is_control) {
         return Err(err(format!("{field}.credential.prefix"), "contains a control character (CR, LF, ...)"));
     }
     if (secret.is_empty() && !c.injected) || secret.bytes().any(is_control) {
@@ -310,7 +327,7 @@ fn compile_credential(
             "the secret is empty or contains a control character (CR, LF, ...)",
         ));
     }
-    let value = if c.injected { String::new() } else { format!("{}{}", c.prefix, secret) };
+    let value = if c.injected { String::new() } else { format!("{prefix}{secret}") };
     Ok(Credential { header, value, secret, injected: c.injected })
 }
 

@@ -13,17 +13,20 @@ use super::host::{Action, Host};
 use super::internals::{hand_on, set_scheme};
 use super::Filter;
 use crate::protocol::bytes::u64_at;
+use crate::protocol::outcome::{key_refused, retry_after_of};
 use crate::protocol::plan::FIRST_ATTEMPT_PROPERTY;
-use crate::wiring::ATTEMPTS_HEADER;
+use crate::wiring::{ATTEMPTS_HEADER, MODEL_FAILURE_HEADER};
 
 pub struct FirstAttempt<H: Host> {
     host: H,
     attempt: usize,
+    /// The plan has an attempt after this one (its cluster was handed on).
+    later_attempt: bool,
 }
 
 impl<H: Host> FirstAttempt<H> {
     pub fn new(host: H) -> FirstAttempt<H> {
-        FirstAttempt { host, attempt: 1 }
+        FirstAttempt { host, attempt: 1, later_attempt: false }
     }
 }
 
@@ -33,19 +36,26 @@ impl<H: Host> Filter for FirstAttempt<H> {
         self.attempt =
             self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
                 as usize;
-        hand_on(&self.host, self.host.req_header_names().iter().map(String::as_str), self.attempt);
+        self.later_attempt = hand_on(&self.host, self.host.req_header_names().iter().map(String::as_str), self.attempt);
         set_scheme(&self.host);
         Action::Continue
     }
 
     fn on_response_headers(&mut self, _end_of_stream: bool) -> Action {
-        let [status, retry_after]: [Option<String>; 2] =
-            self.host.resp_headers_named(&[":status", "retry-after"]).try_into().unwrap_or_default();
+        let [status, retry_after, retry_after_ms]: [Option<String>; 3] =
+            self.host.resp_headers_named(&[":status", "retry-after", "retry-after-ms"]).try_into().unwrap_or_default();
+        let retry_after = retry_after_of(retry_after.as_deref(), retry_after_ms.as_deref());
         let status: u16 = status.and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         self.host.set_resp_header(ATTEMPTS_HEADER, Some(&self.attempt.to_string()));
         if !(200..300).contains(&status) {
             let note = format!("{status},{}", retry_after.unwrap_or_default());
             self.host.set_property(&[FIRST_ATTEMPT_PROPERTY], note.as_bytes());
+        }
+        // The provider refused the operator's key: the next planned attempt is made (Envoy
+        // retries a 5xx; the note keeps the real status).
+        if key_refused(status) && self.later_attempt {
+            self.host.set_resp_header(":status", Some("503"));
+            self.host.set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
         }
         Action::Continue
     }
@@ -88,6 +98,31 @@ mod tests {
         f.on_response_headers(false);
         assert_eq!(host.prop(&[FIRST_ATTEMPT_PROPERTY]), Some(b"429,7".to_vec()));
         assert_eq!(host.response_header_value(ATTEMPTS_HEADER).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_refused_key_is_retried_when_an_attempt_follows() {
+        let (host, mut f) = first();
+        f.on_request_headers(false);
+        host.with_response_headers(&[(":status", "401")]);
+        f.on_response_headers(false);
+        assert_eq!(host.prop(&[FIRST_ATTEMPT_PROPERTY]), Some(b"401,".to_vec()));
+        assert_eq!(host.response_header_value(":status").as_deref(), Some("503"), "Envoy retries it");
+        // A caller error is not.
+        let (host, mut f) = first();
+        f.on_request_headers(false);
+        host.with_response_headers(&[(":status", "400")]);
+        f.on_response_headers(false);
+        assert_eq!(host.response_header_value(":status").as_deref(), Some("400"));
+    }
+
+    #[test]
+    fn azures_retry_after_ms_is_noted_as_seconds() {
+        let (host, mut f) = first();
+        f.on_request_headers(false);
+        host.with_response_headers(&[(":status", "429"), ("retry-after-ms", "1500")]);
+        f.on_response_headers(false);
+        assert_eq!(host.prop(&[FIRST_ATTEMPT_PROPERTY]), Some(b"429,2".to_vec()));
     }
 
     #[test]

@@ -20,8 +20,9 @@ pub fn is_internal(name: &str) -> bool {
 /// Removes every internal header in `headers` (the request's, as attempt `attempt` found it)
 /// and names the next planned attempt's cluster for the router's retry (nothing after the last:
 /// nothing follows). The handoff is the one the decision filter chose: a request that arrived
-/// with `x-switchyard-next` uses the header (istio-proxy), any other filter state.
-pub fn hand_on<'a, H: Host>(host: &H, names: impl IntoIterator<Item = &'a str>, attempt: usize) {
+/// with `x-switchyard-next` uses the header (istio-proxy), any other filter state. Whether an
+/// attempt follows.
+pub fn hand_on<'a, H: Host>(host: &H, names: impl IntoIterator<Item = &'a str>, attempt: usize) -> bool {
     let slots = host.property(&[SLOTS_PROPERTY]).unwrap_or_default();
     let next = next_token(&slots, attempt);
     let mut by_header = false;
@@ -39,6 +40,7 @@ pub fn hand_on<'a, H: Host>(host: &H, names: impl IntoIterator<Item = &'a str>, 
         Some(token) => host.set_property(&[&next_state_property(attempt + 1)], token.as_bytes()),
         None => {}
     }
+    next.is_some()
 }
 
 /// Gives the attempt the `:scheme` its cluster names (its metadata `switchyard.scheme`: `https`
@@ -78,7 +80,7 @@ mod tests {
         host.with_request_headers(&arrived);
         host.set_prop(&[SLOTS_PROPERTY], encode_slots(&["c_a", "c_b", "c_c"], None).as_bytes());
         let found = host.req_headers();
-        hand_on(&host, found.iter().map(|(k, _)| k.as_str()), k);
+        let _ = hand_on(&host, found.iter().map(|(k, _)| k.as_str()), k);
         let mut sent = host.req_headers();
         sent.sort();
         (sent, host)

@@ -749,3 +749,21 @@ fn a_failover_to_an_endpoint_of_another_api_sends_its_body_and_translates_its_an
     assert_eq!(host.counter(&format!("{tokens}.input.{labels}")), 1_000_000);
     assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 2_000_000_000);
 }
+
+#[test]
+fn a_provider_refusing_its_key_fails_over_but_a_caller_error_does_not() {
+    let config = configured(CONFIG);
+    for (status, sent_on) in [("401", "503"), ("403", "503"), ("400", "400")] {
+        let host = MockHost::new();
+        let _stream = decide(&host, &config);
+        let mut first = attempt(&host, &config, 1, "c_alpha");
+        answer(&host, status, r#"{"error": {"code": "401", "message": "Access denied"}}"#);
+        assert_eq!(first.on_response_headers(false), Action::Continue);
+        assert_eq!(host.response_header_value(":status").as_deref(), Some(sent_on), "{status}");
+        // The last attempt's refusal is the caller's answer.
+        let mut last = attempt(&host, &config, 2, "c_beta");
+        answer(&host, status, r#"{"error": {"code": "401", "message": "Access denied"}}"#);
+        assert_eq!(last.on_response_headers(false), Action::Continue);
+        assert_eq!(host.response_header_value(":status").as_deref(), Some(status), "{status}");
+    }
+}

@@ -14,7 +14,9 @@ use crate::answer::usage::ReportedUsage;
 use crate::answer::watch::{AttemptWatch, Summary, MAX_ERROR_BODY_BYTES};
 use crate::api::Api;
 use crate::protocol::bytes::u64_at;
-use crate::protocol::outcome::{is_retryable_status, parse_retry_after, AttemptRecord, Outcome};
+use crate::protocol::outcome::{
+    is_retryable_status, key_refused, parse_retry_after, retry_after_of, AttemptRecord, Outcome,
+};
 use crate::protocol::plan::body_property;
 use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{api_headers, attempt_rewrite, foreign_body, AttemptError, ANTHROPIC_VERSION};
@@ -33,6 +35,8 @@ pub struct Attempt<H: Host> {
     attempt: usize,
     /// A later planned attempt serves another model (a refusal here may fall back to it).
     later_model: bool,
+    /// The plan has an attempt after this one.
+    later_attempt: bool,
     new_prefix: Option<(usize, Vec<u8>)>,
     /// The whole body of an attempt translated into another API than the written body's.
     new_body: Option<Vec<u8>>,
@@ -55,6 +59,7 @@ impl<H: Host> Attempt<H> {
             planned: 0,
             attempt: 0,
             later_model: false,
+            later_attempt: false,
             new_prefix: None,
             new_body: None,
             caller_api: Api::OpenAi,
@@ -203,13 +208,14 @@ impl<H: Host> Filter for Attempt<H> {
         self.planned = rw.planned;
         // By model id: valid whichever configuration made the plan.
         self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
+        self.later_attempt = plan.endpoints.len() > self.attempt;
         self.in_catalog = rw.endpoint.is_some();
         // Nothing of Envoy's or Switchyard's own goes to the provider but the next attempt's
         // cluster token (see `internals`); then the caller headers a third party must not see
         // (the default deny set and the operator's upstream_headers policy), every credential
         // header, and this provider's own.
         let headers = self.host.req_headers();
-        hand_on(&self.host, headers.iter().map(|(k, _)| k.as_str()), self.attempt);
+        let _ = hand_on(&self.host, headers.iter().map(|(k, _)| k.as_str()), self.attempt);
         set_scheme(&self.host);
         // The key the provider's cluster injected for this attempt's API (it ran before this
         // filter) stays.
@@ -270,9 +276,13 @@ impl<H: Host> Filter for Attempt<H> {
         let headers = self.host.resp_headers();
         let status = status_of(&headers);
         let cap = self.config.catalog.routing.max_retry_after_s;
-        self.watch.headers(status, find(&headers, "retry-after"), find(&headers, "content-type"), cap);
-        // A non-retryable failure with another model still planned: let Envoy retry.
-        if status >= 400 && !is_retryable_status(status) && self.later_model {
+        let retry_after = retry_after_of(find(&headers, "retry-after"), find(&headers, "retry-after-ms"));
+        self.watch.headers(status, retry_after.as_deref(), find(&headers, "content-type"), cap);
+        // A non-retryable failure with another model still planned, or the provider refusing
+        // its own key (the operator's: `key_refused`) with another attempt planned: let Envoy
+        // retry.
+        let failed_over = self.later_model || (self.later_attempt && key_refused(status));
+        if status >= 400 && !is_retryable_status(status) && failed_over {
             self.host.set_resp_header(":status", Some("503"));
             self.host.set_resp_header(MODEL_FAILURE_HEADER, Some(&status.to_string()));
             // Only a serving attempt names the attempt count (the downstream filter reads the

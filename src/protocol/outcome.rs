@@ -41,6 +41,13 @@ pub fn is_retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..600).contains(&status)
 }
 
+/// The provider refused the attempt's key or access (401, 403): the key is the operator's,
+/// never the caller's, so this is the provider's failure and the next planned attempt is made
+/// (the last attempt's refusal still reaches the caller).
+pub fn key_refused(status: u16) -> bool {
+    status == 401 || status == 403
+}
+
 /// Outcome class for metrics and health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Outcome {
@@ -142,6 +149,24 @@ impl StopReason {
 pub struct CutShort {
     pub planned: usize,
     pub reason: StopReason,
+}
+
+/// The `Retry-After` of an answer: the header's value, else Azure's `retry-after-ms`
+/// (milliseconds, rounded up to whole seconds) as delta-seconds. None when neither says a delay.
+pub fn retry_after_of<'a>(
+    retry_after: Option<&'a str>,
+    retry_after_ms: Option<&str>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    if let Some(v) = retry_after {
+        return Some(std::borrow::Cow::Borrowed(v));
+    }
+    let ms = retry_after_ms?.trim();
+    if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: too long for u64 means huge (capped later, like `Retry-After`).
+    let ms: u64 = ms.parse().unwrap_or(u64::MAX);
+    Some(std::borrow::Cow::Owned(ms.div_ceil(1000).to_string()))
 }
 
 /// Parses `Retry-After` as delta-seconds (HTTP dates are treated as absent), capped at `max_s`

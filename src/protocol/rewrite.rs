@@ -424,11 +424,21 @@ pub fn attempt_rewrite(
     };
     let bare = plan.path.split('?').next().unwrap_or("");
     let prefix = provider.prefix(api);
-    let path = match api {
-        _ if api != caller => translated_path(api, prefix, &upstream_model, plan.stream),
-        Api::Google => crate::protocol::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model)
-            .ok_or(AttemptError::StalePlan)?,
-        Api::OpenAi | Api::Anthropic => {
+    // The path a standard provider of `api` would get before its prefix, for the kind.
+    let standard = match api {
+        _ if api == caller => bare,
+        Api::OpenAi => "/v1/chat/completions",
+        Api::Anthropic => crate::api::MESSAGES_PATH,
+        Api::Google => "",
+    };
+    let path = match provider.kind.attempt_path(api, standard, &upstream_model) {
+        Some(path) => path,
+        None if api != caller => translated_path(api, prefix, &upstream_model, plan.stream),
+        None if api == Api::Google => {
+            crate::protocol::rewrite::google_upstream_path(&plan.path, prefix, &upstream_model)
+                .ok_or(AttemptError::StalePlan)?
+        }
+        None => {
             let mut path = crate::protocol::rewrite::upstream_path(bare, prefix);
             if let Some((_, q)) = plan.path.split_once('?') {
                 path = format!("{path}?{q}");

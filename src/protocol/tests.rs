@@ -348,3 +348,76 @@ fn attempt_rewrite_per_api() {
     assert_eq!(crate::protocol::rewrite::foreign_body(Api::Google, &stored, "g").unwrap(), &stored[4..]);
     assert_eq!(crate::protocol::rewrite::foreign_body(Api::OpenAi, &[1, 0], "g"), None);
 }
+
+// Azure OpenAI (`kind: azure`): the deployment in the path with the api-version, the bare key
+// in `api-key`, the Responses API at the v1 path, a translated caller's attempt at chat
+// completions; an injected key is kept in `api-key`.
+#[test]
+fn attempt_rewrite_for_azure_deployments() {
+    let json = r#"{"providers": {
+        "openai": {"cluster": "c_oa", "authority": "api.openai.com", "credential": {"value": "sk-oa"}},
+        "azure": {"cluster": "c_az", "authority": "res.openai.azure.com", "kind": "azure",
+                  "kind_options": {"api_version": "2024-10-21"}, "credential": {"value": "az-key"}},
+        "azure/v1": {"cluster": "c_az1", "authority": "res2.openai.azure.com", "kind": "azure",
+                  "kind_options": {"path": "v1"}, "credential": {"injected": true}}},
+      "models": {"openai/gpt-4.1": {"endpoints": [
+        {"provider": "openai", "upstream_model": "gpt-4.1", "pricing": {"prompt": 2, "completion": 8}},
+        {"provider": "azure", "upstream_model": "gpt-41-prod", "pricing": {"prompt": 2, "completion": 8}},
+        {"provider": "azure/v1", "upstream_model": "gpt-41-se", "pricing": {"prompt": 2, "completion": 8}}]}}}"#;
+    let c = Catalog::from_json(json.as_bytes(), &|_| None).unwrap();
+    let plan = |path: &str| AttemptPlan {
+        catalog_id: 1,
+        stream: false,
+        body_len: 100,
+        prefix_len: model_prefix("gpt-4.1").len() as u32,
+        path: path.into(),
+        endpoints: vec![0, 1, 2],
+        refs: Vec::new(),
+        first_prepared: false,
+        body_api: None,
+    };
+    let chat = plan("/v1/chat/completions?x=1");
+    let oa = attempt_rewrite(&c, 1, &chat, 1, "c_oa").unwrap();
+    assert_eq!(
+        (oa.path.as_str(), oa.credential),
+        ("/v1/chat/completions?x=1", Some(("authorization".into(), "Bearer sk-oa".into())))
+    );
+    let az = attempt_rewrite(&c, 1, &chat, 2, "c_az").unwrap();
+    assert_eq!(az.path, "/openai/deployments/gpt-41-prod/chat/completions?api-version=2024-10-21");
+    assert_eq!(az.credential, Some(("api-key".into(), "az-key".into())));
+    assert_eq!(az.new_prefix.as_deref(), Some(&br#"{"model":"gpt-41-prod""#[..]));
+    assert_eq!(az.authority, "res.openai.azure.com");
+    let v1 = attempt_rewrite(&c, 1, &chat, 3, "c_az1").unwrap();
+    assert_eq!((v1.path.as_str(), v1.credential.as_ref()), ("/openai/v1/chat/completions", None));
+    assert_eq!(v1.injected_header.as_deref(), Some("api-key"));
+    assert_eq!(v1.new_prefix.as_deref(), Some(&br#"{"model":"gpt-41-se""#[..]));
+    let responses = plan("/v1/responses");
+    assert_eq!(attempt_rewrite(&c, 1, &responses, 2, "c_az").unwrap().path, "/openai/v1/responses");
+    // An Anthropic caller reaches the deployment translated, at chat completions.
+    let messages = AttemptPlan { body_api: Some(Api::Anthropic), ..plan("/v1/messages") };
+    let t = attempt_rewrite(&c, 1, &messages, 2, "c_az").unwrap();
+    assert_eq!((t.api, t.foreign_body), (Api::OpenAi, true));
+    assert_eq!(t.path, "/openai/deployments/gpt-41-prod/chat/completions?api-version=2024-10-21");
+    assert_eq!(t.credential, Some(("api-key".into(), "az-key".into())));
+    // Azure serves only the OpenAI API; its key header is stripped from every other attempt.
+    assert!(c.credential_headers.contains(&"api-key".to_string()));
+    let bad = json
+        .replace(r#""kind_options": {"path": "v1"},"#, r#""kind_options": {"path": "v1"}, "apis": {"anthropic": {}},"#);
+    let e = Catalog::from_json(bad.as_bytes(), &|_| None).unwrap_err();
+    assert_eq!(e.field, r#"providers["azure/v1"].apis.anthropic"#, "{e}");
+}
+
+// Azure's `retry-after-ms` counts as `Retry-After` (rounded up to whole seconds) when the
+// answer has no `Retry-After`.
+#[test]
+fn retry_after_ms_stands_in_for_retry_after() {
+    let of = |ra: Option<&str>, ms: Option<&str>| retry_after_of(ra, ms).map(|c| c.into_owned());
+    assert_eq!(of(Some("7"), Some("100")).as_deref(), Some("7"));
+    assert_eq!(of(None, Some("1500")).as_deref(), Some("2"));
+    assert_eq!(of(None, Some("1000")).as_deref(), Some("1"));
+    assert_eq!(of(None, Some(" 0 ")).as_deref(), Some("0"));
+    assert_eq!(parse_retry_after(&of(None, Some("99999999999999999999999")).unwrap(), 300), Some(300));
+    for bad in [None, Some(""), Some("1.5"), Some("-3")] {
+        assert_eq!(of(None, bad), None, "{bad:?}");
+    }
+}

@@ -55,6 +55,10 @@ struct RawPolicy {
     max_attempts: Option<usize>,
     #[serde(default)]
     require_tags: Vec<String>,
+    /// Only endpoints whose `region` is one of these (lower-case); an endpoint without a region
+    /// is excluded. None: every region.
+    #[serde(default)]
+    allowed_regions: Option<Vec<String>>,
     #[serde(default)]
     request_provider: Option<String>,
 }
@@ -171,6 +175,8 @@ pub struct Policy {
     pub allowed_models: Option<Vec<String>>,
     /// Every tag here must be among the serving provider's `tags`.
     pub require_tags: Vec<String>,
+    /// The endpoint's `region` must be one of these (lower-case); None = any region.
+    pub allowed_regions: Option<Vec<String>>,
     /// Attempts per request under this policy (at most `routing.max_attempts`).
     pub max_attempts: Option<usize>,
     pub request_provider: RequestProvider,
@@ -324,6 +330,12 @@ impl Policy {
         self.allowed_models.as_ref().is_none_or(|pats| wildcard::any_matches(pats, model))
     }
 
+    /// Whether the endpoint's `region` is within `allowed_regions` (an endpoint without one is
+    /// not, once the policy names regions).
+    pub fn allows_region(&self, e: &crate::config::Endpoint) -> bool {
+        self.allowed_regions.as_ref().is_none_or(|list| e.region.as_ref().is_some_and(|r| list.contains(r)))
+    }
+
     /// The `provider` object that routing uses: the request's (as far as `request_provider`
     /// lets it count) intersected with the policy, field by field. Never wider than the policy:
     /// `only` is the intersection, `ignore` the union, `quantizations` the intersection,
@@ -471,6 +483,17 @@ fn compile_policy(name: &str, r: &RawPolicy, catalog: &Catalog) -> Result<Policy
             return Err(err(format!("{field}.require_tags[{i}]"), "must be a non-empty tag"));
         }
     }
+    let mut allowed_regions = None;
+    if let Some(list) = &r.allowed_regions {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, region) in list.iter().enumerate() {
+            if !crate::config::valid_region(region) {
+                return Err(err(format!("{field}.allowed_regions[{i}]"), "a region name: letters, digits and -"));
+            }
+            out.push(region.to_ascii_lowercase());
+        }
+        allowed_regions = Some(out);
+    }
     let request_provider = match r.request_provider.as_deref() {
         None | Some("honor") => RequestProvider::Honor,
         Some("narrow_only") => RequestProvider::NarrowOnly,
@@ -497,6 +520,7 @@ fn compile_policy(name: &str, r: &RawPolicy, catalog: &Catalog) -> Result<Policy
         limits,
         allowed_models: r.allowed_models.clone(),
         require_tags: r.require_tags.clone(),
+        allowed_regions,
         max_attempts: r.max_attempts.map(|n| n.min(catalog.routing.max_attempts)),
         request_provider,
     })

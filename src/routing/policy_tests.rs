@@ -11,8 +11,8 @@ use crate::routing::health::NoHealthData;
 use crate::routing::request::{ChatRequest, Sort, SortBy};
 use crate::routing::router::plan_under;
 
-/// alpha: ZDR, no retention, tags eu+hipaa, fp8, $1. beta: no retention, not ZDR, tag eu,
-/// fp16, $2. gamma: undeclared data policy, tag us, bf16, $3. delta/fast: variant of delta
+/// alpha: ZDR, no retention, tags eu+hipaa, fp8, $1, swedencentral on m/a. beta: no retention,
+/// not ZDR, tag eu, fp16, $2, eastus on m/a. gamma: undeclared data policy, tag us, bf16, $3. delta/fast: variant of delta
 /// (retains data), int4, $0.5 (+ $0.01 per request). Model `m/b` is served by beta and gamma.
 const CATALOG: &str = r#"{
   "providers": {
@@ -25,8 +25,8 @@ const CATALOG: &str = r#"{
   },
   "models": {
     "m/a": {"endpoints": [
-      {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}, "quantization": "fp8"},
-      {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}, "quantization": "fp16"},
+      {"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}, "quantization": "fp8", "region": "swedencentral"},
+      {"provider": "beta", "pricing": {"prompt": 2, "completion": 2}, "quantization": "fp16", "region": "eastus"},
       {"provider": "gamma", "pricing": {"prompt": 3, "completion": 3}, "quantization": "bf16"},
       {"provider": "delta/fast", "pricing": {"prompt": 0.5, "completion": 0.5, "request": 0.01}, "quantization": "int4"}
     ]},
@@ -748,4 +748,22 @@ fn policies_and_routing_cost_apply_on_the_anthropic_and_google_surfaces() {
     assert_eq!((e.status, e.code, e.api), (403, "policy_denied", Api::Google));
     let v: serde_json::Value = serde_json::from_str(&e.body()).unwrap_or_default();
     assert_eq!(v["error"]["status"], "PERMISSION_DENIED");
+}
+
+// `allowed_regions`: only endpoints that say they run in one of them (case-insensitive); one
+// without a region is never planned once the policy names regions.
+#[test]
+fn allowed_regions_keep_only_endpoints_in_them() {
+    let (c, p) = policy(r#"{"allowed_regions": ["SwedenCentral"]}"#);
+    assert_eq!(ok(&c, &p, &body("")), vec!["alpha@m/a"]);
+    assert_eq!(refused(&c, &p, r#"{"model": "m/b"}"#), (404, "policy:p.allowed_regions".into()));
+    let (c, p) = policy(r#"{"allowed_regions": ["eastus", "swedencentral"]}"#);
+    assert_eq!(ok(&c, &p, &body(r#", "provider": {"sort": "price"}"#)), vec!["alpha@m/a", "beta@m/a"]);
+    let (c, p) = policy(r#"{"allowed_regions": []}"#);
+    assert_eq!(refused(&c, &p, r#"{"model": "m/a"}"#), (404, "policy:p.allowed_regions".into()));
+    let e = config_err(r#""policies": {"p": {"allowed_regions": ["east us"]}}"#);
+    assert_eq!(e.field, r#"policies["p"].allowed_regions[0]"#);
+    let bad = CATALOG.replace(r#""region": "eastus""#, r#""region": "east/us""#);
+    let e = Catalog::from_json(bad.as_bytes(), &|_| None).unwrap_err();
+    assert_eq!(e.field, r#"models["m/a"].endpoints[1].region"#, "{e}");
 }

@@ -329,6 +329,7 @@ pub fn policy_allows(policy: &Policy, catalog: &Catalog, e: &Endpoint) -> bool {
         || catalog.provider_of(e).is_some_and(|pr| policy.require_tags.iter().all(|t| pr.tags.contains(t)));
     model_ok
         && tags_ok
+        && policy.allows_region(e)
         && POLICY_FIELDS.iter().all(|f| !f.is_set(&policy.limits) || f.keeps(&policy.limits, catalog, e))
 }
 
@@ -415,6 +416,9 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
             f.policy_step(policy.constraint("require_tags"), &|e| {
                 cat.provider_of(e).is_some_and(|pr| policy.require_tags.iter().all(|t| pr.tags.contains(t)))
             })?;
+        }
+        if policy.allowed_regions.is_some() {
+            f.policy_step(policy.constraint("allowed_regions"), &|e| policy.allows_region(e))?;
         }
     }
     if let Some(pin) = &model.pin {

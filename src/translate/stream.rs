@@ -488,6 +488,8 @@ pub struct StreamTranslator {
     lines: Lines,
     dec: Decoder,
     enc: Encoder,
+    /// The serving provider's kind, whose own events are never decoded.
+    kind: Option<std::sync::Arc<dyn crate::providers::Kind>>,
 }
 
 impl StreamTranslator {
@@ -495,7 +497,14 @@ impl StreamTranslator {
     /// asked without `alt=sse`, so the stream is one JSON array.
     pub fn new(from: Api, to: Api, created: u64, google_array: bool) -> StreamTranslator {
         let enc = Encoder { created, array: google_array && to == Api::Google, ..Encoder::default() };
-        StreamTranslator { from, to, lines: Lines::default(), dec: Decoder::default(), enc }
+        StreamTranslator { from, to, lines: Lines::default(), dec: Decoder::default(), enc, kind: None }
+    }
+
+    /// Leaves out the provider's own events `kind` names (`Kind::hides_stream_event`, Azure's
+    /// prompt filter chunk) before they are decoded.
+    pub fn hiding_events_of(mut self, kind: std::sync::Arc<dyn crate::providers::Kind>) -> StreamTranslator {
+        self.kind = Some(kind);
+        self
     }
 
     /// The caller's bytes for the provider's next `chunk` (possibly empty: a partial event).
@@ -503,6 +512,9 @@ impl StreamTranslator {
         let mut out = Vec::new();
         let mut evs = Vec::new();
         for (event, data) in self.lines.feed(chunk) {
+            if self.kind.as_ref().is_some_and(|k| k.hides_stream_event(self.from, &data)) {
+                continue;
+            }
             self.dec.decode(self.from, &event, &data, &mut evs);
         }
         for ev in evs {

@@ -98,7 +98,11 @@ impl<H: Host> Stream<H> {
             if let Some(f) = self.first.as_mut() {
                 f.answered = true;
                 let cap = self.config.catalog.routing.max_retry_after_s;
-                f.watch.headers(status, find(headers, "retry-after"), find(headers, "content-type"), cap);
+                let retry_after = crate::protocol::outcome::retry_after_of(
+                    find(headers, "retry-after"),
+                    find(headers, "retry-after-ms"),
+                );
+                f.watch.headers(status, retry_after.as_deref(), find(headers, "content-type"), cap);
             }
             if status >= 400 || end_of_stream {
                 // A refusal, or an answer without a body: complete here.

@@ -187,6 +187,7 @@ impl<H: Host> Stream<H> {
             }
             return Action::Continue;
         };
+        let kind = self.config.catalog.provider_for_slug(&slug).map(|p| p.kind.clone());
         let served = Served { model: served_model, slug, pricing, api: self.api };
         if sse {
             // Rewritten event by event; the length changes, so the answer goes out chunked.
@@ -201,10 +202,16 @@ impl<H: Host> Stream<H> {
                         self.host.set_resp_header("content-type", Some("application/json"));
                     }
                     let created = now / 1000;
-                    let tr = StreamTranslator::new(from, self.api, created, array);
+                    let mut tr = StreamTranslator::new(from, self.api, created, array);
+                    if let Some(kind) = kind {
+                        tr = tr.hiding_events_of(kind);
+                    }
                     BodyAction::Translate(Box::new(tr), (!array).then_some(rewriter))
                 }
-                None => BodyAction::Stream(rewriter),
+                None => BodyAction::Stream(match kind {
+                    Some(kind) => rewriter.hiding_events_of(kind),
+                    None => rewriter,
+                }),
             };
             return Action::Continue;
         }
