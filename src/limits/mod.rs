@@ -5,19 +5,24 @@
 //! counts.
 //!
 //! How a request meets them (the filter side is `filters::downstream` and `filters::mesh`):
-//! - **Admission**, at the request headers (in parallel with the body upload): one
-//!   `ShouldRateLimit` call with a descriptor per applicable limit and `hits_addend` 1. An
-//!   over-limit answer refuses the request with 429 before any provider is tried. Nothing is
-//!   called when no limit applies.
-//! - **Settlement**, after the answer: what the request used (tokens, cost) minus the one unit
-//!   admission counted is sent at once, one call per counter, on the root context's behalf (the
-//!   ending stream would cancel its own call). Provider capacity is charged per attempt, queued
-//!   and sent by the root context every tick, summed per descriptor.
-//! - **Overshoot**: a budget admits while its counter is below the limit, and a request's use is
-//!   only known at its end, so a budget can be exceeded by what the requests in flight when it
-//!   fills use (the bound every peer built on this API has). Capacity is learned from the
-//!   charges' answers: a pod keeps sending to a provider over its cap until its next charge
-//!   comes back over limit (one tick).
+//! - **Admission**: request limits at the request headers (in parallel with the body upload),
+//!   one `ShouldRateLimit` call with `hits_addend` 1; token and spend limits once the body is
+//!   routed, with `hits_addend` the request's reservation (`reservation`: prompt estimate plus
+//!   `max_tokens` or `default_completion_tokens`, spend priced at the plan's dearest endpoint),
+//!   less the credit the worker holds for that counter (`Ledger`). An over-limit answer refuses
+//!   the request with 429 before any provider is tried. Nothing is called when no limit applies.
+//! - **Settlement**, when the answer ends: what the request used less its reservation. The
+//!   excess is sent at once, one call per counter, on the root context's behalf (the ending
+//!   stream would cancel its own call); what was reserved and not used (a shorter answer, a
+//!   request no answer was served for) cannot be taken back over the API (no negative hits)
+//!   and becomes a credit the worker's next reservations on that counter use, in the same
+//!   window only. Provider capacity is charged per attempt, queued and sent by the root
+//!   context every tick, summed per descriptor.
+//! - **Overshoot**: every admission is checked with its whole reservation, so a budget is
+//!   exceeded only by what the requests admitted and not yet settled use beyond their
+//!   reservations: one estimate error per caller with one request in flight. Capacity is
+//!   learned from the charges' answers: a pod keeps sending to a provider over its cap until
+//!   its next charge comes back over limit (one tick).
 //! - **The service failing** (unreachable, slow past `timeout_ms`, a malformed answer): each
 //!   limit's `failure_mode` decides; `open` serves and counts `switchyard.rate_limit.failure_total`,
 //!   `closed` refuses with 503. Settlement and capacity failures are counted and dropped.
@@ -541,15 +546,6 @@ pub fn cooldown_descriptor(provider: &str, slot: u64) -> Descriptor {
 pub fn cooldown_slots(now_s: u64, retry_after_s: u64) -> std::ops::RangeInclusive<u64> {
     let until = now_s.saturating_add(retry_after_s.min(MAX_SHARED_COOLDOWN_S));
     cooldown_slot(now_s)..=cooldown_slot(until.saturating_sub(1).max(now_s))
-}
-
-/// What an answer used, in each limit kind's units, less the one unit admission counted.
-pub fn settlement(kind: Kind, tokens: u64, cost_usd: f64) -> f64 {
-    match kind {
-        Kind::Requests => 0.0,
-        Kind::Tokens => tokens as f64 - 1.0,
-        Kind::Spend => cost_usd.max(0.0) * SPEND_UNITS_PER_USD - 1.0,
-    }
 }
 
 /// What a request is admitted for on a limit of `kind`, in whole units (at least one): its

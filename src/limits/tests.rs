@@ -207,16 +207,6 @@ fn which_limits_apply_and_whose_counter_they_charge() {
 }
 
 #[test]
-fn settlement_subtracts_what_admission_counted() {
-    assert_eq!(settlement(Kind::Requests, 500, 1.0), 0.0);
-    assert_eq!(settlement(Kind::Tokens, 500, 1.0), 499.0);
-    assert!((settlement(Kind::Spend, 0, 0.0123) - 122.0).abs() < 1e-9);
-    // A cost that is not a number, or negative, charges nothing beyond admission's unit.
-    assert_eq!(settlement(Kind::Spend, 0, f64::NAN), -1.0);
-    assert_eq!(settlement(Kind::Spend, 0, -5.0), -1.0);
-}
-
-#[test]
 fn admission_reserves_the_estimate_and_settlement_counts_the_use() {
     assert_eq!(reservation(Kind::Requests, 500, 1.0), 1);
     assert_eq!(reservation(Kind::Tokens, 500, 1.0), 500);
