@@ -114,16 +114,19 @@ pub(super) fn prompt_filter_chunk() -> String {
 mod tests {
     use super::*;
 
+    fn at<'a>(path: &'a str, query: Option<&'a str>) -> Asked<'a> {
+        Asked { path, query, key: AZURE_KEY }
+    }
+
     #[test]
     fn paths_keys_and_versions_are_checked_as_azure_does() {
         let key = |h: &str| (h == "api-key").then(|| AZURE_KEY.to_string());
         let body = br#"{"model":"gpt-41","messages":[]}"#;
-        let ok =
-            refusal("/openai/deployments/gpt-41/chat/completions", Some("api-version=2024-10-21"), &key, body, false);
-        assert_eq!(ok, None);
-        assert_eq!(refusal("/openai/v1/chat/completions", None, &key, body, false), None);
+        let deployments = at("/openai/deployments/gpt-41/chat/completions", Some("api-version=2024-10-21"));
+        assert_eq!(refusal(&deployments, &key, body, false), None);
+        assert_eq!(refusal(&at("/openai/v1/chat/completions", None), &key, body, false), None);
         let status = |path: &str, q: Option<&str>, h: &dyn Fn(&str) -> Option<String>| {
-            refusal(path, q, h, body, false).map(|(s, _)| s)
+            refusal(&at(path, q), h, body, false).map(|(s, _)| s)
         };
         assert_eq!(status("/openai/deployments/gpt-41/chat/completions", None, &key), Some(400));
         assert_eq!(status("/openai/deployments/gpt-41/embeddings", Some("api-version=1"), &key), Some(404));
