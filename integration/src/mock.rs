@@ -21,6 +21,7 @@
 mod anthropic;
 mod google;
 mod openai;
+mod responses;
 pub mod strict;
 
 use std::net::SocketAddr;
@@ -858,6 +859,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let prompt_tokens = (body.len() as u64).div_ceil(4);
     let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage };
     match api {
+        Api::OpenAi if parts.uri.path() == "/v1/responses" => responses::answer(ask, behavior, guard),
         Api::OpenAi => openai_answer(ask, behavior, guard),
         Api::Anthropic => anthropic::answer(ask, behavior, guard),
         Api::Google => {
