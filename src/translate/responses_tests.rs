@@ -293,3 +293,28 @@ fn a_stream_cut_at_the_limit_or_failing_ends_as_openai_ends_it() {
     let out = String::from_utf8(t.feed(&openai.1.as_bytes()[..openai.1.len() / 2])).unwrap();
     assert!(!t.ended() && !out.contains("response.completed"), "{out}");
 }
+
+// Never a panic, whatever the bytes (the fuzz target `translate_responses` does this guided):
+// every truncation and many byte flips of a request, each API's answer and stream.
+#[test]
+fn mutated_inputs_never_panic() {
+    let mut inputs: Vec<(Api, Vec<u8>)> = vec![(Api::OpenAi, conversation().to_string().into_bytes())];
+    inputs.extend(answers().into_iter().map(|(a, v)| (a, v.to_string().into_bytes())));
+    inputs.extend(streams().into_iter().map(|(a, s)| (a, s.into_bytes())));
+    let mut seed = 7u64;
+    for (other, base) in inputs {
+        for cut in 0..base.len() {
+            let mut b = base[..cut].to_vec();
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if let Some(x) = b.get_mut((seed >> 33) as usize % cut.max(1)) {
+                *x ^= (seed >> 17) as u8;
+            }
+            for body in [&base[..cut], &b[..]] {
+                let _ = request(Api::Responses, other, body, "m", true);
+                let _ = answer(other, Api::Responses, body, 0);
+                let _ = error(other, Api::Responses, 500, body);
+                let _ = StreamTranslator::new(other, Api::Responses, 0, false).feed(body);
+            }
+        }
+    }
+}
