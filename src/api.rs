@@ -105,6 +105,12 @@ impl ApiSet {
         self.iter().next().unwrap_or(caller)
     }
 
+    /// The APIs of the set that carry their own key header: all but the Responses API, which
+    /// shares OpenAI's host, header and key (a set with it has OpenAI's too).
+    pub fn keyed(self) -> impl Iterator<Item = Api> {
+        self.iter().filter(|a| *a != Api::Responses)
+    }
+
     /// The APIs in the set, in `Api::ALL` order.
     pub fn iter(self) -> impl Iterator<Item = Api> {
         Api::ALL.into_iter().filter(move |a| self.has(*a))

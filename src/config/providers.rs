@@ -322,18 +322,18 @@ pub(super) fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(),
     for (i, p) in providers.iter().enumerate() {
         let Some(first) = &p.first_attempt_cluster else { continue };
         let field = format!("providers[\"{}\"].first_attempt_cluster", p.slug);
-        let mut apis = p.apis.iter();
+        let mut apis = p.apis.keyed();
         let (Some(api), None) = (apis.next(), apis.next()) else {
             return Err(err(
                 field,
-                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis)",
+                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis; openai_responses goes with openai, on its key)",
             ));
         };
         let key = |q: &Provider| {
             q.credential.as_ref().map(|c| (q.key_header(api).map(str::to_string), c.value.clone(), c.injected))
         };
         let clash = providers.iter().take(i).find(|q| {
-            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.iter().ne(p.apis.iter()) || key(q) != key(p))
+            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.keyed().ne(p.apis.keyed()) || key(q) != key(p))
         });
         if let Some(q) = clash {
             return Err(err(

@@ -260,6 +260,12 @@ fn the_responses_api_is_served_only_beside_openai() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((c.providers[0].prefix(Api::OpenAi), c.providers[0].prefix(Api::Responses)), ("/v1", "/r"));
+    // It shares OpenAI's key header: a first-attempt cluster (one injected key) may serve both.
+    let first = with(
+        r#"{"openai_responses": {}, "openai": {}}, "first_attempt_cluster": "c-first", "credential": {"value": "k"}"#,
+        "",
+    );
+    assert!(Catalog::from_json(first.as_bytes(), &no_env).is_ok(), "{first}");
 }
 
 #[test]
