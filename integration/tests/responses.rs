@@ -236,14 +236,11 @@ async fn an_anthropic_endpoint_fails_over_to_a_chat_completions_one() {
     let s = stack();
     for stream in [false, true] {
         let id = format!("fo-{stream}");
-        let r = responses(
-            s,
-            &id,
-            &[("x-mock-behavior", "beta=503")],
-            json!({"model": "r/fo", "input": "Hi",
-            "stream": stream}),
-        )
-        .await;
+        // One model each (a 503 cools beta down for the model's next request); the cheapest
+        // first, not a price-weighted draw.
+        let model = if stream { "r/fo-stream" } else { "r/fo" };
+        let body = json!({"model": model, "input": "Hi", "stream": stream, "provider": {"sort": "price"}});
+        let r = responses(s, &id, &[("x-mock-behavior", "beta=503")], body).await;
         assert_eq!(r.status, 200, "{}", r.text());
         let got = sent(s, &id);
         let paths: Vec<(&str, &str)> = got.iter().map(|(p, path, _)| (p.as_str(), path.as_str())).collect();
