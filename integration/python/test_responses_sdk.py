@@ -126,3 +126,14 @@ def test_responses_refusals_name_the_field(oa):
     assert e.value.body["param"] == "tools[0].type" and "web_search" in e.value.body["message"]
     with pytest.raises(openai.RateLimitError):
         oa.responses.create(model=CLAUDE, input="x", extra_headers={"x-mock-behavior": "anthropic-direct=429/1"})
+
+
+def test_responses_hosted_tools_run_only_where_served_natively(oa):
+    # deepinfra serves the Responses API: the hosted tool reaches it as sent.
+    raw = oa.responses.with_raw_response.create(model=QWEN, input="x", tools=[{"type": "web_search"}], extra_body=NATIVE)
+    assert raw.headers["x-switchyard-provider"] == "deepinfra"
+    assert raw.parse().output_text == "Hello from deepinfra"
+    # A chat completions host cannot run it: refused, naming the tool.
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.responses.create(model=MISTRAL, input="x", tools=[{"type": "web_search"}])
+    assert e.value.body["param"] == "tools[0].type"
