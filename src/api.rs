@@ -1,5 +1,6 @@
-//! The three APIs Switchyard speaks (OpenAI, Anthropic Messages, Google generateContent): their
-//! paths, which API a path is, and what a provider or endpoint speaks. The bottom layer: every
+//! The APIs Switchyard speaks (OpenAI chat completions, Anthropic Messages, Google
+//! generateContent, OpenAI Responses): their paths, which API a path is, and what a provider or
+//! endpoint speaks. The bottom layer: every
 //! other module may import it, it imports nothing of the crate.
 
 /// OpenAI paths whose POST bodies are routed.
@@ -17,19 +18,25 @@ pub const GOOGLE_V1_MODELS_PREFIX: &str = "/v1/models/";
 /// The API a request speaks (and an endpoint must speak to serve it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
+    /// OpenAI chat completions (and the legacy completions).
     OpenAi,
     Anthropic,
     Google,
+    /// OpenAI's Responses API (`/v1/responses`). A catalog lists it as `openai_responses`, only
+    /// beside `openai` (every host serving it serves chat completions too): so an endpoint never
+    /// serves another API's caller in it, and a Responses caller elsewhere is served translated.
+    Responses,
 }
 
 impl Api {
-    pub const ALL: [Api; 3] = [Api::OpenAi, Api::Anthropic, Api::Google];
+    pub const ALL: [Api; 4] = [Api::OpenAi, Api::Anthropic, Api::Google, Api::Responses];
 
     pub fn name(self) -> &'static str {
         match self {
             Api::OpenAi => "openai",
             Api::Anthropic => "anthropic",
             Api::Google => "google",
+            Api::Responses => "openai_responses",
         }
     }
 
@@ -42,6 +49,7 @@ impl Api {
             Api::OpenAi => 0,
             Api::Anthropic => 1,
             Api::Google => 2,
+            Api::Responses => 3,
         }
     }
 
@@ -54,6 +62,8 @@ impl Api {
         let bare = path.split('?').next().unwrap_or("");
         if bare == MESSAGES_PATH {
             Api::Anthropic
+        } else if bare == RESPONSES_PATH {
+            Api::Responses
         } else if bare.starts_with("/v1beta/")
             || (bare.starts_with(GOOGLE_V1_MODELS_PREFIX)
                 && (bare.ends_with(":generateContent") || bare.ends_with(":streamGenerateContent")))
@@ -85,13 +95,20 @@ impl ApiSet {
     }
 
     /// The API an endpoint speaking this set serves a `caller` in: the caller's own when it has
-    /// it, else (the request translated) OpenAI's, then Anthropic's, then Google's. Decided the
+    /// it, else (the request translated) OpenAI's, then Anthropic's, then Google's (never
+    /// Responses: a set with it has OpenAI's too). Decided the
     /// same way by the planner, every attempt and the answer's translation back.
     pub fn serving(self, caller: Api) -> Api {
         if self.has(caller) {
             return caller;
         }
         self.iter().next().unwrap_or(caller)
+    }
+
+    /// The APIs of the set that carry their own key header: all but the Responses API, which
+    /// shares OpenAI's host, header and key (a set with it has OpenAI's too).
+    pub fn keyed(self) -> impl Iterator<Item = Api> {
+        self.iter().filter(|a| *a != Api::Responses)
     }
 
     /// The APIs in the set, in `Api::ALL` order.
@@ -133,7 +150,8 @@ impl Surface {
     /// OpenAI's `/v1/chat/completions` and `/v1/completions`.
     pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None, usage_on_request: true };
     /// OpenAI's `/v1/responses` (its streams always end with their usage).
-    pub const OPENAI_RESPONSES: Surface = Surface { usage_on_request: false, ..Surface::OPENAI };
+    pub const OPENAI_RESPONSES: Surface =
+        Surface { api: Api::Responses, path_model: None, method: None, usage_on_request: false };
 
     pub fn of(api: Api) -> Surface {
         Surface { api, path_model: None, method: None, usage_on_request: api == Api::OpenAi }

@@ -554,7 +554,7 @@ pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin
         if !clusters.contains(&p.cluster.as_str()) {
             continue;
         }
-        let mut apis = p.apis.iter();
+        let mut apis = p.apis.keyed();
         let twin = match (apis.next(), apis.next()) {
             (Some(api), None) => Some(Twin {
                 cluster: p.cluster.clone(),

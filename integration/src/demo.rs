@@ -23,9 +23,10 @@ pub const DEMO_PROVIDERS: [(&str, &str, &str); 5] = [
 pub fn demo_catalog() -> Value {
     json!({
         "providers": {
+            // Plays every API, OpenAI's Responses API included (as OpenAI serves it).
             "deepinfra": {"cluster": "provider_deepinfra", "authority": "api.deepinfra.example",
                           "credential": {"value": "demo-deepinfra-key"}, "tags": ["us", "contract-2026"],
-                          "apis": {"openai": {}, "anthropic": {}, "google": {}},
+                          "apis": {"openai": {}, "openai_responses": {}, "anthropic": {}, "google": {}},
                           "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
             "together": {"cluster": "provider_together", "authority": "api.together.example",
                          "credential": {"value": "demo-together-key"}, "tags": ["us"],

@@ -25,6 +25,7 @@ mod anthropic;
 mod azure;
 mod google;
 mod openai;
+mod responses;
 pub mod strict;
 
 pub use azure::AZURE_KEY;
@@ -914,6 +915,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let prompt_tokens = (body.len() as u64).div_ceil(4);
     let ask = Ask { provider: &s.name, id, model, stream, prompt_tokens, gzip, stream_usage, body: &body };
     match api {
+        Api::OpenAi if parts.uri.path() == "/v1/responses" => responses::answer(ask, behavior, guard),
         Api::OpenAi => openai_answer(ask, behavior, guard, on_azure),
         Api::Anthropic => anthropic::answer(ask, behavior, guard),
         Api::Google => {

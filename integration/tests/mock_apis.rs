@@ -492,3 +492,39 @@ fn anthropic_takes_a_system_message_only_right_after_a_user_turn() {
     let other = anthropic(&body(json!([user, {"role": "developer", "content": "x"}]))).expect("another role");
     assert!(other.contains("messages.1.role"), "{other}");
 }
+
+// The Responses API as OpenAI serves it: a `response` object or its events with sequence
+// numbers, and OpenAI's refusals of what it does not take (an undocumented field, a function
+// call output without its call, a chat-shaped function tool).
+#[tokio::test]
+async fn responses_answers_in_its_shape_and_refuses_what_openai_refuses() {
+    let m = mock().await;
+    let ok = json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]});
+    let r = post_json(m.addr, "/v1/responses", OPENAI, &ok).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["object"].as_str(), v["output"][0]["content"][0]["text"].as_str()),
+        (Some("response"), Some("Hello from alpha"))
+    );
+    assert!(v["usage"]["input_tokens"].as_u64().is_some(), "{v}");
+    let mut streamed = ok.clone();
+    streamed["stream"] = json!(true);
+    let r = post_json(m.addr, "/v1/responses", OPENAI, &streamed).await.unwrap();
+    let kinds: Vec<String> = r.text().lines().filter_map(|l| l.strip_prefix("event: ")).map(str::to_string).collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("response.created"));
+    assert_eq!(kinds.last().map(String::as_str), Some("response.completed"));
+    for (field, value, expect) in [
+        ("provider", json!({"sort": "price"}), "Unrecognized request argument supplied: provider"),
+        ("input", json!([{"type": "function_call_output", "call_id": "c", "output": "x"}]), "No tool call found"),
+        ("tools", json!([{"type": "function", "function": {"name": "f"}}]), "tools[0].name"),
+        ("text", json!({"format": {"type": "json_schema"}}), "text.format"),
+    ] {
+        let mut bad = ok.clone();
+        bad[field] = value;
+        let r = post_json(m.addr, "/v1/responses", OPENAI, &bad).await.unwrap();
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+        assert!(r.json()["error"]["message"].as_str().unwrap_or("").contains(expect), "{field}: {}", r.text());
+    }
+}

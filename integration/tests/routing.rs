@@ -442,12 +442,13 @@ async fn unrouted_requests_pass_through_untouched() {
 #[tokio::test]
 async fn completions_and_responses_paths_are_routed() {
     let s = stack();
-    for (id, path) in [("p-compl", "/v1/completions"), ("p-resp", "/v1/responses")] {
+    // alpha serves the Responses API natively (the mock checks each body as its API does).
+    for (id, path, prompt) in [("p-compl", "/v1/completions", "prompt"), ("p-resp", "/v1/responses", "input")] {
         let r = switchyard_integration::client::post_json(
             s.addr,
             path,
             &[("x-test-id", id)],
-            &json!({"model": "test/basic", "prompt": "x", "provider": {"only": ["alpha"]}}),
+            &json!({"model": "test/basic", prompt: "x", "provider": {"only": ["alpha"]}}),
         )
         .await
         .unwrap();

@@ -11,11 +11,13 @@ use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::mock::received_in_order;
 
-/// alpha speaks only OpenAI, beta only Anthropic, gamma only Google.
+/// alpha speaks only OpenAI (chat completions and Responses, as OpenAI), beta only Anthropic,
+/// gamma only Google.
 fn catalog() -> Value {
     let mut c = json!({
         "providers": {
-            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"}},
+            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
+                      "apis": {"openai": {}, "openai_responses": {}}},
             "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"},
                      "apis": {"anthropic": {}}},
             "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"},

@@ -133,7 +133,7 @@ impl ApiError {
     /// The error body in the shape of `self.api`.
     pub fn body(&self) -> String {
         match self.api {
-            Api::OpenAi => self.openai_body(),
+            Api::OpenAi | Api::Responses => self.openai_body(),
             Api::Anthropic => self.anthropic_body(),
             Api::Google => self.google_body(),
         }

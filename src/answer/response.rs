@@ -264,7 +264,7 @@ fn rewrite_object_pieces<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'
 ///   place for the provider or a cost: the response headers carry them).
 pub fn rewrite_answer<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'a>> {
     match served.api {
-        Api::OpenAi | Api::Anthropic => rewrite_object_pieces(body, served),
+        Api::OpenAi | Api::Anthropic | Api::Responses => rewrite_object_pieces(body, served),
         Api::Google => replace_member_pieces(body, "modelVersion", &served.model),
     }
 }
@@ -276,6 +276,15 @@ pub fn rewrite_answer<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'a>>
 fn rewrite_streamed(json: &[u8], served: &Served, start_usage: &Cell<ReportedUsage>) -> Option<Vec<u8>> {
     match served.api {
         Api::OpenAi => rewrite_object(json, served),
+        // The Responses API's events carrying the response object (`response.created`, ...,
+        // `response.completed`): that object is rewritten as a whole answer (its `usage` gets
+        // the cost on the final one); the other events pass unchanged.
+        Api::Responses => {
+            let fields = TopLevel::parse(json).ok()?;
+            let raw = fields.get("response")?.get().as_bytes();
+            let response = rewrite_object(raw, served)?;
+            Some(splice_member(&fields, "response", &response))
+        }
         Api::Google => replace_member(json, "modelVersion", &served.model),
         Api::Anthropic => {
             let fields = TopLevel::parse(json).ok()?;

@@ -67,7 +67,7 @@ pub fn interrupted_event_for(api: Api, endpoint: &str, model: &str) -> String {
     let e = e.for_api(api);
     match api {
         Api::Anthropic => format!("event: error\ndata: {}\n\n", e.body()),
-        Api::OpenAi | Api::Google => format!("data: {}\n\n", e.body()),
+        Api::OpenAi | Api::Responses | Api::Google => format!("data: {}\n\n", e.body()),
     }
 }
 

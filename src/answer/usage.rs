@@ -81,7 +81,7 @@ impl ReportedUsage {
     pub fn scan_for(&mut self, api: Api, tail: &[u8]) {
         let last = |k: &[u8]| last_number_after(tail, k);
         match api {
-            Api::OpenAi => self.scan(tail),
+            Api::OpenAi | Api::Responses => self.scan(tail),
             Api::Anthropic => {
                 let cache_read = last(b"\"cache_read_input_tokens\":");
                 if let Some(n) = last(b"\"input_tokens\":") {

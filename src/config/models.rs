@@ -291,8 +291,9 @@ fn compile_endpoint(
             let mut set = ApiSet::default();
             for (k, name) in list.iter().enumerate() {
                 let af = format!("{ef}.apis[{k}]");
-                let api = Api::parse(name)
-                    .ok_or_else(|| err(&af, format!("unknown API \"{name}\" (openai, anthropic, google)")))?;
+                let api = Api::parse(name).ok_or_else(|| {
+                    err(&af, format!("unknown API \"{name}\" (openai, anthropic, google, openai_responses)"))
+                })?;
                 if !offered.has(api) {
                     return Err(err(
                         &af,
@@ -303,6 +304,9 @@ fn compile_endpoint(
             }
             if set.is_empty() {
                 return Err(err(format!("{ef}.apis"), "must list at least one API when set"));
+            }
+            if set.has(Api::Responses) && !set.has(Api::OpenAi) {
+                return Err(err(format!("{ef}.apis"), "openai_responses requires openai too"));
             }
             set
         }

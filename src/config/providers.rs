@@ -51,8 +51,8 @@ pub(super) struct RawProvider {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawApi {
-    /// OpenAI and Anthropic: replaces the request path's `/v1` (default `/v1`; OpenAI: the
-    /// provider's `path_prefix`). Google: put before the caller's `/{version}/models/...`
+    /// OpenAI, OpenAI Responses and Anthropic: replaces the request path's `/v1` (default `/v1`;
+    /// OpenAI: the provider's `path_prefix`; Responses: OpenAI's). Google: put before the caller's `/{version}/models/...`
     /// (default empty).
     #[serde(default)]
     path_prefix: Option<String>,
@@ -146,7 +146,7 @@ pub struct Provider {
     /// The APIs it serves.
     pub apis: ApiSet,
     /// Path prefix per API (indexed by `Api::index`; empty for APIs it does not serve).
-    pub api_prefixes: [String; 3],
+    pub api_prefixes: [String; 4],
     /// Its kind (`kind`): paths, key header, stream quirks.
     pub kind: Arc<dyn Kind>,
 }
@@ -163,7 +163,7 @@ impl Provider {
     pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
         let c = self.credential.as_ref().filter(|c| !c.injected)?;
         let header = self.key_header(api)?;
-        Some((header, if api == Api::OpenAi { c.value.as_str() } else { c.secret.as_str() }))
+        Some((header, if matches!(api, Api::OpenAi | Api::Responses) { c.value.as_str() } else { c.secret.as_str() }))
     }
 
     /// The header an attempt in `api` carries the key in (set by the filter, or by the cluster
@@ -171,7 +171,7 @@ impl Provider {
     pub fn key_header(&self, api: Api) -> Option<&str> {
         let c = self.credential.as_ref()?;
         Some(match api {
-            Api::OpenAi => c.header.as_str(),
+            Api::OpenAi | Api::Responses => c.header.as_str(),
             Api::Anthropic => ANTHROPIC_KEY_HEADER,
             Api::Google => GOOGLE_KEY_HEADER,
         })
@@ -194,7 +194,7 @@ pub const GOOGLE_KEY_HEADER: &str = "x-goog-api-key";
 /// API version, `v1beta` or `v1`, so the version is kept).
 fn default_api_prefix(api: Api) -> &'static str {
     match api {
-        Api::OpenAi | Api::Anthropic => "/v1",
+        Api::OpenAi | Api::Anthropic | Api::Responses => "/v1",
         Api::Google => "",
     }
 }
@@ -339,18 +339,18 @@ pub(super) fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(),
     for (i, p) in providers.iter().enumerate() {
         let Some(first) = &p.first_attempt_cluster else { continue };
         let field = format!("providers[\"{}\"].first_attempt_cluster", p.slug);
-        let mut apis = p.apis.iter();
+        let mut apis = p.apis.keyed();
         let (Some(api), None) = (apis.next(), apis.next()) else {
             return Err(err(
                 field,
-                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis)",
+                "a first-attempt cluster injects one key header, so its provider must serve exactly one API (apis; openai_responses goes with openai, on its key)",
             ));
         };
         let key = |q: &Provider| {
             q.credential.as_ref().map(|c| (q.key_header(api).map(str::to_string), c.value.clone(), c.injected))
         };
         let clash = providers.iter().take(i).find(|q| {
-            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.iter().ne(p.apis.iter()) || key(q) != key(p))
+            q.first_attempt_cluster.as_ref() == Some(first) && (q.apis.keyed().ne(p.apis.keyed()) || key(q) != key(p))
         });
         if let Some(q) = clash {
             return Err(err(
@@ -364,9 +364,9 @@ pub(super) fn check_first_attempt_clusters(providers: &[Provider]) -> Result<(),
 
 /// A provider's `apis`: the set it serves and each API's path prefix. Absent = OpenAI only,
 /// at the provider's `path_prefix`.
-fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), ConfigError> {
+fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 4]), ConfigError> {
     let openai_prefix = p.path_prefix.trim_end_matches('/').to_string();
-    let mut prefixes: [String; 3] = Default::default();
+    let mut prefixes: [String; 4] = Default::default();
     let Some(apis) = &p.apis else {
         if let Some(slot) = prefixes.get_mut(Api::OpenAi.index()) {
             *slot = openai_prefix;
@@ -374,12 +374,16 @@ fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), C
         return Ok((ApiSet::OPENAI, prefixes));
     };
     if apis.is_empty() {
-        return Err(err(format!("{field}.apis"), "must name at least one API (openai, anthropic, google)"));
+        return Err(err(
+            format!("{field}.apis"),
+            "must name at least one API (openai, anthropic, google, openai_responses)",
+        ));
     }
     let mut set = ApiSet::default();
     for (name, a) in apis {
         let af = format!("{field}.apis.{name}");
-        let api = Api::parse(name).ok_or_else(|| err(&af, "unknown API (openai, anthropic, google)"))?;
+        let api =
+            Api::parse(name).ok_or_else(|| err(&af, "unknown API (openai, anthropic, google, openai_responses)"))?;
         let prefix = match (&a.path_prefix, api) {
             (Some(pp), _) => {
                 if !pp.starts_with('/') {
@@ -388,12 +392,30 @@ fn compile_apis(field: &str, p: &RawProvider) -> Result<(ApiSet, [String; 3]), C
                 pp.trim_end_matches('/').to_string()
             }
             (None, Api::OpenAi) => openai_prefix.clone(),
+            // At the `openai` entry's prefix (set below, once that is known).
+            (None, Api::Responses) => String::new(),
             (None, other) => default_api_prefix(other).to_string(),
         };
         if let Some(slot) = prefixes.get_mut(api.index()) {
             *slot = prefix;
         }
         set = set.with(api);
+    }
+    if set.has(Api::Responses) {
+        if !set.has(Api::OpenAi) {
+            return Err(err(
+                format!("{field}.apis.openai_responses"),
+                "requires openai too: a host serving the Responses API serves chat completions, which \
+                 Switchyard translates other callers' requests into",
+            ));
+        }
+        let own = apis.get(Api::Responses.name()).is_some_and(|a| a.path_prefix.is_some());
+        if !own {
+            let openai = prefixes.get(Api::OpenAi.index()).cloned().unwrap_or_default();
+            if let Some(slot) = prefixes.get_mut(Api::Responses.index()) {
+                *slot = openai;
+            }
+        }
     }
     Ok((set, prefixes))
 }

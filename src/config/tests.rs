@@ -213,7 +213,7 @@ fn providers_declare_their_apis_and_endpoints_may_narrow_them() {
         br#"{"providers": {
             "p": {"cluster": "c_p", "authority": "p", "path_prefix": "/o/v1"},
             "q": {"cluster": "c_q", "authority": "q", "credential": {"value": "s"},
-                  "apis": {"anthropic": {}, "google": {}, "openai": {"path_prefix": "/compat/"}}}},
+                  "apis": {"anthropic": {}, "google": {}, "openai": {"path_prefix": "/compat/"}, "openai_responses": {}}}},
           "models": {"m": {"endpoints": [
             {"provider": "p", "pricing": {"prompt": 1, "completion": 1}},
             {"provider": "q", "pricing": {"prompt": 1, "completion": 1}},
@@ -229,10 +229,43 @@ fn providers_declare_their_apis_and_endpoints_may_narrow_them() {
     assert_eq!(q.credential_for(Api::OpenAi), Some(("authorization", "Bearer s")));
     assert_eq!(q.credential_for(Api::Anthropic), Some(("x-api-key", "s")));
     assert_eq!(q.credential_for(Api::Google), Some(("x-goog-api-key", "s")));
+    // The Responses API at OpenAI's prefix and key.
+    assert_eq!(
+        (q.prefix(Api::Responses), q.credential_for(Api::Responses)),
+        ("/compat", Some(("authorization", "Bearer s")))
+    );
     let apis: Vec<ApiSet> = c.endpoints.iter().map(|e| e.apis).collect();
     assert_eq!(apis[0], ApiSet::OPENAI);
     assert_eq!(apis[1], q.apis);
     assert_eq!(apis[2].iter().collect::<Vec<_>>(), vec![Api::Google]);
+}
+
+// `openai_responses` only beside `openai` (an endpoint serving the Responses API serves chat
+// completions too, so no other caller is ever sent a Responses body); errors name the field.
+#[test]
+fn the_responses_api_is_served_only_beside_openai() {
+    let with = |apis: &str, endpoint_apis: &str| {
+        format!(
+            r#"{{"providers": {{"p": {{"cluster": "c", "authority": "a", "apis": {apis}}}}},
+                "models": {{"m": {{"endpoints": [{{"provider": "p", {endpoint_apis} "pricing": {{"prompt": 1, "completion": 1}}}}]}}}}}}"#
+        )
+    };
+    let e = expect_err(&with(r#"{"openai_responses": {}, "anthropic": {}}"#, ""));
+    assert_eq!(e.field, r#"providers["p"].apis.openai_responses"#, "{e}");
+    let e = expect_err(&with(r#"{"openai_responses": {}, "openai": {}}"#, r#""apis": ["openai_responses"],"#));
+    assert_eq!(e.field, r#"models["m"].endpoints[0].apis"#, "{e}");
+    let c = Catalog::from_json(
+        with(r#"{"openai_responses": {"path_prefix": "/r"}, "openai": {}}"#, "").as_bytes(),
+        &no_env,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((c.providers[0].prefix(Api::OpenAi), c.providers[0].prefix(Api::Responses)), ("/v1", "/r"));
+    // It shares OpenAI's key header: a first-attempt cluster (one injected key) may serve both.
+    let first = with(
+        r#"{"openai_responses": {}, "openai": {}}, "first_attempt_cluster": "c-first", "credential": {"value": "k"}"#,
+        "",
+    );
+    assert!(Catalog::from_json(first.as_bytes(), &no_env).is_ok(), "{first}");
 }
 
 #[test]

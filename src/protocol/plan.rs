@@ -150,7 +150,7 @@ impl AttemptPlan {
         let flags = r.u8()?;
         let stream = flags & 1 != 0;
         let first_prepared = version == PLAN_VERSION && flags & 2 != 0;
-        let body_api = Api::ALL.get(usize::from((flags >> 2) & 3).wrapping_sub(1)).copied();
+        let body_api = Api::ALL.get(usize::from((flags >> 2) & 7).wrapping_sub(1)).copied();
         let body_len = r.u32()?;
         let prefix_len = r.u32()?;
         let plen = r.u16()? as usize;

@@ -27,7 +27,8 @@ pub enum Dialect {
 impl Dialect {
     pub fn api(self) -> Api {
         match self {
-            Dialect::OpenAiChat | Dialect::OpenAiCompletions | Dialect::OpenAiResponses => Api::OpenAi,
+            Dialect::OpenAiChat | Dialect::OpenAiCompletions => Api::OpenAi,
+            Dialect::OpenAiResponses => Api::Responses,
             Dialect::Anthropic => Api::Anthropic,
             Dialect::Google => Api::Google,
         }
@@ -39,6 +40,7 @@ impl Dialect {
         match api {
             Api::Anthropic => Dialect::Anthropic,
             Api::Google => Dialect::Google,
+            Api::Responses => Dialect::OpenAiResponses,
             Api::OpenAi if responses => Dialect::OpenAiResponses,
             Api::OpenAi if chat => Dialect::OpenAiChat,
             Api::OpenAi => Dialect::OpenAiCompletions,
@@ -212,7 +214,7 @@ pub fn upstream_body_for(dialect: Dialect, fields: &TopLevel, upstream_model: &s
     let edit = |k: &str, v: &RawValue| member(dialect, fields, k, v);
     match dialect.api() {
         Api::Google => splice(fields, None, &edit),
-        Api::Anthropic => splice(fields, Some(("model", upstream_model)), &edit),
+        Api::Anthropic | Api::Responses => splice(fields, Some(("model", upstream_model)), &edit),
         Api::OpenAi if !ask_usage => splice(fields, Some(("model", upstream_model)), &edit),
         Api::OpenAi => {
             let edit = |k: &str, v: &RawValue| if k == STREAM_OPTIONS { Member::Drop } else { edit(k, v) };
@@ -339,6 +341,7 @@ pub fn api_headers(api: Api, has_version: bool) -> Vec<(&'static str, Option<&'s
 pub fn translated_path(api: Api, path_prefix: &str, upstream_model: &str, stream: bool) -> String {
     match api {
         Api::OpenAi => upstream_path("/v1/chat/completions", path_prefix),
+        Api::Responses => upstream_path(crate::api::RESPONSES_PATH, path_prefix),
         Api::Anthropic => upstream_path(crate::api::MESSAGES_PATH, path_prefix),
         Api::Google if stream => format!("{path_prefix}/v1beta/models/{upstream_model}:streamGenerateContent?alt=sse"),
         Api::Google => format!("{path_prefix}/v1beta/models/{upstream_model}:generateContent"),
@@ -430,6 +433,7 @@ pub fn attempt_rewrite(
         Api::OpenAi => "/v1/chat/completions",
         Api::Anthropic => crate::api::MESSAGES_PATH,
         Api::Google => "",
+        Api::Responses => "/v1/responses",
     };
     let path = match provider.kind.attempt_path(api, standard, &upstream_model) {
         Some(path) => path,

@@ -391,8 +391,12 @@ fn attempt_rewrite_for_azure_deployments() {
     assert_eq!((v1.path.as_str(), v1.credential.as_ref()), ("/openai/v1/chat/completions", None));
     assert_eq!(v1.injected_header.as_deref(), Some("api-key"));
     assert_eq!(v1.new_prefix.as_deref(), Some(&br#"{"model":"gpt-41-se""#[..]));
-    let responses = plan("/v1/responses");
-    assert_eq!(attempt_rewrite(&c, 1, &responses, 2, "c_az").unwrap().path, "/openai/v1/responses");
+    // A Responses caller reaches the deployment translated into chat completions: an Azure
+    // provider serves only the `openai` API (Responses natively is not mapped yet).
+    let responses = AttemptPlan { body_api: Some(Api::Responses), ..plan("/v1/responses") };
+    let r = attempt_rewrite(&c, 1, &responses, 2, "c_az").unwrap();
+    assert_eq!((r.api, r.foreign_body), (Api::OpenAi, true));
+    assert_eq!(r.path, "/openai/deployments/gpt-41-prod/chat/completions?api-version=2024-10-21");
     // An Anthropic caller reaches the deployment translated, at chat completions.
     let messages = AttemptPlan { body_api: Some(Api::Anthropic), ..plan("/v1/messages") };
     let t = attempt_rewrite(&c, 1, &messages, 2, "c_az").unwrap();

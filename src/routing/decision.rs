@@ -438,3 +438,7 @@ mod tests {
         assert_eq!((v["path"].as_str(), v["ttft_ms"].as_u64()), (Some("/v1/\"x\"\n"), Some(7)));
     }
 }
+
+#[cfg(test)]
+#[path = "decision_responses_tests.rs"]
+mod responses_tests;

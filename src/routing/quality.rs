@@ -46,7 +46,8 @@ pub fn offered_tools(api: Api, tools: Option<&RawValue>) -> Vec<String> {
     };
     match api {
         Api::OpenAi => tools.into_iter().filter_map(|t| t.function?.name).collect(),
-        Api::Anthropic => tools.into_iter().filter_map(|t| t.name).collect(),
+        // Anthropic's and the Responses API's tools are flat (`{"name", ...}`).
+        Api::Anthropic | Api::Responses => tools.into_iter().filter_map(|t| t.name).collect(),
         Api::Google => {
             tools.into_iter().flat_map(|t| t.declarations.unwrap_or_default()).filter_map(|f| f.name).collect()
         }
@@ -234,6 +235,35 @@ struct Completion {
     choices: Vec<Choice>,
 }
 
+/// A Responses API answer's output item (a `message` with `output_text` parts, a
+/// `function_call`).
+#[derive(Deserialize, Default)]
+struct ResponsesItem {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+    #[serde(default)]
+    content: Vec<Block>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesAnswer {
+    output: Vec<ResponsesItem>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesEvent {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    delta: Option<Text>,
+    #[serde(default)]
+    item: Option<ResponsesItem>,
+}
+
 fn call_is_bad(name: &str, arguments: &str, offered: &[String]) -> bool {
     let unknown = !offered.iter().any(|t| t == name);
     let args_bad =
@@ -247,6 +277,14 @@ pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> 
     let unknown = |name: Option<&str>| !offered.iter().any(|t| Some(t.as_str()) == name);
     let (tool, malformed, text) = match api {
         Api::OpenAi => return judge_openai(body, offered),
+        Api::Responses => {
+            let r: ResponsesAnswer = serde_json::from_slice(body).ok()?;
+            let calls = || r.output.iter().filter(|i| i.kind == "function_call");
+            let malformed = calls()
+                .any(|i| call_is_bad(i.name.as_deref().unwrap_or(""), i.arguments.as_deref().unwrap_or(""), offered));
+            let text = r.output.iter().flat_map(|i| i.content.iter()).any(|b| has_text(b.text));
+            (calls().next().is_some(), malformed, text)
+        }
         Api::Anthropic => {
             let m: AnthropicMessage = serde_json::from_slice(body).ok()?;
             let calls = || m.content.iter().filter(|b| b.kind == "tool_use");
@@ -331,6 +369,7 @@ impl StreamJudge {
         let Some(data) = line.strip_prefix(b"data:") else { return };
         match self.api {
             Api::OpenAi => self.openai(data),
+            Api::Responses => self.responses(data),
             Api::Anthropic => self.anthropic(data),
             Api::Google => self.google(data),
         }
@@ -420,6 +459,22 @@ impl StreamJudge {
                     self.overflow = true;
                 }
             }
+        }
+    }
+
+    /// The Responses API's events: text deltas, and each function call once whole
+    /// (`response.output_item.done`).
+    fn responses(&mut self, data: &[u8]) {
+        let Ok(ev) = serde_json::from_slice::<ResponsesEvent>(data) else { return };
+        self.events += 1;
+        match ev.kind.as_str() {
+            "response.output_text.delta" if ev.delta.is_some_and(|t| !t.empty) => self.content = true,
+            "response.output_item.done" => {
+                if let Some(i) = ev.item.filter(|i| i.kind == "function_call") {
+                    self.push_call(i.name.as_deref().unwrap_or(""), i.arguments.as_deref().unwrap_or(""));
+                }
+            }
+            _ => {}
         }
     }
 

@@ -34,7 +34,7 @@ pub const OPENROUTER_ONLY: [&str; 4] = ["usage", "transforms", "debug", "trace"]
 pub fn routing_fields(api: Api) -> &'static [&'static str] {
     match api {
         Api::Anthropic => &ANTHROPIC_ROUTING_FIELDS,
-        Api::OpenAi | Api::Google => &ROUTING_FIELDS,
+        Api::OpenAi | Api::Google | Api::Responses => &ROUTING_FIELDS,
     }
 }
 
@@ -253,9 +253,9 @@ pub struct ChatRequest<'a> {
     pub parameters: Vec<String>,
     /// The API the request speaks.
     pub api: Api,
-    /// A chat request (OpenAI chat completions, Anthropic Messages, Google generateContent):
-    /// endpoints of the other APIs serve it translated. Other requests (`/v1/completions`,
-    /// `/v1/responses`) only reach endpoints speaking their API.
+    /// A chat request (OpenAI chat completions and Responses, Anthropic Messages, Google
+    /// generateContent): endpoints of the other APIs serve it translated. `/v1/completions`
+    /// only reaches endpoints speaking OpenAI.
     pub translatable: bool,
 }
 
@@ -265,6 +265,17 @@ fn anthropic_parameter(key: &str) -> Option<&str> {
         "system" | "fallbacks" => None,
         "stop_sequences" => Some("stop"),
         "thinking" => Some("reasoning"),
+        k if NON_PARAMETERS.contains(&k) => None,
+        k => Some(k),
+    }
+}
+
+/// The OpenAI parameter name a Responses API top-level field counts as (None: not a parameter).
+fn responses_parameter(key: &str) -> Option<&str> {
+    match key {
+        "max_output_tokens" => Some("max_tokens"),
+        "text" => Some("response_format"),
+        "store" | "include" | "truncation" | "background" | "previous_response_id" | "conversation" => None,
         k if NON_PARAMETERS.contains(&k) => None,
         k => Some(k),
     }
@@ -700,22 +711,33 @@ impl<'a> ChatRequest<'a> {
                         return Err(bad("model", format!("`model` must be a non-empty string, got {}", type_name(&v))))
                     }
                 },
-                ("stream", Api::OpenAi | Api::Anthropic) => match parse_value(raw, "stream")? {
+                // The Responses API is stateless here (as on OpenRouter): nothing is stored, so
+                // nothing can be continued.
+                ("previous_response_id" | "conversation", Api::Responses) if raw.get() != "null" => {
+                    return Err(bad(
+                        key,
+                        format!("`{key}` is not supported: responses are not stored; send the whole conversation in `input`"),
+                    ));
+                }
+                ("stream", Api::OpenAi | Api::Anthropic | Api::Responses) => match parse_value(raw, "stream")? {
                     Value::Bool(b) => req.stream = b,
                     Value::Null => {}
                     v => return Err(bad("stream", format!("`stream` must be a boolean, got {}", type_name(&v)))),
                 },
-                ("max_tokens", _) | ("max_completion_tokens" | "max_output_tokens", Api::OpenAi) => {
+                ("max_tokens", _) | ("max_completion_tokens" | "max_output_tokens", Api::OpenAi | Api::Responses) => {
                     req.max_tokens_field(key, raw)?
                 }
-                ("tools" | "tool_choice", Api::OpenAi | Api::Anthropic)
+                ("tools" | "tool_choice", Api::OpenAi | Api::Anthropic | Api::Responses)
                 | ("tools" | "toolConfig" | "tool_config", Api::Google) => {
                     let t = raw.get();
                     if t != "null" && t != "[]" {
                         req.has_tools = true;
                     }
                 }
-                ("messages" | "prompt" | "input" | "instructions" | "system", Api::OpenAi | Api::Anthropic)
+                (
+                    "messages" | "prompt" | "input" | "instructions" | "system",
+                    Api::OpenAi | Api::Anthropic | Api::Responses,
+                )
                 | ("contents" | "systemInstruction" | "system_instruction", Api::Google) => {
                     prompt_bytes += raw.get().len()
                 }
@@ -730,6 +752,7 @@ impl<'a> ChatRequest<'a> {
             }
             let name = match api {
                 Api::OpenAi => (!NON_PARAMETERS.contains(&key)).then_some(key),
+                Api::Responses => responses_parameter(key),
                 Api::Anthropic => anthropic_parameter(key),
                 Api::Google => match key {
                     "tools" => Some("tools"),
@@ -744,6 +767,7 @@ impl<'a> ChatRequest<'a> {
         req.parameters = parameters;
         // OpenAI's chat completions is the OpenAI path whose body has `messages` (`/v1/completions`
         // has `prompt`, `/v1/responses` `input`; neither asks a usage chunk the same way).
+        // The Responses API is translated too (into chat completions first).
         req.translatable = api != Api::OpenAi
             || (surface.usage_on_request && fields.get("messages").is_some() && fields.get("prompt").is_none());
         req.fields = fields;

@@ -618,6 +618,7 @@ pub fn conversation_key(req: &ChatRequest, header: Option<&str>, scope: u64) -> 
     // top-level (`system`, `systemInstruction`).
     let (turns, system_field) = match req.api {
         Api::OpenAi => ("messages", None),
+        Api::Responses => ("input", Some("instructions")),
         Api::Anthropic => ("messages", Some("system")),
         Api::Google => ("contents", Some("systemInstruction")),
     };

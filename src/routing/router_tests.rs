@@ -28,8 +28,10 @@ use crate::test_support::{mutate, Lcg};
 /// - aa..zz: plain providers for ordering tests.
 const PROVIDERS: &str = r#"{
   "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"env": "ALPHA_KEY"},
+            "apis": {"openai": {}, "openai_responses": {}},
             "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
   "beta": {"cluster": "c_beta", "authority": "beta.example", "path_prefix": "/openai/v1",
+           "apis": {"openai": {}, "openai_responses": {}},
            "credential": {"header": "x-api-key", "prefix": "", "value": "beta-secret"},
            "data_policy": {"retains_data": false, "trains_on_data": false}},
   "gamma": {"cluster": "c_gamma", "authority": "gamma.example"},

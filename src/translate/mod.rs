@@ -1,5 +1,6 @@
 //! Cross-API translation between OpenAI chat completions, Anthropic Messages and Google
-//! generateContent: requests, answers, errors and streams. Pure functions over bytes and
+//! generateContent: requests, answers, errors and streams; and from OpenAI's Responses API (a
+//! caller's API only: its requests in, answers, errors and streams out). Pure functions over bytes and
 //! `serde_json::Value`, no host calls; every direction goes through one pivot (`chat::Chat` for
 //! requests, `Answer` for answers, `stream::Ev` for stream events), so each API has one reader
 //! and one writer per kind. `docs/translation.md` has the field tables.
@@ -17,6 +18,10 @@ pub mod anthropic;
 pub mod chat;
 pub mod google;
 pub mod openai;
+pub mod responses;
+pub mod responses_stream;
+#[cfg(test)]
+mod responses_tests;
 pub mod stream;
 #[cfg(test)]
 mod tests;
@@ -129,12 +134,15 @@ pub fn request(from: Api, to: Api, body: &[u8], model: &str, stream: bool) -> Re
         Api::OpenAi => openai::parse_request(&o)?,
         Api::Anthropic => anthropic::parse_request(&o)?,
         Api::Google => google::parse_request(&o)?,
+        Api::Responses => responses::parse_request(&o)?,
     };
     chat.stream = stream;
     let out = match to {
         Api::OpenAi => openai::write_request(&mut chat, model),
         Api::Anthropic => anthropic::write_request(&mut chat, model)?,
         Api::Google => google::write_request(&mut chat)?,
+        // Never asked: an endpoint serving Responses serves chat completions too.
+        Api::Responses => return Err(Refused::new("input", "no endpoint is sent a translated Responses body")),
     };
     Ok(Translated { body: model_first(out), dropped: chat.dropped })
 }
@@ -150,11 +158,14 @@ pub fn answer(from: Api, to: Api, body: &[u8], created: u64) -> Option<Vec<u8>> 
         Api::OpenAi => openai::parse_answer(&o)?,
         Api::Anthropic => anthropic::parse_answer(&o)?,
         Api::Google => google::parse_answer(&o)?,
+        // Never asked (see `request`).
+        Api::Responses => return None,
     };
     let v = match to {
         Api::OpenAi => openai::write_answer(&a, created),
         Api::Anthropic => anthropic::write_answer(&a),
         Api::Google => google::write_answer(&a),
+        Api::Responses => responses::write_answer(&a, created),
     };
     serde_json::to_vec(&v).ok()
 }
@@ -178,7 +189,7 @@ pub fn error(_from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
     };
     let s32 = u32::from(status);
     let out = match to {
-        Api::OpenAi => {
+        Api::OpenAi | Api::Responses => {
             let kind = match status {
                 401 => "authentication_error",
                 403 => "permission_error",

@@ -109,6 +109,8 @@ impl Decoder {
             Api::OpenAi => self.openai(&v, out),
             Api::Anthropic => self.anthropic(&v, out),
             Api::Google => self.google(&v, out),
+            // Never asked: a Responses endpoint only serves Responses callers.
+            Api::Responses => {}
         }
     }
 
@@ -260,6 +262,8 @@ struct Encoder {
     array: bool,
     wrote: bool,
     ended: bool,
+    /// The Responses API's stream (items, sequence numbers).
+    responses: super::responses_stream::ResponsesEncoder,
 }
 
 fn sse(out: &mut Vec<u8>, event: Option<&str>, v: &Value) {
@@ -290,6 +294,10 @@ impl Encoder {
             Api::OpenAi => self.openai(ev, out),
             Api::Anthropic => self.anthropic(ev, out),
             Api::Google => self.google(ev, out),
+            Api::Responses => {
+                self.started = true;
+                self.ended = self.responses.encode(ev, self.created, out);
+            }
         }
     }
 

@@ -276,7 +276,7 @@ fn fields_without_a_counterpart_that_change_the_answer_are_refused() {
     assert_eq!(refused(Api::OpenAi, Api::Anthropic, serde_json::json!([1])), "body");
 }
 
-fn answers() -> [(Api, Value); 3] {
+pub(super) fn answers() -> [(Api, Value); 3] {
     [
         (
             Api::OpenAi,
@@ -319,6 +319,7 @@ fn answers_keep_content_calls_finish_and_usage_in_every_direction() {
                 Api::OpenAi => openai::parse_answer(&o),
                 Api::Anthropic => anthropic::parse_answer(&o),
                 Api::Google => google::parse_answer(&o),
+                Api::Responses => unreachable!("not among the answers"),
             }
             .unwrap();
             let what = format!("{from:?} -> {to:?}");
@@ -362,7 +363,7 @@ fn errors_take_the_callers_shape_and_status() {
     );
 }
 
-fn streams() -> [(Api, String); 3] {
+pub(super) fn streams() -> [(Api, String); 3] {
     let openai = [
         serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
         serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Hel"}}]}),

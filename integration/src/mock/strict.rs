@@ -311,6 +311,7 @@ pub fn check(api: crate::mock::Api, path: &str, body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     match api {
         crate::mock::Api::OpenAi if path == "/v1/chat/completions" => openai_chat(&v),
+        crate::mock::Api::OpenAi if path == "/v1/responses" => super::responses::check(&v),
         crate::mock::Api::OpenAi => None,
         crate::mock::Api::Anthropic => anthropic(&v),
         crate::mock::Api::Google => google(&v),

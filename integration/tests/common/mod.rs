@@ -19,6 +19,7 @@ pub fn test_catalog() -> Value {
     let mut catalog = json!({
         "providers": {
             "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
+                      "apis": {"openai": {}, "openai_responses": {}},
                       "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": true}},
             "beta": {"cluster": "c_beta", "authority": "beta.example",
                      "credential": {"header": "x-api-key", "prefix": "", "env": "SY_TEST_BETA_KEY"},
