@@ -24,6 +24,17 @@ pub fn chat_body(model: &str, size: usize, stream: bool) -> Vec<u8> {
     body.to_string().into_bytes()
 }
 
+/// A Responses API request of about `size` bytes (`input` padded), streamed or not.
+pub fn responses_body(model: &str, size: usize, stream: bool) -> Vec<u8> {
+    let mut body = json!({"model": model, "max_output_tokens": 16, "input": ""});
+    if stream {
+        body["stream"] = json!(true);
+    }
+    let filler = size.saturating_sub(body.to_string().len());
+    body["input"] = json!("x".repeat(filler));
+    body.to_string().into_bytes()
+}
+
 /// What one load run does.
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
@@ -31,7 +42,8 @@ pub struct LoadSpec {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
-    /// Answers must be SSE streams ending in `data: [DONE]`.
+    /// Answers must be SSE streams ending in `data: [DONE]` (chat, completions) or in the
+    /// Responses API's `response.completed` event.
     pub stream: bool,
     pub connections: usize,
     pub duration: Duration,
@@ -293,6 +305,9 @@ fn chunked_end(buf: &[u8], start: usize) -> Result<Option<(usize, Option<(usize,
     }
 }
 
+/// The Responses API's last stream event (it sends no `[DONE]`).
+const COMPLETED: &[u8] = b"event: response.completed\n";
+
 /// Reads one response into `buf` (cleared first). TTFB is taken when the first body byte is in.
 async fn read_response(sock: &mut TcpStream, buf: &mut Vec<u8>, t0: Instant) -> std::io::Result<Response> {
     buf.clear();
@@ -316,9 +331,11 @@ async fn read_response(sock: &mut TcpStream, buf: &mut Vec<u8>, t0: Instant) -> 
     if f.chunked {
         loop {
             if let Some((_, last)) = chunked_end(buf, head_end)? {
-                sse_done = last
-                    .and_then(|(s, n)| buf.get(s..s + n))
-                    .is_some_and(|d| d.ends_with(b"data: [DONE]\n\n") || d.ends_with(b"data: [DONE]\r\n\r\n"));
+                sse_done = last.and_then(|(s, n)| buf.get(s..s + n)).is_some_and(|d| {
+                    d.ends_with(b"data: [DONE]\n\n")
+                        || d.ends_with(b"data: [DONE]\r\n\r\n")
+                        || (d.ends_with(b"\n\n") && d.windows(COMPLETED.len()).any(|w| w == COMPLETED))
+                });
                 break;
             }
             fill(sock, buf).await?;

@@ -42,7 +42,13 @@ fn a_short_bench_run_serves_every_row_without_errors() {
     assert!(status.success(), "switchyard-bench failed ({status}); report:\n{report}");
 
     for load in ["1 KB", "1 KB SSE"] {
-        for row in ["direct to the mock", "plain Envoy", "Switchyard full path", "Switchyard translated"] {
+        for row in [
+            "direct to the mock",
+            "plain Envoy",
+            "Switchyard full path",
+            "Switchyard translated",
+            "Switchyard Responses",
+        ] {
             let line = report
                 .lines()
                 .find(|l| l.starts_with(&format!("| {load} | {row}")))

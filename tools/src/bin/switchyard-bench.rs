@@ -17,7 +17,8 @@
 //! BENCH_WARMUP_SECONDS (0.5), BENCH_ROUNDS (3), BENCH_CONNECTIONS (32), BENCH_SIZES (bytes,
 //! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
 //! (1: the LiteLLM row, installing it on first use), BENCH_TRANSLATED (1: the full path translated,
-//! an OpenAI caller served by Anthropic Messages endpoints), BENCH_LIMITS (1: the full path under a
+//! an OpenAI caller served by Anthropic Messages endpoints), BENCH_RESPONSES (1: a Responses API
+//! caller on the chat-completions endpoints, translated), BENCH_LIMITS (1: the full path under a
 //! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
 //! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
@@ -41,12 +42,14 @@ use switchyard_integration::memory::NOOP_WASM;
 use switchyard_integration::mesh::{free_port, RateLimitService, Redis};
 use switchyard_integration::procfs::{cpu_us, rss_kib, stat_fields};
 use switchyard_tools::floor::{floor_bootstrap, floor_module};
-use switchyard_tools::load::{chat_body, run, start_mock, LoadSpec};
+use switchyard_tools::load::{chat_body, responses_body, run, start_mock, LoadSpec};
 
 /// LiteLLM proxy, pinned (the newest release whose `proxy` extra installs from the package index).
 const LITELLM_VERSION: &str = "1.106.12";
 const MODEL: &str = "bench/model";
 const PATH: &str = "/v1/chat/completions";
+/// The Responses API's path (the `responses` caller of `--api`).
+const RESPONSES_PATH: &str = "/v1/responses";
 /// The caller's key (LiteLLM refuses to start without a master key; Envoy ignores it).
 const CALLER_KEY: &str = "sk-bench-7d1e3a9c5b2f4680e1d3a5c7b9f20468";
 
@@ -95,8 +98,9 @@ fn mock_main() -> Result<i32, String> {
     })
 }
 
-/// `switchyard-bench load --addr A --size N --stream 0|1 --connections N --seconds S`: one load
-/// run; prints a JSON summary, with this process's own CPU time.
+/// `switchyard-bench load --addr A --size N --stream 0|1 --connections N --seconds S [--api
+/// chat|responses]`: one load run (chat completions requests, or the Responses API's); prints a
+/// JSON summary, with this process's own CPU time.
 fn load_main(args: &[String]) -> Result<i32, String> {
     let mut opts: HashMap<&str, &str> = HashMap::new();
     for pair in args.chunks(2) {
@@ -110,14 +114,19 @@ fn load_main(args: &[String]) -> Result<i32, String> {
     let stream = get("stream")? == "1";
     let connections: usize = get("connections")?.parse().map_err(|e| format!("load: --connections: {e}"))?;
     let seconds: f64 = get("seconds")?.parse().map_err(|e| format!("load: --seconds: {e}"))?;
+    let (path, body) = match opts.get("api").copied().unwrap_or("chat") {
+        "chat" => (PATH, chat_body(MODEL, size, stream)),
+        "responses" => (RESPONSES_PATH, responses_body(MODEL, size, stream)),
+        other => return Err(format!("load: --api {other:?} (chat or responses)")),
+    };
     let spec = LoadSpec {
         addr,
-        path: PATH.into(),
+        path: path.into(),
         headers: vec![
             ("content-type".into(), "application/json".into()),
             ("authorization".into(), format!("Bearer {CALLER_KEY}")),
         ],
-        body: chat_body(MODEL, size, stream),
+        body,
         stream,
         connections,
         duration: Duration::from_secs_f64(seconds),
@@ -338,6 +347,24 @@ enum Target {
 struct Row {
     name: String,
     target: Target,
+    /// The API the row's requests speak (`Caller::Chat` but for the Responses row).
+    caller: Caller,
+}
+
+/// The API a row's load generator speaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Caller {
+    Chat,
+    Responses,
+}
+
+impl Caller {
+    fn arg(self) -> &'static str {
+        match self {
+            Caller::Chat => "chat",
+            Caller::Responses => "responses",
+        }
+    }
 }
 
 /// Keeps each row's processes alive for the run (dropping stops them).
@@ -621,6 +648,7 @@ impl Bench {
         addr: SocketAddr,
         pid: Option<u32>,
         load: Load,
+        caller: Caller,
         connections: usize,
         seconds: f64,
     ) -> Result<Sample, String> {
@@ -631,6 +659,7 @@ impl Bench {
         cmd.arg("load")
             .args(["--addr", &addr.to_string(), "--size", &load.size.to_string()])
             .args(["--stream", if load.stream { "1" } else { "0" }])
+            .args(["--api", caller.arg()])
             .args(["--connections", &connections.to_string(), "--seconds", &seconds.to_string()])
             .stdin(Stdio::null())
             .stderr(Stdio::inherit());
@@ -798,8 +827,11 @@ fn bench() -> Result<i32, String> {
 
     // The rows.
     let mut keep = Keep::default();
-    let mut rows: Vec<Row> =
-        vec![Row { name: "direct to the mock (no proxy)".into(), target: Target::Up { addr: mock_addr, pid: None } }];
+    let mut rows: Vec<Row> = vec![Row {
+        name: "direct to the mock (no proxy)".into(),
+        target: Target::Up { addr: mock_addr, pid: None },
+        caller: Caller::Chat,
+    }];
     let add_envoy = |rows: &mut Vec<Row>, keep: &mut Keep, name: &str, boot: Result<Value, String>, tag: &str| {
         let target = match boot.and_then(|b| start_envoy(&b, tag, 1, &bench.cores)) {
             Ok(e) => {
@@ -809,7 +841,7 @@ fn bench() -> Result<i32, String> {
             }
             Err(e) => Target::Down(e.lines().next().unwrap_or("").to_string()),
         };
-        rows.push(Row { name: name.into(), target });
+        rows.push(Row { name: name.into(), target, caller: Caller::Chat });
     };
     let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port: mock_port }, 0, 0);
     add_envoy(&mut rows, &mut keep, "plain Envoy (router only)", Ok(plain_boot.clone()), "bench-plain");
@@ -845,6 +877,20 @@ fn bench() -> Result<i32, String> {
             Ok(boot),
             "bench-translated",
         );
+    }
+    if env_on("BENCH_RESPONSES") {
+        // A Responses API caller on the same chat-completions endpoints: the request, the answer
+        // and the stream translated (`docs/translation.md`, "Responses caller").
+        add_envoy(
+            &mut rows,
+            &mut keep,
+            "Switchyard Responses (Responses caller, chat endpoint)",
+            Ok(bootstrap(&switchyard_config(mock_port))),
+            "bench-responses",
+        );
+        if let Some(row) = rows.last_mut() {
+            row.caller = Caller::Responses;
+        }
     }
     if env_on("BENCH_BREAKDOWN") {
         // The floor of the shape (a Wasm body router that parses and decides nothing), request
@@ -904,7 +950,7 @@ fn bench() -> Result<i32, String> {
             }
             Err(e) => Target::Down(format!("not available: {e}")),
         };
-        rows.push(Row { name: litellm_name.clone(), target });
+        rows.push(Row { name: litellm_name.clone(), target, caller: Caller::Chat });
     }
     let plain_idx = 1;
     let sy_idx = 2;
@@ -929,7 +975,7 @@ fn bench() -> Result<i32, String> {
     eprintln!("bench: warming up {} rows on {} loads", up.len(), loads.len());
     for &load in &loads {
         for &(i, addr, pid) in &up {
-            let s = bench.load(addr, pid, load, connections, warmup)?;
+            let s = bench.load(addr, pid, load, rows[i].caller, connections, warmup)?;
             if s.requests == 0 {
                 eprintln!(
                     "bench: warm-up of {:?} on {} served nothing: {:?}",
@@ -954,11 +1000,11 @@ fn bench() -> Result<i32, String> {
                 order.rotate_left(k);
             }
             for &(i, addr, pid) in &order {
-                let s = bench.load(addr, pid, load, connections, seconds)?;
+                let s = bench.load(addr, pid, load, rows[i].caller, connections, seconds)?;
                 cells[li][i].loaded.push(s);
             }
             for &(i, addr, pid) in order.iter().rev() {
-                let s = bench.load(addr, pid, load, 1, idle_seconds)?;
+                let s = bench.load(addr, pid, load, rows[i].caller, 1, idle_seconds)?;
                 cells[li][i].idle.push(s);
             }
         }
@@ -998,7 +1044,7 @@ fn bench() -> Result<i32, String> {
                 Load { size: 102_400, stream: false },
             ] {
                 // (The no-op module routes nothing: its requests end in the catch-all 404.)
-                bench.load(e.addr(), Some(e.pid()), load, connections, seconds.min(2.0))?;
+                bench.load(e.addr(), Some(e.pid()), load, Caller::Chat, connections, seconds.min(2.0))?;
             }
             rss.push(rss_kib(e.pid()));
         }
