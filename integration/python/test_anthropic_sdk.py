@@ -103,3 +103,14 @@ def test_errors_surface_as_anthropic_exceptions(client):
             model=QWEN, max_tokens=64, messages=HI, extra_body={"provider": {"sort": "cheapest"}}
         )
     assert e.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_models_list_and_retrieve_in_anthropics_shape(client):
+    # The SDK sends anthropic-version: the listing comes in Anthropic's shape, every page of it.
+    ids = [m.id for m in client.models.list()]
+    assert CLAUDE in ids and QWEN in ids
+    m = client.models.retrieve(CLAUDE)
+    assert (m.type, m.id, m.display_name) == ("model", CLAUDE, CLAUDE)
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.models.retrieve("no/such-model")
+    assert e.value.body["error"]["type"] == "not_found_error"

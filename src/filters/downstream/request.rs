@@ -84,8 +84,8 @@ impl<H: Host> Stream<H> {
     }
 
     /// Answers `GET /v1/models[/{id}[/endpoints]]` from the catalog, showing only what the
-    /// caller's operator policy lets it reach.
-    pub(super) fn listing(&mut self, which: &listing::Listing) -> Action {
+    /// caller's operator policy lets it reach; in Anthropic's shape for an Anthropic client.
+    pub(super) fn listing(&mut self, which: &listing::Listing, anthropic: bool) -> Action {
         let config = Rc::clone(&self.config);
         let health = SharedHealth::new(
             &self.host,
@@ -96,7 +96,8 @@ impl<H: Host> Stream<H> {
         let allowed = |e: &crate::config::Endpoint| {
             !config.catalog.shadowed_by_byok(e) && policy.is_none_or(|p| policy_allows(p, &config.catalog, e))
         };
-        match listing::answer(&config.catalog, &config.presets, which, &health, &allowed) {
+        let answer = if anthropic { listing::anthropic } else { listing::answer };
+        match answer(&config.catalog, &config.presets, which, &health, &allowed) {
             Ok(body) => {
                 let mut headers = vec![("content-type", "application/json")];
                 if let Some(p) = policy {
