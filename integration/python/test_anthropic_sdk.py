@@ -114,3 +114,10 @@ def test_models_list_and_retrieve_in_anthropics_shape(client):
     with pytest.raises(anthropic.NotFoundError) as e:
         client.models.retrieve("no/such-model")
     assert e.value.body["error"]["type"] == "not_found_error"
+
+
+def test_count_tokens_is_the_filters_estimate(client):
+    # No endpoint is asked: the bytes of `messages` (400 of text and the JSON around it) / 4.
+    raw = client.messages.with_raw_response.count_tokens(model=CLAUDE, messages=[{"role": "user", "content": "x" * 400}])
+    assert raw.headers["x-switchyard-estimate"] == "true"
+    assert 100 < raw.parse().input_tokens < 115

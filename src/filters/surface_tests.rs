@@ -4,8 +4,10 @@
 use std::rc::Rc;
 
 use super::downstream::Stream;
-use super::mock::MockHost;
+use super::host::Action;
+use super::mock::{MockHost, Reply};
 use super::tests::{configured, json};
+use super::Configured;
 use super::Filter;
 use crate::protocol::scope::route_mark_path;
 
@@ -46,4 +48,46 @@ fn anthropic_clients_get_the_model_listing_in_anthropics_shape() {
     );
     let (_, openai) = get("/v1/models", false);
     assert_eq!((openai["object"].as_str(), openai["data"][0]["object"].as_str()), (Some("list"), Some("model")));
+}
+
+/// `POST /v1/messages/count_tokens`: the estimate in Anthropic's shape, marked as one.
+fn count(config: &Rc<Configured>, body: &str) -> Reply {
+    let host = MockHost::new();
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1/messages/count_tokens"),
+        (":authority", "gateway"),
+        ("anthropic-version", "2023-06-01"),
+        ("content-type", "application/json"),
+    ]);
+    host.state().request_body = body.as_bytes().to_vec();
+    let mut stream = Stream::new(host.clone(), Rc::clone(config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause, "waits for the body");
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Pause, "answered here");
+    let reply = host.state().reply.clone().expect("answered locally");
+    assert!(host.state().request_headers.iter().all(|(k, _)| k != "x-envoy-max-retries"), "nothing routed");
+    reply
+}
+
+#[test]
+fn count_tokens_answers_the_filters_estimate_in_anthropics_shape() {
+    let config = configured(
+        r#"{"providers": {"a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"}}},
+            "models": {"v/m": {"endpoints": [{"provider": "a", "pricing": {"prompt": 1, "completion": 1}}]}}}"#,
+    );
+    // 40 bytes of messages and 10 of system (its quotes included): 13 tokens; 22 of tools: 6.
+    let messages = r#"[{"role":"user","content":"0123456789"}]"#;
+    let body =
+        format!(r#"{{"model":"v/m","system":"abcdefg.","messages":{messages},"tools":[{{"name":"t","x":"0"}}]}}"#);
+    let reply = count(&config, &body);
+    assert_eq!(reply.status, 200);
+    assert_eq!(json(&reply.body), serde_json::json!({"input_tokens": 19}));
+    assert!(reply.headers.iter().any(|(k, v)| k == "x-switchyard-estimate" && v == "true"), "{:?}", reply.headers);
+    // An unknown model and a body without one are refused as /v1/messages refuses them.
+    let missing = count(&config, r#"{"model":"no/such","messages":[{"role":"user","content":"x"}]}"#);
+    let e = json(&missing.body);
+    assert_eq!((e["type"].as_str(), e["error"]["code"].as_str()), (Some("error"), Some("model_not_found")), "{e}");
+    let bad = count(&config, r#"{"messages":[{"role":"user","content":"x"}]}"#);
+    assert_eq!((bad.status / 100, json(&bad.body)["type"].as_str()), (4, Some("error")));
 }
