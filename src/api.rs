@@ -9,6 +9,8 @@ pub const ROUTED_PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", 
 pub const RESPONSES_PATH: &str = "/v1/responses";
 /// The Anthropic Messages path.
 pub const MESSAGES_PATH: &str = "/v1/messages";
+/// Anthropic's token counting: answered with the filter's own estimate (`count_tokens`).
+pub const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
 /// Prefixes of Google's model methods (`/{version}/models/{model}:{method}`): the version the
 /// caller chose is kept (google-genai calls `v1beta` or `v1`). Every `/v1beta` path is Google's;
 /// under `/v1/models/` only the generateContent methods are (GETs there are OpenAI listings).
@@ -60,7 +62,7 @@ impl Api {
     /// The API of a routed request path (query ignored); OpenAI for anything else.
     pub fn of_path(path: &str) -> Api {
         let bare = path.split('?').next().unwrap_or("");
-        if bare == MESSAGES_PATH {
+        if bare == MESSAGES_PATH || bare == COUNT_TOKENS_PATH {
             Api::Anthropic
         } else if bare == RESPONSES_PATH {
             Api::Responses
@@ -144,17 +146,24 @@ pub struct Surface {
     /// OpenAI's chat completions and completions: a stream reports its usage only when the
     /// body asks (`stream_options.include_usage`), so Switchyard asks on the caller's behalf.
     pub usage_on_request: bool,
+    /// Anthropic's `/v1/messages/count_tokens`: the body is a Messages request to count, not to
+    /// run.
+    pub count_tokens: bool,
 }
 
 impl Surface {
     /// OpenAI's `/v1/chat/completions` and `/v1/completions`.
-    pub const OPENAI: Surface = Surface { api: Api::OpenAi, path_model: None, method: None, usage_on_request: true };
+    pub const OPENAI: Surface =
+        Surface { api: Api::OpenAi, path_model: None, method: None, usage_on_request: true, count_tokens: false };
     /// OpenAI's `/v1/responses` (its streams always end with their usage).
     pub const OPENAI_RESPONSES: Surface =
-        Surface { api: Api::Responses, path_model: None, method: None, usage_on_request: false };
+        Surface { api: Api::Responses, path_model: None, method: None, usage_on_request: false, count_tokens: false };
+    /// Anthropic's `/v1/messages/count_tokens`.
+    pub const COUNT_TOKENS: Surface =
+        Surface { api: Api::Anthropic, path_model: None, method: None, usage_on_request: false, count_tokens: true };
 
     pub fn of(api: Api) -> Surface {
-        Surface { api, path_model: None, method: None, usage_on_request: api == Api::OpenAi }
+        Surface { api, path_model: None, method: None, usage_on_request: api == Api::OpenAi, count_tokens: false }
     }
 }
 

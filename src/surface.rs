@@ -10,8 +10,8 @@
 use crate::answer::errors::ApiError;
 use crate::answer::listing::{self, Listing};
 use crate::api::{
-    google_path, Api, Surface, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH, RESPONSES_PATH,
-    ROUTED_PATHS,
+    google_path, Api, Surface, COUNT_TOKENS_PATH, GOOGLE_MODELS_PREFIX, GOOGLE_V1_MODELS_PREFIX, MESSAGES_PATH,
+    RESPONSES_PATH, ROUTED_PATHS,
 };
 use crate::config::{Catalog, Routing};
 
@@ -53,6 +53,8 @@ pub fn disposition(method: &str, path: &str, catalog: &Catalog) -> Disposition {
         Some(Surface::OPENAI)
     } else if bare == MESSAGES_PATH {
         Some(Surface::of(Api::Anthropic))
+    } else if bare == COUNT_TOKENS_PATH {
+        Some(Surface::COUNT_TOKENS)
     } else if bare.starts_with(GOOGLE_MODELS_PREFIX) || bare.starts_with(GOOGLE_V1_MODELS_PREFIX) {
         google_path(bare).map(|(model, m)| Surface {
             path_model: Some(model),
@@ -290,7 +292,7 @@ mod tests {
             ("POST", "/v1beta/models/:generateContent", 404, Api::Google),
             ("POST", "/v1beta/models/a%zz:generateContent", 404, Api::Google),
             ("GET", "/v1/messages", 405, Api::Anthropic),
-            ("POST", "/v1/messages/count_tokens", 404, Api::OpenAi),
+            ("GET", "/v1/messages/count_tokens", 405, Api::Anthropic),
         ] {
             match disposition(method, path, &r) {
                 Disposition::Local(e) => assert_eq!((e.status, e.api), (status, api), "{method} {path}"),

@@ -51,6 +51,9 @@ pub const POLICY_HEADER: &str = "x-switchyard-policy";
 pub const PROVIDER_HEADER: &str = "x-switchyard-provider";
 /// The catalog model that served.
 pub const MODEL_HEADER: &str = "x-switchyard-model";
+/// `true` on an answer computed from the filter's own estimate, not a provider's count
+/// (`/v1/messages/count_tokens`).
+pub const ESTIMATE_HEADER: &str = "x-switchyard-estimate";
 /// Set by the per-attempt filter when it turned a non-retryable failure into a retry because a
 /// fallback model remains (its value: the provider's status).
 pub const MODEL_FAILURE_HEADER: &str = "x-switchyard-model-failure";
@@ -90,6 +93,7 @@ mod tests {
             LIMITS_HEADER,
             PROVIDER_HEADER,
             MODEL_HEADER,
+            ESTIMATE_HEADER,
             MODEL_FAILURE_HEADER,
             ATTEMPTS_HEADER,
             OWN_REPLY_HEADER,

@@ -103,3 +103,21 @@ def test_errors_surface_as_anthropic_exceptions(client):
             model=QWEN, max_tokens=64, messages=HI, extra_body={"provider": {"sort": "cheapest"}}
         )
     assert e.value.body["error"]["type"] == "invalid_request_error"
+
+
+def test_models_list_and_retrieve_in_anthropics_shape(client):
+    # The SDK sends anthropic-version: the listing comes in Anthropic's shape, every page of it.
+    ids = [m.id for m in client.models.list()]
+    assert CLAUDE in ids and QWEN in ids
+    m = client.models.retrieve(CLAUDE)
+    assert (m.type, m.id, m.display_name) == ("model", CLAUDE, CLAUDE)
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.models.retrieve("no/such-model")
+    assert e.value.body["error"]["type"] == "not_found_error"
+
+
+def test_count_tokens_is_the_filters_estimate(client):
+    # No endpoint is asked: the bytes of `messages` (400 of text and the JSON around it) / 4.
+    raw = client.messages.with_raw_response.count_tokens(model=CLAUDE, messages=[{"role": "user", "content": "x" * 400}])
+    assert raw.headers["x-switchyard-estimate"] == "true"
+    assert 100 < raw.parse().input_tokens < 115

@@ -106,7 +106,8 @@ pub struct Behavior {
     /// The OpenAI API is an OpenAI-compatible host's (`compat`), which also takes `top_k`,
     /// `min_p`, `top_a` and `repetition_penalty`; by default it is OpenAI's own.
     pub openai_compatible: bool,
-    /// OpenAI chat answers follow the scripted coding-agent model of [`agent`] (`agent`).
+    /// OpenAI chat and Anthropic answers follow the scripted coding-agent model of [`agent`]
+    /// (`agent`).
     pub agent: bool,
     /// The fault (status, reset, garbage) applies only to a request whose last message is a
     /// tool's result (`onresult`): a provider that fails mid-session.
@@ -442,8 +443,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// `content-length`), `cached<n>` (cached prompt tokens
 /// in `usage`; Anthropic: `cache_read_input_tokens`; Google: `cachedContentTokenCount`), `gzip`
 /// (answers compressed even when the request asked for `identity`), `compat` (the OpenAI API is
-/// an OpenAI-compatible host's: `Behavior::openai_compatible`), `agent` (OpenAI chat answers
-/// scripted as a coding agent's model: [`agent`]), `onresult` (the fault only on a request
+/// an OpenAI-compatible host's: `Behavior::openai_compatible`), `agent` (OpenAI chat and
+/// Anthropic answers scripted as a coding agent's model: [`agent`]), `onresult` (the fault only on a request
 /// carrying a tool's result), `azure` (the provider is an Azure
 /// OpenAI resource: `Behavior::azure`), `filter` / `filterout` (Azure's
 /// content filter refuses the prompt or cuts the answer: `Behavior::content_filter`).

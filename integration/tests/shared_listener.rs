@@ -360,7 +360,7 @@ async fn a_host_added_by_hand_keeps_envoys_own_errors_and_switchyard_routes_keep
         for (path, api) in [
             ("/v1/files", "openai"),
             // An Anthropic and a Google path the filter leaves to the pass-through route.
-            ("/v1/messages/count_tokens", "anthropic"),
+            ("/v1/messages/batches", "anthropic"),
             ("/v1beta/models/m/one:countTokens", "google"),
         ] {
             let mut h = vec![("host", "llm.example"), ("content-type", "application/json")];

@@ -1,6 +1,8 @@
 //! `GET /v1/models`, `GET /v1/models/{id}` and `GET /v1/models/{id}/endpoints`, answered from
 //! the catalog: the OpenAI list shape (`client.models.list()` works) with OpenRouter's extras,
-//! and OpenRouter's per-model endpoints listing with live statistics.
+//! and OpenRouter's per-model endpoints listing with live statistics. An Anthropic client (one
+//! sending `anthropic-version`) gets the model list and a model in Anthropic's shape instead
+//! ([`anthropic`]): `{"data": [{"type": "model", "id", "display_name", "created_at"}], ...}`.
 //!
 //! Prices follow OpenRouter's API: USD per token, as decimal strings. `allowed` decides which
 //! endpoints the caller may see (an operator policy narrows it; without one, all).
@@ -137,6 +139,48 @@ pub fn answer(
     health: &dyn HealthView,
     allowed: &dyn Fn(&Endpoint) -> bool,
 ) -> Result<String, ApiError> {
+    value(catalog, presets, listing, health, allowed).map(|v| v.to_string())
+}
+
+/// One listed model in Anthropic's shape, from its OpenAI-shaped entry. The catalog has no
+/// creation dates: `created_at` is the epoch, as OpenAI's `created` is 0.
+fn anthropic_model(m: &Value) -> Value {
+    let field = |k: &str| m.get(k).cloned().unwrap_or(Value::Null);
+    json!({"type": "model", "id": field("id"), "display_name": field("name"), "created_at": "1970-01-01T00:00:00Z"})
+}
+
+/// The listing for an Anthropic client: the list (all of it in one page: `has_more` false, the
+/// SDK's `limit` / `after_id` ignored) and a model in Anthropic's shape; a model's endpoints
+/// listing is OpenRouter's, whoever asks.
+pub fn anthropic(
+    catalog: &Catalog,
+    presets: &Presets,
+    listing: &Listing,
+    health: &dyn HealthView,
+    allowed: &dyn Fn(&Endpoint) -> bool,
+) -> Result<String, ApiError> {
+    let v = value(catalog, presets, listing, health, allowed)?;
+    Ok(match listing {
+        Listing::Models => {
+            let listed = v.get("data").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            let data: Vec<Value> = listed.iter().map(anthropic_model).collect();
+            let id = |m: Option<&Value>| m.and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+            let (first, last) = (id(data.first()), id(data.last()));
+            json!({"data": data, "has_more": false, "first_id": first, "last_id": last})
+        }
+        Listing::Model(_) => anthropic_model(&v),
+        Listing::Endpoints(_) => v,
+    }
+    .to_string())
+}
+
+fn value(
+    catalog: &Catalog,
+    presets: &Presets,
+    listing: &Listing,
+    health: &dyn HealthView,
+    allowed: &dyn Fn(&Endpoint) -> bool,
+) -> Result<Value, ApiError> {
     match listing {
         Listing::Models => {
             let mut data: Vec<Value> = catalog
@@ -168,7 +212,7 @@ pub fn answer(
                     }));
                 }
             }
-            Ok(json!({"object": "list", "data": data}).to_string())
+            Ok(json!({"object": "list", "data": data}))
         }
         Listing::Model(id) => {
             let m = catalog.model(id).ok_or_else(|| not_found(id))?;
@@ -176,7 +220,7 @@ pub fn answer(
             if eps.is_empty() {
                 return Err(not_found(id));
             }
-            Ok(model_json(m, &eps).to_string())
+            Ok(model_json(m, &eps))
         }
         Listing::Endpoints(id) => {
             let m = catalog.model(id).ok_or_else(|| not_found(id))?;
@@ -221,7 +265,7 @@ pub fn answer(
                     })
                 })
                 .collect();
-            Ok(json!({"data": {"id": m.id, "name": m.id, "endpoints": list}}).to_string())
+            Ok(json!({"data": {"id": m.id, "name": m.id, "endpoints": list}}))
         }
     }
 }

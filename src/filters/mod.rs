@@ -25,6 +25,8 @@ pub mod mesh;
 pub mod mock;
 pub mod shared;
 #[cfg(test)]
+mod surface_tests;
+#[cfg(test)]
 mod tests;
 pub mod upstream;
 mod usage;

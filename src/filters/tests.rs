@@ -51,7 +51,7 @@ const BODY: &str = r#"{"model": "m", "messages": [{"role": "user", "content": "h
 
 const ANSWER: &str = r#"{"id": "x", "model": "m-upstream", "choices": [{"message": {"role": "assistant", "content": "hello"}}], "usage": {"prompt_tokens": 1000000, "completion_tokens": 0}}"#;
 
-fn configured(json: &str) -> Rc<Configured> {
+pub(super) fn configured(json: &str) -> Rc<Configured> {
     Rc::new(configure(json.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("test config rejected: {e}")))
 }
 
@@ -96,7 +96,7 @@ fn answer(host: &MockHost, status: &str, body: &str) {
     host.state().response_body = body.as_bytes().to_vec();
 }
 
-fn json(bytes: &[u8]) -> Value {
+pub(super) fn json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
 }
 

@@ -124,6 +124,9 @@ fn member(dialect: Dialect, fields: &TopLevel, key: &str, raw: &RawValue) -> Mem
         // OpenRouter's top-level `cache_control` (Anthropic's automatic caching) and
         // `image_config`: no OpenAI body has them.
         (Dialect::OpenAiChat | Dialect::OpenAiResponses, "cache_control" | "image_config") => Member::Drop,
+        // Codex's `client_metadata` (its installation, session and turn ids, for OpenAI's logs):
+        // it only tunes logging, and a Responses host other than OpenAI refuses it as unknown.
+        (Dialect::OpenAiResponses, "client_metadata") => Member::Drop,
         (Dialect::OpenAiCompletions, "reasoning" | "cache_control" | "image_config" | "prompt_cache_key") => {
             Member::Drop
         }
@@ -558,6 +561,12 @@ mod tests {
         for (dialect, want) in cases {
             assert_eq!(body_of(dialect, OPENROUTER_BODY), want, "{dialect:?}");
         }
+    }
+
+    #[test]
+    fn codex_client_metadata_never_reaches_a_responses_host() {
+        let codex = r#"{"store":false,"client_metadata":{"session_id":"s"},"prompt_cache_key":"k"}"#;
+        assert_eq!(body_of(Dialect::OpenAiResponses, codex), r#"{"model":"up","store":false,"prompt_cache_key":"k"}"#);
     }
 
     #[test]

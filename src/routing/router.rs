@@ -234,6 +234,12 @@ struct ResolvedModel {
     pin: Option<String>,
 }
 
+/// Whether `written` names a model of the catalog (a variant or a provider pin allowed), or the
+/// 404 saying it does not.
+pub fn known_model(catalog: &Catalog, written: &str, param: &str) -> Result<(), ApiError> {
+    resolve_model(catalog, written, param).map(|_| ())
+}
+
 fn resolve_model(catalog: &Catalog, written: &str, param: &str) -> Result<ResolvedModel, ApiError> {
     // A catalog id (even one with a colon), or `provider/<catalog id>`.
     let lookup = |id: &str| -> Option<(usize, Option<String>)> {

@@ -102,6 +102,14 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                     description: t.g("description").cloned(),
                     parameters: t.g("parameters").cloned(),
                 }),
+                // Codex's sub-agent tools: their calls come back naming the namespace too, which
+                // no other API can say (a bare name reaches Codex as an unsupported call).
+                Some("namespace") => {
+                    return Err(Refused::new(
+                        format!("tools[{i}].type"),
+                        "namespace tools are called by namespace: only function tools are translated across APIs",
+                    ));
+                }
                 other => {
                     let kind = super::header_text(other.unwrap_or("?"));
                     return Err(Refused::new(

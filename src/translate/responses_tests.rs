@@ -132,6 +132,12 @@ fn what_cannot_be_translated_is_refused_naming_the_field() {
     assert!(refused(Api::OpenAi, serde_json::json!({"model": "x", "tools": [{"type": "web_search"}], "input": "hi"}))
         .message
         .contains("web_search"));
+    // Codex's sub-agent tools, grouped in a namespace.
+    let codex = serde_json::json!({"model": "x", "input": "hi", "tools": [{"type": "namespace", "name": "multi_agent_v1",
+        "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]}]});
+    let e = refused(Api::Anthropic, codex);
+    assert_eq!(e.param, "tools[0].type");
+    assert!(e.message.contains("namespace tools"), "{}", e.message);
 }
 
 #[test]

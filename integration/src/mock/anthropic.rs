@@ -110,6 +110,19 @@ fn event(kind: &str, data: &Value) -> Bytes {
 
 pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
     let msg_id = format!("msg_{}_{}", ask.provider, ask.id);
+    if let Some(turn) = b.agent.then(|| super::agent::anthropic_turn(ask.body)).flatten() {
+        drop(guard);
+        if ask.stream {
+            let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+            for e in super::agent::anthropic_events(ask.provider, &ask.model, ask.id, &turn) {
+                let _ = tx.try_send(Ok(e));
+            }
+            return Ok(stream_head(ask.provider, "text/event-stream", false).body(ChannelBody(rx))?);
+        }
+        let message = super::agent::anthropic_message(ask.provider, &ask.model, ask.id, &turn);
+        let (resp, body) = whole_answer(ask.provider, message.to_string(), false, None);
+        return Ok(resp.header("request-id", format!("req_{msg_id}")).body(body)?);
+    }
     if !ask.stream {
         drop(guard);
         let (content, stop_reason) = match b.tool_call {

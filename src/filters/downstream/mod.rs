@@ -304,7 +304,13 @@ impl<H: Host> Filter for Stream<H> {
             Disposition::Route(surface) => self.surface = Some(surface),
             Disposition::Listing(which) => {
                 self.select_policy(&headers);
-                return self.listing(&which);
+                // An Anthropic client (its SDK always sends `anthropic-version`) gets Anthropic's
+                // shapes, errors included.
+                let anthropic = find(&headers, ANTHROPIC_VERSION).is_some();
+                if anthropic {
+                    self.api = Api::Anthropic;
+                }
+                return self.listing(&which, anthropic);
             }
             Disposition::PassThrough(cluster) => {
                 self.host.set_req_header(PASSTHROUGH_HEADER, Some(&cluster));

@@ -2,6 +2,8 @@
 //! decision and its hand-off to Envoy, the first attempt it prepares itself.
 
 use super::*;
+use crate::routing::request::ChatRequest;
+use crate::wiring::ESTIMATE_HEADER;
 
 impl<H: Host> Stream<H> {
     /// The operator policy for this caller, if policies are configured.
@@ -84,8 +86,8 @@ impl<H: Host> Stream<H> {
     }
 
     /// Answers `GET /v1/models[/{id}[/endpoints]]` from the catalog, showing only what the
-    /// caller's operator policy lets it reach.
-    pub(super) fn listing(&mut self, which: &listing::Listing) -> Action {
+    /// caller's operator policy lets it reach; in Anthropic's shape for an Anthropic client.
+    pub(super) fn listing(&mut self, which: &listing::Listing, anthropic: bool) -> Action {
         let config = Rc::clone(&self.config);
         let health = SharedHealth::new(
             &self.host,
@@ -96,7 +98,8 @@ impl<H: Host> Stream<H> {
         let allowed = |e: &crate::config::Endpoint| {
             !config.catalog.shadowed_by_byok(e) && policy.is_none_or(|p| policy_allows(p, &config.catalog, e))
         };
-        match listing::answer(&config.catalog, &config.presets, which, &health, &allowed) {
+        let answer = if anthropic { listing::anthropic } else { listing::answer };
+        match answer(&config.catalog, &config.presets, which, &health, &allowed) {
             Ok(body) => {
                 let mut headers = vec![("content-type", "application/json")];
                 if let Some(p) = policy {
@@ -127,6 +130,9 @@ impl<H: Host> Stream<H> {
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();
+        if surface.count_tokens {
+            return self.count_tokens(&body, &surface, header.as_deref());
+        }
         let decided = span("decide", || {
             decide_for(
                 &config.catalog,
@@ -150,6 +156,32 @@ impl<H: Host> Stream<H> {
             }
             Err(e) => self.reject(&e),
         }
+    }
+
+    /// Answers Anthropic's `/v1/messages/count_tokens` with the filter's own estimate, in
+    /// Anthropic's shape (`{"input_tokens": N}`) and marked `x-switchyard-estimate: true`: the
+    /// bytes of `system`, `messages` and `tools` / 4, as routing estimates a prompt (linear in
+    /// the body). The body is validated as a Messages request and its model must be one of the
+    /// catalog's (or `auto`); nothing reaches a provider.
+    fn count_tokens(&mut self, body: &[u8], surface: &Surface, header: Option<&str>) -> Action {
+        let req = match ChatRequest::parse_for(body, surface, header) {
+            Ok(r) => r,
+            Err(e) => return self.reject(&e),
+        };
+        let catalog = &self.config.catalog;
+        for (i, m) in req.model.iter().chain(req.models.iter()).enumerate() {
+            let param = if i == 0 && req.model.is_some() { "model" } else { req.models_field };
+            if !crate::routing::auto::is_auto(m) {
+                if let Err(e) = crate::routing::router::known_model(catalog, m, param) {
+                    return self.reject(&e);
+                }
+            }
+        }
+        let tools = req.fields.get("tools").map_or(0, |t| t.get().len() as u64);
+        let tokens = req.prompt_tokens.saturating_add(tools.div_ceil(4));
+        let headers = [("content-type", "application/json"), (ESTIMATE_HEADER, "true")];
+        self.host.reply(200, &headers, format!("{{\"input_tokens\":{tokens}}}").as_bytes());
+        Action::Pause
     }
 
     /// Hands the ranked list to Envoy: the first attempt's cluster token where the route's
