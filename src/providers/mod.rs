@@ -8,6 +8,7 @@
 //! - `azure` ([`azure`]): Azure OpenAI, resource + deployment.
 
 pub mod azure;
+pub mod bedrock;
 
 use std::sync::Arc;
 

@@ -1,0 +1,3 @@
+//! Amazon Bedrock: the AWS event stream its streamed answers are framed in ([`eventstream`]).
+
+pub mod eventstream;
