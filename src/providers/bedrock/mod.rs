@@ -9,12 +9,13 @@
 //!   `model` or `stream` (the path says both) ([`invoke_body`]);
 //! - streams: AWS event stream frames ([`eventstream`]) whose `chunk` events carry a base64
 //!   Anthropic stream event, turned back into Anthropic's SSE stream frame by frame
-//!   (next: a converter); exceptions inside the stream become an Anthropic `error` event;
+//!   ([`stream::Converter`]); exceptions inside the stream become an Anthropic `error` event;
 //! - errors: `{"message": ...}` with the exception's name in `x-amzn-ErrorType`, turned into
 //!   Anthropic's error body with a status that classifies it like any provider's
 //!   ([`http_error`]).
 
 pub mod eventstream;
+pub mod stream;
 
 use crate::protocol::bytes::push_json_string;
 use crate::routing::request::TopLevel;
