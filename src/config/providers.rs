@@ -14,8 +14,9 @@ use crate::providers::Kind;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProvider {
     cluster: String,
-    /// What kind of provider this is (`standard`, `azure`; see `crate::providers::KINDS`): its
-    /// paths, key header and stream quirks. Default `standard`.
+    /// What kind of provider this is (`standard`, `azure`, `bedrock`; see
+    /// `crate::providers::KINDS`): its paths, key header, body, stream and error quirks. Default
+    /// `standard`. A kind that rewrites every attempt (`bedrock`) takes no `first_attempt_cluster`.
     #[serde(default)]
     kind: Option<String>,
     /// The kind's own settings (Azure: `path`, `api_version`), checked by the kind.
@@ -253,6 +254,12 @@ pub(super) fn compile_provider(
         return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
     }
     let kind = crate::providers::compile(&field, p.kind.as_deref(), p.kind_options.as_ref())?;
+    if kind.needs_attempt_filter() && p.first_attempt_cluster.is_some() {
+        return Err(err(
+            format!("{field}.first_attempt_cluster"),
+            format!("kind {} rewrites every attempt in the per-attempt filter: no first-attempt cluster", kind.name()),
+        ));
+    }
     let credential = match &p.credential {
         None => None,
         Some(c) => Some(compile_credential(&field, c, kind.default_credential(), env)?),
