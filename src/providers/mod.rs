@@ -6,6 +6,7 @@
 //! - `standard`: every API at its own path prefix (`path_prefix`, `apis.<api>.path_prefix`), the
 //!   key where `credential` says (OpenAI: `authorization: Bearer`), streams as the API sends them.
 //! - `azure` ([`azure`]): Azure OpenAI, resource + deployment.
+//! - `bedrock` ([`bedrock`]): Anthropic's models on Amazon Bedrock (InvokeModel), signed by Envoy.
 
 pub mod azure;
 pub mod bedrock;
@@ -98,7 +99,8 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
 /// `kind_options` (None when absent); `field` is the provider's path for errors.
 pub type CompileKind = fn(field: &str, options: Option<&serde_json::Value>) -> Result<Arc<dyn Kind>, ConfigError>;
 
-pub const KINDS: &[(&str, CompileKind)] = &[("standard", standard), ("azure", azure::compile)];
+pub const KINDS: &[(&str, CompileKind)] =
+    &[("standard", standard), ("azure", azure::compile), ("bedrock", bedrock::compile)];
 
 /// Turns a provider's streamed answer into its API's stream, chunk by chunk (`Kind::stream_converter`).
 pub trait StreamConverter {

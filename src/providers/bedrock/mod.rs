@@ -1,12 +1,15 @@
 //! Amazon Bedrock: Anthropic's models through `InvokeModel` and `InvokeModelWithResponseStream`.
-//! What differs from Anthropic's own Messages API, as pure functions the `bedrock` kind is built
-//! from (it is not in `KINDS` yet: the per-attempt filter does not call these yet):
+//! Requests are signed by Envoy (`envoy.filters.http.aws_request_signing` on the provider's
+//! cluster, after the per-attempt filter), or carry a Bedrock API key (`credential`, sent as
+//! `authorization: Bearer`): the module holds no AWS secret. What differs from Anthropic's own
+//! Messages API:
 //!
 //! - paths: `/model/{modelId}/invoke` and `/model/{modelId}/invoke-with-response-stream`, the
 //!   model id or inference profile id percent-encoded as one segment (`:` as `%3A`, as SigV4's
 //!   canonical URI wants it) ([`invoke_path`]);
-//! - the body: the Messages body with `anthropic_version: "bedrock-2023-05-31"` first and no
-//!   `model` or `stream` (the path says both) ([`invoke_body`]);
+//! - the body: the Messages body with `anthropic_version: "bedrock-2023-05-31"` in place of
+//!   `model` ([`BODY_PREFIX`]) and `stream` blanked out ([`BLANKED`]): the path says both, and
+//!   the body keeps its length;
 //! - streams: AWS event stream frames ([`eventstream`]) whose `chunk` events carry a base64
 //!   Anthropic stream event, turned back into Anthropic's SSE stream frame by frame
 //!   ([`stream::Converter`]); exceptions inside the stream become an Anthropic `error` event;
@@ -17,8 +20,12 @@
 pub mod eventstream;
 pub mod stream;
 
+use std::sync::Arc;
+
+use super::{Kind, StreamConverter};
+use crate::api::Api;
+use crate::config::ConfigError;
 use crate::protocol::bytes::push_json_string;
-use crate::routing::request::TopLevel;
 
 /// The `anthropic_version` Bedrock's Anthropic models take in the body.
 pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
@@ -42,26 +49,75 @@ pub fn invoke_path(model_id: &str, stream: bool) -> String {
     path
 }
 
-/// The members a Bedrock body never carries: the path names the model and whether it streams,
-/// and the version is Bedrock's.
-const NOT_SENT: [&str; 3] = ["model", "stream", "anthropic_version"];
+/// What replaces the body's `{"model":"..."` prefix: Bedrock's version (the path names the model).
+pub const BODY_PREFIX: &[u8] = b"{\"anthropic_version\":\"bedrock-2023-05-31\"";
 
-/// A Messages body (the caller's, or one translated into Messages) as Bedrock takes it:
-/// `anthropic_version` first, then every member but `model`, `stream` and the caller's own
-/// `anthropic_version` byte for byte in order. None if the body is not a JSON object. Linear.
-pub fn invoke_body(body: &[u8]) -> Option<Vec<u8>> {
-    let fields = TopLevel::parse(body).ok()?;
-    let mut out = Vec::with_capacity(body.len() + ANTHROPIC_VERSION.len() + 24);
-    out.extend_from_slice(b"{\"anthropic_version\":");
-    push_json_string(&mut out, ANTHROPIC_VERSION);
-    for (k, v) in fields.0.iter().filter(|(k, _)| !NOT_SENT.contains(&k.as_ref())) {
-        out.push(b',');
-        push_json_string(&mut out, k);
-        out.push(b':');
-        out.extend_from_slice(v.get().as_bytes());
+/// The members after the first a Bedrock body never carries: the path says whether it streams,
+/// and the version is Bedrock's (the prefix's).
+pub const BLANKED: &[&str] = &["stream", "anthropic_version"];
+
+/// The event stream's content type.
+pub const EVENTSTREAM: &str = "application/vnd.amazon.eventstream";
+
+/// A `bedrock` provider (no `kind_options`).
+#[derive(Debug)]
+pub struct Bedrock;
+
+pub(super) fn compile(field: &str, options: Option<&serde_json::Value>) -> Result<Arc<dyn Kind>, ConfigError> {
+    if options.is_some() {
+        return Err(crate::config::err(format!("{field}.kind_options"), "kind bedrock takes no options"));
     }
-    out.push(b'}');
-    Some(out)
+    Ok(Arc::new(Bedrock))
+}
+
+fn error_type(headers: &[(String, String)]) -> Option<&str> {
+    crate::filters::host::find(headers, ERROR_TYPE_HEADER)
+}
+
+impl Kind for Bedrock {
+    fn name(&self) -> &'static str {
+        "bedrock"
+    }
+
+    fn apis(&self) -> &'static [Api] {
+        &[Api::Anthropic]
+    }
+
+    fn attempt_path(&self, api: Api, _standard: &str, upstream_model: &str, stream: bool) -> Option<String> {
+        (api == Api::Anthropic).then(|| invoke_path(upstream_model, stream))
+    }
+
+    fn body_prefix(&self, api: Api) -> Option<&'static [u8]> {
+        (api == Api::Anthropic).then_some(BODY_PREFIX)
+    }
+
+    fn blanked_members(&self, api: Api) -> &'static [&'static str] {
+        if api == Api::Anthropic {
+            BLANKED
+        } else {
+            &[]
+        }
+    }
+
+    fn needs_attempt_filter(&self) -> bool {
+        true
+    }
+
+    fn stream_converter(&self, api: Api, content_type: Option<&str>) -> Option<Box<dyn StreamConverter>> {
+        let eventstream = content_type.is_some_and(|c| c.trim_start().starts_with(EVENTSTREAM));
+        (api == Api::Anthropic && eventstream).then(|| Box::new(stream::Converter::new()) as Box<dyn StreamConverter>)
+    }
+
+    fn error_status(&self, _api: Api, status: u16, headers: &[(String, String)]) -> (u16, bool) {
+        if status < 400 {
+            return (status, false);
+        }
+        (map_exception(error_type(headers).unwrap_or(""), status).status, true)
+    }
+
+    fn error_body(&self, _api: Api, status: u16, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+        http_error(status, error_type(headers), body).1
+    }
 }
 
 /// What a Bedrock exception is to a caller and to the router: Anthropic's error type and the
@@ -177,15 +233,48 @@ mod tests {
 
     #[test]
     fn the_body_names_bedrocks_version_and_neither_model_nor_stream() {
-        let body = br#"{"model":"us.anthropic.claude","max_tokens":5,"stream":true,"anthropic_version":"x","messages":[{"role":"user","content":"h\u00e9"}],"temperature":0.50}"#;
-        let out = invoke_body(body).unwrap();
+        use crate::protocol::rewrite::{kind_body, model_prefix};
+        let body = br#"{"model":"us.anthropic.claude-x-v1:0","max_tokens":5, "stream" : true,"anthropic_version":"x","messages":[{"role":"user","content":"h\u00e9, \"stream\":1"}],"temperature":0.50}"#;
+        let prefix_len = model_prefix("us.anthropic.claude-x-v1:0").len();
+        let out = kind_body(body, prefix_len, BODY_PREFIX, BLANKED);
+        // The length the attempt's content-length was set to before the body was read.
+        assert_eq!(out.len(), body.len() - prefix_len + BODY_PREFIX.len());
+        let v: Value =
+            serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":5,"messages":[{"role":"user","content":"h\u00e9"}],"temperature":0.50}"#
+            v,
+            json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 5,
+                   "messages": [{"role": "user", "content": "h\u{e9}, \"stream\":1"}], "temperature": 0.5})
         );
-        assert_eq!(invoke_body(b"{}").unwrap(), br#"{"anthropic_version":"bedrock-2023-05-31"}"#);
-        assert_eq!(invoke_body(b"[1]"), None);
-        assert_eq!(invoke_body(b"{\"model\":"), None);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains(r#""temperature":0.50}"#), "{text}");
+        // Not an object: left alone.
+        let mut bad = b"[1,{\"stream\":true}]".to_vec();
+        crate::protocol::rewrite::blank_members(&mut bad, BLANKED);
+        assert_eq!(bad, b"[1,{\"stream\":true}]");
+    }
+
+    #[test]
+    fn the_kind_takes_no_options_and_no_first_attempt_cluster() {
+        let k = crate::providers::compile("p", Some("bedrock"), None).unwrap();
+        assert_eq!((k.name(), k.apis()), ("bedrock", &[Api::Anthropic][..]));
+        assert_eq!(k.default_credential(), ("authorization", "Bearer "), "a Bedrock API key");
+        assert_eq!(
+            k.attempt_path(Api::Anthropic, "/v1/messages", "a:b", true).as_deref(),
+            Some("/model/a%3Ab/invoke-with-response-stream")
+        );
+        assert!(k.stream_converter(Api::Anthropic, Some("application/vnd.amazon.eventstream")).is_some());
+        assert!(k.stream_converter(Api::Anthropic, Some("application/json")).is_none());
+        let e = crate::providers::compile("providers[\"b\"]", Some("bedrock"), Some(&json!({"region": "us-east-1"})))
+            .unwrap_err();
+        assert_eq!(e.field, "providers[\"b\"].kind_options");
+        let config = json!({
+            "providers": {"b": {"kind": "bedrock", "cluster": "c_b", "first_attempt_cluster": "c_b_first",
+                                "authority": "bedrock-runtime.us-east-1.amazonaws.com", "apis": {"anthropic": {}}}},
+            "models": {"m": {"endpoints": [{"provider": "b", "pricing": {"prompt": 1, "completion": 1}}]}}
+        });
+        let e = crate::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).unwrap_err();
+        assert_eq!(e.field, "providers[\"b\"].first_attempt_cluster", "{e}");
     }
 
     #[test]

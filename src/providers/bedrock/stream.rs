@@ -159,6 +159,16 @@ impl Converter {
     }
 }
 
+impl crate::providers::StreamConverter for Converter {
+    fn content_type(&self) -> &'static str {
+        "text/event-stream"
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        Converter::feed(self, chunk)
+    }
+}
+
 #[cfg(test)]
 #[path = "stream_tests.rs"]
 mod tests;
