@@ -544,7 +544,8 @@ fn parsed_for_generator(plugin_config: &Value) -> Option<switchyard::config::Cat
 /// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
 /// own parser: those whose providers agree on one `authority` (the decision filter names it for
 /// the route's `host_rewrite_header`), serve exactly one API and have the same key
-/// (the twin injects one key header). A configuration the filter would refuse gets none.
+/// (the twin injects one key header), and are of a kind that needs no per-attempt filter
+/// (`bedrock` does). A configuration the filter would refuse gets none.
 pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin> {
     let Some(catalog) = parsed_for_generator(plugin_config) else { return Vec::new() };
     let raw = &plugin_config["providers"];
@@ -556,6 +557,8 @@ pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin
         }
         let mut apis = p.apis.keyed();
         let twin = match (apis.next(), apis.next()) {
+            // A kind that rewrites every attempt's body and answer needs the per-attempt filter.
+            _ if p.kind.needs_attempt_filter() => None,
             (Some(api), None) => Some(Twin {
                 cluster: p.cluster.clone(),
                 authority: p.authority.clone(),
@@ -1377,5 +1380,28 @@ mod tests {
         assert!(!text.contains(DYNAMIC_MODULE_TYPE_URL) && !text.contains("layered_runtime"));
         assert_eq!(Build::parse("native"), Ok(Build::Native));
         assert!(Build::parse("v8").is_err());
+    }
+
+    #[test]
+    fn a_bedrock_provider_gets_no_first_attempt_twin() {
+        let catalog = json!({
+            "providers": {
+                "a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"},
+                      "apis": {"anthropic": {}}},
+                "b": {"kind": "bedrock", "cluster": "c_b", "authority": "bedrock-runtime.us-east-1.amazonaws.com",
+                      "apis": {"anthropic": {}}}
+            },
+            "models": {"m/x": {"endpoints": [
+                {"provider": "a", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "b", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}}
+            ]}}
+        });
+        let twins: Vec<String> =
+            first_attempt_twins(&catalog, &["c_a", "c_b"]).into_iter().map(|t| t.cluster).collect();
+        assert_eq!(twins, ["c_a"]);
+        let mut config = catalog.clone();
+        with_first_attempt_clusters(&mut config, true, &["c_a", "c_b"], &first_attempt_cluster_name);
+        assert!(config["providers"]["b"].get("first_attempt_cluster").is_none(), "{config}");
+        switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).expect("the filter takes it");
     }
 }
