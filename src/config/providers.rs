@@ -264,6 +264,7 @@ pub(super) fn compile_provider(
         None => None,
         Some(c) => Some(compile_credential(&field, c, kind.default_credential(), env)?),
     };
+    kind.check_provider(&field, &p.authority, credential.is_some())?;
     for (i, t) in p.tags.iter().enumerate() {
         if t.is_empty() || t.contains(char::is_whitespace) {
             return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));

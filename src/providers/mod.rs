@@ -59,6 +59,21 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
         &[]
     }
 
+    /// How Envoy signs this provider's attempts with AWS SigV4 when it has no `credential`
+    /// (`envoy.filters.http.aws_request_signing` after the per-attempt filter; the generators
+    /// render it): the service name and region. None: the kind is not signed.
+    fn aws_signing(&self, authority: &str) -> Option<AwsSigning> {
+        let _ = authority;
+        None
+    }
+
+    /// Checks the provider as a whole (`field`: its path), once its kind is compiled: what the
+    /// kind needs of its `authority` and `credential`.
+    fn check_provider(&self, field: &str, authority: &str, has_credential: bool) -> Result<(), ConfigError> {
+        let _ = (field, authority, has_credential);
+        Ok(())
+    }
+
     /// Whether attempts must go through the per-attempt filter (which rewrites their body and
     /// answer): such a provider takes no `first_attempt_cluster`.
     fn needs_attempt_filter(&self) -> bool {
@@ -101,6 +116,14 @@ pub type CompileKind = fn(field: &str, options: Option<&serde_json::Value>) -> R
 
 pub const KINDS: &[(&str, CompileKind)] =
     &[("standard", standard), ("azure", azure::compile), ("bedrock", bedrock::compile)];
+
+/// AWS SigV4 signing of a provider's attempts by Envoy (`Kind::aws_signing`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsSigning {
+    /// SigV4's service name (`bedrock`).
+    pub service: &'static str,
+    pub region: String,
+}
 
 /// Turns a provider's streamed answer into its API's stream, chunk by chunk (`Kind::stream_converter`).
 pub trait StreamConverter {

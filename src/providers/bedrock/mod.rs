@@ -22,7 +22,7 @@ pub mod stream;
 
 use std::sync::Arc;
 
-use super::{Kind, StreamConverter};
+use super::{AwsSigning, Kind, StreamConverter};
 use crate::api::Api;
 use crate::config::ConfigError;
 use crate::protocol::bytes::push_json_string;
@@ -59,15 +59,55 @@ pub const BLANKED: &[&str] = &["stream", "anthropic_version"];
 /// The event stream's content type.
 pub const EVENTSTREAM: &str = "application/vnd.amazon.eventstream";
 
-/// A `bedrock` provider (no `kind_options`).
+/// `kind_options` of a `bedrock` provider.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBedrockOptions {
+    /// The AWS region Envoy signs the provider's requests for (SigV4); default: the one the
+    /// `authority` names (`bedrock-runtime.<region>.amazonaws.com`).
+    #[serde(default)]
+    region: Option<String>,
+}
+
+/// A `bedrock` provider.
 #[derive(Debug)]
-pub struct Bedrock;
+pub struct Bedrock {
+    /// `kind_options.region`.
+    region: Option<String>,
+}
+
+fn is_region(r: &str) -> bool {
+    (1..=32).contains(&r.len())
+        && r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !r.starts_with('-')
+        && !r.ends_with('-')
+}
+
+/// The region of a Bedrock runtime host (`bedrock-runtime[-fips].<region>.amazonaws.com[.cn]`).
+pub fn region_of(authority: &str) -> Option<&str> {
+    let host = authority.rsplit_once(':').filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()));
+    let host = host.map_or(authority, |(h, _)| h);
+    let rest = host.strip_prefix("bedrock-runtime.").or_else(|| host.strip_prefix("bedrock-runtime-fips."))?;
+    let region = rest.strip_suffix(".amazonaws.com").or_else(|| rest.strip_suffix(".amazonaws.com.cn"))?;
+    is_region(region).then_some(region)
+}
 
 pub(super) fn compile(field: &str, options: Option<&serde_json::Value>) -> Result<Arc<dyn Kind>, ConfigError> {
-    if options.is_some() {
-        return Err(crate::config::err(format!("{field}.kind_options"), "kind bedrock takes no options"));
+    let of = format!("{field}.kind_options");
+    let raw = match options {
+        None => RawBedrockOptions::default(),
+        Some(v) => {
+            use serde::Deserialize;
+            RawBedrockOptions::deserialize(v).map_err(|e| crate::config::err(&of, e.to_string()))?
+        }
+    };
+    if let Some(r) = raw.region.as_deref().filter(|r| !is_region(r)) {
+        return Err(crate::config::err(
+            format!("{of}.region"),
+            format!("{r:?} is not an AWS region such as us-east-1"),
+        ));
     }
-    Ok(Arc::new(Bedrock))
+    Ok(Arc::new(Bedrock { region: raw.region }))
 }
 
 fn error_type(headers: &[(String, String)]) -> Option<&str> {
@@ -101,6 +141,21 @@ impl Kind for Bedrock {
 
     fn needs_attempt_filter(&self) -> bool {
         true
+    }
+
+    fn aws_signing(&self, authority: &str) -> Option<AwsSigning> {
+        let region = self.region.as_deref().or_else(|| region_of(authority))?;
+        Some(AwsSigning { service: "bedrock", region: region.to_string() })
+    }
+
+    fn check_provider(&self, field: &str, authority: &str, has_credential: bool) -> Result<(), ConfigError> {
+        if has_credential || self.aws_signing(authority).is_some() {
+            return Ok(());
+        }
+        Err(crate::config::err(
+            format!("{field}.kind_options.region"),
+            format!("Envoy signs this provider's requests: name their region (the authority {authority:?} names none), or set a Bedrock API key as `credential`"),
+        ))
     }
 
     fn stream_converter(&self, api: Api, content_type: Option<&str>) -> Option<Box<dyn StreamConverter>> {
@@ -255,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kind_takes_no_options_and_no_first_attempt_cluster() {
+    fn the_kind_takes_a_region_and_no_first_attempt_cluster() {
         let k = crate::providers::compile("p", Some("bedrock"), None).unwrap();
         assert_eq!((k.name(), k.apis()), ("bedrock", &[Api::Anthropic][..]));
         assert_eq!(k.default_credential(), ("authorization", "Bearer "), "a Bedrock API key");
@@ -265,9 +320,36 @@ mod tests {
         );
         assert!(k.stream_converter(Api::Anthropic, Some("application/vnd.amazon.eventstream")).is_some());
         assert!(k.stream_converter(Api::Anthropic, Some("application/json")).is_none());
-        let e = crate::providers::compile("providers[\"b\"]", Some("bedrock"), Some(&json!({"region": "us-east-1"})))
-            .unwrap_err();
-        assert_eq!(e.field, "providers[\"b\"].kind_options");
+        for (options, field) in [
+            (json!({"zone": "us-east-1"}), "providers[\"b\"].kind_options"),
+            (json!({"region": "US East"}), "providers[\"b\"].kind_options.region"),
+            (json!({"region": ""}), "providers[\"b\"].kind_options.region"),
+        ] {
+            let e = crate::providers::compile("providers[\"b\"]", Some("bedrock"), Some(&options)).unwrap_err();
+            assert_eq!(e.field, field, "{options}");
+        }
+        // Signed for the region the authority names, or the one given.
+        let signing = |k: &Arc<dyn Kind>, a: &str| k.aws_signing(a).map(|s| (s.service, s.region));
+        assert_eq!(signing(&k, "bedrock-runtime.us-east-1.amazonaws.com"), Some(("bedrock", "us-east-1".into())));
+        assert_eq!(
+            signing(&k, "bedrock-runtime-fips.us-gov-west-1.amazonaws.com:443"),
+            Some(("bedrock", "us-gov-west-1".into()))
+        );
+        assert_eq!(signing(&k, "bedrock.example"), None);
+        let eu = crate::providers::compile("p", Some("bedrock"), Some(&json!({"region": "eu-west-3"}))).unwrap();
+        assert_eq!(signing(&eu, "bedrock.example"), Some(("bedrock", "eu-west-3".into())));
+        // Without a region or a key it cannot be signed: refused.
+        let provider = |authority: &str, extra: serde_json::Value| {
+            let mut p = json!({"kind": "bedrock", "cluster": "c_b", "authority": authority, "apis": {"anthropic": {}}});
+            p.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            let config = json!({"providers": {"b": p},
+                "models": {"m": {"endpoints": [{"provider": "b", "pricing": {"prompt": 1, "completion": 1}}]}}});
+            crate::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).map(|_| ())
+        };
+        assert_eq!(provider("mock.example", json!({})).unwrap_err().field, "providers[\"b\"].kind_options.region");
+        provider("mock.example", json!({"kind_options": {"region": "us-east-1"}})).unwrap();
+        provider("mock.example", json!({"credential": {"value": "bedrock-api-key"}})).unwrap();
+        provider("bedrock-runtime.us-west-2.amazonaws.com", json!({})).unwrap();
         let config = json!({
             "providers": {"b": {"kind": "bedrock", "cluster": "c_b", "first_attempt_cluster": "c_b_first",
                                 "authority": "bedrock-runtime.us-east-1.amazonaws.com", "apis": {"anthropic": {}}}},
