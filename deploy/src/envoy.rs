@@ -319,7 +319,7 @@ impl StackConfig {
     }
 
     /// The upstream filters of a provider cluster: its key injectors (SDS-keyed), the per-attempt
-    /// Wasm, the codec.
+    /// Wasm, Envoy's SigV4 signing for a provider Envoy signs (Bedrock), the codec.
     fn provider_filters(&self, cluster: &str) -> Value {
         let upstream = wasm_filter(self, ATTEMPT_ROOT_ID, &plugin_json(self), false);
         let mut filters = upstream_filters(upstream);
@@ -331,6 +331,7 @@ impl StackConfig {
                 list.insert(i, inj);
             }
         }
+        with_aws_signing(&mut filters, &self.plugin_config, cluster);
         filters
     }
 }
@@ -681,6 +682,43 @@ pub fn upstream_filters(upstream_wasm: Value) -> Value {
         module_filter_entry(upstream_wasm),
         {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
     ])
+}
+
+/// Envoy's AWS SigV4 signing of a provider cluster's attempts
+/// (`envoy.filters.http.aws_request_signing`), when its providers are of a kind Envoy signs and
+/// have no credential (`Kind::aws_signing`: Bedrock); all the cluster's providers must agree.
+/// The payload is signed (`use_unsigned_payload: false`: the filter buffers each attempt's body),
+/// with Envoy's default credential chain: environment, credentials file, IRSA web identity,
+/// container and instance metadata, refreshed as they expire. The module never holds the keys.
+pub fn aws_signing_filter(plugin_config: &Value, cluster: &str) -> Option<Value> {
+    let catalog = parsed_for_generator(plugin_config)?;
+    let mut signing = None;
+    for p in catalog.providers.iter().filter(|p| p.cluster == cluster) {
+        let this = if p.credential.is_none() { p.kind.aws_signing(&p.authority) } else { None };
+        match &signing {
+            None => signing = Some(this),
+            Some(s) if *s != this => return None,
+            Some(_) => {}
+        }
+    }
+    let s = signing.flatten()?;
+    Some(json!({"name": "envoy.filters.http.aws_request_signing", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning",
+        "service_name": s.service,
+        "region": s.region,
+        "use_unsigned_payload": false
+    }}))
+}
+
+/// Adds the cluster's SigV4 signing (`aws_signing_filter`) to its upstream filters, right before
+/// the codec: after the per-attempt filter, so what is signed is each attempt's final path and
+/// body.
+pub fn with_aws_signing(filters: &mut Value, plugin_config: &Value, cluster: &str) {
+    let Some(signing) = aws_signing_filter(plugin_config, cluster) else { return };
+    if let Some(list) = filters.as_array_mut() {
+        let codec = list.len().saturating_sub(1);
+        list.insert(codec, signing);
+    }
 }
 
 /// `HttpProtocolOptions` of a provider cluster: the protocol (HTTP/1.1, or HTTP/2 offered by
@@ -1403,5 +1441,45 @@ mod tests {
         with_first_attempt_clusters(&mut config, true, &["c_a", "c_b"], &first_attempt_cluster_name);
         assert!(config["providers"]["b"].get("first_attempt_cluster").is_none(), "{config}");
         switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).expect("the filter takes it");
+    }
+
+    #[test]
+    fn a_bedrock_cluster_is_signed_by_envoy_after_the_attempt_filter() {
+        let catalog = json!({
+            "providers": {
+                "a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"},
+                      "apis": {"anthropic": {}}},
+                "b": {"kind": "bedrock", "cluster": "c_b", "authority": "bedrock-runtime.us-east-1.amazonaws.com",
+                      "apis": {"anthropic": {}}},
+                "k": {"kind": "bedrock", "cluster": "c_k", "authority": "bedrock-runtime.us-west-2.amazonaws.com",
+                      "credential": {"value": "bedrock-api-key"}, "apis": {"anthropic": {}}}
+            },
+            "models": {"m/x": {"endpoints": [
+                {"provider": "a", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "b", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "k", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}}
+            ]}}
+        });
+        let clusters = ["c_a", "c_b", "c_k"].map(|n| ClusterSpec { name: n.into(), port: 1 });
+        let cfg = StackConfig::new(catalog.clone(), clusters.to_vec(), None);
+        let names = |c: &str| -> Vec<String> {
+            cfg.provider_filters(c)
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let signed = names("c_b");
+        assert_eq!(signed.len(), 3, "{signed:?}");
+        assert_eq!(&signed[1..], ["envoy.filters.http.aws_request_signing", "envoy.filters.http.upstream_codec"]);
+        let f = aws_signing_filter(&catalog, "c_b").unwrap();
+        assert_eq!(f["typed_config"]["service_name"], "bedrock");
+        assert_eq!(f["typed_config"]["region"], "us-east-1");
+        assert_eq!(f["typed_config"]["use_unsigned_payload"], false);
+        // A provider with its own key (Anthropic's, a Bedrock API key) is not signed.
+        for c in ["c_a", "c_k"] {
+            assert!(!names(c).iter().any(|n| n.contains("aws_request_signing")), "{c}");
+        }
     }
 }
