@@ -23,6 +23,7 @@
 mod agent;
 mod anthropic;
 mod azure;
+pub mod bedrock;
 mod google;
 mod openai;
 mod responses;
