@@ -161,10 +161,12 @@ impl Provider {
     /// The credential header and value an attempt in `api` carries: the configured header for
     /// OpenAI, `x-api-key` for Anthropic, `x-goog-api-key` for Google (both with the bare secret).
     /// None when the provider's cluster injects the key itself (`credential.injected`).
+    /// A kind may take the configured header in another API too (`Kind::key_as_configured`:
+    /// Bedrock's API key, `authorization: Bearer`, on the Anthropic API).
     pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
         let c = self.credential.as_ref().filter(|c| !c.injected)?;
         let header = self.key_header(api)?;
-        Some((header, if matches!(api, Api::OpenAi | Api::Responses) { c.value.as_str() } else { c.secret.as_str() }))
+        Some((header, if self.kind.key_as_configured(api) { c.value.as_str() } else { c.secret.as_str() }))
     }
 
     /// The header an attempt in `api` carries the key in (set by the filter, or by the cluster
@@ -172,9 +174,11 @@ impl Provider {
     pub fn key_header(&self, api: Api) -> Option<&str> {
         let c = self.credential.as_ref()?;
         Some(match api {
-            Api::OpenAi | Api::Responses => c.header.as_str(),
+            _ if self.kind.key_as_configured(api) => c.header.as_str(),
             Api::Anthropic => ANTHROPIC_KEY_HEADER,
             Api::Google => GOOGLE_KEY_HEADER,
+            // A kind that does not take OpenAI's key as configured has no other header for it.
+            Api::OpenAi | Api::Responses => c.header.as_str(),
         })
     }
 

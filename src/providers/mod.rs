@@ -28,6 +28,13 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
         ("authorization", "Bearer ")
     }
 
+    /// Whether an attempt in `api` carries the key as `credential` configures it (header and
+    /// prefix). Otherwise the API's own key header with the bare key: `x-api-key` (Anthropic),
+    /// `x-goog-api-key` (Google). By default only OpenAI's APIs take the configured header.
+    fn key_as_configured(&self, api: Api) -> bool {
+        matches!(api, Api::OpenAi | Api::Responses)
+    }
+
     /// The APIs a provider of this kind may serve (`apis`).
     fn apis(&self) -> &'static [Api] {
         &Api::ALL

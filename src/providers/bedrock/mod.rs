@@ -123,6 +123,12 @@ impl Kind for Bedrock {
         &[Api::Anthropic]
     }
 
+    /// A Bedrock API key goes as `credential` says (default `authorization: Bearer`), not in
+    /// Anthropic's `x-api-key`.
+    fn key_as_configured(&self, _api: Api) -> bool {
+        true
+    }
+
     fn attempt_path(&self, api: Api, _standard: &str, upstream_model: &str, stream: bool) -> Option<String> {
         (api == Api::Anthropic).then(|| invoke_path(upstream_model, stream))
     }
@@ -350,6 +356,13 @@ mod tests {
         provider("mock.example", json!({"kind_options": {"region": "us-east-1"}})).unwrap();
         provider("mock.example", json!({"credential": {"value": "bedrock-api-key"}})).unwrap();
         provider("bedrock-runtime.us-west-2.amazonaws.com", json!({})).unwrap();
+        // A Bedrock API key: `authorization: Bearer`, not Anthropic's `x-api-key`.
+        let config = json!({"providers": {"b": {"kind": "bedrock", "cluster": "c_b", "authority": "mock.example",
+                "apis": {"anthropic": {}}, "credential": {"value": "bedrock-api-key"}}},
+            "models": {"m": {"endpoints": [{"provider": "b", "pricing": {"prompt": 1, "completion": 1}}]}}});
+        let catalog = crate::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).unwrap();
+        let b = catalog.provider_for_slug("b").unwrap();
+        assert_eq!(b.credential_for(Api::Anthropic), Some(("authorization", "Bearer bedrock-api-key")));
         let config = json!({
             "providers": {"b": {"kind": "bedrock", "cluster": "c_b", "first_attempt_cluster": "c_b_first",
                                 "authority": "bedrock-runtime.us-east-1.amazonaws.com", "apis": {"anthropic": {}}}},
