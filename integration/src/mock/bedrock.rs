@@ -304,6 +304,110 @@ pub fn stream_body(model: &str, text: &str, exception: Option<(&str, &str)>) -> 
     out
 }
 
+/// The only Bedrock API key (`authorization: Bearer`) the mock accepts.
+pub const API_KEY: &str = "bedrock-mock-api-key-0123456789";
+
+/// The region the mock's Bedrock serves (the signature's scope must name it).
+pub const REGION: &str = "us-east-1";
+
+/// The exception Bedrock answers a failure status with.
+fn exception_for(status: u16) -> (&'static str, &'static str) {
+    match status {
+        429 => ("ThrottlingException", "Too many requests, please wait before trying again."),
+        503 => ("ServiceUnavailableException", "Bedrock is unable to process your request."),
+        400 => ("ValidationException", "Malformed input request, please reformat your input and try again."),
+        403 => ("AccessDeniedException", "You don't have access to the model with the specified model ID."),
+        404 => ("ResourceNotFoundException", "The requested resource could not be found."),
+        408 => ("ModelTimeoutException", "Model has timed out in processing the request."),
+        424 => ("ModelErrorException", "The model failed to process the request."),
+        _ => ("InternalServerException", "The server encountered an internal error."),
+    }
+}
+
+fn refused(provider: &str, status: u16, kind: &str, message: &str) -> hyper::Response<super::ChannelBody> {
+    let mut r = super::canned(provider, status, "application/json", error(message), None);
+    let value = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&value) {
+        r.headers_mut().insert("x-amzn-errortype", v);
+    }
+    r
+}
+
+/// The mock's answer to a request on a Bedrock path (`model_of`): the key (a Bedrock API key, or
+/// a SigV4 signature checked for the mock's credentials), the body, then `behavior` (a failure
+/// status as Bedrock's exception; `sserror<n>`: a `throttlingException` after n events; `reset`;
+/// `garbage`: a frame with a bad CRC); else the answer, a stream in pieces that split frames.
+pub(super) fn answer(
+    provider: &str,
+    signed: &Signed<'_>,
+    behavior: &super::Behavior,
+    model: &str,
+    stream: bool,
+) -> Result<hyper::Response<super::ChannelBody>, super::BoxError> {
+    let header = |n: &str| signed.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    let bearer = header("authorization").and_then(|a| a.strip_prefix("Bearer "));
+    if bearer != Some(API_KEY) {
+        if bearer.is_some() {
+            return Ok(refused(
+                provider,
+                403,
+                "UnrecognizedClientException",
+                "Invalid API Key format: Must start with pre-defined prefix",
+            ));
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        if let Err((status, kind, message)) = verify(signed, REGION, "bedrock", now) {
+            return Ok(refused(provider, status, kind, &message));
+        }
+    }
+    if let Some(message) = invalid_body(signed.body) {
+        return Ok(refused(provider, 400, "ValidationException", &message));
+    }
+    match behavior.mode {
+        super::Mode::Reset => return Err("mock reset".into()),
+        super::Mode::Status { status, .. } => {
+            let (kind, message) = exception_for(status);
+            return Ok(refused(provider, status, kind, message));
+        }
+        super::Mode::Ok | super::Mode::Garbage => {}
+    }
+    if !stream {
+        let body = message(model, "Hello from Bedrock").to_string();
+        return Ok(super::canned(provider, 200, "application/json", body, None));
+    }
+    let cut = match behavior.cut_after {
+        Some((_, super::CutKind::ErrorEvent)) => {
+            Some(("throttlingException", "Too many tokens, please wait before trying again."))
+        }
+        _ => None,
+    };
+    let mut bytes = stream_body(model, "Hello from Bedrock", cut);
+    if matches!(behavior.mode, super::Mode::Garbage) {
+        if let Some(b) = bytes.last_mut() {
+            *b ^= 0xff;
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(8);
+    let interval = behavior.chunk_interval;
+    tokio::spawn(async move {
+        // Pieces of 50 bytes: every frame arrives split.
+        for piece in bytes.chunks(50) {
+            if tx.send(Ok(bytes::Bytes::copy_from_slice(piece))).await.is_err() {
+                return;
+            }
+            if !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+        }
+    });
+    Ok(hyper::Response::builder()
+        .status(200)
+        .header("content-type", "application/vnd.amazon.eventstream")
+        .header("x-amzn-bedrock-content-type", "application/json")
+        .header("x-mock-provider", provider)
+        .body(super::ChannelBody(rx))?)
+}
+
 #[cfg(test)]
 #[path = "bedrock_tests.rs"]
 mod tests;
