@@ -165,6 +165,10 @@ pub struct StackConfig {
     /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
     /// port); its cluster is generated when the plugin configuration has `rate_limits`.
     pub rate_limit_service: Option<(String, u16)>,
+    /// An AWS credentials file Envoy's SigV4 signing reads (Bedrock providers), watched: a
+    /// rewritten file (renamed into place) is used from the next attempt on. None: Envoy's default
+    /// credential chain alone (environment, `~/.aws/credentials`, IRSA, metadata).
+    pub aws_credentials_file: Option<PathBuf>,
 }
 
 /// Provider keys delivered the way Envoy does natively: each provider cluster's own
@@ -331,7 +335,7 @@ impl StackConfig {
                 list.insert(i, inj);
             }
         }
-        with_aws_signing(&mut filters, &self.plugin_config, cluster);
+        with_aws_signing(&mut filters, &self.plugin_config, cluster, self.aws_credentials_file.as_deref());
         filters
     }
 }
@@ -379,6 +383,7 @@ impl StackConfig {
             max_attempts: 4,
             retry_back_off_ms: 2,
             per_try_idle_timeout_ms: 60_000,
+            aws_credentials_file: None,
             policy_routes: Vec::new(),
             tls: None,
             access_log: AccessLog::Off,
@@ -690,7 +695,10 @@ pub fn upstream_filters(upstream_wasm: Value) -> Value {
 /// The payload is signed (`use_unsigned_payload: false`: the filter buffers each attempt's body),
 /// with Envoy's default credential chain: environment, credentials file, IRSA web identity,
 /// container and instance metadata, refreshed as they expire. The module never holds the keys.
-pub fn aws_signing_filter(plugin_config: &Value, cluster: &str) -> Option<Value> {
+///
+/// `credentials_file`: a credentials file added to that chain, watched (its directory) so a
+/// rotated file is read without a restart.
+pub fn aws_signing_filter(plugin_config: &Value, cluster: &str, credentials_file: Option<&Path>) -> Option<Value> {
     let catalog = parsed_for_generator(plugin_config)?;
     let mut signing = None;
     for p in catalog.providers.iter().filter(|p| p.cluster == cluster) {
@@ -702,19 +710,25 @@ pub fn aws_signing_filter(plugin_config: &Value, cluster: &str) -> Option<Value>
         }
     }
     let s = signing.flatten()?;
-    Some(json!({"name": "envoy.filters.http.aws_request_signing", "typed_config": {
+    let mut config = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning",
         "service_name": s.service,
         "region": s.region,
         "use_unsigned_payload": false
-    }}))
+    });
+    if let Some(file) = credentials_file {
+        let dir = file.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        config["credential_provider"] = json!({"credentials_file_provider": {"credentials_data_source": {
+            "filename": file.to_string_lossy(), "watched_directory": {"path": dir}}}});
+    }
+    Some(json!({"name": "envoy.filters.http.aws_request_signing", "typed_config": config}))
 }
 
 /// Adds the cluster's SigV4 signing (`aws_signing_filter`) to its upstream filters, right before
 /// the codec: after the per-attempt filter, so what is signed is each attempt's final path and
 /// body.
-pub fn with_aws_signing(filters: &mut Value, plugin_config: &Value, cluster: &str) {
-    let Some(signing) = aws_signing_filter(plugin_config, cluster) else { return };
+pub fn with_aws_signing(filters: &mut Value, plugin_config: &Value, cluster: &str, credentials_file: Option<&Path>) {
+    let Some(signing) = aws_signing_filter(plugin_config, cluster, credentials_file) else { return };
     if let Some(list) = filters.as_array_mut() {
         let codec = list.len().saturating_sub(1);
         list.insert(codec, signing);
@@ -1473,10 +1487,16 @@ mod tests {
         let signed = names("c_b");
         assert_eq!(signed.len(), 3, "{signed:?}");
         assert_eq!(&signed[1..], ["envoy.filters.http.aws_request_signing", "envoy.filters.http.upstream_codec"]);
-        let f = aws_signing_filter(&catalog, "c_b").unwrap();
+        let f = aws_signing_filter(&catalog, "c_b", None).unwrap();
         assert_eq!(f["typed_config"]["service_name"], "bedrock");
         assert_eq!(f["typed_config"]["region"], "us-east-1");
         assert_eq!(f["typed_config"]["use_unsigned_payload"], false);
+        assert!(f["typed_config"].get("credential_provider").is_none(), "the default chain");
+        let f = aws_signing_filter(&catalog, "c_b", Some(Path::new("/etc/aws/credentials"))).unwrap();
+        assert_eq!(
+            f["typed_config"]["credential_provider"]["credentials_file_provider"]["credentials_data_source"],
+            json!({"filename": "/etc/aws/credentials", "watched_directory": {"path": "/etc/aws"}})
+        );
         // A provider with its own key (Anthropic's, a Bedrock API key) is not signed.
         for c in ["c_a", "c_k"] {
             assert!(!names(c).iter().any(|n| n.contains("aws_request_signing")), "{c}");

@@ -484,7 +484,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
             }
         }
         // Envoy signs a Bedrock provider's attempts (SigV4) after the per-attempt filter.
-        with_aws_signing(&mut filters, &plugin_config, &p.cluster());
+        with_aws_signing(&mut filters, &plugin_config, &p.cluster(), None);
         // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
         // protocol as well as the per-attempt filters. The metadata names the attempts' scheme
         // (the DestinationRule originates TLS).
