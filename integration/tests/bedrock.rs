@@ -12,7 +12,7 @@ use common::PROVIDERS;
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::mock::bedrock::{ACCESS_KEY, API_KEY, SECRET_KEY};
+use switchyard_integration::mock::bedrock::{ACCESS_KEY, API_KEY, ROTATED_ACCESS_KEY, ROTATED_SECRET_KEY, SECRET_KEY};
 use switchyard_integration::mock::{received_in_order, Received};
 
 const BEDROCK_ID: &str = "us.anthropic.claude-sonnet-4-20250514-v1:0";
@@ -223,4 +223,79 @@ async fn bedrock_throttling_cools_it_down_and_anthropic_answers() {
     let got = attempts("br-throttled");
     let who: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(who, ["beta", "alpha"]);
+}
+
+/// An AWS credentials file, written whole and renamed into place (as a secret manager rotates it).
+fn write_credentials(file: &std::path::Path, key: &str, secret: &str) {
+    let tmp = file.with_extension("new");
+    std::fs::write(&tmp, format!("[default]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
+/// A second stack whose Envoy reads its AWS credentials from a watched file (no environment).
+fn rotation_stack() -> &'static (Stack, std::path::PathBuf) {
+    static STACK: std::sync::OnceLock<(Stack, std::path::PathBuf)> = std::sync::OnceLock::new();
+    STACK.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("switchyard-bedrock-creds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("credentials");
+        write_credentials(&file, ACCESS_KEY, SECRET_KEY);
+        let f = file.clone();
+        let stack =
+            keep_running("bedrock-rotation", PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
+                let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+                let clusters = ["alpha", "beta", "gamma", "delta"]
+                    .iter()
+                    .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+                    .collect();
+                let mut cfg = StackConfig::new(
+                    catalog(),
+                    clusters,
+                    Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }),
+                );
+                cfg.aws_credentials_file = Some(f);
+                let envoy = Envoy::start_with_env(&cfg, "bedrock-rotation", &[("AWS_EC2_METADATA_DISABLED", "true")])
+                    .unwrap_or_else(|e| panic!("envoy: {e}"));
+                let stack = Stack { addr: envoy.addr(), providers };
+                (envoy, stack)
+            });
+        (stack, file)
+    })
+}
+
+#[tokio::test]
+async fn rotated_credentials_are_used_without_a_failed_request() {
+    let (s, file) = rotation_stack();
+    let key_of = |id: &str| {
+        let got = received_in_order(&s.providers, id);
+        let auth = got.last().and_then(|(_, r)| r.header("authorization").map(str::to_string)).unwrap_or_default();
+        auth.split("Credential=").nth(1).and_then(|c| c.split('/').next()).unwrap_or_default().to_string()
+    };
+    let body = json!({"model": "br/plain", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}]});
+    let headers = [("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
+    let send = |id: String| {
+        let body = body.clone();
+        async move {
+            let mut h = vec![("x-test-id", id.as_str())];
+            h.extend_from_slice(&headers);
+            let r = post_json(s.addr, "/v1/messages", &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"));
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            id
+        }
+    };
+    let id = send("br-rot-0".into()).await;
+    assert_eq!(key_of(&id), ACCESS_KEY);
+    write_credentials(file, ROTATED_ACCESS_KEY, ROTATED_SECRET_KEY);
+    // Every request keeps succeeding while Envoy picks the new file up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut n = 1;
+    loop {
+        let id = send(format!("br-rot-{n}")).await;
+        if key_of(&id) == ROTATED_ACCESS_KEY {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still signing with the old key after 15 s ({n} requests)");
+        n += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

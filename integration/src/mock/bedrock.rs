@@ -10,6 +10,18 @@ use sha2::{Digest, Sha256};
 /// The mock's AWS credentials (the test signer's, never real ones).
 pub const ACCESS_KEY: &str = "AKIDMOCKBEDROCK00001";
 pub const SECRET_KEY: &str = "mock/bedrock/secret/key/0123456789abcdefgh";
+/// A second pair the mock also accepts: what credentials are rotated to.
+pub const ROTATED_ACCESS_KEY: &str = "AKIDMOCKBEDROCK00002";
+pub const ROTATED_SECRET_KEY: &str = "mock/bedrock/rotated/secret/9876543210zyxwv";
+
+/// The secret of a key id the mock knows.
+fn secret_of(key_id: &str) -> Option<&'static str> {
+    match key_id {
+        ACCESS_KEY => Some(SECRET_KEY),
+        ROTATED_ACCESS_KEY => Some(ROTATED_SECRET_KEY),
+        _ => None,
+    }
+}
 
 /// How far a request's `x-amz-date` may be from the mock's clock (AWS: 5 minutes).
 pub const MAX_SKEW_S: i64 = 300;
@@ -151,13 +163,13 @@ pub fn verify(r: &Signed<'_>, region: &str, service: &str, now_s: i64) -> Result
             format!("Credential should be scoped correctly: {credential}"),
         ));
     };
-    if key_id != ACCESS_KEY {
+    let Some(secret) = secret_of(key_id) else {
         return Err((
             403,
             "UnrecognizedClientException",
             "The security token included in the request is invalid.".into(),
         ));
-    }
+    };
     if cred_region != region || cred_service != service {
         return Err(invalid(&format!(
             "Credential should be scoped to a valid region and service: {cred_region}/{cred_service}"
@@ -206,7 +218,7 @@ pub fn verify(r: &Signed<'_>, region: &str, service: &str, now_s: i64) -> Result
         "AWS4-HMAC-SHA256\n{amz_date}\n{date}/{region}/{service}/aws4_request\n{}",
         sha256_hex(canonical.as_bytes())
     );
-    let mut key = hmac(format!("AWS4{SECRET_KEY}").as_bytes(), date.as_bytes());
+    let mut key = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
     for part in [region, service, "aws4_request"] {
         key = hmac(&key, part.as_bytes());
     }
