@@ -219,7 +219,7 @@ soak: wasm
 # to .work/fuzz/<target>. A crash, a panic, a unit slower than 2 s or an allocation over 256 MB
 # fails the run (libFuzzer writes the input to fuzz/artifacts/<target>/).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := request config response translate_request translate_stream translate_responses
+FUZZ_TARGETS := request config response translate_request translate_stream translate_responses eventstream
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked

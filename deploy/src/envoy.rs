@@ -165,6 +165,10 @@ pub struct StackConfig {
     /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
     /// port); its cluster is generated when the plugin configuration has `rate_limits`.
     pub rate_limit_service: Option<(String, u16)>,
+    /// An AWS credentials file Envoy's SigV4 signing reads (Bedrock providers), watched: a
+    /// rewritten file (renamed into place) is used from the next attempt on. None: Envoy's default
+    /// credential chain alone (environment, `~/.aws/credentials`, IRSA, metadata).
+    pub aws_credentials_file: Option<PathBuf>,
 }
 
 /// Provider keys delivered the way Envoy does natively: each provider cluster's own
@@ -319,7 +323,7 @@ impl StackConfig {
     }
 
     /// The upstream filters of a provider cluster: its key injectors (SDS-keyed), the per-attempt
-    /// Wasm, the codec.
+    /// Wasm, Envoy's SigV4 signing for a provider Envoy signs (Bedrock), the codec.
     fn provider_filters(&self, cluster: &str) -> Value {
         let upstream = wasm_filter(self, ATTEMPT_ROOT_ID, &plugin_json(self), false);
         let mut filters = upstream_filters(upstream);
@@ -331,6 +335,7 @@ impl StackConfig {
                 list.insert(i, inj);
             }
         }
+        with_aws_signing(&mut filters, &self.plugin_config, cluster, self.aws_credentials_file.as_deref());
         filters
     }
 }
@@ -378,6 +383,7 @@ impl StackConfig {
             max_attempts: 4,
             retry_back_off_ms: 2,
             per_try_idle_timeout_ms: 60_000,
+            aws_credentials_file: None,
             policy_routes: Vec::new(),
             tls: None,
             access_log: AccessLog::Off,
@@ -544,7 +550,8 @@ fn parsed_for_generator(plugin_config: &Value) -> Option<switchyard::config::Cat
 /// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
 /// own parser: those whose providers agree on one `authority` (the decision filter names it for
 /// the route's `host_rewrite_header`), serve exactly one API and have the same key
-/// (the twin injects one key header). A configuration the filter would refuse gets none.
+/// (the twin injects one key header), and are of a kind that needs no per-attempt filter
+/// (`bedrock` does). A configuration the filter would refuse gets none.
 pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin> {
     let Some(catalog) = parsed_for_generator(plugin_config) else { return Vec::new() };
     let raw = &plugin_config["providers"];
@@ -556,6 +563,8 @@ pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin
         }
         let mut apis = p.apis.keyed();
         let twin = match (apis.next(), apis.next()) {
+            // A kind that rewrites every attempt's body and answer needs the per-attempt filter.
+            _ if p.kind.needs_attempt_filter() => None,
             (Some(api), None) => Some(Twin {
                 cluster: p.cluster.clone(),
                 authority: p.authority.clone(),
@@ -678,6 +687,52 @@ pub fn upstream_filters(upstream_wasm: Value) -> Value {
         module_filter_entry(upstream_wasm),
         {"name": "envoy.filters.http.upstream_codec", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
     ])
+}
+
+/// Envoy's AWS SigV4 signing of a provider cluster's attempts
+/// (`envoy.filters.http.aws_request_signing`), when its providers are of a kind Envoy signs and
+/// have no credential (`Kind::aws_signing`: Bedrock); all the cluster's providers must agree.
+/// The payload is signed (`use_unsigned_payload: false`: the filter buffers each attempt's body),
+/// with Envoy's default credential chain: environment, credentials file, IRSA web identity,
+/// container and instance metadata, refreshed as they expire. The module never holds the keys.
+///
+/// `credentials_file`: a credentials file added to that chain, watched (its directory) so a
+/// rotated file is read without a restart.
+pub fn aws_signing_filter(plugin_config: &Value, cluster: &str, credentials_file: Option<&Path>) -> Option<Value> {
+    let catalog = parsed_for_generator(plugin_config)?;
+    let mut signing = None;
+    for p in catalog.providers.iter().filter(|p| p.cluster == cluster) {
+        let this = if p.credential.is_none() { p.kind.aws_signing(&p.authority) } else { None };
+        match &signing {
+            None => signing = Some(this),
+            Some(s) if *s != this => return None,
+            Some(_) => {}
+        }
+    }
+    let s = signing.flatten()?;
+    let mut config = json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning",
+        "service_name": s.service,
+        "region": s.region,
+        "use_unsigned_payload": false
+    });
+    if let Some(file) = credentials_file {
+        let dir = file.parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        config["credential_provider"] = json!({"credentials_file_provider": {"credentials_data_source": {
+            "filename": file.to_string_lossy(), "watched_directory": {"path": dir}}}});
+    }
+    Some(json!({"name": "envoy.filters.http.aws_request_signing", "typed_config": config}))
+}
+
+/// Adds the cluster's SigV4 signing (`aws_signing_filter`) to its upstream filters, right before
+/// the codec: after the per-attempt filter, so what is signed is each attempt's final path and
+/// body.
+pub fn with_aws_signing(filters: &mut Value, plugin_config: &Value, cluster: &str, credentials_file: Option<&Path>) {
+    let Some(signing) = aws_signing_filter(plugin_config, cluster, credentials_file) else { return };
+    if let Some(list) = filters.as_array_mut() {
+        let codec = list.len().saturating_sub(1);
+        list.insert(codec, signing);
+    }
 }
 
 /// `HttpProtocolOptions` of a provider cluster: the protocol (HTTP/1.1, or HTTP/2 offered by
@@ -1377,5 +1432,74 @@ mod tests {
         assert!(!text.contains(DYNAMIC_MODULE_TYPE_URL) && !text.contains("layered_runtime"));
         assert_eq!(Build::parse("native"), Ok(Build::Native));
         assert!(Build::parse("v8").is_err());
+    }
+
+    #[test]
+    fn a_bedrock_provider_gets_no_first_attempt_twin() {
+        let catalog = json!({
+            "providers": {
+                "a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"},
+                      "apis": {"anthropic": {}}},
+                "b": {"kind": "bedrock", "cluster": "c_b", "authority": "bedrock-runtime.us-east-1.amazonaws.com",
+                      "apis": {"anthropic": {}}}
+            },
+            "models": {"m/x": {"endpoints": [
+                {"provider": "a", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "b", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}}
+            ]}}
+        });
+        let twins: Vec<String> =
+            first_attempt_twins(&catalog, &["c_a", "c_b"]).into_iter().map(|t| t.cluster).collect();
+        assert_eq!(twins, ["c_a"]);
+        let mut config = catalog.clone();
+        with_first_attempt_clusters(&mut config, true, &["c_a", "c_b"], &first_attempt_cluster_name);
+        assert!(config["providers"]["b"].get("first_attempt_cluster").is_none(), "{config}");
+        switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| None).expect("the filter takes it");
+    }
+
+    #[test]
+    fn a_bedrock_cluster_is_signed_by_envoy_after_the_attempt_filter() {
+        let catalog = json!({
+            "providers": {
+                "a": {"cluster": "c_a", "authority": "a.example", "credential": {"value": "k"},
+                      "apis": {"anthropic": {}}},
+                "b": {"kind": "bedrock", "cluster": "c_b", "authority": "bedrock-runtime.us-east-1.amazonaws.com",
+                      "apis": {"anthropic": {}}},
+                "k": {"kind": "bedrock", "cluster": "c_k", "authority": "bedrock-runtime.us-west-2.amazonaws.com",
+                      "credential": {"value": "bedrock-api-key"}, "apis": {"anthropic": {}}}
+            },
+            "models": {"m/x": {"endpoints": [
+                {"provider": "a", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "b", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}},
+                {"provider": "k", "upstream_model": "anthropic.x-v1:0", "pricing": {"prompt": 1, "completion": 1}}
+            ]}}
+        });
+        let clusters = ["c_a", "c_b", "c_k"].map(|n| ClusterSpec { name: n.into(), port: 1 });
+        let cfg = StackConfig::new(catalog.clone(), clusters.to_vec(), None);
+        let names = |c: &str| -> Vec<String> {
+            cfg.provider_filters(c)
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let signed = names("c_b");
+        assert_eq!(signed.len(), 3, "{signed:?}");
+        assert_eq!(&signed[1..], ["envoy.filters.http.aws_request_signing", "envoy.filters.http.upstream_codec"]);
+        let f = aws_signing_filter(&catalog, "c_b", None).unwrap();
+        assert_eq!(f["typed_config"]["service_name"], "bedrock");
+        assert_eq!(f["typed_config"]["region"], "us-east-1");
+        assert_eq!(f["typed_config"]["use_unsigned_payload"], false);
+        assert!(f["typed_config"].get("credential_provider").is_none(), "the default chain");
+        let f = aws_signing_filter(&catalog, "c_b", Some(Path::new("/etc/aws/credentials"))).unwrap();
+        assert_eq!(
+            f["typed_config"]["credential_provider"]["credentials_file_provider"]["credentials_data_source"],
+            json!({"filename": "/etc/aws/credentials", "watched_directory": {"path": "/etc/aws"}})
+        );
+        // A provider with its own key (Anthropic's, a Bedrock API key) is not signed.
+        for c in ["c_a", "c_k"] {
+            assert!(!names(c).iter().any(|n| n.contains("aws_request_signing")), "{c}");
+        }
     }
 }

@@ -32,8 +32,8 @@ use crate::envoy::{
     anthropic_path_regex, credential_injector, file_safe, first_attempt_filters, first_attempt_twins,
     google_path_regex, key_injectors, local_reply_config, mark_route, provider_protocol_options, route_mark_filter,
     routed_route, sds_file_content, sds_file_secret, sds_keyed, tls_scheme_metadata, twin_secret, unrouted_route,
-    upstream_filters, with_first_attempt_clusters, with_handoff, with_injected_keys, HandoffWiring, SdsKeyed,
-    StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
+    upstream_filters, with_aws_signing, with_first_attempt_clusters, with_handoff, with_injected_keys, HandoffWiring,
+    SdsKeyed, StackConfig, Twin, DECISION_FILTER, FIRST_ATTEMPT_CONFIGURATION,
 };
 use crate::istio_native;
 // Defined apart so that `istio_native` can use it without importing this file; still named
@@ -468,6 +468,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         }));
     }
     let keyed = keyed_clusters(c);
+    let plugin_config = c.plugin_config();
     let mut patched: Vec<String> = Vec::new();
     for p in &c.providers {
         if patched.contains(&p.cluster()) {
@@ -482,6 +483,8 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                 list.insert(i, inj);
             }
         }
+        // Envoy signs a Bedrock provider's attempts (SigV4) after the per-attempt filter.
+        with_aws_signing(&mut filters, &plugin_config, &p.cluster(), None);
         // MERGE replaces the whole HttpProtocolOptions entry (a map value): it carries the
         // protocol as well as the per-attempt filters. The metadata names the attempts' scheme
         // (the DestinationRule originates TLS).

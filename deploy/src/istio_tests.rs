@@ -262,3 +262,34 @@ fn the_derived_handoff_key_survives_a_catalog_change() {
     assert_eq!(key(raw(one.clone(), "llm.a.internal")), key(raw(two, "llm.a.internal")));
     assert_ne!(key(raw(one.clone(), "llm.a.internal")), key(raw(one, "llm.b.internal")), "another deployment");
 }
+
+#[test]
+fn a_bedrock_cluster_is_signed_by_the_sidecar_and_has_no_first_attempt_subset() {
+    let c = Catalog::parse(
+        &json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
+            "providers": {"amazon-bedrock": {"host": "bedrock-runtime.us-east-1.amazonaws.com", "http2": true,
+                                              "kind": "bedrock", "apis": {"anthropic": {}}}},
+            "models": {"m/x": {"endpoints": [{"provider": "amazon-bedrock", "upstream_model": "anthropic.x-v1:0",
+                                              "pricing": {"prompt": 1, "completion": 2}}]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let ef = envoy_filter(&c, v, &cfg, "d");
+        let (patched, _) = patched_and_routed(&ef);
+        assert_eq!(patched, ["outbound|443||bedrock-runtime.us-east-1.amazonaws.com"], "no first-attempt subset");
+        let patch = ef["spec"]["configPatches"].as_array().unwrap().iter().find(|p| p["applyTo"] == "CLUSTER").unwrap();
+        let filters = patch["patch"]["value"]["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"]
+            .as_array()
+            .unwrap();
+        let names: Vec<&str> = filters.iter().map(|f| f["name"].as_str().unwrap()).collect();
+        let at = names.iter().position(|n| *n == "envoy.filters.http.aws_request_signing").expect("signed");
+        assert_eq!(names[at + 1], "envoy.filters.http.upstream_codec", "{names:?}");
+        assert_eq!(filters[at]["typed_config"]["region"], "us-east-1");
+        assert!(at >= 1, "after the per-attempt filter: {names:?}");
+    }
+}

@@ -23,6 +23,7 @@
 mod agent;
 mod anthropic;
 mod azure;
+pub mod bedrock;
 mod google;
 mod openai;
 mod responses;
@@ -813,6 +814,17 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let mut behavior = s.behavior.lock().map(|b| b.clone()).unwrap_or_default();
     if let Some(spec) = header("x-mock-behavior") {
         apply_override(&mut behavior, &s.name, spec);
+    }
+    // Amazon Bedrock: its own paths, SigV4 or API key, body and exceptions (`bedrock`).
+    if let Some((model, stream)) = bedrock::model_of(parts.uri.path()) {
+        let signed = bedrock::Signed {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &full_headers,
+            body: &body,
+        };
+        return bedrock::answer(&s.name, &signed, &behavior, &model, stream);
     }
     // Azure OpenAI: its own paths, key and api-version before OpenAI's body checks.
     let on_azure = (behavior.azure && parts.uri.path().starts_with("/openai/"))

@@ -14,8 +14,9 @@ use crate::providers::Kind;
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProvider {
     cluster: String,
-    /// What kind of provider this is (`standard`, `azure`; see `crate::providers::KINDS`): its
-    /// paths, key header and stream quirks. Default `standard`.
+    /// What kind of provider this is (`standard`, `azure`, `bedrock`; see
+    /// `crate::providers::KINDS`): its paths, key header, body, stream and error quirks. Default
+    /// `standard`. A kind that rewrites every attempt (`bedrock`) takes no `first_attempt_cluster`.
     #[serde(default)]
     kind: Option<String>,
     /// The kind's own settings (Azure: `path`, `api_version`), checked by the kind.
@@ -160,10 +161,12 @@ impl Provider {
     /// The credential header and value an attempt in `api` carries: the configured header for
     /// OpenAI, `x-api-key` for Anthropic, `x-goog-api-key` for Google (both with the bare secret).
     /// None when the provider's cluster injects the key itself (`credential.injected`).
+    /// A kind may take the configured header in another API too (`Kind::key_as_configured`:
+    /// Bedrock's API key, `authorization: Bearer`, on the Anthropic API).
     pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
         let c = self.credential.as_ref().filter(|c| !c.injected)?;
         let header = self.key_header(api)?;
-        Some((header, if matches!(api, Api::OpenAi | Api::Responses) { c.value.as_str() } else { c.secret.as_str() }))
+        Some((header, if self.kind.key_as_configured(api) { c.value.as_str() } else { c.secret.as_str() }))
     }
 
     /// The header an attempt in `api` carries the key in (set by the filter, or by the cluster
@@ -171,9 +174,11 @@ impl Provider {
     pub fn key_header(&self, api: Api) -> Option<&str> {
         let c = self.credential.as_ref()?;
         Some(match api {
-            Api::OpenAi | Api::Responses => c.header.as_str(),
+            _ if self.kind.key_as_configured(api) => c.header.as_str(),
             Api::Anthropic => ANTHROPIC_KEY_HEADER,
             Api::Google => GOOGLE_KEY_HEADER,
+            // A kind that does not take OpenAI's key as configured has no other header for it.
+            Api::OpenAi | Api::Responses => c.header.as_str(),
         })
     }
 
@@ -253,10 +258,17 @@ pub(super) fn compile_provider(
         return Err(err(format!("{field}.path_prefix"), "must start with '/'"));
     }
     let kind = crate::providers::compile(&field, p.kind.as_deref(), p.kind_options.as_ref())?;
+    if kind.needs_attempt_filter() && p.first_attempt_cluster.is_some() {
+        return Err(err(
+            format!("{field}.first_attempt_cluster"),
+            format!("kind {} rewrites every attempt in the per-attempt filter: no first-attempt cluster", kind.name()),
+        ));
+    }
     let credential = match &p.credential {
         None => None,
         Some(c) => Some(compile_credential(&field, c, kind.default_credential(), env)?),
     };
+    kind.check_provider(&field, &p.authority, credential.is_some())?;
     for (i, t) in p.tags.iter().enumerate() {
         if t.is_empty() || t.contains(char::is_whitespace) {
             return Err(err(format!("{field}.tags[{i}]"), "a tag must be non-empty without whitespace"));

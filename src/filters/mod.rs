@@ -13,6 +13,8 @@
 //! Nothing here may panic: a panic aborts the VM and fails every request on the worker.
 
 mod attempts;
+#[cfg(test)]
+mod bedrock_tests;
 mod caller;
 pub mod downstream;
 pub mod fast_hash;

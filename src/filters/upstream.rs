@@ -4,6 +4,7 @@
 //! per-provider headers from the plan and removes every other credential header.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::attempts::{cooled_down_late, finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
@@ -19,7 +20,10 @@ use crate::protocol::outcome::{
 };
 use crate::protocol::plan::body_property;
 use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
-use crate::protocol::rewrite::{api_headers, attempt_rewrite, foreign_body, AttemptError, ANTHROPIC_VERSION};
+use crate::protocol::rewrite::{
+    api_headers, attempt_rewrite, foreign_body, kind_body, model_prefix, AttemptError, ANTHROPIC_VERSION,
+};
+use crate::providers::{Kind, StreamConverter};
 use crate::wiring::{ATTEMPTS_HEADER, MODEL_FAILURE_HEADER, MODEL_HEADER, OWN_REPLY_HEADER, PROVIDER_HEADER};
 
 pub struct Attempt<H: Host> {
@@ -47,6 +51,22 @@ pub struct Attempt<H: Host> {
     recorded: bool,
     /// A Gemini 429's body, collected for the delay it names.
     error_body: Option<Vec<u8>>,
+    /// The kind of this attempt's provider.
+    kind: Option<Arc<dyn Kind>>,
+    /// Top-level members the kind never sends (`Kind::blanked_members`).
+    blanked: &'static [&'static str],
+    /// The kind's converter of this attempt's streamed answer (`Kind::stream_converter`).
+    converter: Option<Box<dyn StreamConverter>>,
+    /// An error answer whose body the kind rewrites (`Kind::error_body`).
+    kind_error: Option<KindError>,
+}
+
+/// An error answer a kind rewrites: its status and headers as the provider sent them, and its
+/// body so far (at most `MAX_ERROR_BODY_BYTES`).
+struct KindError {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
 }
 
 impl<H: Host> Attempt<H> {
@@ -66,6 +86,10 @@ impl<H: Host> Attempt<H> {
             watch: AttemptWatch::new(Api::OpenAi, false, 0),
             recorded: false,
             error_body: None,
+            kind: None,
+            blanked: &[],
+            converter: None,
+            kind_error: None,
         }
     }
 
@@ -198,13 +222,21 @@ impl<H: Host> Filter for Attempt<H> {
         };
         // The answer is watched in the API the endpoint speaks (translated back downstream).
         self.watch = AttemptWatch::new(rw.api, plan.stream, self.host.now_ms());
+        let kind = catalog.provider_for_slug(&rw.slug).map(|p| Arc::clone(&p.kind));
+        self.blanked = kind.as_ref().map_or(&[], |k| k.blanked_members(rw.api));
         if rw.foreign_body {
             let stored = self.host.property(&[&body_property(rw.api)]);
             match stored.and_then(|b| foreign_body(rw.api, &b, &rw.upstream_model)) {
-                Some(body) => self.new_body = Some(body),
+                Some(body) => {
+                    self.new_body = Some(match kind.as_ref().and_then(|k| k.body_prefix(rw.api)) {
+                        Some(own) => kind_body(&body, model_prefix(&rw.upstream_model).len(), own, self.blanked),
+                        None => body,
+                    });
+                }
                 None => return self.refuse(503, "the plan has no body for this attempt's API"),
             }
         }
+        self.kind = kind;
         self.planned = rw.planned;
         // By model id: valid whichever configuration made the plan.
         self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
@@ -254,7 +286,7 @@ impl<H: Host> Filter for Attempt<H> {
         Action::Continue
     }
 
-    fn on_request_body(&mut self, _body_size: usize, end_of_stream: bool) -> Action {
+    fn on_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if self.new_prefix.is_none() && self.new_body.is_none() {
             return Action::Continue;
         }
@@ -266,7 +298,13 @@ impl<H: Host> Filter for Attempt<H> {
             return Action::Continue;
         }
         if let Some((old_len, prefix)) = self.new_prefix.take() {
-            self.host.set_request_body(0, old_len, &prefix);
+            if self.blanked.is_empty() {
+                self.host.set_request_body(0, old_len, &prefix);
+            } else {
+                // The kind leaves members out: the whole body, rewritten to the same length.
+                let body = self.host.request_body(0, body_size).unwrap_or_default();
+                self.host.set_request_body(0, usize::MAX, &kind_body(&body, old_len, &prefix, self.blanked));
+            }
         }
         Action::Continue
     }
@@ -274,10 +312,34 @@ impl<H: Host> Filter for Attempt<H> {
     fn on_response_headers(&mut self, end_of_stream: bool) -> Action {
         let Some((model, slug)) = self.names.clone() else { return Action::Continue };
         let headers = self.host.resp_headers();
-        let status = status_of(&headers);
+        let mut status = status_of(&headers);
+        let mut content_type = find(&headers, "content-type");
+        if let Some(kind) = self.kind.clone() {
+            // The kind's answer in its API's terms: an error's status as the router should see
+            // it (and its body rewritten), a stream converted.
+            let (mapped, rewrites) = kind.error_status(self.watch.api, status, &headers);
+            if rewrites && !end_of_stream {
+                self.kind_error = Some(KindError { status, headers: headers.clone(), body: Vec::new() });
+                self.host.set_resp_header("content-length", None);
+                self.host.set_resp_header("content-type", Some("application/json"));
+                content_type = Some("application/json");
+            }
+            if mapped != status {
+                self.host.set_resp_header(":status", Some(&mapped.to_string()));
+                status = mapped;
+            }
+            if (200..300).contains(&status) {
+                self.converter = kind.stream_converter(self.watch.api, content_type);
+            }
+            if let Some(c) = &self.converter {
+                self.host.set_resp_header("content-length", None);
+                self.host.set_resp_header("content-type", Some(c.content_type()));
+                content_type = Some(c.content_type());
+            }
+        }
         let cap = self.config.catalog.routing.max_retry_after_s;
         let retry_after = retry_after_of(find(&headers, "retry-after"), find(&headers, "retry-after-ms"));
-        self.watch.headers(status, retry_after.as_deref(), find(&headers, "content-type"), cap);
+        self.watch.headers(status, retry_after.as_deref(), content_type, cap);
         // A non-retryable failure with another model still planned, or the provider refusing
         // its own key (the operator's: `key_refused`) with another attempt planned: let Envoy
         // retry.
@@ -309,6 +371,27 @@ impl<H: Host> Filter for Attempt<H> {
     }
 
     fn on_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if let Some(KindError { status, headers, body: collected }) = self.kind_error.as_mut() {
+            // Held back chunk by chunk (bounded), answered whole in the API's shape at the end.
+            let room = MAX_ERROR_BODY_BYTES.saturating_sub(collected.len()).min(body_size);
+            if let Some(piece) = (room > 0).then(|| self.host.response_body(0, room)).flatten() {
+                collected.extend_from_slice(&piece);
+            }
+            let out = match (&self.kind, end_of_stream) {
+                (Some(kind), true) => kind.error_body(self.watch.api, *status, headers, collected),
+                _ => Vec::new(),
+            };
+            self.host.set_response_body(0, body_size, &out);
+            return Action::Continue;
+        }
+        let mut body_size = body_size;
+        if let Some(c) = self.converter.as_mut() {
+            let chunk =
+                if body_size > 0 { self.host.response_body(0, body_size).unwrap_or_default() } else { Vec::new() };
+            let out = c.feed(&chunk);
+            self.host.set_response_body(0, body_size, &out);
+            body_size = out.len();
+        }
         if let Some(collected) = self.error_body.as_mut() {
             let room = MAX_ERROR_BODY_BYTES.saturating_sub(collected.len()).min(body_size);
             if let Some(piece) = (room > 0).then(|| self.host.response_body(0, room)).flatten() {

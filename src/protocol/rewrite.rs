@@ -321,6 +321,50 @@ pub fn foreign_body(api: Api, stored: &[u8], upstream_model: &str) -> Option<Vec
     Some(out)
 }
 
+/// Blanks the top-level members of `body` named in `names`, except the first member: each is
+/// replaced, with the comma before it, by spaces, so the body stays valid JSON of the same
+/// length (`Kind::blanked_members`). A body that is not a JSON object (or has a duplicate
+/// member) is left alone. Linear.
+pub fn blank_members(body: &mut [u8], names: &[&str]) {
+    if names.is_empty() {
+        return;
+    }
+    let ranges: Vec<(usize, usize)> = {
+        let Ok(fields) = TopLevel::parse(body) else { return };
+        let base = body.as_ptr() as usize;
+        let mut prev_end: Option<usize> = None;
+        let mut ranges = Vec::new();
+        for (k, v) in &fields.0 {
+            // The raw value borrows from `body`: its offset is where it starts there.
+            let Some(start) = (v.get().as_ptr() as usize).checked_sub(base) else { return };
+            let end = start + v.get().len();
+            if let Some(from) = prev_end.filter(|_| names.contains(&k.as_ref())) {
+                ranges.push((from, end));
+            }
+            prev_end = Some(end);
+        }
+        ranges
+    };
+    for (from, to) in ranges {
+        if let Some(span) = body.get_mut(from..to) {
+            span.fill(b' ');
+        }
+    }
+}
+
+/// The body of an attempt to a kind with its own prefix (`Kind::body_prefix`): `body`, whose
+/// first `prefix_len` bytes are its model prefix, with `blanked` members blanked (before the
+/// prefix is replaced: the kind's prefix may name a member the body has too) and `prefix` in
+/// place of the model prefix. Linear.
+pub fn kind_body(body: &[u8], prefix_len: usize, prefix: &[u8], blanked: &[&str]) -> Vec<u8> {
+    let mut body = body.to_vec();
+    blank_members(&mut body, blanked);
+    let mut out = Vec::with_capacity(body.len() + prefix.len());
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(body.get(prefix_len..).unwrap_or_default());
+    out
+}
+
 /// Anthropic's API version header, which every Messages request must carry.
 pub const ANTHROPIC_VERSION: &str = "anthropic-version";
 /// The version a translated Anthropic attempt asks for (the caller spoke another API).
@@ -420,12 +464,14 @@ pub fn attempt_rewrite(
         // Google bodies carry no model: the path names it.
         (plan.body_len as usize, None)
     } else {
-        let prefix = model_prefix(&upstream_model);
+        let own = provider.kind.body_prefix(api);
+        let prefix = own.map_or_else(|| model_prefix(&upstream_model), <[u8]>::to_vec);
         let content_length = (plan.body_len as usize).saturating_sub(plan.prefix_len as usize) + prefix.len();
         let first =
             plan.endpoints.first().and_then(|&i| catalog.endpoint(i as usize)).map(|e| e.upstream_model.as_str());
         // Under another configuration the body's model may differ from this one's: always splice.
-        let keep = same_config && (attempt <= 1 || first == Some(upstream_model.as_str()));
+        // A kind's own prefix replaces the model prefix the decision filter wrote: always.
+        let keep = same_config && own.is_none() && (attempt <= 1 || first == Some(upstream_model.as_str()));
         (content_length, (!keep).then_some(prefix))
     };
     let bare = plan.path.split('?').next().unwrap_or("");
@@ -438,7 +484,7 @@ pub fn attempt_rewrite(
         Api::Google => "",
         Api::Responses => "/v1/responses",
     };
-    let path = match provider.kind.attempt_path(api, standard, &upstream_model) {
+    let path = match provider.kind.attempt_path(api, standard, &upstream_model, plan.stream) {
         Some(path) => path,
         None if api != caller => translated_path(api, prefix, &upstream_model, plan.stream),
         None if api == Api::Google => {

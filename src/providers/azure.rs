@@ -103,7 +103,7 @@ impl Kind for Azure {
         &[Api::OpenAi]
     }
 
-    fn attempt_path(&self, api: Api, standard: &str, upstream_model: &str) -> Option<String> {
+    fn attempt_path(&self, api: Api, standard: &str, upstream_model: &str, _stream: bool) -> Option<String> {
         if api != Api::OpenAi {
             return None;
         }
@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn paths_name_the_deployment_and_the_api_version() {
         let k = kind("p", Some("azure"), None).unwrap();
-        let path = |standard: &str, model: &str| k.attempt_path(Api::OpenAi, standard, model);
+        let path = |standard: &str, model: &str| k.attempt_path(Api::OpenAi, standard, model, false);
         assert_eq!(
             path("/v1/chat/completions", "gpt-4.1").as_deref(),
             Some("/openai/deployments/gpt-4.1/chat/completions?api-version=2024-10-21")
@@ -154,15 +154,15 @@ mod tests {
         assert_eq!(path("/v1/responses", "gpt-4.1").as_deref(), Some("/openai/v1/responses"));
         let k = azure(json!({"api_version": "2025-04-01-preview"}));
         assert_eq!(
-            k.attempt_path(Api::OpenAi, "/v1/chat/completions", "d").as_deref(),
+            k.attempt_path(Api::OpenAi, "/v1/chat/completions", "d", false).as_deref(),
             Some("/openai/deployments/d/chat/completions?api-version=2025-04-01-preview")
         );
         let v1 = azure(json!({"path": "v1"}));
         assert_eq!(
-            v1.attempt_path(Api::OpenAi, "/v1/chat/completions", "d").as_deref(),
+            v1.attempt_path(Api::OpenAi, "/v1/chat/completions", "d", true).as_deref(),
             Some("/openai/v1/chat/completions")
         );
-        assert_eq!(v1.attempt_path(Api::Anthropic, "/v1/messages", "d"), None);
+        assert_eq!(v1.attempt_path(Api::Anthropic, "/v1/messages", "d", false), None);
         assert_eq!(k.default_credential(), ("api-key", ""));
         assert_eq!(k.apis(), &[Api::OpenAi]);
     }
@@ -179,7 +179,7 @@ mod tests {
             let e = kind("providers[\"azure\"]", Some("azure"), Some(&options)).unwrap_err();
             assert_eq!(e.field, field, "{options}: {e}");
         }
-        let e = kind("providers[\"x\"]", Some("bedrock"), None).unwrap_err();
+        let e = kind("providers[\"x\"]", Some("vertex"), None).unwrap_err();
         assert_eq!(e.field, "providers[\"x\"].kind");
         let e = kind("providers[\"x\"]", None, Some(&json!({}))).unwrap_err();
         assert_eq!(e.field, "providers[\"x\"].kind_options");

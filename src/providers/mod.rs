@@ -6,8 +6,10 @@
 //! - `standard`: every API at its own path prefix (`path_prefix`, `apis.<api>.path_prefix`), the
 //!   key where `credential` says (OpenAI: `authorization: Bearer`), streams as the API sends them.
 //! - `azure` ([`azure`]): Azure OpenAI, resource + deployment.
+//! - `bedrock` ([`bedrock`]): Anthropic's models on Amazon Bedrock (InvokeModel), signed by Envoy.
 
 pub mod azure;
+pub mod bedrock;
 
 use std::sync::Arc;
 
@@ -26,6 +28,13 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
         ("authorization", "Bearer ")
     }
 
+    /// Whether an attempt in `api` carries the key as `credential` configures it (header and
+    /// prefix). Otherwise the API's own key header with the bare key: `x-api-key` (Anthropic),
+    /// `x-goog-api-key` (Google). By default only OpenAI's APIs take the configured header.
+    fn key_as_configured(&self, api: Api) -> bool {
+        matches!(api, Api::OpenAi | Api::Responses)
+    }
+
     /// The APIs a provider of this kind may serve (`apis`).
     fn apis(&self) -> &'static [Api] {
         &Api::ALL
@@ -34,10 +43,69 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
     /// The whole path (with its query) of an attempt in `api`, from the path a standard provider
     /// of that API would be sent before its prefix (`/v1/chat/completions`, `/v1/responses`,
     /// `/v1/messages`, the caller's query left out; Google: the caller's path, empty when the
-    /// attempt is translated) and the endpoint's `upstream_model`. None: the standard path.
-    fn attempt_path(&self, api: Api, standard: &str, upstream_model: &str) -> Option<String> {
-        let _ = (api, standard, upstream_model);
+    /// attempt is translated), the endpoint's `upstream_model` and whether the caller asked for a
+    /// stream. None: the standard path.
+    fn attempt_path(&self, api: Api, standard: &str, upstream_model: &str, stream: bool) -> Option<String> {
+        let _ = (api, standard, upstream_model, stream);
         None
+    }
+
+    /// What replaces the body's `{"model":"<upstream_model>"` prefix in `api` (OpenAI, Anthropic,
+    /// Responses bodies; Google bodies have none). None: that prefix. A kind whose path names
+    /// the model (Bedrock) puts its own first member there.
+    fn body_prefix(&self, api: Api) -> Option<&'static [u8]> {
+        let _ = api;
+        None
+    }
+
+    /// Top-level members after the first that an attempt in `api` never sends: blanked in place
+    /// (replaced by spaces with a comma next to them), so the body keeps its length and its
+    /// `content-length` is known before it is read (`protocol::rewrite::blank_members`).
+    fn blanked_members(&self, api: Api) -> &'static [&'static str] {
+        let _ = api;
+        &[]
+    }
+
+    /// How Envoy signs this provider's attempts with AWS SigV4 when it has no `credential`
+    /// (`envoy.filters.http.aws_request_signing` after the per-attempt filter; the generators
+    /// render it): the service name and region. None: the kind is not signed.
+    fn aws_signing(&self, authority: &str) -> Option<AwsSigning> {
+        let _ = authority;
+        None
+    }
+
+    /// Checks the provider as a whole (`field`: its path), once its kind is compiled: what the
+    /// kind needs of its `authority` and `credential`.
+    fn check_provider(&self, field: &str, authority: &str, has_credential: bool) -> Result<(), ConfigError> {
+        let _ = (field, authority, has_credential);
+        Ok(())
+    }
+
+    /// Whether attempts must go through the per-attempt filter (which rewrites their body and
+    /// answer): such a provider takes no `first_attempt_cluster`.
+    fn needs_attempt_filter(&self) -> bool {
+        false
+    }
+
+    /// The converter of a successful streamed answer in `api` with this `content-type` into the
+    /// API's own stream, and the content type it then has. None: the answer is the API's.
+    fn stream_converter(&self, api: Api, content_type: Option<&str>) -> Option<Box<dyn StreamConverter>> {
+        let _ = (api, content_type);
+        None
+    }
+
+    /// An error answer in `api`: the status it is classified and answered by, from its status and
+    /// headers (the body has not arrived), and whether its body is rewritten (`error_body`).
+    fn error_status(&self, api: Api, status: u16, headers: &[(String, String)]) -> (u16, bool) {
+        let _ = (api, headers);
+        (status, false)
+    }
+
+    /// The error body in `api`'s shape, from the provider's (`status` as it answered, its
+    /// headers). Only called when `error_status` said so, on at most `MAX_ERROR_BODY_BYTES`.
+    fn error_body(&self, api: Api, status: u16, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+        let _ = (api, status, headers);
+        body.to_vec()
     }
 
     /// Whether an event of this provider's stream in `api` (its `data:` JSON) is the provider's
@@ -53,7 +121,24 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
 /// `kind_options` (None when absent); `field` is the provider's path for errors.
 pub type CompileKind = fn(field: &str, options: Option<&serde_json::Value>) -> Result<Arc<dyn Kind>, ConfigError>;
 
-pub const KINDS: &[(&str, CompileKind)] = &[("standard", standard), ("azure", azure::compile)];
+pub const KINDS: &[(&str, CompileKind)] =
+    &[("standard", standard), ("azure", azure::compile), ("bedrock", bedrock::compile)];
+
+/// AWS SigV4 signing of a provider's attempts by Envoy (`Kind::aws_signing`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsSigning {
+    /// SigV4's service name (`bedrock`).
+    pub service: &'static str,
+    pub region: String,
+}
+
+/// Turns a provider's streamed answer into its API's stream, chunk by chunk (`Kind::stream_converter`).
+pub trait StreamConverter {
+    /// The content type of the converted stream.
+    fn content_type(&self) -> &'static str;
+    /// The converted bytes of one chunk (linear in it; only a partial frame is kept).
+    fn feed(&mut self, chunk: &[u8]) -> Vec<u8>;
+}
 
 /// The default kind.
 #[derive(Debug)]
