@@ -155,11 +155,13 @@ fn session(tag: &str, model: &str, headers: &[(&str, &str)]) -> Option<(String, 
     all.extend_from_slice(headers);
     let native = headers.iter().any(|(k, _)| *k == "x-switchyard-routing");
     let answer = run_codex(&bin, &dir.0, stack.envoy.port, model, &all, native);
-    let received = demo::DEMO_PROVIDERS
+    // In arrival order across the providers: the turns may reach different endpoints of the model.
+    let mut received: Vec<(String, Received)> = demo::DEMO_PROVIDERS
         .iter()
         .zip(&stack.providers)
         .flat_map(|((slug, _, _), p)| p.received_for(tag).into_iter().map(|r| (slug.to_string(), r)))
         .collect();
+    received.sort_by_key(|(_, r)| r.seq);
     Some((answer, received))
 }
 
