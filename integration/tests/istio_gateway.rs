@@ -337,7 +337,10 @@ fn every_provider_has_a_first_attempt_cluster_with_its_filter_and_the_same_tls()
     };
     for p in &stack().local.providers {
         let regular = by_name(&p.cluster()).unwrap_or_else(|| panic!("no cluster {}", p.cluster()));
-        let apis = raw["providers"][&p.slug]["apis"].as_object().map_or(1, |a| a.len());
+        // The APIs with their own key header (the Responses API shares OpenAI's host and key).
+        let apis = raw["providers"][&p.slug]["apis"]
+            .as_object()
+            .map_or(1, |a| a.keys().filter(|k| *k != "openai_responses").count());
         // The regular cluster: the provider's key injectors (one per key header its APIs use,
         // the key read by SDS from the mounted Secret), then the per-attempt filter.
         let regular_filters = filters(regular);
