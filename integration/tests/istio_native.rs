@@ -151,11 +151,17 @@ fn every_install_path_routes_and_fails_over_through_the_native_module() {
         let got = m.providers["together"].received_for(&id);
         assert_eq!(got.len(), 1, "{install:?}");
         assert_eq!(got[0].header("authorization"), Some("Bearer key-for-TOGETHER_API_KEY"), "{install:?}");
-        assert_eq!(got[0].internal_headers(), vec![], "{install:?}");
+        // istio-proxy reads the next cluster from a header: an attempt that may be retried
+        // carries the keyed token of the next one's cluster, and nothing else internal.
+        assert_eq!(got[0].internal_headers_but_next_token(), vec![], "{install:?}");
         // The first attempt on groq's first-attempt cluster (the native first-attempt filter),
         // the retry on together's regular cluster (the native per-attempt filter).
         let groq = m.local.providers.iter().find(|p| p.slug == "groq").unwrap();
         let together = m.local.providers.iter().find(|p| p.slug == "together").unwrap();
+        let first = m.providers["groq"].received_for(&id);
+        assert_eq!(first[0].internal_headers_but_next_token(), vec![], "{install:?}");
+        let keyed = switchyard::protocol::slots::keyed_slot_token(&m.local.istio.handoff_key, &together.cluster());
+        assert_eq!(first[0].next_token(), Some(keyed.as_str()), "{install:?}: groq's attempt names together's cluster");
         assert_eq!(stat(envoy.admin, &format!("cluster.{}.upstream_rq_total", groq.first_attempt_cluster())), 1);
         assert_eq!(stat(envoy.admin, &format!("cluster.{}.upstream_rq_total", together.cluster())), 1);
         // The bootstrap override's runtime flag (a layer after Istio's): the module's metrics are
