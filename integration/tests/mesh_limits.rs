@@ -234,8 +234,21 @@ async fn one_pods_429_with_retry_after_stops_the_other_pods_attempts() {
     let hit =
         chat_with(mesh.pod(0), "cool-hit", &[("x-mock-behavior", "beta=429/30")], json!({"only": ["beta"]})).await;
     assert_eq!(hit.status, 429, "{}", hit.text());
-    // Within a few ticks the other pods skip beta without an attempt of their own.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Within a few ticks the other pods learn of it (their poll counts a shared cool-down;
+    // polled, bounded, not a fixed sleep: the tick runs later on a busy machine), then skip beta
+    // without an attempt of their own.
+    let learned = |pod: usize| {
+        let (_, stats) = mesh.pods[pod].admin_get("/stats?filter=shared_cooldown_total").expect("stats");
+        stats.lines().any(|l| {
+            l.split_once(": ")
+                .is_some_and(|(k, v)| k.ends_with("provider.beta") && v.trim().parse::<u64>().unwrap_or(0) > 0)
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !(learned(1) && learned(2)) {
+        assert!(std::time::Instant::now() < deadline, "pods 1 and 2 never learned of pod 0's cool-down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     for n in 0..6 {
         let id = format!("cool-after-{n}");
         let pod = 1 + n % 2;
