@@ -318,9 +318,13 @@ pub fn answered(
     }
     if adm.calls.is_empty() && !adm.to_reserve {
         // Counted: each reservation may come back as a credit until its window resets (a
-        // second early: the service rounds the time up; from when the call was sent).
-        for (r, a) in adm.reserved.iter_mut().zip(&adm.answers) {
-            let reset_s = a.and_then(|(_, reset)| reset).unwrap_or(0);
+        // second early: the service rounds the time up; from when the call was sent). An engine
+        // that says no reset time (Limitador) gets the limit's whole window: a credit may then
+        // be used early in the next window (docs/mesh-limits.md, "Undershoot"), which beats
+        // never giving a reservation back (budgets ran out at a quarter of their use).
+        for ((r, a), applied) in adm.reserved.iter_mut().zip(&adm.answers).zip(&adm.applied) {
+            let window_s = limits.limit(applied).map_or(0, |l| l.window.seconds());
+            let reset_s = a.and_then(|(_, reset)| reset).unwrap_or(window_s);
             r.until_ms = adm.sent_ms.saturating_add(reset_s.saturating_sub(1).saturating_mul(1000));
         }
         adm.state = AdmissionState::Admitted;

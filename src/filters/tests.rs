@@ -476,12 +476,22 @@ fn the_service_failing_follows_each_failure_mode() {
 /// window resetting in 60 s) and serves it with `answer`.
 fn serve_limited(host: &MockHost, config: &Rc<Configured>, answer: &str) -> Stream<MockHost> {
     use crate::limits::rls::{Code, Response, Status};
+    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: Some(60) }] };
+    serve_limited_answered(host, config, answer, &ok)
+}
+
+/// `serve_limited` with the rate limit service answering `ok` to both admission calls.
+fn serve_limited_answered(
+    host: &MockHost,
+    config: &Rc<Configured>,
+    answer: &str,
+    ok: &crate::limits::rls::Response,
+) -> Stream<MockHost> {
     routed_request(host);
     let mut stream = Stream::new(host.clone(), Rc::clone(config));
     let first = host.state().grpc_calls.len() as u32 + 1;
     stream.on_request_headers(false);
-    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: Some(60) }] };
-    let n = rls_answer(host, &ok);
+    let n = rls_answer(host, ok);
     stream.on_grpc_response(first, 0, n);
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause, "held for the reservation");
     stream.on_grpc_response(first + 1, 0, n);
@@ -534,6 +544,24 @@ fn a_reservation_not_used_up_is_reused_by_the_next_request_on_the_worker() {
     next.on_log();
     assert_eq!(rls_call(&host, 3), (vec!["tpm".to_string()], 15));
     assert_eq!(host.state().grpc_calls.len(), 4);
+}
+
+/// Limitador's service answers without per-descriptor statuses, so without the time its window
+/// resets: the unused reservation is still a credit (for the limit's window), or every
+/// reservation would stay counted and a budget would run out at a fraction of its use.
+#[test]
+fn a_reservation_is_reused_when_the_service_says_no_reset_time() {
+    use crate::limits::rls::{Code, Response};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    let small = ANSWER.replace(
+        "\"prompt_tokens\": 1000000, \"completion_tokens\": 0",
+        "\"prompt_tokens\": 10, \"completion_tokens\": 5",
+    );
+    let bare = Response { overall: Code::Ok, statuses: Vec::new() };
+    serve_limited_answered(&host, &config, &small, &bare).on_log();
+    serve_limited_answered(&host, &config, &small, &bare).on_log();
+    assert_eq!(rls_call(&host, 3), (vec!["tpm".to_string()], 15), "250 of the 265 reserved came back");
 }
 
 // A shared endpoint of a provider whose BYOK key is `byok_always` is never planned, so the
