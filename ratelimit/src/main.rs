@@ -110,12 +110,13 @@ impl Service {
             let values: HashMap<String, String> = d.iter().cloned().collect();
             let ctx = limitador::limit::Context::from(values);
             let ns = leaf.namespace.as_str().into();
-            let checked =
-                self.limiter.check_rate_limited_and_update(&ns, &ctx, hits).await.map_err(|e| e.to_string())?;
-            if checked.limited {
-                // envoyproxy/ratelimit's semantics: the hits count even over the limit.
-                self.limiter.update_counters(&ns, &ctx, hits).await.map_err(|e| e.to_string())?;
-            }
+            // envoyproxy/ratelimit's semantics: the hits are added first (one atomic increment,
+            // counted even over the limit), then the count after adding is compared with the
+            // limit. Limitador's `check_rate_limited_and_update` reads the counter and adds in a
+            // later round trip, so concurrent calls pass on the same reading. Read after adding,
+            // the count includes what concurrent calls added meanwhile: never admits past it.
+            self.limiter.update_counters(&ns, &ctx, hits).await.map_err(|e| e.to_string())?;
+            let checked = self.limiter.is_rate_limited(&ns, &ctx, 0).await.map_err(|e| e.to_string())?;
             let counter = checked.counters.first();
             let remaining = counter.and_then(|c| c.remaining()).unwrap_or(0);
             let reset_s = counter.and_then(|c| c.expires_in()).map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));

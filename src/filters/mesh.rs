@@ -1,5 +1,7 @@
-//! The filters' side of mesh-wide limits (`crate::limits`): admission of a routed request,
-//! settlement of what it used (sent at once), capacity charges queued on the worker and sent by
+//! The filters' side of mesh-wide limits (`crate::limits`): admission of a routed request
+//! (request limits at its headers, its estimate reserved on token and spend limits once routed),
+//! settlement of what it used against its reservation (sent at once, unused reservations kept
+//! as the worker's credits), capacity charges queued on the worker and sent by
 //! the root context on its tick, and what the service's answers teach (a provider over its cap,
 //! kept in shared data for the router; a shared cool-down, in the endpoints' statistics).
 
@@ -11,8 +13,8 @@ use super::Configured;
 use crate::answer::errors::ApiError;
 use crate::limits::rls::{self, Code, Descriptor};
 use crate::limits::{
-    capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, settlement, Applied,
-    Kind, Limit, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
+    capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, reservation, used,
+    Applied, Kind, Ledger, Limit, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
 };
 use crate::routing::policy::CallerFacts;
 
@@ -39,9 +41,10 @@ fn with_pending<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
 }
 
 thread_local! {
-    /// What served requests used, sent at once (detached from the ending stream); only the
-    /// fractions and credits wait here for the next settlement of the same counter.
-    static SETTLEMENTS: RefCell<Pending> = RefCell::new(Pending::default());
+    /// What requests used beyond their reservations, sent at once (detached from the ending
+    /// stream); only fractions wait here, and the credits of reservations not used up, which
+    /// the next admissions on the same counter reuse.
+    static LEDGER: RefCell<Ledger> = RefCell::new(Ledger::default());
 }
 
 fn queue(descriptor: Descriptor, hits: f64) {
@@ -62,17 +65,39 @@ fn decoded(host: &dyn Host, status: u32, size: usize) -> Option<rls::Response> {
     host.grpc_response(size).and_then(|b| rls::decode_response(&b))
 }
 
-/// A routed request's admission: the limits that apply and the call that checks them.
+/// A routed request's admission: the limits that apply, the calls that check them, and what
+/// each limit's counter was charged for it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admission {
     pub applied: Vec<Applied>,
     pub state: AdmissionState,
+    /// Per applied limit (same order): what admission charged its counter.
+    pub reserved: Vec<Reserved>,
+    /// Calls not answered yet: the token and the applied limits it carries.
+    calls: Vec<(u32, Vec<usize>)>,
+    /// Token and spend limits apply and are not reserved yet (that waits for the body).
+    to_reserve: bool,
+    /// Per applied limit, once its call answered: over its limit, and when its window resets.
+    answers: Vec<Option<(bool, Option<u64>)>>,
+    /// When the reservation was sent (ms).
+    sent_ms: u64,
+}
+
+/// What one limit's counter was charged at admission: `units` in all, of which `credit`
+/// came from this worker's unused reservations (good until `credit_until_ms`); the counted
+/// reservation may be given back as a credit until `until_ms` (its window's end).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    pub units: u64,
+    pub credit: u64,
+    pub credit_until_ms: u64,
+    pub until_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AdmissionState {
-    /// Waiting for the answer to this token.
-    Waiting(u32),
+    /// Waiting for the service's answers (or for the body, to reserve).
+    Waiting,
     Admitted,
     /// The service failed and every applicable limit fails open: served, uncounted.
     FailedOpen,
@@ -80,8 +105,21 @@ pub enum AdmissionState {
     Refused(ApiError),
 }
 
-/// Starts the admission of a routed request: one call with a descriptor per applicable limit.
-/// None when no limit applies (no call at all).
+/// What a request is estimated to use, for its reservation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub tokens: u64,
+    /// The tokens priced at the dearest endpoint the plan may serve it from.
+    pub cost_usd: f64,
+}
+
+fn reserves(l: &Limit) -> bool {
+    l.kind != Kind::Requests
+}
+
+/// Starts the admission of a routed request: request limits are checked now (one call, one
+/// unit each, while the body uploads); token and spend limits wait for the body, whose estimate
+/// `reserve` charges. None when no limit applies (no call at all).
 pub fn admit(
     host: &dyn Host,
     config: &Configured,
@@ -94,13 +132,93 @@ pub fn admit(
     if applied.is_empty() {
         return None;
     }
-    let descriptors: Vec<Descriptor> =
-        applied.iter().filter_map(|a| limits.limit(a).map(|l| limit_descriptor(&l.name, &a.subject))).collect();
-    let state = match call(host, service, &descriptors, 1) {
-        Some(token) => AdmissionState::Waiting(token),
-        None => failed(host, limits, &applied, "refused"),
+    let mut adm = Admission {
+        reserved: vec![Reserved::default(); applied.len()],
+        answers: vec![None; applied.len()],
+        to_reserve: applied.iter().any(|a| limits.limit(a).is_some_and(reserves)),
+        calls: Vec::new(),
+        state: AdmissionState::Waiting,
+        sent_ms: 0,
+        applied,
     };
-    Some(Admission { applied, state })
+    let requests: Vec<usize> = (0..adm.applied.len())
+        .filter(|&i| adm.applied.get(i).and_then(|a| limits.limit(a)).is_some_and(|l| !reserves(l)))
+        .collect();
+    if !requests.is_empty() {
+        let descriptors = descriptors_of(limits, &adm.applied, &requests);
+        match call(host, service, &descriptors, 1) {
+            Some(token) => adm.calls.push((token, requests)),
+            None => adm.state = failed(host, limits, &adm.applied, "refused"),
+        }
+    }
+    Some(adm)
+}
+
+fn descriptors_of(limits: &MeshLimits, applied: &[Applied], which: &[usize]) -> Vec<Descriptor> {
+    which
+        .iter()
+        .filter_map(|&i| applied.get(i))
+        .filter_map(|a| limits.limit(a).map(|l| limit_descriptor(&l.name, &a.subject)))
+        .collect()
+}
+
+/// Reserves a routed request's estimate on its token and spend limits: each counter is charged
+/// the estimate less the credit this worker holds for it, one call per distinct charge. Does
+/// nothing unless the admission still waits for it.
+pub fn reserve(host: &dyn Host, limits: &MeshLimits, adm: &mut Admission, estimate: Estimate, now_ms: u64) {
+    if !adm.to_reserve || adm.state != AdmissionState::Waiting {
+        return;
+    }
+    adm.to_reserve = false;
+    let Some(service) = &limits.service else { return };
+    adm.sent_ms = now_ms;
+    // (hits, applied indices): the API adds one hits_addend to every descriptor of a call.
+    let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+    LEDGER.with(|l| {
+        let mut l = l.borrow_mut();
+        for (i, a) in adm.applied.iter().enumerate() {
+            let Some(limit) = limits.limit(a).filter(|l| reserves(l)) else { continue };
+            let units = reservation(limit.kind, estimate.tokens, estimate.cost_usd);
+            let (credit, credit_until_ms) = l.take_credit(&limit_descriptor(&limit.name, &a.subject), units, now_ms);
+            if let Some(r) = adm.reserved.get_mut(i) {
+                *r = Reserved { units, credit, credit_until_ms, until_ms: 0 };
+            }
+            let hits = u32::try_from(units - credit).unwrap_or(u32::MAX);
+            match groups.iter_mut().find(|(h, _)| *h == hits) {
+                Some((_, which)) => which.push(i),
+                None => groups.push((hits, vec![i])),
+            }
+        }
+    });
+    for (hits, which) in groups {
+        let descriptors = descriptors_of(limits, &adm.applied, &which);
+        match call(host, service, &descriptors, hits) {
+            Some(token) => adm.calls.push((token, which)),
+            None => {
+                adm.state = failed(host, limits, &adm.applied, "refused");
+                break;
+            }
+        }
+    }
+    if adm.state != AdmissionState::Waiting {
+        release_credit(adm, limits, now_ms);
+    } else if adm.calls.is_empty() {
+        adm.state = AdmissionState::Admitted;
+    }
+}
+
+/// A reservation that did not count (refused, or the service failed): the credit it took is
+/// given back; what it sent may or may not have been counted, so it is not credited.
+fn release_credit(adm: &mut Admission, limits: &MeshLimits, now_ms: u64) {
+    LEDGER.with(|l| {
+        let mut l = l.borrow_mut();
+        for (a, r) in adm.applied.iter().zip(adm.reserved.iter_mut()) {
+            if let Some(limit) = limits.limit(a).filter(|_| r.credit > 0) {
+                l.add(limit_descriptor(&limit.name, &a.subject), -(r.credit as f64), r.credit_until_ms, now_ms);
+            }
+            *r = Reserved::default();
+        }
+    });
 }
 
 /// The service did not answer usefully: each limit's failure mode decides.
@@ -128,6 +246,11 @@ impl Admission {
         matches!(self.state, AdmissionState::Admitted | AdmissionState::FailedOpen)
     }
 
+    /// Whether `token` is one of this admission's calls, still unanswered.
+    pub fn waits_for(&self, token: u32) -> bool {
+        self.state == AdmissionState::Waiting && self.calls.iter().any(|(t, _)| *t == token)
+    }
+
     /// The debug header's value: each applicable limit and whose counter, and how admission went.
     pub fn explain(&self, limits: &MeshLimits) -> String {
         let list: Vec<String> =
@@ -141,8 +264,19 @@ impl Admission {
     }
 }
 
-/// The admission call's answer.
-pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u32, size: usize) -> AdmissionState {
+/// An answer to one of the admission's calls; the admission's state once every call answered
+/// (or at once, for a failure or a refusal of the request limits).
+pub fn answered(
+    host: &dyn Host,
+    limits: &MeshLimits,
+    adm: &mut Admission,
+    token: u32,
+    status: u32,
+    size: usize,
+    now_ms: u64,
+) {
+    let Some(at) = adm.calls.iter().position(|(t, _)| *t == token) else { return };
+    let (_, which) = adm.calls.swap_remove(at);
     let Some(r) = decoded(host, status, size) else {
         let why = match status {
             0 => "malformed",
@@ -150,59 +284,102 @@ pub fn answered(host: &dyn Host, limits: &MeshLimits, adm: &Admission, status: u
             14 => "unavailable",
             _ => "error",
         };
-        return failed(host, limits, &adm.applied, why);
+        return finish(adm, limits, failed(host, limits, &adm.applied, why), now_ms);
     };
     match r.overall {
-        Code::Ok => AdmissionState::Admitted,
-        Code::Unknown => failed(host, limits, &adm.applied, "unknown"),
+        Code::Ok => {
+            for (k, &i) in which.iter().enumerate() {
+                if let Some(a) = adm.answers.get_mut(i) {
+                    *a = Some((
+                        false,
+                        r.statuses.get(k).filter(|_| r.statuses.len() == which.len()).and_then(|s| s.reset_s),
+                    ));
+                }
+            }
+        }
+        Code::Unknown => return finish(adm, limits, failed(host, limits, &adm.applied, "unknown"), now_ms),
         Code::OverLimit => {
-            // The limits the service said are over (all of them when it gives no statuses).
-            let over: Vec<(usize, Option<u64>)> = if r.statuses.len() == adm.applied.len() {
-                r.statuses
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.code == Code::OverLimit)
-                    .map(|(i, s)| (i, s.reset_s))
-                    .collect()
-            } else {
-                (0..adm.applied.len()).map(|i| (i, None)).collect()
-            };
-            let Some(&(first, _)) = over.first() else { return AdmissionState::Admitted };
-            let Some(limit) = adm.applied.get(first).and_then(|a| limits.limit(a)) else {
-                return AdmissionState::Admitted;
-            };
-            // Retry when the last over-limit window frees capacity (its window when unsaid).
-            let retry_after = over
-                .iter()
-                .filter_map(|&(i, reset)| {
-                    reset.or_else(|| adm.applied.get(i).and_then(|a| limits.limit(a)).map(|l| l.window.seconds()))
-                })
-                .max()
-                .unwrap_or(limit.window.seconds())
-                .max(1);
-            let code = refusal_code(limit.kind);
-            let what = match limit.kind {
-                Kind::Spend => "spend budget",
-                Kind::Tokens => "token limit",
-                Kind::Requests => "request limit",
-            };
-            count(host, &refused_metric(limit));
-            let mut e = ApiError::new(
-                429,
-                "rate_limit_error",
-                code,
-                format!(
-                    "{what} \"{}\" ({} per {}) is used up; retry in {retry_after} s",
-                    limit.name,
-                    amount_text(limit),
-                    limit.window.name()
-                ),
-            );
-            e.metadata.insert("limit".into(), limit.name.clone().into());
-            e.headers.push(("retry-after".into(), retry_after.to_string()));
-            AdmissionState::Refused(e)
+            // The limits the service said are over (all of the call's when it gives no statuses).
+            let statuses = (r.statuses.len() == which.len()).then_some(&r.statuses);
+            for (k, &i) in which.iter().enumerate() {
+                let over =
+                    statuses.and_then(|s| s.get(k)).map_or((true, None), |s| (s.code == Code::OverLimit, s.reset_s));
+                if let Some(a) = adm.answers.get_mut(i) {
+                    *a = Some(over);
+                }
+            }
         }
     }
+    let over = adm.answers.iter().any(|a| a.is_some_and(|(o, _)| o));
+    if over {
+        // A refusal does not wait for the other calls: they are over budget or not counted.
+        let state = refusal(host, limits, adm);
+        return finish(adm, limits, state, now_ms);
+    }
+    if adm.calls.is_empty() && !adm.to_reserve {
+        // Counted: each reservation may come back as a credit until its window resets (a
+        // second early: the service rounds the time up; from when the call was sent). An engine
+        // that says no reset time (Limitador) gets the limit's whole window: a credit may then
+        // be used early in the next window (docs/mesh-limits.md, "Undershoot"), which beats
+        // never giving a reservation back (budgets ran out at a quarter of their use).
+        for ((r, a), applied) in adm.reserved.iter_mut().zip(&adm.answers).zip(&adm.applied) {
+            let window_s = limits.limit(applied).map_or(0, |l| l.window.seconds());
+            let reset_s = a.and_then(|(_, reset)| reset).unwrap_or(window_s);
+            r.until_ms = adm.sent_ms.saturating_add(reset_s.saturating_sub(1).saturating_mul(1000));
+        }
+        adm.state = AdmissionState::Admitted;
+    }
+}
+
+fn finish(adm: &mut Admission, limits: &MeshLimits, state: AdmissionState, now_ms: u64) {
+    adm.state = state;
+    adm.calls.clear();
+    adm.to_reserve = false;
+    release_credit(adm, limits, now_ms);
+}
+
+/// The 429 of an admission some limit refused, in the caller's shape.
+fn refusal(host: &dyn Host, limits: &MeshLimits, adm: &Admission) -> AdmissionState {
+    let over: Vec<(usize, Option<u64>)> = adm
+        .answers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| a.filter(|(o, _)| *o).map(|(_, reset)| (i, reset)))
+        .collect();
+    let Some(&(first, _)) = over.first() else { return AdmissionState::Admitted };
+    let Some(limit) = adm.applied.get(first).and_then(|a| limits.limit(a)) else {
+        return AdmissionState::Admitted;
+    };
+    // Retry when the last over-limit window frees capacity (its window when unsaid).
+    let retry_after = over
+        .iter()
+        .filter_map(|&(i, reset)| {
+            reset.or_else(|| adm.applied.get(i).and_then(|a| limits.limit(a)).map(|l| l.window.seconds()))
+        })
+        .max()
+        .unwrap_or(limit.window.seconds())
+        .max(1);
+    let code = refusal_code(limit.kind);
+    let what = match limit.kind {
+        Kind::Spend => "spend budget",
+        Kind::Tokens => "token limit",
+        Kind::Requests => "request limit",
+    };
+    count(host, &refused_metric(limit));
+    let mut e = ApiError::new(
+        429,
+        "rate_limit_error",
+        code,
+        format!(
+            "{what} \"{}\" ({} per {}) is used up; retry in {retry_after} s",
+            limit.name,
+            amount_text(limit),
+            limit.window.name()
+        ),
+    );
+    e.metadata.insert("limit".into(), limit.name.clone().into());
+    e.headers.push(("retry-after".into(), retry_after.to_string()));
+    AdmissionState::Refused(e)
 }
 
 fn amount_text(l: &crate::limits::Limit) -> String {
@@ -213,21 +390,26 @@ fn amount_text(l: &crate::limits::Limit) -> String {
     }
 }
 
-/// Charges what an admitted request used to its limits (less the unit admission counted), at
-/// once: one detached call per counter. Call it last in the stream's last callback.
-pub fn settle(host: &dyn Host, limits: &MeshLimits, applied: &[Applied], tokens: u64, cost_usd: f64) {
+/// Settles an admitted request on its token and spend limits: what it used (`served`: its
+/// tokens and cost; None when no answer was served) less what admission reserved. The excess
+/// is charged at once, one detached call per counter; what was reserved and not used stays
+/// here as a credit for the next reservations of the same counter in the same window. Call it
+/// once, when the answer ends.
+pub fn settle(host: &dyn Host, limits: &MeshLimits, adm: &Admission, served: Option<(u64, f64)>, now_ms: u64) {
     let Some(service) = &limits.service else { return };
-    let ready = SETTLEMENTS.with(|p| {
+    if !adm.admitted() {
+        return;
+    }
+    let ready = LEDGER.with(|p| {
         let mut p = p.borrow_mut();
-        for a in applied {
-            let Some(l) = limits.limit(a).filter(|l| l.kind != Kind::Requests) else { continue };
-            p.add(limit_descriptor(&l.name, &a.subject), settlement(l.kind, tokens, cost_usd));
-            // What was charged, per limit (identities are unbounded: not a label).
-            let used = match l.kind {
-                Kind::Spend => (cost_usd.max(0.0) * crate::limits::SPEND_UNITS_PER_USD).round() as u64,
-                _ => tokens,
-            };
-            count_by(host, &charged_metric(l), used);
+        for (a, r) in adm.applied.iter().zip(&adm.reserved) {
+            let Some(l) = limits.limit(a).filter(|l| reserves(l)) else { continue };
+            let use_ = served.map_or(0.0, |(tokens, cost)| used(l.kind, tokens, cost));
+            p.add(limit_descriptor(&l.name, &a.subject), use_ - r.units as f64, r.until_ms, now_ms);
+            if served.is_some() {
+                // What was charged, per limit (identities are unbounded: not a label).
+                count_by(host, &charged_metric(l), use_.round() as u64);
+            }
         }
         p.drain()
     });

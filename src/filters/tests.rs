@@ -355,6 +355,16 @@ fn no_limits_means_no_rate_limit_call() {
     assert!(!host.take_calls().iter().any(|c| c.starts_with("grpc_call")));
 }
 
+/// What a call the filter made asked: its descriptors' limit names and its hits.
+fn rls_call(host: &MockHost, i: usize) -> (Vec<String>, u32) {
+    let (_, _, message) = host.state().grpc_calls[i].clone();
+    let (_, descriptors, hits) = crate::limits::rls::decode_request(&message).unwrap();
+    (descriptors.iter().map(|d| d[0].1.clone()).collect(), hits)
+}
+
+/// BODY's estimate: its messages' 36 bytes / 4, plus `routing.expected_completion_tokens` (256).
+const BODY_ESTIMATE: u32 = 9 + 256;
+
 #[test]
 fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answers() {
     use crate::limits::rls::{decode_request, Code, Response, Status};
@@ -368,18 +378,23 @@ fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answe
         (cluster, method.as_str()),
         (crate::limits::grpc_target("rls"), "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
     );
+    // The request limit at the headers, one unit.
     let (domain, descriptors, hits) = decode_request(&message).unwrap();
-    assert_eq!((domain.as_str(), hits, descriptors.len()), ("switchyard", 1, 2));
+    assert_eq!((domain.as_str(), hits, descriptors.len()), ("switchyard", 1, 1));
     assert_eq!(
         descriptors[0],
         vec![("switchyard_limit".to_string(), "rpm".to_string()), ("subject".to_string(), "all".to_string())]
     );
-    // The body completes before the answer: routed, then held.
+    // The body completes before the answer: routed, the token limit reserves the estimate,
+    // held until both answer.
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
     assert!(host.prop(&[&next_state_property(1)]).is_some(), "routed while held");
-    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: None }; 2] };
+    assert_eq!(rls_call(&host, 1), (vec!["tpm".to_string()], BODY_ESTIMATE));
+    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: None }] };
     let n = rls_answer(&host, &ok);
     stream.on_grpc_response(1, 0, n);
+    assert_eq!(host.state().resumed, 0, "the reservation has not answered");
+    stream.on_grpc_response(2, 0, n);
     assert_eq!(host.state().resumed, 1);
     assert!(host.state().reply.is_none());
     // An answer to an unknown token changes nothing.
@@ -390,29 +405,43 @@ fn admission_is_asked_at_the_headers_and_holds_the_routed_request_until_it_answe
 #[test]
 fn over_a_limit_is_a_429_in_the_callers_shape_with_retry_after_and_no_provider() {
     use crate::limits::rls::{Code, Response, Status};
+    let over = Response {
+        overall: Code::OverLimit,
+        statuses: vec![Status { code: Code::OverLimit, remaining: 0, reset_s: Some(17) }],
+    };
+    // The request limit answers before the body ends: refused at once, the body never routed.
     let host = MockHost::default();
     let config = configured(&limited_config("open"));
     routed_request(&host);
     let mut stream = Stream::new(host.clone(), Rc::clone(&config));
     stream.on_request_headers(false);
-    let over = Response {
-        overall: Code::OverLimit,
-        statuses: vec![
-            Status { code: Code::Ok, remaining: 3, reset_s: None },
-            Status { code: Code::OverLimit, remaining: 0, reset_s: Some(17) },
-        ],
-    };
     let n = rls_answer(&host, &over);
-    // The answer comes before the body ends: refused at once, the body is never routed.
     stream.on_grpc_response(1, 0, n);
     let reply = host.state().reply.clone().expect("a local reply");
     assert_eq!(reply.status, 429);
     assert!(reply.headers.contains(&("retry-after".to_string(), "17".to_string())), "{:?}", reply.headers);
     let body: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(body["error"]["code"], "rate_limited");
-    assert_eq!(body["error"]["metadata"]["limit"], "tpm");
+    assert_eq!(body["error"]["metadata"]["limit"], "rpm");
     assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue);
     assert!(host.prop(&[&next_state_property(1)]).is_none(), "no attempt planned");
+    assert_eq!(host.state().grpc_calls.len(), 1, "nothing reserved");
+
+    // The token limit refuses the routed request's reservation: refused, never resumed.
+    let host = MockHost::default();
+    routed_request(&host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    stream.on_request_headers(false);
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause);
+    let n = rls_answer(&host, &over);
+    stream.on_grpc_response(2, 0, n);
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(reply.status, 429);
+    assert!(reply.headers.contains(&("retry-after".to_string(), "17".to_string())), "{:?}", reply.headers);
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(body["error"]["metadata"]["limit"], "tpm");
+    assert_eq!(host.state().resumed, 0);
 }
 
 #[test]
@@ -443,18 +472,30 @@ fn the_service_failing_follows_each_failure_mode() {
     assert_eq!(host.state().reply.as_ref().map(|r| r.status), Some(503));
 }
 
-#[test]
-fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
-    use crate::limits::rls::{Code, Response};
-    let host = MockHost::default();
-    let config = configured(&limited_config("open"));
-    routed_request(&host);
-    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+/// Admits a routed BODY under `limited_config` (both calls answered OK, the token limit's
+/// window resetting in 60 s) and serves it with `answer`.
+fn serve_limited(host: &MockHost, config: &Rc<Configured>, answer: &str) -> Stream<MockHost> {
+    use crate::limits::rls::{Code, Response, Status};
+    let ok = Response { overall: Code::Ok, statuses: vec![Status { code: Code::Ok, remaining: 9, reset_s: Some(60) }] };
+    serve_limited_answered(host, config, answer, &ok)
+}
+
+/// `serve_limited` with the rate limit service answering `ok` to both admission calls.
+fn serve_limited_answered(
+    host: &MockHost,
+    config: &Rc<Configured>,
+    answer: &str,
+    ok: &crate::limits::rls::Response,
+) -> Stream<MockHost> {
+    routed_request(host);
+    let mut stream = Stream::new(host.clone(), Rc::clone(config));
+    let first = host.state().grpc_calls.len() as u32 + 1;
     stream.on_request_headers(false);
-    let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
-    stream.on_grpc_response(1, 0, n);
-    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Continue, "admitted before the body ended");
-    // alpha answers (as its attempt filter would name it) with 1,000,000 prompt tokens.
+    let n = rls_answer(host, ok);
+    stream.on_grpc_response(first, 0, n);
+    assert_eq!(stream.on_request_body(BODY.len(), true), Action::Pause, "held for the reservation");
+    stream.on_grpc_response(first + 1, 0, n);
+    // alpha answers (as its attempt filter would name it).
     host.with_response_headers(&[
         (":status", "200"),
         ("content-type", "application/json"),
@@ -462,21 +503,65 @@ fn a_served_answer_settles_its_tokens_less_the_admitted_unit() {
         ("x-switchyard-model", "m"),
         (ATTEMPTS_HEADER, "1"),
     ]);
-    host.state().response_body = ANSWER.as_bytes().to_vec();
+    host.state().response_body = answer.as_bytes().to_vec();
     stream.on_response_headers(false);
-    stream.on_response_body(ANSWER.len(), true);
+    stream.on_response_body(answer.len(), true);
+    stream
+}
+
+#[test]
+fn a_served_answer_settles_what_it_used_beyond_its_reservation() {
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    // 1,000,000 prompt tokens.
+    let mut stream = serve_limited(&host, &config, ANSWER);
+    // Settled when the answer ended, before the log: one detached call, the token limit, the
+    // answer's tokens less the reservation (the request limit is not settled).
+    assert_eq!(host.state().grpc_calls.len(), 3);
     stream.on_log();
-    // One detached call after the admission: the token limit, the answer's tokens less
-    // admission's one (the request limit is not settled).
-    let calls = host.state().grpc_calls.clone();
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    let (_, descriptors, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
-    assert_eq!((descriptors, hits), (vec![crate::limits::limit_descriptor("tpm", "all")], 999_999));
+    assert_eq!(host.state().grpc_calls.len(), 3, "settled once");
+    assert_eq!(rls_call(&host, 2), (vec!["tpm".to_string()], 1_000_000 - BODY_ESTIMATE));
     assert_eq!(host.counter("switchyard.rate_limit.charged_total.limit.tpm.kind.tokens"), 1_000_000);
     assert_eq!(
-        host.take_calls().last().map(String::as_str),
+        host.take_calls().iter().rfind(|c| c.starts_with("grpc_call")).map(String::as_str),
         Some(format!("grpc_call {} ShouldRateLimit 30ms", crate::limits::grpc_target("rls")).as_str())
     );
+}
+
+#[test]
+fn a_reservation_not_used_up_is_reused_by_the_next_request_on_the_worker() {
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    let small = ANSWER.replace(
+        "\"prompt_tokens\": 1000000, \"completion_tokens\": 0",
+        "\"prompt_tokens\": 10, \"completion_tokens\": 5",
+    );
+    let mut stream = serve_limited(&host, &config, &small);
+    stream.on_log();
+    assert_eq!(host.state().grpc_calls.len(), 2, "nothing to charge: 15 of 265 used");
+    // The next request reserves 265 again, 250 of them the first one's credit.
+    let mut next = serve_limited(&host, &config, &small);
+    next.on_log();
+    assert_eq!(rls_call(&host, 3), (vec!["tpm".to_string()], 15));
+    assert_eq!(host.state().grpc_calls.len(), 4);
+}
+
+/// Limitador's service answers without per-descriptor statuses, so without the time its window
+/// resets: the unused reservation is still a credit (for the limit's window), or every
+/// reservation would stay counted and a budget would run out at a fraction of its use.
+#[test]
+fn a_reservation_is_reused_when_the_service_says_no_reset_time() {
+    use crate::limits::rls::{Code, Response};
+    let host = MockHost::default();
+    let config = configured(&limited_config("open"));
+    let small = ANSWER.replace(
+        "\"prompt_tokens\": 1000000, \"completion_tokens\": 0",
+        "\"prompt_tokens\": 10, \"completion_tokens\": 5",
+    );
+    let bare = Response { overall: Code::Ok, statuses: Vec::new() };
+    serve_limited_answered(&host, &config, &small, &bare).on_log();
+    serve_limited_answered(&host, &config, &small, &bare).on_log();
+    assert_eq!(rls_call(&host, 3), (vec!["tpm".to_string()], 15), "250 of the 265 reserved came back");
 }
 
 // A shared endpoint of a provider whose BYOK key is `byok_always` is never planned, so the
@@ -643,7 +728,8 @@ fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
         stream.on_request_headers(false);
         let n = rls_answer(&host, &Response { overall: Code::Ok, statuses: vec![] });
         stream.on_grpc_response(1, 0, n);
-        assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Continue);
+        assert_eq!(stream.on_request_body(STREAM_BODY.len(), true), Action::Pause, "held for the reservation");
+        stream.on_grpc_response(2, 0, n);
         let sent = json(&host.state().request_body);
         assert_eq!(sent["stream_options"], serde_json::json!({"include_usage": true}), "asked on the caller's behalf");
         let mut a = attempt(&host, &config, 1, "c_alpha");
@@ -674,9 +760,12 @@ fn a_stream_that_did_not_ask_for_usage_is_still_counted_priced_and_charged() {
         assert_eq!(host.counter(&format!("{tokens}.output.{labels}")), 500);
         // 1500 tokens at alpha's $1 per million.
         assert_eq!(host.counter(&format!("switchyard.gen_ai_usage_cost_nano_usd_total.{labels}")), 1_500_000);
-        let calls = host.state().grpc_calls.clone();
-        let (_, _, hits) = crate::limits::rls::decode_request(&calls[1].2).unwrap();
-        assert_eq!(hits, 1499, "the reported 1500 tokens less admission's one");
+        let reserved = rls_call(&host, 1).1;
+        assert_eq!(
+            rls_call(&host, 2),
+            (vec!["tpm".to_string()], 1500 - reserved),
+            "the reported 1500 less the reservation"
+        );
     }
 }
 

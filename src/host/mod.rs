@@ -191,6 +191,8 @@ impl<F: Filter> HttpContext for Adapter<F> {
         action(self.filter.on_response_headers(end_of_stream))
     }
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        // The answer's end settles the mesh-wide limits (a detached call).
+        abi::set_current_context(self.id);
         action(self.filter.on_response_body(body_size, end_of_stream))
     }
     fn on_log(&mut self) {

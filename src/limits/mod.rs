@@ -5,19 +5,24 @@
 //! counts.
 //!
 //! How a request meets them (the filter side is `filters::downstream` and `filters::mesh`):
-//! - **Admission**, at the request headers (in parallel with the body upload): one
-//!   `ShouldRateLimit` call with a descriptor per applicable limit and `hits_addend` 1. An
-//!   over-limit answer refuses the request with 429 before any provider is tried. Nothing is
-//!   called when no limit applies.
-//! - **Settlement**, after the answer: what the request used (tokens, cost) minus the one unit
-//!   admission counted is sent at once, one call per counter, on the root context's behalf (the
-//!   ending stream would cancel its own call). Provider capacity is charged per attempt, queued
-//!   and sent by the root context every tick, summed per descriptor.
-//! - **Overshoot**: a budget admits while its counter is below the limit, and a request's use is
-//!   only known at its end, so a budget can be exceeded by what the requests in flight when it
-//!   fills use (the bound every peer built on this API has). Capacity is learned from the
-//!   charges' answers: a pod keeps sending to a provider over its cap until its next charge
-//!   comes back over limit (one tick).
+//! - **Admission**: request limits at the request headers (in parallel with the body upload),
+//!   one `ShouldRateLimit` call with `hits_addend` 1; token and spend limits once the body is
+//!   routed, with `hits_addend` the request's reservation (`reservation`: prompt estimate plus
+//!   `max_tokens` or `default_completion_tokens`, spend priced at the plan's dearest endpoint),
+//!   less the credit the worker holds for that counter (`Ledger`). An over-limit answer refuses
+//!   the request with 429 before any provider is tried. Nothing is called when no limit applies.
+//! - **Settlement**, when the answer ends: what the request used less its reservation. The
+//!   excess is sent at once, one call per counter, on the root context's behalf (the ending
+//!   stream would cancel its own call); what was reserved and not used (a shorter answer, a
+//!   request no answer was served for) cannot be taken back over the API (no negative hits)
+//!   and becomes a credit the worker's next reservations on that counter use, in the same
+//!   window only. Provider capacity is charged per attempt, queued and sent by the root
+//!   context every tick, summed per descriptor.
+//! - **Overshoot**: every admission is checked with its whole reservation, so a budget is
+//!   exceeded only by what the requests admitted and not yet settled use beyond their
+//!   reservations: one estimate error per caller with one request in flight. Capacity is
+//!   learned from the charges' answers: a pod keeps sending to a provider over its cap until
+//!   its next charge comes back over limit (one tick).
 //! - **The service failing** (unreachable, slow past `timeout_ms`, a malformed answer): each
 //!   limit's `failure_mode` decides; `open` serves and counts `switchyard.rate_limit.failure_total`,
 //!   `closed` refuses with 503. Settlement and capacity failures are counted and dropped.
@@ -87,6 +92,12 @@ struct RawRateLimits {
     /// until then (kept in 5-second slots, at most 300 s ahead). Default false.
     #[serde(default)]
     share_cooldowns: bool,
+    /// Completion tokens a request that names no `max_tokens` (`max_completion_tokens`,
+    /// `max_output_tokens`) is admitted for on token and spend limits, on top of its prompt
+    /// estimate. Default: `routing.expected_completion_tokens`. An answer longer than this is
+    /// what a budget can be overshot by (see docs/mesh-limits.md).
+    #[serde(default)]
+    default_completion_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -280,6 +291,8 @@ pub struct MeshLimits {
     pub limits: Vec<Limit>,
     pub capacity: Vec<Capacity>,
     pub share_cooldowns: bool,
+    /// Completion tokens reserved for a request that names no maximum.
+    pub default_completion_tokens: u64,
 }
 
 fn failure_mode(v: Option<&str>, field: &str) -> Result<Option<bool>, ConfigError> {
@@ -418,6 +431,14 @@ impl MeshLimits {
                     .unwrap_or(default_closed),
             });
         }
+        let default_completion_tokens =
+            r.default_completion_tokens.unwrap_or(catalog.routing.expected_completion_tokens);
+        if default_completion_tokens == 0 || default_completion_tokens > MAX_AMOUNT {
+            return Err(err(
+                "rate_limits.default_completion_tokens",
+                "must be 1-4294967295 (the completion a request without max_tokens is admitted for)",
+            ));
+        }
         let mut capacity = Vec::with_capacity(r.capacity.len());
         for (slug, c) in &r.capacity {
             let cf = format!("rate_limits.capacity[\"{slug}\"]");
@@ -450,6 +471,7 @@ impl MeshLimits {
             limits,
             capacity,
             share_cooldowns: r.share_cooldowns,
+            default_completion_tokens,
         })
     }
 
@@ -526,12 +548,104 @@ pub fn cooldown_slots(now_s: u64, retry_after_s: u64) -> std::ops::RangeInclusiv
     cooldown_slot(now_s)..=cooldown_slot(until.saturating_sub(1).max(now_s))
 }
 
-/// What an answer used, in each limit kind's units, less the one unit admission counted.
-pub fn settlement(kind: Kind, tokens: u64, cost_usd: f64) -> f64 {
+/// What a request is admitted for on a limit of `kind`, in whole units (at least one): its
+/// token estimate (prompt estimate plus the completion it may ask for), or that estimate priced
+/// at the dearest endpoint it may be served by. Requests count one.
+pub fn reservation(kind: Kind, tokens: u64, cost_usd: f64) -> u64 {
+    let units = match kind {
+        Kind::Requests => 1.0,
+        Kind::Tokens => tokens as f64,
+        Kind::Spend => cost_usd.max(0.0) * SPEND_UNITS_PER_USD,
+    };
+    // `as` saturates (NaN is 0); the API counts in 32 bits.
+    (units.ceil() as u64).clamp(1, MAX_AMOUNT)
+}
+
+/// What an answer used, in each limit kind's units (requests are not settled).
+pub fn used(kind: Kind, tokens: u64, cost_usd: f64) -> f64 {
     match kind {
         Kind::Requests => 0.0,
-        Kind::Tokens => tokens as f64 - 1.0,
-        Kind::Spend => cost_usd.max(0.0) * SPEND_UNITS_PER_USD - 1.0,
+        Kind::Tokens => tokens as f64,
+        Kind::Spend => cost_usd.max(0.0) * SPEND_UNITS_PER_USD,
+    }
+}
+
+/// A worker's balance per counter: charges not sent yet (fractions of a unit) and credits.
+/// A credit is what admission reserved and the request did not use: the service has no
+/// negative hits, so it stays counted there and is given back by reserving that much less for
+/// the next request on the same counter, in the same window only (until `until_ms`: a credit
+/// carried into the next window would let that window overshoot).
+#[derive(Debug, Default)]
+pub struct Ledger {
+    entries: Vec<LedgerEntry>,
+}
+
+#[derive(Debug)]
+struct LedgerEntry {
+    descriptor: Descriptor,
+    /// Positive: owed (sent when whole); negative: a credit.
+    balance: f64,
+    /// A credit is usable before this time (ms).
+    until_ms: u64,
+}
+
+impl Ledger {
+    fn entry(&mut self, descriptor: &Descriptor, now_ms: u64) -> Option<&mut LedgerEntry> {
+        let e = self.entries.iter_mut().find(|e| e.descriptor == *descriptor)?;
+        if e.balance < 0.0 && now_ms >= e.until_ms {
+            // The window the credit was counted in is over.
+            e.balance = 0.0;
+        }
+        Some(e)
+    }
+
+    /// Takes credit for a reservation of `need` units: at most `need - 1` (a call adds at least
+    /// one), whole units. Returns what was taken and until when it was good.
+    pub fn take_credit(&mut self, descriptor: &Descriptor, need: u64, now_ms: u64) -> (u64, u64) {
+        let Some(e) = self.entry(descriptor, now_ms) else { return (0, 0) };
+        if e.balance > -1.0 {
+            return (0, 0);
+        }
+        let taken = ((-e.balance).floor() as u64).min(need.saturating_sub(1));
+        e.balance += taken as f64;
+        (taken, e.until_ms)
+    }
+
+    /// Adds a charge (positive) or a credit usable until `until_ms` (negative). A credit for a
+    /// window that is over is dropped.
+    pub fn add(&mut self, descriptor: Descriptor, units: f64, until_ms: u64, now_ms: u64) {
+        if !units.is_finite() || units == 0.0 || (units < 0.0 && now_ms >= until_ms) {
+            return;
+        }
+        if let Some(e) = self.entry(&descriptor, now_ms) {
+            if units < 0.0 {
+                // A credit already held is of the same (current) window.
+                e.until_ms = if e.balance < 0.0 { e.until_ms.max(until_ms) } else { until_ms };
+            }
+            e.balance += units;
+            return;
+        }
+        if self.entries.len() >= MAX_PENDING {
+            // Full: give up the carried fractions and spent credits (under one unit each).
+            self.entries.retain(|e| e.balance.abs() >= 1.0);
+        }
+        if self.entries.len() < MAX_PENDING {
+            self.entries.push(LedgerEntry { descriptor, balance: units, until_ms });
+        }
+    }
+
+    /// The whole charges ready to send, one per counter; fractions and credits stay.
+    pub fn drain(&mut self) -> Vec<(Descriptor, u32)> {
+        let mut out = Vec::new();
+        for e in &mut self.entries {
+            if e.balance >= 1.0 {
+                let whole = e.balance.floor().min(f64::from(u32::MAX));
+                out.push((e.descriptor.clone(), whole as u32));
+                e.balance -= whole;
+            }
+        }
+        self.entries.retain(|e| e.balance != 0.0);
+        out
     }
 }
 

@@ -76,6 +76,10 @@ fn limits_compile_with_their_defaults() {
         vec![Capacity { provider: "alpha".into(), requests_per_minute: Some(600), tokens_per_minute: None }]
     );
     assert!(l.share_cooldowns && l.tracks_provider("alpha") && l.tracks_provider("beta"));
+    // Requests without max_tokens are admitted for routing.expected_completion_tokens by default.
+    assert_eq!(l.default_completion_tokens, 256);
+    let set = compile(&with(&format!(r#"{{{SERVICE}, "default_completion_tokens": 1000}}"#))).unwrap();
+    assert_eq!(set.default_completion_tokens, 1000);
 }
 
 #[test]
@@ -85,6 +89,7 @@ fn configuration_errors_name_the_field() {
         (r#"{"service": {"cluster": "c_alpha"}}"#, "rate_limits.service.cluster"),
         (r#"{"service": {"cluster": "r", "timeout_ms": 0}}"#, "rate_limits.service.timeout_ms"),
         (r#"{"service": {"cluster": "r", "failure_mode": "maybe"}}"#, "rate_limits.service.failure_mode"),
+        (r#"{"service": {"cluster": "r"}, "default_completion_tokens": 0}"#, "rate_limits.default_completion_tokens"),
         (
             r#"{"service": {"cluster": "r"}, "limits": {"a": {"requests": 1, "tokens": 2, "window": "day"}}}"#,
             "rate_limits.limits[\"a\"]",
@@ -202,13 +207,51 @@ fn which_limits_apply_and_whose_counter_they_charge() {
 }
 
 #[test]
-fn settlement_subtracts_what_admission_counted() {
-    assert_eq!(settlement(Kind::Requests, 500, 1.0), 0.0);
-    assert_eq!(settlement(Kind::Tokens, 500, 1.0), 499.0);
-    assert!((settlement(Kind::Spend, 0, 0.0123) - 122.0).abs() < 1e-9);
-    // A cost that is not a number, or negative, charges nothing beyond admission's unit.
-    assert_eq!(settlement(Kind::Spend, 0, f64::NAN), -1.0);
-    assert_eq!(settlement(Kind::Spend, 0, -5.0), -1.0);
+fn admission_reserves_the_estimate_and_settlement_counts_the_use() {
+    assert_eq!(reservation(Kind::Requests, 500, 1.0), 1);
+    assert_eq!(reservation(Kind::Tokens, 500, 1.0), 500);
+    assert_eq!(reservation(Kind::Tokens, 0, 0.0), 1, "a call adds at least one");
+    assert_eq!(reservation(Kind::Spend, 0, 0.01231), 124, "spend rounds up");
+    assert_eq!(reservation(Kind::Spend, 0, f64::NAN), 1);
+    assert_eq!(reservation(Kind::Tokens, u64::MAX, 0.0), u64::from(u32::MAX));
+    assert_eq!(used(Kind::Requests, 500, 1.0), 0.0);
+    assert_eq!(used(Kind::Tokens, 500, 1.0), 500.0);
+    assert!((used(Kind::Spend, 0, 0.0123) - 123.0).abs() < 1e-9);
+    assert_eq!(used(Kind::Spend, 0, -5.0), 0.0);
+}
+
+#[test]
+fn the_ledger_reuses_credits_in_their_window_only_and_sends_whole_charges() {
+    let mut l = Ledger::default();
+    let a = limit_descriptor("a", "x");
+    assert_eq!(l.take_credit(&a, 100, 0), (0, 0), "no credit yet");
+    // A request reserved 300 and used 180: 120 credit until its window ends at 10 s.
+    l.add(a.clone(), -120.0, 10_000, 1_000);
+    assert!(l.drain().is_empty());
+    // The next reservation of 100 takes 99 (a call adds at least one), the next 21.
+    assert_eq!(l.take_credit(&a, 100, 2_000), (99, 10_000));
+    assert_eq!(l.take_credit(&a, 100, 2_000), (21, 10_000));
+    assert_eq!(l.take_credit(&a, 100, 2_000), (0, 0));
+    // An answer over its reservation owes the excess; fractions wait.
+    l.add(a.clone(), 2.5, 0, 3_000);
+    assert_eq!(l.drain(), vec![(a.clone(), 2)]);
+    // A credit is not carried into the next window, nor added once that window is over.
+    l.add(a.clone(), -50.0, 10_000, 4_000);
+    assert_eq!(l.take_credit(&a, 100, 10_000), (0, 0));
+    l.add(a.clone(), -50.0, 10_000, 10_001);
+    assert_eq!(l.take_credit(&a, 100, 10_002), (0, 0));
+    // A charge nets against a credit of the same window.
+    l.add(a.clone(), -40.0, 20_000, 11_000);
+    l.add(a.clone(), 30.0, 0, 11_000);
+    assert!(l.drain().is_empty());
+    assert_eq!(l.take_credit(&a, 100, 11_000), (10, 20_000));
+    l.add(a.clone(), f64::NAN, 0, 0);
+    // Bounded: at the cap, fractions make room for new descriptors.
+    for i in 0..5000 {
+        l.add(limit_descriptor("c", &i.to_string()), 0.5, 0, 0);
+    }
+    l.add(limit_descriptor("new", "x"), 3.0, 0, 0);
+    assert_eq!(l.drain(), vec![(limit_descriptor("new", "x"), 3)]);
 }
 
 #[test]

@@ -48,6 +48,10 @@ pub struct Decision {
     /// Per translated API, the fields its translation dropped (`x-switchyard-warning` when an
     /// endpoint of that API serves).
     pub translation_warnings: Vec<(Api, String)>,
+    /// The prompt's token estimate (its bytes / 4) and the completion the caller capped
+    /// (`max_tokens` and its aliases): what mesh-wide token and spend limits admit it for.
+    pub prompt_tokens: u64,
+    pub max_tokens: Option<u64>,
 }
 
 pub fn decide(
@@ -134,6 +138,8 @@ pub fn decide_for<'a>(
         body_api,
         bodies: stored,
         translation_warnings: bodies.warnings,
+        prompt_tokens: req.prompt_tokens,
+        max_tokens: req.max_tokens,
     })
 }
 

@@ -4,23 +4,32 @@
 use super::*;
 
 impl<H: Host> Stream<H> {
-    /// Queues what an admitted, served request used (`used`: its priced usage) against its
-    /// limits.
+    /// Settles the request's token and spend limits once, when its answer ends (`used`: its
+    /// priced usage): a served answer is charged what it used less what admission reserved,
+    /// anything else (every attempt failed, a provider's error, no answer) releases its
+    /// reservation.
     pub(super) fn settle_limits(&mut self, used: Option<Used>) {
         let Some(adm) = &self.admission else { return };
-        if !adm.admitted() || self.result != Some(RequestResult::Served) {
+        if self.settled || !adm.admitted() {
             return;
         }
-        let Some((model, slug)) = &self.served else { return };
-        let pricing = self.config.catalog.endpoint_of(model, slug).map(|e| e.pricing).unwrap_or_default();
-        // An answer that reported no usage (a stream cut before its usage event): its prompt,
-        // estimated from the body that was sent, at the prompt price.
-        let estimate = self.decision.as_ref().map_or(0, |d| (d.body.len() as u64).div_ceil(4));
-        let (tokens, cost) = match used {
-            Some(u) => (u.input_tokens + u.output_tokens, u.cost_usd),
-            None => (estimate, pricing.cost_usd(estimate, 0, 0)),
+        self.settled = true;
+        let served = match (&self.served, self.result) {
+            (Some((model, slug)), Some(RequestResult::Served)) => {
+                let pricing = self.config.catalog.endpoint_of(model, slug).map(|e| e.pricing).unwrap_or_default();
+                Some(match used {
+                    Some(u) => (u.input_tokens + u.output_tokens, u.cost_usd),
+                    // An answer that reported no usage (a stream cut before its usage event):
+                    // its prompt, estimated from the request, at the prompt price.
+                    None => {
+                        let estimate = self.decision.as_ref().map_or(0, |d| d.prompt_tokens);
+                        (estimate, pricing.cost_usd(estimate, 0, 0))
+                    }
+                })
+            }
+            _ => None,
         };
-        mesh::settle(&self.host, &self.config.limits, &adm.applied, tokens, cost);
+        mesh::settle(&self.host, &self.config.limits, adm, served, self.host.now_ms());
     }
 
     /// What the served answer reported, priced as its `usage.cost` (None: no answer served, or

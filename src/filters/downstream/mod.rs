@@ -197,6 +197,8 @@ pub struct Stream<H: Host> {
     admission: Option<Admission>,
     /// Routed and held until the admission answers.
     held: bool,
+    /// The limits were settled (once, when the answer ended, or at the log).
+    settled: bool,
     /// The served answer's usage, read for the usage metrics and the limits' settlement (the
     /// prepared first attempt's own watch serves when it answered).
     usage_watch: Option<AttemptWatch>,
@@ -250,6 +252,7 @@ impl<H: Host> Stream<H> {
             first: None,
             admission: None,
             held: false,
+            settled: false,
             usage_watch: None,
             translate_from: None,
             first_error_body: false,
@@ -568,6 +571,12 @@ impl<H: Host> Filter for Stream<H> {
             }
         }
         let action = self.shape_response_body(body_size, end_of_stream, chunk);
+        if end_of_stream && self.result == Some(RequestResult::Served) {
+            // Settled before the answer's last bytes reach the caller: its next request's
+            // admission finds this one's use counted.
+            let used = self.served_usage();
+            self.settle_limits(used);
+        }
         if end_of_stream && self.watching_first() {
             span("record_outcome", || self.finish_first(now));
         }
@@ -595,28 +604,15 @@ impl<H: Host> Filter for Stream<H> {
     }
 
     fn on_grpc_response(&mut self, token: u32, status: u32, size: usize) {
-        let Some(adm) = &self.admission else { return };
-        if adm.state != AdmissionState::Waiting(token) {
+        if !self.admission.as_ref().is_some_and(|a| a.waits_for(token)) {
             return;
         }
-        let state = mesh::answered(&self.host, &self.config.limits, adm, status, size);
-        if let Some(a) = self.admission.as_mut() {
-            a.state = state.clone();
-        }
-        match state {
-            AdmissionState::Refused(e) => {
-                // Refused after routing: nothing was sent; the prepared first attempt never
-                // started.
-                if let Some(f) = self.first.take() {
-                    if f.in_catalog {
-                        step_in_flight(&self.host, &stats_key(&f.model, &f.slug), false);
-                    }
-                }
-                self.decision = None;
-                self.routed = false;
-                self.held = false;
-                self.reject(&e);
-            }
+        let now = self.host.now_ms();
+        let config = Rc::clone(&self.config);
+        let Some(adm) = self.admission.as_mut() else { return };
+        mesh::answered(&self.host, &config.limits, adm, token, status, size, now);
+        match adm.state.clone() {
+            AdmissionState::Refused(e) => self.refuse_admission(&e),
             AdmissionState::Admitted | AdmissionState::FailedOpen if self.held => {
                 self.held = false;
                 self.host.resume_request();

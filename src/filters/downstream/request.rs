@@ -313,7 +313,8 @@ impl<H: Host> Stream<H> {
     }
 
     /// Routes a complete request unless its admission refused it; held (paused) while the
-    /// admission has not answered yet.
+    /// admission has not answered yet. Token and spend limits reserve the routed request's
+    /// estimate here, once its body is known.
     pub(super) fn route_admitted(&mut self, body_size: usize) -> Action {
         match self.admission.as_ref().map(|a| &a.state) {
             Some(AdmissionState::Refused(e)) => {
@@ -321,15 +322,61 @@ impl<H: Host> Stream<H> {
                 self.routed = false;
                 self.reject(&e)
             }
-            Some(AdmissionState::Waiting(_)) => {
+            Some(AdmissionState::Waiting) => {
                 let action = self.route(body_size);
-                if action == Action::Continue && self.decision.is_some() {
-                    self.held = true;
-                    return Action::Pause;
+                if action != Action::Continue || self.decision.is_none() {
+                    return action;
                 }
-                action
+                let estimate = self.estimate();
+                let now = self.host.now_ms();
+                let config = Rc::clone(&self.config);
+                let Some(adm) = self.admission.as_mut() else { return action };
+                mesh::reserve(&self.host, &config.limits, adm, estimate, now);
+                match adm.state.clone() {
+                    AdmissionState::Waiting => {
+                        self.held = true;
+                        Action::Pause
+                    }
+                    AdmissionState::Refused(e) => {
+                        self.refuse_admission(&e);
+                        Action::Pause
+                    }
+                    _ => action,
+                }
             }
             _ => self.route(body_size),
         }
+    }
+
+    /// What the routed request is admitted for on token and spend limits: its prompt estimate
+    /// plus the completion it caps (`rate_limits.default_completion_tokens` when it names
+    /// none), priced at the dearest endpoint of its plan (a failover never costs more than it
+    /// reserved; settlement prices what the serving endpoint reported).
+    pub(super) fn estimate(&self) -> mesh::Estimate {
+        let catalog = &self.config.catalog;
+        let Some(d) = &self.decision else { return mesh::Estimate { tokens: 0, cost_usd: 0.0 } };
+        let completion = d.max_tokens.unwrap_or(self.config.limits.default_completion_tokens);
+        let cost_usd = d
+            .plan
+            .attempts
+            .iter()
+            .filter_map(|a| catalog.endpoint(a.endpoint))
+            .map(|e| e.pricing.cost_usd(d.prompt_tokens, 0, completion))
+            .fold(0.0, f64::max);
+        mesh::Estimate { tokens: d.prompt_tokens.saturating_add(completion), cost_usd }
+    }
+
+    /// The admission refused the request after it was routed: nothing was sent; the prepared
+    /// first attempt never started.
+    pub(super) fn refuse_admission(&mut self, e: &ApiError) {
+        if let Some(f) = self.first.take() {
+            if f.in_catalog {
+                step_in_flight(&self.host, &stats_key(&f.model, &f.slug), false);
+            }
+        }
+        self.decision = None;
+        self.routed = false;
+        self.held = false;
+        self.reject(e);
     }
 }
