@@ -19,6 +19,8 @@ pub mod chat;
 pub mod google;
 pub mod openai;
 pub mod reasoning;
+#[cfg(test)]
+mod reasoning_tests;
 pub mod responses;
 pub mod responses_stream;
 #[cfg(test)]

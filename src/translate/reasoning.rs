@@ -77,7 +77,7 @@ pub fn ask(c: &mut Chat) -> Ask {
     }
     let Some(e) = c.reasoning_effort.as_ref() else { return Ask::Unset };
     match e.value.as_str().and_then(ratio) {
-        Some(r) if r == 0.0 => Ask::Off,
+        Some(0.0) => Ask::Off,
         Some(r) => {
             let cap = c.max_tokens.as_ref().and_then(Value::as_u64).unwrap_or(BASE_MAX_TOKENS);
             Ask::Budget { tokens: effort_budget(r, cap), from_effort: true }

@@ -212,7 +212,8 @@ impl ResponsesEncoder {
         let item = match self.open.take() {
             None => return,
             Some(Open::Reasoning { id, text }) => {
-                let at = || vec![("item_id", json!(id)), ("output_index", json!(index)), ("summary_index", json!(0u64))];
+                let at =
+                    || vec![("item_id", json!(id)), ("output_index", json!(index)), ("summary_index", json!(0u64))];
                 let mut f = at();
                 f.push(("text", json!(text)));
                 self.event(out, "response.reasoning_summary_text.done", f);
