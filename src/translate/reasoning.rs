@@ -133,7 +133,8 @@ pub fn anthropic(c: &mut Chat, default_max: u64) -> (Option<Value>, Value) {
     let forced = !c.tools.is_empty() && matches!(c.choice, Some(Choice::Required | Choice::Named(_)));
     let budget = match cap {
         Some(m) => tokens.max(MIN_BUDGET).min(m.saturating_sub(1)),
-        None => tokens.max(MIN_BUDGET),
+        // Bounded so the default room plus the budget stays a number.
+        None => tokens.clamp(MIN_BUDGET, u64::from(u32::MAX)),
     };
     if forced || budget < MIN_BUDGET {
         drop_all(c);

@@ -49,6 +49,10 @@ fn efforts_become_anthropic_budgets_by_openrouters_ratios() {
         sj!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3000, "reasoning": {"max_tokens": 5000}});
     let (v, _) = tr(Api::OpenAi, Api::Anthropic, body);
     assert_eq!(v["thinking"]["budget_tokens"], 2999);
+    // An absurd budget without a cap still fits under the max_tokens it gets.
+    let body = sj!({"messages": [{"role": "user", "content": "hi"}], "reasoning": {"max_tokens": u64::MAX}});
+    let (v, _) = tr(Api::OpenAi, Api::Anthropic, body);
+    assert!(v["thinking"]["budget_tokens"].as_u64() < v["max_tokens"].as_u64(), "{v}");
     // Chat's `reasoning_effort` and an unknown effort.
     let chat = sj!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "reasoning_effort": "medium"});
     assert_eq!(tr(Api::OpenAi, Api::Anthropic, chat).0["thinking"]["budget_tokens"], 1024);
