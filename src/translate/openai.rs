@@ -371,7 +371,9 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
 /// A message's (or a delta's) reasoning text: OpenRouter's and vLLM's `reasoning`, DeepSeek's
 /// `reasoning_content`.
 pub fn reasoning_of(msg: &Value) -> &str {
-    msg.g("reasoning").or_else(|| msg.g("reasoning_content")).and_then(Value::as_str).unwrap_or("")
+    // Either may be null beside the other.
+    let text = |k: &str| msg.g(k).and_then(Value::as_str).filter(|t| !t.is_empty());
+    text("reasoning").or_else(|| text("reasoning_content")).unwrap_or("")
 }
 
 pub fn write_answer(a: &Answer, created: u64) -> Value {

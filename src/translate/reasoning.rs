@@ -178,7 +178,8 @@ pub fn google(c: &mut Chat) -> Option<Value> {
     out
 }
 
-/// Chat completions' `reasoning_effort`: the effort asked for, else the effort a budget stands
+/// Chat completions' `reasoning_effort`: the effort asked for (Anthropic's `max` as `high`), else
+/// the effort a budget stands
 /// for out of the caller's token cap (or [`BASE_MAX_TOKENS`]). A budget of 0 has no effort
 /// every model takes (`none` is only the newest's): dropped, named. Anthropic's `adaptive`
 /// alone is what a reasoning model does by default: nothing sent.
@@ -187,7 +188,8 @@ pub fn openai(c: &mut Chat) -> Option<Value> {
     if let Some(e) = c.reasoning_effort.take() {
         let b = c.reasoning_budget.take();
         c.drop_knob(b);
-        return Some(e.value);
+        // Anthropic's `max` is no chat completions effort; `high` is every reasoning model's.
+        return Some(if e.value.as_str() == Some("max") { json!("high") } else { e.value });
     }
     let b = c.reasoning_budget.take()?;
     match b.value.as_u64() {

@@ -146,6 +146,10 @@ fn budgets_become_the_nearest_effort_for_chat_completions() {
     let (v, dropped) = tr(Api::Google, Api::OpenAi, google(0));
     assert!(v.get("reasoning_effort").is_none(), "{v}");
     assert_eq!(dropped, vec!["generationConfig.thinkingConfig.thinkingBudget"]);
+    // Anthropic's `max` is no chat completions effort.
+    let max = sj!({"model": "x", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}],
+        "output_config": {"effort": "max"}});
+    assert_eq!(tr(Api::Anthropic, Api::OpenAi, max).0["reasoning_effort"], "high");
     // Round trip: an effort to Anthropic and its budget back name the same effort.
     for effort in ["low", "medium", "high"] {
         let (v, _) = tr(Api::Responses, Api::Anthropic, responses_body(effort, Some(16_000)));
@@ -231,7 +235,7 @@ fn reasoning_text_of_every_api_reaches_each_caller_in_its_shape() {
 fn streams_with_reasoning() -> [(Api, String); 3] {
     let openai = [
         sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
-        sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "Let me "}}]}),
+        sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {"reasoning": null, "reasoning_content": "Let me "}}]}),
         sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {"reasoning": "thinké."}}]}),
         sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {"content": "Paris."}}]}),
         sj!({"id": "1", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
