@@ -2,6 +2,8 @@
 //! body as a Responses request becomes each other API's body (valid JSON) or a refusal naming a
 //! field; any answer or error of another API becomes a Responses answer or OpenAI error (valid
 //! JSON); any stream of another API becomes Responses events whatever its split, never a panic.
+//! A budget translated for Anthropic fits its limits. Reasoning text (thinking blocks, thought
+//! parts, `reasoning` deltas) takes the reasoning item paths (seeds `responses-4` to `-8`).
 //! The first byte picks the other API and whether it streams, the second the split size.
 #![no_main]
 
@@ -15,11 +17,10 @@ fuzz_target!(|data: &[u8]| {
     let other = [Api::OpenAi, Api::Anthropic, Api::Google][usize::from(pick % 3)];
     let stream = pick & 0x80 != 0;
     match translate::request(Api::Responses, other, body, "up-model", stream) {
-        Ok(t) => {
-            if let Err(e) = serde_json::from_slice::<serde_json::Value>(&t.body) {
-                panic!("translated request is not JSON: {e}");
-            }
-        }
+        Ok(t) => match serde_json::from_slice::<serde_json::Value>(&t.body) {
+            Ok(v) => thinking_fits(&v, other),
+            Err(e) => panic!("translated request is not JSON: {e}"),
+        },
         Err(r) => assert!(!r.param.is_empty(), "a refusal names its field"),
     }
     if let Some(out) = translate::answer(other, Api::Responses, body, 1) {
@@ -38,3 +39,15 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(out, split_out, "the output depends on how the input was split");
     assert_eq!(whole.ended(), pieces.ended());
 });
+
+/// Anthropic takes a thinking budget of at least 1024 below `max_tokens`: a translated request
+/// never asks for another.
+fn thinking_fits(v: &serde_json::Value, to: Api) {
+    let budget = v.pointer("/thinking/budget_tokens").and_then(serde_json::Value::as_u64);
+    if let (Api::Anthropic, Some(b)) = (to, budget) {
+        assert!(b >= 1024, "thinking budget {b} under 1024");
+        if let Some(max) = v.get("max_tokens").and_then(serde_json::Value::as_u64) {
+            assert!(b < max, "thinking budget {b} not below max_tokens {max}");
+        }
+    }
+}

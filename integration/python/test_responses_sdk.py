@@ -137,3 +137,44 @@ def test_responses_hosted_tools_run_only_where_served_natively(oa):
     with pytest.raises(openai.BadRequestError) as e:
         oa.responses.create(model=MISTRAL, input="x", tools=[{"type": "web_search"}])
     assert e.value.body["param"] == "tools[0].type"
+
+
+THOUGHT = "Thinking within a budget of 8000 tokens."  # the mocks name the budget they received
+
+
+@pytest.mark.parametrize("model,provider", [(CLAUDE, "anthropic-direct"), (GEMINI, "google-ai-studio")])
+def test_responses_reasoning_effort_becomes_a_budget_and_comes_back_as_a_summary(oa, model, provider):
+    # high: 0.8 of max_output_tokens, the budget the mock received and names in its thinking.
+    raw = oa.responses.with_raw_response.create(
+        model=model, input="Why?", max_output_tokens=10000, reasoning={"effort": "high", "summary": "auto"}
+    )
+    r = raw.parse()
+    assert raw.headers["x-switchyard-provider"] == provider
+    assert [i.type for i in r.output] == ["reasoning", "message"]
+    item = r.output[0]
+    assert item.id.startswith("rs_") and [s.text for s in item.summary] == [THOUGHT]
+    assert r.output_text == f"Hello from {provider}"
+    if provider == "google-ai-studio":
+        assert r.usage.output_tokens_details.reasoning_tokens == 7
+
+
+@pytest.mark.parametrize("model,provider", [(CLAUDE, "anthropic-direct"), (GEMINI, "google-ai-studio")])
+def test_responses_stream_reasoning_summary_events(oa, model, provider):
+    with oa.responses.stream(
+        model=model, input="Why?", max_output_tokens=10000, reasoning={"effort": "high", "summary": "auto"}
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    kinds = [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "reasoning" and added.output_index == 0
+    deltas = [e for e in events if e.type == "response.reasoning_summary_text.delta"]
+    assert "".join(e.delta for e in deltas) == THOUGHT
+    assert all(e.item_id == added.item.id and e.summary_index == 0 and e.output_index == 0 for e in deltas)
+    done = next(e for e in events if e.type == "response.reasoning_summary_text.done")
+    assert done.text == THOUGHT
+    assert kinds.index("response.reasoning_summary_part.done") < kinds.index("response.output_text.delta")
+    assert [i.type for i in final.output] == ["reasoning", "message"]
+    assert final.output[0].summary[0].text == THOUGHT
+    assert final.output_text.startswith("tok0 tok1 ")

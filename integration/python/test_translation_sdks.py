@@ -279,3 +279,50 @@ def test_genai_structured_output_and_errors_from_openai(go):
             config=types.GenerateContentConfig(http_options=types.HttpOptions(headers={"x-mock-behavior": "fireworks=429/1"})),
         )
     assert e.value.code == 429 and e.value.status == "RESOURCE_EXHAUSTED"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reasoning: an effort as a budget, the thinking back in the caller's shape
+# ---------------------------------------------------------------------------------------------
+
+THOUGHT = "Thinking within a budget of 8000 tokens."  # the mocks name the budget they received
+
+
+def test_openai_sdk_reasoning_effort_on_claude_comes_back_as_message_reasoning(oa):
+    r = oa.chat.completions.create(
+        model=CLAUDE, messages=[{"role": "user", "content": "Why?"}], max_tokens=10000, reasoning_effort="high"
+    )
+    assert r.choices[0].message.model_extra["reasoning"] == THOUGHT
+    assert r.choices[0].message.content == "Hello from anthropic-direct"
+    stream = oa.chat.completions.create(
+        model=GEMINI, messages=[{"role": "user", "content": "Why?"}], max_tokens=10000, reasoning_effort="high", stream=True
+    )
+    chunks = [c for c in stream if c.choices]
+    assert "".join((c.choices[0].delta.model_extra or {}).get("reasoning") or "" for c in chunks) == THOUGHT
+    assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith("tok0 ")
+
+
+def test_genai_thinking_from_claude_comes_back_as_thought_parts(go):
+    r = go.models.generate_content(
+        model=CLAUDE,
+        contents="Why?",
+        config=types.GenerateContentConfig(
+            max_output_tokens=10000, thinking_config=types.ThinkingConfig(thinking_budget=8000, include_thoughts=True)
+        ),
+    )
+    parts = r.candidates[0].content.parts
+    assert [(p.thought, p.text) for p in parts] == [(True, THOUGHT), (None, "Hello from anthropic-direct")]
+    assert r.text == "Hello from anthropic-direct"
+
+
+def test_anthropic_sdk_gets_no_thinking_block_from_gemini(an):
+    # Gemini thinks (the budget reaches it), but an unsigned thinking block would be refused when
+    # Claude Code sends it back to a Claude endpoint: only the text comes back.
+    r = an.messages.create(
+        model=GEMINI,
+        max_tokens=10000,
+        messages=[{"role": "user", "content": "Why?"}],
+        thinking={"type": "enabled", "budget_tokens": 8000},
+    )
+    assert [b.type for b in r.content] == ["text"]
+    assert r.content[0].text == "Hello from google-ai-studio"

@@ -528,3 +528,99 @@ async fn responses_answers_in_its_shape_and_refuses_what_openai_refuses() {
         assert!(r.json()["error"]["message"].as_str().unwrap_or("").contains(expect), "{field}: {}", r.text());
     }
 }
+
+/// Extended thinking as Anthropic answers it: a signed `thinking` block first (streamed as
+/// `thinking_delta`s and a `signature_delta`) when the request asks, naming the budget it got;
+/// refused with what thinking cannot take, in Anthropic's words. Gemini's thoughts likewise.
+#[tokio::test]
+async fn the_mocks_think_when_asked_and_refuse_what_thinking_refuses() {
+    let m = mock().await;
+    let mut ask = messages(false);
+    ask["max_tokens"] = json!(4096);
+    ask["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &ask).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let content = &r.json()["content"];
+    assert_eq!(content[0]["type"], "thinking");
+    assert_eq!(content[0]["thinking"], "Thinking within a budget of 2048 tokens.");
+    assert!(content[0]["signature"].as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(content[1], json!({"type": "text", "text": "Hello from alpha"}));
+    // Without `thinking`: no thinking block.
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &messages(false)).await.unwrap();
+    assert_eq!(r.json()["content"][0]["type"], "text");
+    // Streamed: the thinking block at index 0, the text at index 1.
+    ask["stream"] = json!(true);
+    let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &ask).await.unwrap();
+    let ev = events(&r);
+    let thinking: String = ev.iter().filter_map(|(_, d)| d.pointer("/delta/thinking")?.as_str()).collect();
+    assert_eq!(thinking, "Thinking within a budget of 2048 tokens.");
+    let starts: Vec<(&Value, &Value)> = ev
+        .iter()
+        .filter(|(n, _)| n == "content_block_start")
+        .map(|(_, d)| (&d["index"], &d["content_block"]["type"]))
+        .collect();
+    assert_eq!(starts, [(&json!(0), &json!("thinking")), (&json!(1), &json!("text"))]);
+    assert!(ev.iter().any(|(_, d)| d.pointer("/delta/type") == Some(&json!("signature_delta"))));
+    assert_eq!(ev.last().unwrap().0, "message_stop");
+    // What thinking refuses, as Anthropic refuses it.
+    ask["stream"] = json!(false);
+    let refused = |field: &str, value: Value| {
+        let mut b = ask.clone();
+        b[field] = value;
+        b
+    };
+    for (body, says) in [
+        (refused("temperature", json!(0.5)), "`temperature` may only be set to 1"),
+        (refused("top_k", json!(5)), "`top_k`"),
+        (refused("top_p", json!(0.9)), "`top_p` must be greater than or equal to 0.95"),
+        (refused("max_tokens", json!(2048)), "`max_tokens` must be greater than `thinking.budget_tokens`"),
+        (refused("thinking", json!({"type": "enabled", "budget_tokens": 512})), "greater than or equal to 1024"),
+        (
+            {
+                let mut b = refused("tools", json!([{"name": "f", "input_schema": {"type": "object"}}]));
+                b["tool_choice"] = json!({"type": "any"});
+                b
+            },
+            "forces tool use",
+        ),
+    ] {
+        let r = post_json(m.addr, "/v1/messages", ANTHROPIC, &body).await.unwrap();
+        assert_eq!(r.status, 400, "{says}");
+        assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains(says), "{}", r.text());
+    }
+    // What it takes: temperature 1, top_p from 0.95.
+    let mut ok = refused("temperature", json!(1.0));
+    ok["top_p"] = json!(0.95);
+    assert_eq!(post_json(m.addr, "/v1/messages", ANTHROPIC, &ok).await.unwrap().status, 200);
+
+    // Gemini: thoughts first when asked for (`includeThoughts`), counted apart.
+    let key = [("x-goog-api-key", "k")];
+    let mut g = gemini();
+    g["generationConfig"] = json!({"thinkingConfig": {"thinkingBudget": 3000, "includeThoughts": true}});
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:generateContent", &key, &g).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        v["candidates"][0]["content"]["parts"],
+        json!([{"text": "Thinking within a budget of 3000 tokens.", "thought": true}, {"text": "Hello from alpha"}])
+    );
+    assert_eq!(v["usageMetadata"]["thoughtsTokenCount"], 7);
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", &key, &g).await.unwrap();
+    let thoughts: String = events(&r)
+        .iter()
+        .filter_map(|(_, d)| d.pointer("/candidates/0/content/parts/0"))
+        .filter(|p| p["thought"] == true)
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(thoughts, "Thinking within a budget of 3000 tokens.");
+    // Not asked for: none. A budget out of range or beside a level: Google's 400.
+    g["generationConfig"]["thinkingConfig"] = json!({"thinkingBudget": 3000});
+    let r = post_json(m.addr, "/v1beta/models/gemini-x:generateContent", &key, &g).await.unwrap();
+    assert_eq!(r.json()["candidates"][0]["content"]["parts"].as_array().map(Vec::len), Some(1));
+    for bad in [json!({"thinkingBudget": 99999}), json!({"thinkingBudget": 1024, "thinkingLevel": "high"})] {
+        g["generationConfig"]["thinkingConfig"] = bad;
+        let r = post_json(m.addr, "/v1beta/models/gemini-x:generateContent", &key, &g).await.unwrap();
+        assert_eq!(r.status, 400, "{}", r.text());
+    }
+}

@@ -255,3 +255,78 @@ async fn an_anthropic_endpoint_fails_over_to_a_chat_completions_one() {
         }
     }
 }
+
+/// `reasoning` on a Claude and a Gemini model: the effort becomes a thinking budget (0.8 of
+/// `max_output_tokens` for `high`), the temperature Anthropic refuses beside thinking is dropped
+/// and named, and the model's thinking (naming the budget the mock received) comes back as a
+/// `reasoning` item before the message, whole and streamed as summary events.
+#[tokio::test]
+async fn reasoning_becomes_a_thinking_budget_and_comes_back_as_a_summary() {
+    let s = stack();
+    for (model, provider) in [("r/claude", "beta"), ("r/gemini", "gamma")] {
+        for stream in [false, true] {
+            let id = format!("reasoning-{model}-{stream}");
+            let body = json!({"model": model, "input": "Why?", "max_output_tokens": 10000, "temperature": 0.5,
+                "stream": stream, "reasoning": {"effort": "high", "summary": "auto"}});
+            let r = responses(s, &id, &[], body).await;
+            assert_eq!(r.status, 200, "{id}: {}", r.text());
+            let got = &sent(s, &id)[0].2;
+            let warning = r.header("x-switchyard-warning").unwrap_or("").to_string();
+            if provider == "beta" {
+                assert_eq!(got["thinking"], json!({"type": "enabled", "budget_tokens": 8000}), "{got}");
+                assert_eq!(got["max_tokens"], 10000);
+                assert!(got.get("temperature").is_none(), "{got}");
+                assert!(warning.contains("temperature"), "{id}: {warning}");
+            } else {
+                let config = &got["generationConfig"];
+                assert_eq!(config["thinkingConfig"], json!({"thinkingBudget": 8000, "includeThoughts": true}));
+                assert_eq!(config["temperature"], 0.5, "Gemini takes both");
+                assert!(!warning.contains("reasoning"), "{id}: {warning}");
+            }
+            let thought = "Thinking within a budget of 8000 tokens.";
+            let response = if stream {
+                let evs = events(&r.text());
+                let kinds: Vec<&str> = evs.iter().map(|(k, _)| k.as_str()).collect();
+                let at =
+                    |k: &str| kinds.iter().position(|x| *x == k).unwrap_or_else(|| panic!("{id}: no {k}: {kinds:?}"));
+                assert!(at("response.reasoning_summary_part.added") < at("response.reasoning_summary_text.delta"));
+                assert!(at("response.reasoning_summary_part.done") < at("response.output_text.delta"), "{kinds:?}");
+                let summary: String = evs
+                    .iter()
+                    .filter(|(k, _)| k == "response.reasoning_summary_text.delta")
+                    .map(|(_, v)| v["delta"].as_str().unwrap_or("").to_string())
+                    .collect();
+                assert_eq!(summary, thought, "{id}");
+                assert_eq!(evs[at("response.reasoning_summary_text.done")].1["text"], thought);
+                for (i, (_, v)) in evs.iter().enumerate() {
+                    assert_eq!(v["sequence_number"].as_u64(), Some(i as u64), "{id}");
+                }
+                evs.last().unwrap().1["response"].clone()
+            } else {
+                r.json()
+            };
+            let output = &response["output"];
+            assert_eq!(output[0]["type"], "reasoning", "{id}: {response}");
+            assert!(output[0]["id"].as_str().is_some_and(|i| i.starts_with("rs_")), "{output}");
+            assert_eq!(output[0]["summary"], json!([{"type": "summary_text", "text": thought}]), "{id}");
+            assert_eq!(output[1]["type"], "message", "{id}");
+            if provider == "gamma" {
+                assert_eq!(response["usage"]["output_tokens_details"]["reasoning_tokens"], 7, "{id}: {response}");
+            }
+        }
+    }
+    // A forced tool choice: Anthropic gets no thinking (the call is what was asked); the effort
+    // is named dropped and the strict mock, which refuses the two together, answers.
+    let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]);
+    let r = responses(
+        s,
+        "reasoning-forced",
+        &[("x-mock-behavior", "beta=tool")],
+        json!({"model": "r/claude", "input": "Weather?", "tools": tools, "tool_choice": "required",
+            "reasoning": {"effort": "high"}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(sent(s, "reasoning-forced")[0].2.get("thinking").is_none());
+    assert!(r.header("x-switchyard-warning").is_some_and(|w| w.contains("reasoning.effort")), "{:?}", r.headers);
+}

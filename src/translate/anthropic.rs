@@ -45,9 +45,9 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
     if let Some(t) = o.g("thinking") {
         match t.g("type").and_then(Value::as_str) {
             Some("enabled") => c.reasoning_budget = knob(t.g("budget_tokens"), "thinking.budget_tokens"),
-            // The model picks its own budget (Claude Code's default): no other API has that
-            // switch; the model still answers, with the thinking its endpoint does by default.
-            Some("adaptive") => c.drop_field("thinking"),
+            // The model picks its own budget (Claude Code's default): Google's dynamic thinking,
+            // a reasoning model's default elsewhere (`reasoning::openai`).
+            Some("adaptive") => c.reasoning_adaptive = knob(Some(t), "thinking"),
             _ => {}
         }
     }
@@ -212,7 +212,11 @@ fn part_block(p: &Part) -> Value {
 pub fn write_request(c: &mut Chat, model: &str) -> Result<Map<String, Value>, Refused> {
     let mut o = Map::new();
     o.insert("model".into(), json!(model));
-    o.insert("max_tokens".into(), c.max_tokens.take().unwrap_or(json!(DEFAULT_MAX_TOKENS)));
+    let (thinking, max_tokens) = super::reasoning::anthropic(c, DEFAULT_MAX_TOKENS);
+    o.insert("max_tokens".into(), max_tokens);
+    if let Some(t) = thinking {
+        o.insert("thinking".into(), t);
+    }
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut later_system = Vec::new();
     for (i, m) in c.messages.iter().enumerate() {
@@ -277,10 +281,7 @@ pub fn write_request(c: &mut Chat, model: &str) -> Result<Map<String, Value>, Re
     if let Some(u) = c.user.take() {
         o.insert("metadata".into(), json!({"user_id": u.value}));
     }
-    if let Some(b) = c.reasoning_budget.take() {
-        o.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": b.value}));
-    }
-    for k in [c.seed.take(), c.presence_penalty.take(), c.frequency_penalty.take(), c.reasoning_effort.take()] {
+    for k in [c.seed.take(), c.presence_penalty.take(), c.frequency_penalty.take()] {
         c.drop_knob(k);
     }
     if !c.tools.is_empty() {
@@ -382,6 +383,7 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
     for b in o.g("content").and_then(Value::as_array).into_iter().flatten() {
         match b.g("type").and_then(Value::as_str) {
             Some("text") => a.text.push_str(b.g("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking") => a.reasoning.push_str(b.g("thinking").and_then(Value::as_str).unwrap_or("")),
             Some("tool_use") => a.calls.push(Call {
                 id: super::str_at(b, "/id").to_string(),
                 name: super::str_at(b, "/name").to_string(),
@@ -393,6 +395,8 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
     Some(a)
 }
 
+/// No `thinking` block is written from another API's reasoning: Anthropic signs its own, and a
+/// client sending an unsigned one back to an Anthropic endpoint would get a 400.
 pub fn write_answer(a: &Answer) -> Value {
     let mut content = Vec::new();
     if !a.text.is_empty() || a.calls.is_empty() {

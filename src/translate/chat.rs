@@ -94,6 +94,9 @@ pub struct Chat {
     pub reasoning_budget: Option<Knob>,
     /// Reasoning by effort (`low` / `medium` / `high`).
     pub reasoning_effort: Option<Knob>,
+    /// The model picks its own budget (Anthropic `thinking.type: adaptive`, Google
+    /// `thinkingBudget: -1`); a budget or an effort, when given too, wins.
+    pub reasoning_adaptive: Option<Knob>,
     /// Caller-side names of the fields dropped so far (`seen`: the same, for a lookup in
     /// logarithmic time: a body may name thousands of unknown fields).
     pub dropped: Vec<String>,

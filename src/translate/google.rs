@@ -204,10 +204,14 @@ fn generation_config(c: &mut Chat, g: &Map<String, Value>) -> Result<(), Refused
     c.presence_penalty = knob(get("presencePenalty", "presence_penalty"), "generationConfig.presencePenalty");
     c.frequency_penalty = knob(get("frequencyPenalty", "frequency_penalty"), "generationConfig.frequencyPenalty");
     if let Some(Value::Object(t)) = get("thinkingConfig", "thinking_config") {
-        c.reasoning_budget = knob(
-            get2(t, "thinkingBudget", "thinking_budget").filter(|b| b.as_i64() != Some(-1)),
-            "generationConfig.thinkingConfig.thinkingBudget",
-        );
+        let budget = get2(t, "thinkingBudget", "thinking_budget");
+        let name = "generationConfig.thinkingConfig.thinkingBudget";
+        // -1: dynamic thinking, the model sets its own budget.
+        if budget.and_then(Value::as_i64) == Some(-1) {
+            c.reasoning_adaptive = knob(budget, name);
+        } else {
+            c.reasoning_budget = knob(budget, name);
+        }
         c.reasoning_effort =
             knob(get2(t, "thinkingLevel", "thinking_level"), "generationConfig.thinkingConfig.thinkingLevel");
         if let Some(e) = c.reasoning_effort.as_mut() {
@@ -329,6 +333,8 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
         o.insert("systemInstruction".into(), json!({"parts": [{"text": text}]}));
     }
     let mut g = Map::new();
+    // Before `maxOutputTokens` is taken: an effort's budget is a share of it.
+    let thinking = super::reasoning::google(c);
     for (k, v) in
         [("temperature", c.temperature.take()), ("topP", c.top_p.take()), ("maxOutputTokens", c.max_tokens.take())]
     {
@@ -349,8 +355,8 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     if !c.stop.is_empty() {
         g.insert("stopSequences".into(), Value::Array(std::mem::take(&mut c.stop)));
     }
-    if let Some(b) = c.reasoning_budget.take() {
-        g.insert("thinkingConfig".into(), json!({"thinkingBudget": b.value}));
+    if let Some(t) = thinking {
+        g.insert("thinkingConfig".into(), t);
     }
     match &c.format {
         Some(Format::JsonObject) => {
@@ -365,9 +371,8 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     if !g.is_empty() {
         o.insert("generationConfig".into(), Value::Object(g));
     }
-    for k in [c.user.take(), c.reasoning_effort.take()] {
-        c.drop_knob(k);
-    }
+    let user = c.user.take();
+    c.drop_knob(user);
     if c.parallel == Some(false) && !c.tools.is_empty() {
         c.drop_field("parallel_tool_calls");
     }
@@ -445,11 +450,14 @@ pub fn usage_value(u: &Usage) -> Value {
     Value::Object(m)
 }
 
-/// The parts of one candidate into text and calls (a call without an id gets an empty one).
-pub fn read_parts(parts: &Value, text: &mut String, calls: &mut Vec<Call>) {
+/// The parts of one candidate into text, thoughts and calls (a call without an id gets an
+/// empty one).
+pub fn read_parts(parts: &Value, text: &mut String, thoughts: &mut String, calls: &mut Vec<Call>) {
     for p in parts.as_array().into_iter().flatten() {
         if let Some(t) = p.g("text").and_then(Value::as_str) {
-            if p.g("thought").and_then(Value::as_bool) != Some(true) {
+            if p.g("thought").and_then(Value::as_bool) == Some(true) {
+                thoughts.push_str(t);
+            } else {
                 text.push_str(t);
             }
         } else if let Some(f) = p.g("functionCall").or_else(|| p.g("function_call")) {
@@ -476,7 +484,7 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
     match cand {
         Some(cand) => {
             if let Some(parts) = cand.pointer("/content/parts") {
-                read_parts(parts, &mut a.text, &mut a.calls);
+                read_parts(parts, &mut a.text, &mut a.reasoning, &mut a.calls);
             }
             for (i, k) in a.calls.iter_mut().enumerate().filter(|(_, k)| k.id.is_empty()) {
                 k.id = format!("call_{}", i + 1);
@@ -493,6 +501,9 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
 
 pub fn write_answer(a: &Answer) -> Value {
     let mut parts = Vec::new();
+    if !a.reasoning.is_empty() {
+        parts.push(json!({"text": a.reasoning, "thought": true}));
+    }
     if !a.text.is_empty() || a.calls.is_empty() {
         parts.push(json!({"text": a.text}));
     }

@@ -18,6 +18,9 @@ pub mod anthropic;
 pub mod chat;
 pub mod google;
 pub mod openai;
+pub mod reasoning;
+#[cfg(test)]
+mod reasoning_tests;
 pub mod responses;
 pub mod responses_stream;
 #[cfg(test)]
@@ -118,6 +121,9 @@ pub struct Answer {
     pub id: String,
     pub model: String,
     pub text: String,
+    /// The model's reasoning text, where its API returns it (Anthropic `thinking` blocks,
+    /// Google `thought` parts, chat completions' `reasoning` / `reasoning_content`).
+    pub reasoning: String,
     pub calls: Vec<Call>,
     pub finish: Finish,
     pub usage: Usage,

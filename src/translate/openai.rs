@@ -238,6 +238,10 @@ pub fn write_request(c: &mut Chat, model: &str) -> Map<String, Value> {
         });
     }
     o.insert("messages".into(), Value::Array(messages));
+    // Before the cap is taken: a budget's effort is its share of it.
+    if let Some(e) = super::reasoning::openai(c) {
+        o.insert("reasoning_effort".into(), e);
+    }
     if let Some(v) = c.max_tokens.take() {
         o.insert("max_completion_tokens".into(), v);
     }
@@ -254,15 +258,13 @@ pub fn write_request(c: &mut Chat, model: &str) -> Map<String, Value> {
         ("presence_penalty", c.presence_penalty.take()),
         ("frequency_penalty", c.frequency_penalty.take()),
         ("user", c.user.take()),
-        ("reasoning_effort", c.reasoning_effort.take()),
     ] {
         if let Some(k2) = v {
             o.insert(k.into(), k2.value);
         }
     }
-    let (top_k, budget) = (c.top_k.take(), c.reasoning_budget.take());
+    let top_k = c.top_k.take();
     c.drop_knob(top_k);
-    c.drop_knob(budget);
     if !c.tools.is_empty() {
         let tools: Vec<Value> = c
             .tools
@@ -359,10 +361,19 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
         id: o.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
         model: o.g("model").and_then(Value::as_str).unwrap_or("").to_string(),
         text,
+        reasoning: reasoning_of(msg).to_string(),
         calls,
         finish: finish_of(choice.g("finish_reason").and_then(Value::as_str).unwrap_or("stop")),
         usage: o.g("usage").map(usage_of).unwrap_or_default(),
     })
+}
+
+/// A message's (or a delta's) reasoning text: OpenRouter's and vLLM's `reasoning`, DeepSeek's
+/// `reasoning_content`.
+pub fn reasoning_of(msg: &Value) -> &str {
+    // Either may be null beside the other.
+    let text = |k: &str| msg.g(k).and_then(Value::as_str).filter(|t| !t.is_empty());
+    text("reasoning").or_else(|| text("reasoning_content")).unwrap_or("")
 }
 
 pub fn write_answer(a: &Answer, created: u64) -> Value {
@@ -370,6 +381,10 @@ pub fn write_answer(a: &Answer, created: u64) -> Value {
     msg.insert("role".into(), json!("assistant"));
     msg.insert("content".into(), if a.text.is_empty() && !a.calls.is_empty() { Value::Null } else { json!(a.text) });
     msg.insert("refusal".into(), Value::Null);
+    // OpenRouter's field for the model's reasoning text.
+    if !a.reasoning.is_empty() {
+        msg.insert("reasoning".into(), json!(a.reasoning));
+    }
     if !a.calls.is_empty() {
         let calls: Vec<Value> = a
             .calls

@@ -80,12 +80,8 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
         c.reasoning_effort = knob(r.g("effort"), "reasoning.effort");
         // OpenRouter's budget, on its Responses endpoint too.
         c.reasoning_budget = knob(r.g("max_tokens"), "reasoning.max_tokens");
-        // No reasoning text comes back translated (the pivot answer carries none).
-        for summary in ["summary", "generate_summary"] {
-            if r.g(summary).is_some_and(|v| !v.is_null()) {
-                c.drop_field(format!("reasoning.{summary}"));
-            }
-        }
+        // `summary` / `generate_summary`: consumed; the model's reasoning text, when its
+        // endpoint returns any, comes back as a `reasoning` item's summary whatever is asked.
     }
     c.parallel = o.g("parallel_tool_calls").and_then(Value::as_bool);
     if let Some(t) = o.g("text").filter(|t| t.is_object()) {
@@ -313,9 +309,18 @@ pub fn response_object(id: &str, model: &str, created: u64, status: &str, output
     o
 }
 
+/// A `reasoning` output item whose summary is the model's reasoning text (other APIs' reasoning
+/// is not OpenAI's summary, but it is what the caller can read of it; no `encrypted_content`).
+pub fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
+}
+
 pub fn write_answer(a: &Answer, created: u64) -> Value {
     let id = response_id(&a.id);
     let mut output = Vec::new();
+    if !a.reasoning.is_empty() {
+        output.push(reasoning_item(&format!("rs_{}", a.id), &a.reasoning));
+    }
     if !a.text.is_empty() || a.calls.is_empty() {
         output.push(message_item(&format!("msg_{}", a.id), &a.text, "completed"));
     }

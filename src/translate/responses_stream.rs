@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use super::responses::{call_item, message_item, response_id, response_object, status, usage_value};
+use super::responses::{call_item, message_item, reasoning_item, response_id, response_object, status, usage_value};
 use super::stream::Ev;
 use super::{Call, Finish, Usage};
 
@@ -21,6 +21,8 @@ use super::{Call, Finish, Usage};
 enum Open {
     /// A message: its id and its text so far.
     Message { id: String, text: String },
+    /// A reasoning item (one summary part): its id and its text so far.
+    Reasoning { id: String, text: String },
     /// A function call: its index among the answer's calls and the call so far.
     Call { index: usize, call: Call },
 }
@@ -105,6 +107,7 @@ impl ResponsesEncoder {
                     ],
                 );
             }
+            Ev::Reasoning(t) => self.reasoning(t, out),
             Ev::ToolStart { index, id, name } => {
                 self.close(out);
                 let call = Call { id, name, args: String::new() };
@@ -166,11 +169,59 @@ impl ResponsesEncoder {
         false
     }
 
+    /// A piece of reasoning text: a `reasoning` item opened (with its one summary part) unless
+    /// one is being written, then a `response.reasoning_summary_text.delta`.
+    fn reasoning(&mut self, t: String, out: &mut Vec<u8>) {
+        let index = self.items.len();
+        if !matches!(self.open, Some(Open::Reasoning { .. })) {
+            self.close(out);
+            let index = self.items.len();
+            let id = format!("rs_{}_{index}", self.id.trim_start_matches("resp_"));
+            let item = json!({"type": "reasoning", "id": id, "summary": []});
+            self.event(out, "response.output_item.added", vec![("output_index", json!(index)), ("item", item)]);
+            self.event(
+                out,
+                "response.reasoning_summary_part.added",
+                vec![
+                    ("item_id", json!(id)),
+                    ("output_index", json!(index)),
+                    ("summary_index", json!(0u64)),
+                    ("part", json!({"type": "summary_text", "text": ""})),
+                ],
+            );
+            self.open = Some(Open::Reasoning { id, text: String::new() });
+        }
+        let Some(Open::Reasoning { id, text }) = self.open.as_mut() else { return };
+        text.push_str(&t);
+        let id = id.clone();
+        self.event(
+            out,
+            "response.reasoning_summary_text.delta",
+            vec![
+                ("item_id", json!(id)),
+                ("output_index", json!(index)),
+                ("summary_index", json!(0u64)),
+                ("delta", json!(t)),
+            ],
+        );
+    }
+
     /// Ends the item being written: its `.done` events and `response.output_item.done`.
     fn close(&mut self, out: &mut Vec<u8>) {
         let index = self.items.len();
         let item = match self.open.take() {
             None => return,
+            Some(Open::Reasoning { id, text }) => {
+                let at =
+                    || vec![("item_id", json!(id)), ("output_index", json!(index)), ("summary_index", json!(0u64))];
+                let mut f = at();
+                f.push(("text", json!(text)));
+                self.event(out, "response.reasoning_summary_text.done", f);
+                let mut f = at();
+                f.push(("part", json!({"type": "summary_text", "text": text})));
+                self.event(out, "response.reasoning_summary_part.done", f);
+                reasoning_item(&id, &text)
+            }
             Some(Open::Message { id, text }) => {
                 self.event(
                     out,

@@ -21,6 +21,8 @@ pub enum Ev {
         usage: Usage,
     },
     Text(String),
+    /// A piece of the model's reasoning text.
+    Reasoning(String),
     /// A tool call begins (`index`: 0-based among the answer's calls).
     ToolStart {
         index: usize,
@@ -127,6 +129,9 @@ impl Decoder {
         self.start(v, "/id", "/model", Usage::default(), out);
         if let Some(choice) = v.pointer("/choices/0") {
             let delta = choice.g("delta");
+            if let Some(r) = delta.map(openai::reasoning_of).filter(|r| !r.is_empty()) {
+                out.push(Ev::Reasoning(r.to_string()));
+            }
             if let Some(t) = delta.and_then(|d| d.g("content")).and_then(Value::as_str).filter(|t| !t.is_empty()) {
                 out.push(Ev::Text(t.to_string()));
             }
@@ -164,6 +169,12 @@ impl Decoder {
                             out.push(Ev::Text(t.to_string()));
                         }
                     }
+                    Some("thinking") => {
+                        let t = super::str_at(v, "/content_block/thinking");
+                        if !t.is_empty() {
+                            out.push(Ev::Reasoning(t.to_string()));
+                        }
+                    }
                     Some("tool_use") => {
                         let index = self.tools;
                         self.tools += 1;
@@ -179,6 +190,12 @@ impl Decoder {
                 let block = v.g("index").and_then(Value::as_u64).unwrap_or(0);
                 match v.pointer("/delta/type").and_then(Value::as_str) {
                     Some("text_delta") => out.push(Ev::Text(super::str_at(v, "/delta/text").to_string())),
+                    Some("thinking_delta") => {
+                        let t = super::str_at(v, "/delta/thinking");
+                        if !t.is_empty() {
+                            out.push(Ev::Reasoning(t.to_string()));
+                        }
+                    }
                     Some("input_json_delta") => {
                         let args = super::str_at(v, "/delta/partial_json");
                         if let Some(&index) = self.blocks.get(&block) {
@@ -215,8 +232,11 @@ impl Decoder {
         self.start(v, "/responseId", "/modelVersion", usage.unwrap_or_default(), out);
         let cand = v.pointer("/candidates/0");
         if let Some(parts) = cand.and_then(|c| c.pointer("/content/parts")) {
-            let (mut text, mut calls) = (String::new(), Vec::new());
-            google::read_parts(parts, &mut text, &mut calls);
+            let (mut text, mut thoughts, mut calls) = (String::new(), String::new(), Vec::new());
+            google::read_parts(parts, &mut text, &mut thoughts, &mut calls);
+            if !thoughts.is_empty() {
+                out.push(Ev::Reasoning(thoughts));
+            }
             if !text.is_empty() {
                 out.push(Ev::Text(text));
             }
@@ -316,6 +336,8 @@ impl Encoder {
                 sse(out, None, &self.chunk(json!({"role": "assistant", "content": ""}), None));
             }
             Ev::Text(t) => sse(out, None, &self.chunk(json!({"content": t}), None)),
+            // OpenRouter's delta field for reasoning text.
+            Ev::Reasoning(t) => sse(out, None, &self.chunk(json!({"reasoning": t}), None)),
             Ev::ToolStart { index, id, name } => {
                 let d = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
                     "function": {"name": name, "arguments": ""}}]});
@@ -384,6 +406,8 @@ impl Encoder {
                     json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": t}});
                 sse(out, Some("content_block_delta"), &d);
             }
+            // Not written: a `thinking` block needs Anthropic's signature (`anthropic::write_answer`).
+            Ev::Reasoning(_) => {}
             Ev::ToolStart { index, id, name } => {
                 self.open_block(json!({"type": "tool_use", "id": id, "name": name, "input": {}}), Some(index), out);
             }
@@ -451,6 +475,14 @@ impl Encoder {
                 self.flush_call(out);
                 self.google_chunk(
                     json!({"candidates": [{"content": {"role": "model", "parts": [{"text": t}]}, "index": 0}]}),
+                    out,
+                );
+            }
+            Ev::Reasoning(t) => {
+                self.flush_call(out);
+                self.google_chunk(
+                    json!({"candidates": [{"content": {"role": "model", "parts": [{"text": t, "thought": true}]},
+                        "index": 0}]}),
                     out,
                 );
             }

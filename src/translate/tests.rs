@@ -188,7 +188,8 @@ fn claude_code_requests_reach_openai_and_google_endpoints() {
     assert_eq!(v["reasoning_effort"], "high");
     assert_eq!(v["max_completion_tokens"], 32000);
     assert!(v.get("thinking").is_none() && v.get("context_management").is_none(), "{v}");
-    assert_eq!(dropped, vec!["context_management", "cache_control", "thinking"]);
+    // Adaptive thinking is a reasoning model's default: consumed, the effort sent.
+    assert_eq!(dropped, vec!["context_management", "cache_control"]);
 
     let (v, dropped) = tr(Api::Anthropic, Api::Google, claude_code_turn(), true);
     assert_eq!(
@@ -198,7 +199,12 @@ fn claude_code_requests_reach_openai_and_google_endpoints() {
     );
     let roles: Vec<&str> = v["contents"].as_array().unwrap().iter().map(|c| c["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "model", "user"]);
-    assert!(dropped.contains(&"thinking".to_string()), "{dropped:?}");
+    // The effort's share of max_tokens (0.8 x 32000), thoughts asked for.
+    assert_eq!(
+        v["generationConfig"]["thinkingConfig"],
+        serde_json::json!({"thinkingBudget": 25600, "includeThoughts": true})
+    );
+    assert_eq!(dropped, vec!["context_management", "cache_control", "metadata.user_id"]);
 
     let mut image = claude_code_turn();
     image["messages"][1]["content"] =
@@ -231,13 +237,16 @@ fn google_to_openai_and_anthropic_requests_pair_calls_without_ids() {
         serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}})
     );
     assert_eq!(v["response_format"], serde_json::json!({"type": "json_object"}));
-    assert_eq!(dropped, vec!["safetySettings", "generationConfig.thinkingConfig.thinkingBudget"]);
+    assert_eq!(dropped, vec!["safetySettings"]);
+    assert_eq!(v["reasoning_effort"], "high", "512 of 9 tokens");
     // json_object has no Anthropic counterpart: refused, naming the field.
     assert_eq!(refused(Api::Google, Api::Anthropic, body.clone()), "response_format");
     let mut b = body;
     b["generationConfig"] = serde_json::json!({"thinkingConfig": {"thinkingBudget": 512}});
     let (v, _) = tr(Api::Google, Api::Anthropic, b, false);
-    assert_eq!(v["thinking"], serde_json::json!({"type": "enabled", "budget_tokens": 512}));
+    // Raised to Anthropic's minimum; without a cap the answer keeps the default room.
+    assert_eq!(v["thinking"], serde_json::json!({"type": "enabled", "budget_tokens": 1024}));
+    assert_eq!(v["max_tokens"], 4096 + 1024);
     assert_eq!(v["messages"][2]["content"][0]["tool_use_id"], "call_2");
 }
 
@@ -452,6 +461,7 @@ fn streams_translate_event_by_event_in_every_direction_however_split() {
         id: String::new(),
         model: "m".into(),
         text: "Hello é".into(),
+        reasoning: String::new(),
         calls: vec![Call { id: "call_9".into(), name: "f".into(), args: "{\"a\":1}".into() }],
         finish: Finish::ToolCalls,
         usage: Usage { prompt: 100, completion: 20, cached: 40, ..Usage::default() },

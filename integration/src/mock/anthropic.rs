@@ -108,6 +108,38 @@ fn event(kind: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
 }
 
+/// The thinking text of an answer to a request with `thinking` (none without): it names the
+/// budget received, so a test through the filter reads what the request became.
+pub fn thinking_text(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    match v.pointer("/thinking/type")?.as_str()? {
+        "enabled" => Some(format!("Thinking within a budget of {} tokens.", v.pointer("/thinking/budget_tokens")?)),
+        "adaptive" => Some("Thinking adaptively.".to_string()),
+        _ => None,
+    }
+}
+
+/// A thinking block's signature, as Anthropic sends one (opaque to a client).
+const SIGNATURE: &str = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds";
+
+/// The thinking block's events: its start, its text in two deltas, its signature, its stop.
+fn thinking_events(text: &str) -> Vec<Bytes> {
+    let (x, y) = text.split_at(text.len() / 2);
+    let delta =
+        |d: Value| event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": d}));
+    vec![
+        event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        ),
+        delta(json!({"type": "thinking_delta", "thinking": x})),
+        delta(json!({"type": "thinking_delta", "thinking": y})),
+        delta(json!({"type": "signature_delta", "signature": SIGNATURE})),
+        event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
+    ]
+}
+
 pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
     let msg_id = format!("msg_{}_{}", ask.provider, ask.id);
     if let Some(turn) = b.agent.then(|| super::agent::anthropic_turn(ask.body)).flatten() {
@@ -123,9 +155,10 @@ pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Respo
         let (resp, body) = whole_answer(ask.provider, message.to_string(), false, None);
         return Ok(resp.header("request-id", format!("req_{msg_id}")).body(body)?);
     }
+    let thinking = thinking_text(ask.body);
     if !ask.stream {
         drop(guard);
-        let (content, stop_reason) = match b.tool_call {
+        let (mut content, stop_reason) = match b.tool_call {
             Some(valid) => {
                 // A malformed tool call: its input is not a JSON object (a broken JSON string).
                 let input = if valid {
@@ -137,6 +170,9 @@ pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Respo
             }
             None => (json!([{"type": "text", "text": answer_text(ask.provider, &b)}]), "end_turn"),
         };
+        if let (Some(t), Some(blocks)) = (&thinking, content.as_array_mut()) {
+            blocks.insert(0, json!({"type": "thinking", "thinking": t, "signature": SIGNATURE}));
+        }
         let message = json!({"id": msg_id, "type": "message", "role": "assistant", "model": ask.model,
             "content": content, "stop_reason": stop_reason, "stop_sequence": null,
             "usage": usage(ask.prompt_tokens, 4, &b)});
@@ -166,17 +202,21 @@ pub(super) fn answer(ask: Ask<'_>, b: Behavior, guard: InFlight) -> Result<Respo
         ),
     };
     let output_tokens = deltas.len() as u64;
-    let head = [
-        event("message_start", &start),
-        event("content_block_start", &json!({"type": "content_block_start", "index": 0, "content_block": block})),
-        event("ping", &json!({"type": "ping"})),
-    ];
+    // A thinking block first (index 0) when the request asked for thinking.
+    let index = usize::from(thinking.is_some());
+    let mut head = vec![event("message_start", &start)];
+    head.extend(thinking.as_deref().map(thinking_events).unwrap_or_default());
+    head.push(event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": index, "content_block": block}),
+    ));
+    head.push(event("ping", &json!({"type": "ping"})));
     let deltas: Vec<Bytes> = deltas
         .into_iter()
-        .map(|d| event("content_block_delta", &json!({"type": "content_block_delta", "index": 0, "delta": d})))
+        .map(|d| event("content_block_delta", &json!({"type": "content_block_delta", "index": index, "delta": d})))
         .collect();
     let tail = [
-        event("content_block_stop", &json!({"type": "content_block_stop", "index": 0})),
+        event("content_block_stop", &json!({"type": "content_block_stop", "index": index})),
         event(
             "message_delta",
             &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},

@@ -113,6 +113,25 @@ fn usage(prompt_tokens: u64, candidates_tokens: u64, b: &Behavior) -> Value {
     u
 }
 
+/// The thoughts of an answer to a request asking for them (`thinkingConfig.includeThoughts` and
+/// a budget other than 0): they name the budget received, so a test through the filter reads
+/// what the request became.
+pub fn thought_text(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let g = v.get("generationConfig").or_else(|| v.get("generation_config"))?;
+    let t = g.get("thinkingConfig").or_else(|| g.get("thinking_config"))?;
+    let include = t.get("includeThoughts").or_else(|| t.get("include_thoughts")).and_then(Value::as_bool);
+    let budget = t.get("thinkingBudget").or_else(|| t.get("thinking_budget")).and_then(Value::as_i64);
+    match (include, budget) {
+        (Some(true), Some(-1) | None) => Some("Thinking dynamically.".to_string()),
+        (Some(true), Some(b)) if b > 0 => Some(format!("Thinking within a budget of {b} tokens.")),
+        _ => None,
+    }
+}
+
+/// The thought tokens the mock reports for an answer with thoughts.
+const THOUGHT_TOKENS: u64 = 7;
+
 /// A `GenerateContentResponse` with one candidate.
 fn response(ask: &Ask<'_>, parts: Value, finish: bool, usage: Value) -> Value {
     let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
@@ -136,21 +155,38 @@ fn tool_part(valid: bool) -> Value {
 /// `sse`: `streamGenerateContent?alt=sse` (events); without it a stream is one JSON array.
 pub(super) fn answer(ask: Ask<'_>, sse: bool, b: Behavior, guard: InFlight) -> Result<Response<ChannelBody>, BoxError> {
     let p = ask.prompt_tokens;
+    let thoughts = thought_text(ask.body);
+    // Thought tokens counted apart, as Gemini reports them.
+    let with_thoughts = |mut u: Value| {
+        if thoughts.is_some() {
+            u["thoughtsTokenCount"] = json!(THOUGHT_TOKENS);
+            u["totalTokenCount"] = json!(u["totalTokenCount"].as_u64().unwrap_or(0) + THOUGHT_TOKENS);
+        }
+        u
+    };
     if !ask.stream {
         drop(guard);
-        let parts = match b.tool_call {
+        let mut parts = match b.tool_call {
             Some(valid) => json!([tool_part(valid)]),
             None => json!([{"text": answer_text(ask.provider, &b)}]),
         };
-        let body = response(&ask, parts, true, usage(p, 4, &b)).to_string();
+        if let (Some(t), Some(list)) = (&thoughts, parts.as_array_mut()) {
+            list.insert(0, json!({"text": t, "thought": true}));
+        }
+        let body = response(&ask, parts, true, with_thoughts(usage(p, 4, &b))).to_string();
         let (resp, body) = whole_answer(ask.provider, body, ask.gzip, b.big_body.map(|_| b.big_sized));
         return Ok(resp.body(body)?);
     }
     // Content chunks (a tool call arrives whole, in one), then a last chunk with the finish reason.
-    let parts: Vec<Value> = match b.tool_call {
+    let mut parts: Vec<Value> = match b.tool_call {
         Some(valid) => vec![json!([tool_part(valid)])],
         None => (0..b.chunks).map(|i| json!([{"text": format!("tok{i} ")}])).collect(),
     };
+    // Thoughts come first, in two chunks of their own.
+    if let Some(t) = &thoughts {
+        let (x, y) = t.split_at(t.len() / 2);
+        parts.splice(0..0, [json!([{"text": x, "thought": true}]), json!([{"text": y, "thought": true}])]);
+    }
     let count = parts.len();
     let frame = |i: usize, v: &Value| -> Bytes {
         Bytes::from(match (sse, i) {
@@ -162,9 +198,9 @@ pub(super) fn answer(ask: Ask<'_>, sse: bool, b: Behavior, guard: InFlight) -> R
     let chunks: Vec<Bytes> = parts
         .into_iter()
         .enumerate()
-        .map(|(i, part)| frame(i, &response(&ask, part, false, usage(p, i as u64 + 1, &b))))
+        .map(|(i, part)| frame(i, &response(&ask, part, false, with_thoughts(usage(p, i as u64 + 1, &b)))))
         .collect();
-    let last = frame(count, &response(&ask, json!([{"text": ""}]), true, usage(p, count as u64, &b)));
+    let last = frame(count, &response(&ask, json!([{"text": ""}]), true, with_thoughts(usage(p, count as u64, &b))));
     let tail: Vec<Bytes> = if sse { vec![last] } else { vec![last, Bytes::from_static(b"]")] };
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let gzip = ask.gzip;

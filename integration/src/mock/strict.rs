@@ -107,6 +107,9 @@ pub fn anthropic(body: &Value) -> Option<String> {
     if body.get("temperature").and_then(Value::as_f64).is_some_and(|t| !(0.0..=1.0).contains(&t)) {
         return Some("temperature: Input should be less than or equal to 1".into());
     }
+    if let Some(refused) = anthropic_thinking(body) {
+        return Some(refused);
+    }
     match body.get("system") {
         None | Some(Value::String(_)) => {}
         Some(Value::Array(b)) if b.iter().all(|x| str_of(x, "type") == Some("text")) => {}
@@ -199,6 +202,45 @@ pub fn anthropic(body: &Value) -> Option<String> {
         if str_of(f, "type") != Some("json_schema") || !f.get("schema").is_some_and(Value::is_object) {
             return Some("output_config.format: invalid format".into());
         }
+    }
+    None
+}
+
+/// Extended thinking as the Messages API takes it: `enabled` with a budget of at least 1024 below
+/// `max_tokens`, or `adaptive`; and, with it, no `temperature` but 1, no `top_k`, no `top_p`
+/// below 0.95, no forced tool use. The messages are Anthropic's.
+fn anthropic_thinking(body: &Value) -> Option<String> {
+    const DOC: &str = "Please consult our documentation at \
+        https://docs.claude.com/en/docs/build-with-claude/extended-thinking#important-considerations-when-using-extended-thinking";
+    let t = body.get("thinking")?;
+    match str_of(t, "type") {
+        Some("disabled") => return None,
+        Some("adaptive") => {}
+        Some("enabled") => {
+            let Some(b) = t.get("budget_tokens").and_then(Value::as_u64).filter(|b| *b >= 1024) else {
+                return Some("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024".into());
+            };
+            if body.get("max_tokens").and_then(Value::as_u64).is_some_and(|m| m <= b) {
+                return Some(format!("`max_tokens` must be greater than `thinking.budget_tokens`. {DOC}"));
+            }
+        }
+        _ => {
+            return Some(
+                "thinking: Input tag does not match any of the expected tags: 'disabled', 'enabled', 'adaptive'".into(),
+            )
+        }
+    }
+    if body.get("temperature").is_some_and(|v| v.as_f64() != Some(1.0)) {
+        return Some(format!("`temperature` may only be set to 1 when thinking is enabled. {DOC}"));
+    }
+    if body.get("top_k").is_some() {
+        return Some(format!("`top_k` may not be set when thinking is enabled. {DOC}"));
+    }
+    if body.get("top_p").and_then(Value::as_f64).is_some_and(|p| p < 0.95) {
+        return Some(format!("`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled. {DOC}"));
+    }
+    if matches!(body.pointer("/tool_choice/type").and_then(Value::as_str), Some("any" | "tool")) {
+        return Some("Thinking may not be enabled when tool_choice forces tool use.".into());
     }
     None
 }
@@ -297,6 +339,27 @@ pub fn google(body: &Value) -> Option<String> {
             {
                 return Some(format!("tools[{i}].function_declarations: invalid declaration"));
             }
+        }
+    }
+    if let Some(t) = g.and_then(|g| g.get("thinkingConfig").or_else(|| g.get("thinking_config"))) {
+        let Some(t) = t.as_object() else { return bad("Invalid value at 'generation_config.thinking_config'".into()) };
+        const THINKING: &[&str] = &[
+            "thinkingBudget",
+            "includeThoughts",
+            "thinkingLevel",
+            "thinking_budget",
+            "include_thoughts",
+            "thinking_level",
+        ];
+        if let Some(k) = t.keys().find(|k| !THINKING.contains(&k.as_str())) {
+            return bad(format!("Unknown name \"{k}\" at 'generation_config.thinking_config': Cannot find field."));
+        }
+        let budget = t.get("thinkingBudget").or_else(|| t.get("thinking_budget"));
+        if budget.is_some_and(|b| b.as_i64().is_none_or(|b| !(-1..=32_768).contains(&b))) {
+            return Some("The thinking budget is invalid: it must be -1 (dynamic), 0 or at most 32768.".into());
+        }
+        if budget.is_some() && (t.contains_key("thinkingLevel") || t.contains_key("thinking_level")) {
+            return Some("Thinking budget and thinking level cannot both be set.".into());
         }
     }
     let mode = body.pointer("/toolConfig/functionCallingConfig/mode").and_then(Value::as_str);
