@@ -34,6 +34,7 @@ pub mod providers;
 pub mod routing;
 pub mod surface;
 pub mod telemetry;
+pub mod tokens;
 #[cfg(test)]
 mod test_support;
 pub mod translate;
