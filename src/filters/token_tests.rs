@@ -141,30 +141,73 @@ fn each_attempt_carries_its_own_provider_credential_only() {
     assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer keyed-secret"));
 }
 
+/// Decides a request with these `provider` preferences; the local reply if it was refused.
+fn decide_with(host: &MockHost, config: &Rc<Configured>, provider: &str) -> Option<(u32, String)> {
+    let body = format!(r#"{{"model":"m/chat","messages":[{{"role":"user","content":"hi"}}],"provider":{provider}}}"#);
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gateway"),
+        ("content-type", "application/json"),
+    ]);
+    host.state().request_body = body.as_bytes().to_vec();
+    let mut stream = Stream::new(host.clone(), Rc::clone(config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    stream.on_request_body(body.len(), true);
+    let reply = host.state().reply.clone();
+    reply.map(|r| (r.status, String::from_utf8_lossy(&r.body).to_string()))
+}
+
 #[test]
-fn without_a_usable_token_the_attempt_fails_over_at_once_and_is_counted() {
+fn without_a_usable_token_the_provider_is_skipped_at_once_and_counted() {
     let config = configured();
-    for stored in [None, Some(crate::tokens::fetched("old".into(), 6, 0))] {
+    // No token yet, and one past its margin (6 s token fetched at 0, decided at 5.5 s).
+    for (stored, now) in [(None, 60_000), (Some(crate::tokens::fetched("old".into(), 6, 0)), 5_500)] {
         let host = MockHost::new();
         if let Some(r) = &stored {
             host.state().shared.insert(KEY.into(), (r.encode(), 1));
         }
-        // Long past the stored token's usable time.
-        host.state().now_ms = 60_000;
-        let _stream = decide(&host, &config);
-        assert_eq!(start_attempt(&host, &config, 1, "c_vertex"), Action::Pause);
-        let reply = host.state().reply.clone().expect("a local reply the router retries");
-        assert_eq!(reply.status, 503);
-        let body = String::from_utf8_lossy(&reply.body).to_string();
-        assert!(body.contains("no access token for provider vertexish"), "{body}");
-        assert!(!body.contains("old"), "{body}");
+        host.state().now_ms = now;
+        // Ordered first, it is skipped: the first attempt goes to the keyed provider.
+        assert_eq!(decide_with(&host, &config, r#"{"order":["vertexish","keyed"]}"#), None);
         assert_eq!(host.counter(&missing_metric("vertexish")), 1);
-        // The caller's own key never went anywhere; the next attempt goes on as planned.
-        assert_ne!(host.request_header_value("authorization").as_deref(), Some("Bearer caller-own-key"));
-        host.state().reply = None;
-        assert_eq!(start_attempt(&host, &config, 2, "c_keyed"), Action::Continue);
+        let plan = crate::protocol::plan::AttemptPlan::decode(&host.prop(&[crate::protocol::plan::PLAN_PROPERTY]).unwrap()).unwrap();
+        assert_eq!(plan.refs.iter().map(|r| r.slug.as_str()).collect::<Vec<_>>(), ["keyed"]);
+        assert_eq!(start_attempt(&host, &config, 1, "c_keyed"), Action::Continue);
         assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer keyed-secret"));
+        // Alone, the request gets a 503 it may retry, in its API's shape, without waiting.
+        let host = MockHost::new();
+        host.state().now_ms = now;
+        if let Some(r) = &stored {
+            host.state().shared.insert(KEY.into(), (r.encode(), 1));
+        }
+        let (status, body) = decide_with(&host, &config, r#"{"only":["vertexish"]}"#).expect("refused");
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("credential_unavailable"), "{body}");
+        assert!(!body.contains("old"), "{body}");
     }
+}
+
+#[test]
+fn a_token_that_lapsed_after_the_decision_refuses_the_attempt_unsent() {
+    let config = configured();
+    let host = MockHost::new();
+    host.state().shared.insert(KEY.into(), (crate::tokens::fetched("tok".into(), 6, 0).encode(), 1));
+    host.state().now_ms = 1_000;
+    let _stream = decide(&host, &config);
+    // Within the margin the planned attempt still sends it; once expired it is not sent.
+    host.state().now_ms = 5_900;
+    assert_eq!(start_attempt(&host, &config, 1, "c_vertex"), Action::Continue);
+    assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer tok"));
+    host.state().now_ms = 6_000;
+    assert_eq!(start_attempt(&host, &config, 1, "c_vertex"), Action::Pause);
+    let reply = host.state().reply.clone().expect("a local reply");
+    assert_eq!(reply.status, 503);
+    let body = String::from_utf8_lossy(&reply.body).to_string();
+    assert!(body.contains("no access token for provider vertexish"), "{body}");
+    assert!(!body.contains("tok\""), "{body}");
+    assert_eq!(host.counter(&missing_metric("vertexish")), 1);
 }
 
 #[test]

@@ -106,8 +106,30 @@ fn store(host: &dyn Host, source: &TokenSource, result: Result<(String, u64), Fe
 }
 
 /// The `authorization` value of an attempt to a provider whose token comes from `source`: None
-/// when no usable token is there (none fetched yet, or it is about to expire).
+/// when no unexpired token is there (the decision filter skips a provider without a usable one,
+/// so this happens only when a token lapsed between the decision and a later attempt).
 pub fn attempt_token(host: &dyn Host, source: &TokenSource, now_ms: u64) -> Option<String> {
     let (record, _) = read(host, &source.key());
-    record.as_ref().and_then(|r| r.usable(now_ms)).map(|t| format!("Bearer {t}"))
+    record.as_ref().and_then(|r| r.unexpired(now_ms)).map(|t| format!("Bearer {t}"))
+}
+
+/// The providers whose access token is not usable for a request decided at `now` (none yet, or
+/// within its margin of expiry): the router skips them. One shared-data read per token source.
+pub fn tokenless(host: &dyn Host, catalog: &Catalog, now_ms: u64) -> Vec<String> {
+    let usable: Vec<bool> = catalog
+        .token_sources
+        .iter()
+        .map(|s| read(host, &s.key()).0.is_some_and(|r| r.usable(now_ms).is_some()))
+        .collect();
+    catalog
+        .providers
+        .iter()
+        .filter(|p| {
+            p.token_source().is_some_and(|s| {
+                let i = catalog.token_sources.iter().position(|x| x.key() == s.key());
+                !i.and_then(|i| usable.get(i).copied()).unwrap_or(false)
+            })
+        })
+        .map(|p| p.slug.clone())
+        .collect()
 }

@@ -43,8 +43,10 @@ impl TokenSource {
 pub struct TokenRecord {
     /// The access token (empty: none yet). Never logged.
     pub token: String,
-    /// The token may be put on attempts until then (ms since the epoch): a margin before it
-    /// expires, so no attempt carries one that lapses on the way.
+    /// When the token expires (ms since the epoch): no attempt carries it after.
+    pub expires_at_ms: u64,
+    /// Requests are planned on the token until then: a margin before it expires, so a later
+    /// attempt of the same request still has it.
     pub usable_until_ms: u64,
     /// The next fetch is due then (a refresh well before expiry, or a retry after a failure).
     pub refresh_at_ms: u64,
@@ -59,8 +61,9 @@ const VERSION: u8 = 1;
 
 impl TokenRecord {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(29 + self.token.len());
+        let mut v = Vec::with_capacity(37 + self.token.len());
         v.push(VERSION);
+        v.extend_from_slice(&self.expires_at_ms.to_le_bytes());
         v.extend_from_slice(&self.usable_until_ms.to_le_bytes());
         v.extend_from_slice(&self.refresh_at_ms.to_le_bytes());
         v.extend_from_slice(&self.lease_until_ms.to_le_bytes());
@@ -74,20 +77,27 @@ impl TokenRecord {
         if b.first() != Some(&VERSION) {
             return None;
         }
-        let failures = b.get(25..29).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(u32::from_le_bytes)?;
-        let token = std::str::from_utf8(b.get(29..)?).ok()?.to_string();
+        let failures = b.get(33..37).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(u32::from_le_bytes)?;
+        let token = std::str::from_utf8(b.get(37..)?).ok()?.to_string();
         Some(TokenRecord {
             token,
-            usable_until_ms: u64_at(b, 1)?,
-            refresh_at_ms: u64_at(b, 9)?,
-            lease_until_ms: u64_at(b, 17)?,
+            expires_at_ms: u64_at(b, 1)?,
+            usable_until_ms: u64_at(b, 9)?,
+            refresh_at_ms: u64_at(b, 17)?,
+            lease_until_ms: u64_at(b, 25)?,
             failures,
         })
     }
 
-    /// The token, if one may go on an attempt at `now`.
+    /// The token, if a request decided at `now` may plan on it (it lives past the margin).
     pub fn usable(&self, now_ms: u64) -> Option<&str> {
         (!self.token.is_empty() && now_ms < self.usable_until_ms).then_some(self.token.as_str())
+    }
+
+    /// The token, if it has not expired at `now`: what an attempt of a request planned on it
+    /// sends (the margin covers the time between the decision and a later attempt).
+    pub fn unexpired(&self, now_ms: u64) -> Option<&str> {
+        (!self.token.is_empty() && now_ms < self.expires_at_ms).then_some(self.token.as_str())
     }
 }
 
@@ -142,6 +152,7 @@ pub fn fetched(token: String, expires_in_s: u64, now_ms: u64) -> TokenRecord {
     let life = expires_in_s.saturating_mul(1000);
     TokenRecord {
         token,
+        expires_at_ms: now_ms.saturating_add(life),
         usable_until_ms: usable_until(now_ms, life),
         refresh_at_ms: refresh_at(now_ms, life),
         lease_until_ms: 0,

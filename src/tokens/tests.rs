@@ -49,6 +49,7 @@ fn failures_back_off_doubling_up_to_ten_seconds() {
 fn the_record_round_trips_and_foreign_bytes_read_as_none() {
     let r = TokenRecord {
         token: "ya29.a0-tok_en".into(),
+        expires_at_ms: 10,
         usable_until_ms: 9,
         refresh_at_ms: 8,
         lease_until_ms: 7,
@@ -69,7 +70,12 @@ fn a_token_is_usable_only_before_its_time() {
     assert_eq!(r.usable(1_000), Some("t"));
     assert_eq!(r.usable(5_999), Some("t"));
     assert_eq!(r.usable(6_000), None);
+    // Past the margin a request is not planned on it, but an attempt of one planned before
+    // still sends it until it expires.
+    assert_eq!(r.unexpired(6_999), Some("t"));
+    assert_eq!(r.unexpired(7_000), None);
     assert_eq!(TokenRecord::default().usable(0), None);
+    assert_eq!(TokenRecord::default().unexpired(0), None);
 }
 
 #[test]
