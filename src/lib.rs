@@ -34,9 +34,9 @@ pub mod providers;
 pub mod routing;
 pub mod surface;
 pub mod telemetry;
-pub mod tokens;
 #[cfg(test)]
 mod test_support;
+pub mod tokens;
 pub mod translate;
 pub mod wiring;
 

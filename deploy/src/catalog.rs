@@ -363,9 +363,11 @@ impl Catalog {
         };
         let aws_role_arn = match i.get("aws_role_arn") {
             None => None,
-            Some(v) => Some(v.as_str().filter(|s| crate::workload_identity::is_role_arn(s)).map(str::to_string).ok_or_else(
-                || format!("{p}.aws_role_arn: an IAM role's ARN (arn:aws:iam::<account>:role/<name>)"),
-            )?),
+            Some(v) => {
+                Some(v.as_str().filter(|s| crate::workload_identity::is_role_arn(s)).map(str::to_string).ok_or_else(
+                    || format!("{p}.aws_role_arn: an IAM role's ARN (arn:aws:iam::<account>:role/<name>)"),
+                )?)
+            }
         };
         let istio = IstioSettings {
             gcp_service_account,

@@ -18,7 +18,8 @@ pub const EKS_ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 /// server's own, `169.254.169.254:80`). Plain HTTP/1.1: the server is link-local and speaks
 /// nothing else. None for a configuration the filter would refuse.
 pub fn metadata_clusters(plugin_config: &Value, address: Option<&(String, u16)>) -> Vec<Value> {
-    let Ok(catalog) = switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some("x".into()))
+    let Ok(catalog) =
+        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some("x".into()))
     else {
         return Vec::new();
     };
@@ -69,10 +70,15 @@ mod tests {
         let addr = &c[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
         assert_eq!((addr["address"].as_str(), addr["port_value"].as_u64()), (Some("169.254.169.254"), Some(80)));
         assert!(c[0].get("transport_socket").is_none(), "plain HTTP");
-        let moved = metadata_clusters(&config(json!({"google_metadata": {"cluster": "gcp2"}})), Some(&("127.0.0.1".into(), 9)));
+        let moved =
+            metadata_clusters(&config(json!({"google_metadata": {"cluster": "gcp2"}})), Some(&("127.0.0.1".into(), 9)));
         let names: Vec<&str> = moved.iter().filter_map(|c| c["name"].as_str()).collect();
         assert_eq!(names, ["gcp2", "gcp_metadata"]);
-        assert_eq!(moved[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"], 9);
+        assert_eq!(
+            moved[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+                ["port_value"],
+            9
+        );
     }
 
     #[test]

@@ -705,7 +705,8 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
             }) + &crate::envoy::to_yaml(&keys_patch),
         ));
         // The workload identities (GKE Workload Identity, EKS IRSA) of the proxy's ServiceAccount.
-        let annotations = workload_identity::annotations(c.istio.gcp_service_account.as_deref(), c.istio.aws_role_arn.as_deref());
+        let annotations =
+            workload_identity::annotations(c.istio.gcp_service_account.as_deref(), c.istio.aws_role_arn.as_deref());
         if !annotations.is_empty() {
             let (what, doc) = match v {
                 Variant::EgressGateway => ("The egress gateway's ServiceAccount annotations (GKE Workload Identity, EKS IRSA), as the gateway chart's values: helm upgrade istio-egressgateway istio/gateway -n <ns> --reuse-values -f serviceaccount.yaml", workload_identity::gateway_values(&annotations)),

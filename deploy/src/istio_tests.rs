@@ -331,7 +331,8 @@ fn a_google_metadata_provider_gets_the_metadata_cluster_and_no_first_attempt_twi
         assert_eq!(added.len(), 1, "{added:?}");
         let cluster = &added[0]["patch"]["value"];
         assert_eq!(cluster["name"], "gcp_metadata");
-        let addr = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        let addr =
+            &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
         assert_eq!((addr["address"].as_str(), addr["port_value"].as_u64()), (Some("169.254.169.254"), Some(80)));
         // Its attempts all run the per-attempt filter: no first-attempt twin for g, one for p.
         let plugin = plugin_config(&c, &cfg);

@@ -82,8 +82,14 @@ mod tests {
         assert_eq!(a["iam.gke.io/gcp-service-account"], "v@p.iam.gserviceaccount.com");
         assert_eq!(a["eks.amazonaws.com/role-arn"], "arn:aws:iam::123456789012:role/r");
         // The gateway chart's values key (manifests/charts/gateway/values.yaml: serviceAccount.annotations).
-        assert_eq!(gateway_values(&a)["serviceAccount"]["annotations"]["iam.gke.io/gcp-service-account"], "v@p.iam.gserviceaccount.com");
-        assert_eq!(service_account_patch(&a)["metadata"]["annotations"]["eks.amazonaws.com/role-arn"], "arn:aws:iam::123456789012:role/r");
+        assert_eq!(
+            gateway_values(&a)["serviceAccount"]["annotations"]["iam.gke.io/gcp-service-account"],
+            "v@p.iam.gserviceaccount.com"
+        );
+        assert_eq!(
+            service_account_patch(&a)["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+            "arn:aws:iam::123456789012:role/r"
+        );
         assert!(annotations(None, None).is_empty());
     }
 }

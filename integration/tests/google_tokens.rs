@@ -50,7 +50,8 @@ fn start(build: Build, life: Duration, down: bool, tag: &'static str) -> Stack {
         let (metadata, gcloud, keyed) = rt.block_on(async {
             let metadata = MetadataServer::start(life, "vertex@proj.iam.gserviceaccount.com").await.expect("metadata");
             metadata.set_down(down);
-            let behavior = Behavior { google_tokens: Some(std::sync::Arc::clone(&metadata.issuer)), ..Behavior::default() };
+            let behavior =
+                Behavior { google_tokens: Some(std::sync::Arc::clone(&metadata.issuer)), ..Behavior::default() };
             let gcloud = MockProvider::start("gcloud", 0, behavior).await.expect("gcloud");
             let keyed = MockProvider::start("keyed", 0, Behavior::default()).await.expect("keyed");
             (metadata, gcloud, keyed)
@@ -118,7 +119,11 @@ fn assert_token_stayed_home(stack: &Stack, id: &str, reply: &Reply) {
     for r in stack.gcloud.received_for(id) {
         let auth = r.header("authorization").unwrap_or_default();
         assert!(auth.starts_with("Bearer ya29.mock-"), "{auth}");
-        assert!(r.headers.iter().all(|(_, v)| !v.contains("key-keyed") && !v.contains("caller-key")), "{:?}", r.headers);
+        assert!(
+            r.headers.iter().all(|(_, v)| !v.contains("key-keyed") && !v.contains("caller-key")),
+            "{:?}",
+            r.headers
+        );
     }
 }
 
@@ -242,6 +247,5 @@ async fn wasm_the_metadata_server_down_at_start_fails_the_provider_over_until_it
 
 #[tokio::test]
 async fn native_the_metadata_server_down_at_start_fails_the_provider_over_until_it_is_up() {
-    the_metadata_server_down_at_start_fails_the_provider_over_until_it_is_up(Build::Native, "gtoken-down-native")
-        .await;
+    the_metadata_server_down_at_start_fails_the_provider_over_until_it_is_up(Build::Native, "gtoken-down-native").await;
 }

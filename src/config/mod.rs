@@ -255,9 +255,13 @@ fn token_sources(
     for p in providers {
         let Some(s) = p.token_source() else { continue };
         let field = format!("providers[\"{}\"].credential.google_metadata.cluster", p.slug);
-        let clash = providers.iter().find(|q| q.cluster == s.cluster || q.first_attempt_cluster.as_ref() == Some(&s.cluster));
+        let clash =
+            providers.iter().find(|q| q.cluster == s.cluster || q.first_attempt_cluster.as_ref() == Some(&s.cluster));
         if let Some(q) = clash {
-            return Err(err(field, format!("\"{}\" is provider {}'s cluster; name the metadata server's own cluster", s.cluster, q.slug)));
+            return Err(err(
+                field,
+                format!("\"{}\" is provider {}'s cluster; name the metadata server's own cluster", s.cluster, q.slug),
+            ));
         }
         if passthrough == Some(s.cluster.as_str()) {
             return Err(err(field, "is routing.passthrough_cluster; name the metadata server's own cluster"));

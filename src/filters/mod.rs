@@ -26,13 +26,13 @@ pub mod mesh;
 #[cfg(test)]
 pub mod mock;
 pub mod shared;
-pub mod tokens;
 #[cfg(test)]
 mod surface_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod token_tests;
+pub mod tokens;
 pub mod upstream;
 mod usage;
 

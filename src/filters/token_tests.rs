@@ -104,7 +104,8 @@ fn a_fetch_the_host_refuses_is_a_failure_with_a_retry() {
 
 /// Decides a request pinned to the token provider (then the keyed one).
 fn decide(host: &MockHost, config: &Rc<Configured>) -> Stream<MockHost> {
-    let body = r#"{"model":"m/chat","messages":[{"role":"user","content":"hi"}],"provider":{"order":["vertexish","keyed"]}}"#;
+    let body =
+        r#"{"model":"m/chat","messages":[{"role":"user","content":"hi"}],"provider":{"order":["vertexish","keyed"]}}"#;
     host.set_prop(&route_mark_path(), b"llm");
     host.with_request_headers(&[
         (":method", "POST"),
@@ -172,7 +173,9 @@ fn without_a_usable_token_the_provider_is_skipped_at_once_and_counted() {
         // Ordered first, it is skipped: the first attempt goes to the keyed provider.
         assert_eq!(decide_with(&host, &config, r#"{"order":["vertexish","keyed"]}"#), None);
         assert_eq!(host.counter(&missing_metric("vertexish")), 1);
-        let plan = crate::protocol::plan::AttemptPlan::decode(&host.prop(&[crate::protocol::plan::PLAN_PROPERTY]).unwrap()).unwrap();
+        let plan =
+            crate::protocol::plan::AttemptPlan::decode(&host.prop(&[crate::protocol::plan::PLAN_PROPERTY]).unwrap())
+                .unwrap();
         assert_eq!(plan.refs.iter().map(|r| r.slug.as_str()).collect::<Vec<_>>(), ["keyed"]);
         assert_eq!(start_attempt(&host, &config, 1, "c_keyed"), Action::Continue);
         assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer keyed-secret"));
@@ -224,17 +227,29 @@ fn google_metadata_is_refused_where_it_makes_no_sense() {
     let gm = |inner: &str| format!(r#"{{"google_metadata": {{{inner}}}}}"#);
     assert_eq!(with(&gm(r#""cluster": "gcp""#), ""), None);
     let cases = [
-        (gm(r#""cluster": "gcp""#), r#", "first_attempt_cluster": "c_v-first""#, r#"providers["v"].first_attempt_cluster"#),
+        (
+            gm(r#""cluster": "gcp""#),
+            r#", "first_attempt_cluster": "c_v-first""#,
+            r#"providers["v"].first_attempt_cluster"#,
+        ),
         (gm(r#""cluster": "c_k""#), "", r#"providers["v"].credential.google_metadata.cluster"#),
         (gm(r#""cluster": "c_v""#), "", r#"providers["v"].credential.google_metadata.cluster"#),
         (gm(r#""cluster": "c_pass""#), "", r#"providers["v"].credential.google_metadata.cluster"#),
         (gm(r#""cluster": """#), "", r#"providers["v"].credential.google_metadata.cluster"#),
-        (gm(r#""cluster": "gcp", "service_account": "../x""#), "", r#"providers["v"].credential.google_metadata.service_account"#),
+        (
+            gm(r#""cluster": "gcp", "service_account": "../x""#),
+            "",
+            r#"providers["v"].credential.google_metadata.service_account"#,
+        ),
         (gm(r#""cluster": "gcp", "scopes": []"#), "", r#"providers["v"].credential.google_metadata.scopes"#),
         (gm(r#""cluster": "gcp", "scopes": ["a&b"]"#), "", r#"providers["v"].credential.google_metadata.scopes[0]"#),
         (gm(r#""cluster": "gcp", "timeout_ms": 5"#), "", r#"providers["v"].credential.google_metadata.timeout_ms"#),
         (r#"{"value": "k", "google_metadata": {"cluster": "gcp"}}"#.to_string(), "", r#"providers["v"].credential"#),
-        (r#"{"header": "x-key", "google_metadata": {"cluster": "gcp"}}"#.to_string(), "", r#"providers["v"].credential"#),
+        (
+            r#"{"header": "x-key", "google_metadata": {"cluster": "gcp"}}"#.to_string(),
+            "",
+            r#"providers["v"].credential"#,
+        ),
     ];
     for (cred, extra, field) in cases {
         let got = with(&cred, extra);

@@ -70,7 +70,15 @@ impl TokenFetcher {
 
     /// A fetch's answer (`status` 0: none came): the record is written for every worker.
     /// False when the token is not this fetcher's.
-    pub fn answered(&mut self, host: &dyn Host, catalog: &Catalog, token: u32, status: u16, body: &[u8], now_ms: u64) -> bool {
+    pub fn answered(
+        &mut self,
+        host: &dyn Host,
+        catalog: &Catalog,
+        token: u32,
+        status: u16,
+        body: &[u8],
+        now_ms: u64,
+    ) -> bool {
         let Some(pos) = self.in_flight.iter().position(|&(t, _)| t == token) else { return false };
         let (_, i) = self.in_flight.swap_remove(pos);
         if let Some(source) = catalog.token_sources.get(i) {

@@ -278,7 +278,11 @@ impl<H: Host> Filter for Attempt<H> {
                 None => {
                     let provider = catalog.provider_for_slug(&rw.slug).map_or(rw.slug.as_str(), |p| p.slug.as_str());
                     count(&self.host, &missing_metric(provider));
-                    set_record(&self.host, self.attempt, AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None });
+                    set_record(
+                        &self.host,
+                        self.attempt,
+                        AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None },
+                    );
                     return self.refuse(503, &format!("no access token for provider {provider} yet"));
                 }
             }

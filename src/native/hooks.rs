@@ -28,10 +28,10 @@ use crate::filters::host::{self, Host, MetricKind};
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::{count, prune_stale_keys};
 use crate::filters::tokens::TokenFetcher;
-use crate::tokens::google::MAX_ANSWER_BYTES;
 use crate::filters::{configure, downstream, first, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use crate::limits::Subject;
 use crate::routing::policy::Matcher;
+use crate::tokens::google::MAX_ANSWER_BYTES;
 use crate::wiring;
 
 /// How often the main thread's tick runs with mesh-wide limits (queued charges, cool-down
@@ -198,8 +198,13 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
         prune_stale_keys(&host, &configured.catalog);
         let short = configured.limits.service.is_some() || !configured.catalog.token_sources.is_empty();
         let period = if short { TICK_MS } else { GAUGE_TICK_MS };
-        *config.main.borrow_mut() =
-            Some(Main { config: Rc::new(configured), host, ticker: Ticker::default(), tokens: TokenFetcher::default(), gauges_ms: 0 });
+        *config.main.borrow_mut() = Some(Main {
+            config: Rc::new(configured),
+            host,
+            ticker: Ticker::default(),
+            tokens: TokenFetcher::default(),
+            gauges_ms: 0,
+        });
         *config.timer.borrow_mut() = start_timer(envoy, period);
         metrics::add_root(envoy as usize);
     }

@@ -405,10 +405,8 @@ impl Native {
             return None;
         }
         // Envoy's callout takes the authority as `host`, as the gRPC calls send it.
-        let headers: Vec<ModuleHttpHeader> = headers
-            .iter()
-            .map(|(k, v)| ModuleHttpHeader::of(if *k == ":authority" { "host" } else { k }, v))
-            .collect();
+        let headers: Vec<ModuleHttpHeader> =
+            headers.iter().map(|(k, v)| ModuleHttpHeader::of(if *k == ":authority" { "host" } else { k }, v)).collect();
         let mut id: u64 = 0;
         // SAFETY: the pointers describe live buffers for the call; Envoy copies them. Only the
         // main thread's tick calls this.

@@ -146,7 +146,8 @@ impl MetadataServer {
                         };
                         async move { Ok::<_, std::convert::Infallible>(answer) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
@@ -174,7 +175,12 @@ fn text(status: u16, content_type: &str, body: String) -> Response<Full<Bytes>> 
     r
 }
 
-fn answer(issuer: &TokenIssuer, account: &str, life: Duration, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+fn answer(
+    issuer: &TokenIssuer,
+    account: &str,
+    life: Duration,
+    req: &Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
     // The metadata server refuses a request without the flavor header (a browser's redirect).
     let flavored = req.headers().get("metadata-flavor").and_then(|v| v.to_str().ok()) == Some("Google");
     if !flavored {
