@@ -65,8 +65,8 @@ fn one_worker_fetches_for_all_and_the_token_is_refreshed_before_it_expires() {
         && v == "/computeMetadata/v1/instance/service-accounts/default/token?scopes=https://www.googleapis.com/auth/cloud-platform"));
     // The answer goes to the worker that asked (another worker's token is not its own).
     assert!(w2.owns(1) && !w1.owns(1));
-    assert!(!w1.answered(&host, &config.catalog, 1, 200, &answer("tok-1", 6), 1_000_300));
-    assert!(w2.answered(&host, &config.catalog, 1, 200, &answer("tok-1", 6), 1_000_300));
+    assert!(!w1.answered(&host, 1, 200, &answer("tok-1", 6), 1_000_300));
+    assert!(w2.answered(&host, 1, 200, &answer("tok-1", 6), 1_000_300));
     assert_eq!(record(&host).usable(1_000_300), Some("tok-1"));
     assert_eq!(host.counter(&fetch_metric("ok")), 1);
     // Nothing more until half its life (3 s), then exactly one refresh, by whichever worker.
@@ -80,12 +80,12 @@ fn one_worker_fetches_for_all_and_the_token_is_refreshed_before_it_expires() {
     assert_eq!(host.state().http_calls.len(), 2);
     assert!(w2.owns(2) && !w1.owns(2));
     // The metadata server fails: the old token stays usable until its time, a retry follows.
-    assert!(w2.answered(&host, &config.catalog, 2, 503, b"", 1_003_400));
+    assert!(w2.answered(&host, 2, 503, b"", 1_003_400));
     assert_eq!(host.counter(&fetch_metric("http_error")), 1);
     assert_eq!(record(&host).usable(1_004_000), Some("tok-1"));
     assert_eq!(record(&host).refresh_at_ms, 1_003_900);
     w1.tick(&host, &config.catalog, 1_003_900);
-    assert!(w1.answered(&host, &config.catalog, 3, 200, &answer("tok-2", 6), 1_004_000));
+    assert!(w1.answered(&host, 3, 200, &answer("tok-2", 6), 1_004_000));
     assert_eq!(record(&host).usable(1_004_000), Some("tok-2"));
 }
 
@@ -100,6 +100,35 @@ fn a_fetch_the_host_refuses_is_a_failure_with_a_retry() {
     assert_eq!(host.counter(&fetch_metric("unreachable")), 1);
     let r = record(&host);
     assert_eq!((r.failures, r.refresh_at_ms, r.lease_until_ms), (1, 1_600, 0));
+}
+
+#[test]
+fn an_answer_after_a_reload_is_stored_for_the_source_that_asked_and_a_lost_one_is_given_up() {
+    let config = configured();
+    let host = MockHost::new();
+    let mut w = TokenFetcher::default();
+    w.tick(&host, &config.catalog, 1_000);
+    w.tick(&host, &config.catalog, 1_100);
+    assert_eq!(host.state().http_calls.len(), 1);
+    // Reloaded with another account: the answer still belongs to the first source's record.
+    let other = CONFIG.replace(
+        r#"{"cluster": "gcp_metadata"}"#,
+        r#"{"cluster": "gcp_metadata", "service_account": "b@p.iam.gserviceaccount.com"}"#,
+    );
+    let reloaded = configure(other.as_bytes(), &|_| None).unwrap();
+    assert_ne!(reloaded.catalog.token_sources[0].key(), KEY);
+    assert!(w.answered(&host, 1, 200, &answer("tok-a", 3_600), 1_200));
+    assert_eq!(record(&host).usable(1_200), Some("tok-a"));
+    let other_key = reloaded.catalog.token_sources[0].key();
+    assert!(host.state().shared.get(&other_key).is_none());
+    // A fetch never answered is given up once its lease ends: the source is fetched again.
+    w.tick(&host, &reloaded.catalog, 2_000); // creates the new source's record
+    w.tick(&host, &reloaded.catalog, 2_100); // leases and fetches (call 2), never answered
+    assert_eq!(host.state().http_calls.len(), 2);
+    w.tick(&host, &reloaded.catalog, 2_100 + 5_000); // still leased
+    assert_eq!(host.state().http_calls.len(), 2);
+    w.tick(&host, &reloaded.catalog, 2_100 + 6_000);
+    assert_eq!(host.state().http_calls.len(), 3);
 }
 
 /// Decides a request pinned to the token provider (then the keyed one).

@@ -3,6 +3,8 @@
 //! provider's token from that record ([`attempt_token`]). No stream ever fetches or waits.
 //! A token is never logged: only the source's cluster and the failure's kind are.
 
+use std::sync::Arc;
+
 use super::host::Host;
 use super::shared::{count, tag};
 use crate::config::Catalog;
@@ -28,18 +30,23 @@ fn read(host: &dyn Host, key: &str) -> (Option<TokenRecord>, u32) {
 }
 
 /// The root context's fetches in flight (one root per worker on proxy-wasm; one for all
-/// workers natively): answer token -> index in `Catalog::token_sources`.
+/// workers natively): answer token -> the source and when its lease ends. The source itself,
+/// not its index: an answer that arrives after a configuration reload is stored for the source
+/// that asked.
 #[derive(Debug, Default)]
 pub struct TokenFetcher {
-    in_flight: Vec<(u32, usize)>,
+    in_flight: Vec<(u32, Arc<TokenSource>, u64)>,
 }
 
 impl TokenFetcher {
     /// One tick: for each source whose refresh is due and whose lease is free, take the lease
     /// (compare-and-swap: one worker wins) and fetch.
     pub fn tick(&mut self, host: &dyn Host, catalog: &Catalog, now_ms: u64) {
-        for (i, source) in catalog.token_sources.iter().enumerate() {
-            if self.in_flight.iter().any(|&(_, j)| j == i) {
+        // A fetch the host never answered is given up with its lease (another worker, or this
+        // one, takes over).
+        self.in_flight.retain(|(_, _, lease_until)| now_ms < *lease_until);
+        for source in &catalog.token_sources {
+            if self.in_flight.iter().any(|(_, s, _)| s.key() == source.key()) {
                 continue;
             }
             let key = source.key();
@@ -57,7 +64,7 @@ impl TokenFetcher {
             }
             let path = google::token_path(source);
             match host.http_call(&source.cluster, &google::request_headers(&path), source.timeout_ms) {
-                Some(token) => self.in_flight.push((token, i)),
+                Some(token) => self.in_flight.push((token, Arc::clone(source), leased.lease_until_ms)),
                 None => store(host, source, Err(FetchError::Unreachable), now_ms),
             }
         }
@@ -65,25 +72,15 @@ impl TokenFetcher {
 
     /// Whether the answer with this token is one of this fetcher's.
     pub fn owns(&self, token: u32) -> bool {
-        self.in_flight.iter().any(|&(t, _)| t == token)
+        self.in_flight.iter().any(|(t, _, _)| *t == token)
     }
 
     /// A fetch's answer (`status` 0: none came): the record is written for every worker.
     /// False when the token is not this fetcher's.
-    pub fn answered(
-        &mut self,
-        host: &dyn Host,
-        catalog: &Catalog,
-        token: u32,
-        status: u16,
-        body: &[u8],
-        now_ms: u64,
-    ) -> bool {
-        let Some(pos) = self.in_flight.iter().position(|&(t, _)| t == token) else { return false };
-        let (_, i) = self.in_flight.swap_remove(pos);
-        if let Some(source) = catalog.token_sources.get(i) {
-            store(host, source, google::parse_answer(status, body), now_ms);
-        }
+    pub fn answered(&mut self, host: &dyn Host, token: u32, status: u16, body: &[u8], now_ms: u64) -> bool {
+        let Some(pos) = self.in_flight.iter().position(|(t, _, _)| *t == token) else { return false };
+        let (_, source, _) = self.in_flight.swap_remove(pos);
+        store(host, &source, google::parse_answer(status, body), now_ms);
         true
     }
 }

@@ -77,10 +77,9 @@ impl Context for Root {
     }
 
     fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
-        if let Some(config) = &self.config {
-            let (status, body) = abi::http_call_answer(body_size, MAX_ANSWER_BYTES);
-            self.tokens.answered(&ProxyWasm, &config.catalog, token_id, status, &body, abi::now_ms());
-        }
+        // Stored for the source that asked, whatever the configuration is now.
+        let (status, body) = abi::http_call_answer(body_size, MAX_ANSWER_BYTES);
+        self.tokens.answered(&ProxyWasm, token_id, status, &body, abi::now_ms());
     }
 }
 

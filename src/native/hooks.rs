@@ -351,7 +351,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
         let Some(token) = m.host.token_of(callout_id) else { return };
         if m.tokens.owns(token) {
             let (status, answer) = http_answer_of(result, headers, headers_size, body, body_size);
-            m.tokens.answered(&m.host, &m.config.catalog, token, status, &answer, now_ms());
+            m.tokens.answered(&m.host, token, status, &answer, now_ms());
             return;
         }
         let (status, message) = answer_of(result, headers, headers_size, body, body_size);
