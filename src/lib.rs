@@ -36,6 +36,7 @@ pub mod surface;
 pub mod telemetry;
 #[cfg(test)]
 mod test_support;
+pub mod tokens;
 pub mod translate;
 pub mod wiring;
 

@@ -108,6 +108,13 @@ pub struct IstioSettings {
     /// `registry/repository:tag` of the native library's image (required with `build: native`,
     /// no `oci://`, no digest: the renderer pins the digest of the image it built).
     pub native_image: Option<String>,
+    /// GKE Workload Identity: the Google service account the proxy's Kubernetes ServiceAccount
+    /// is bound to (`iam.gke.io/gcp-service-account`), whose tokens `credential.google_metadata`
+    /// providers (Vertex AI) get from the metadata server.
+    pub gcp_service_account: Option<String>,
+    /// EKS IRSA: the IAM role the proxy's ServiceAccount assumes (`eks.amazonaws.com/role-arn`),
+    /// whose credentials Envoy signs Bedrock's requests with.
+    pub aws_role_arn: Option<String>,
     /// The secret that keys the next-attempt tokens istio-proxy's retries read from a request
     /// header (`deployment.istio.handoff_key`, 32 hex digits; the filter's `routing.handoff_key`):
     /// a provider cannot tell from a token which provider comes next. Absent, it is derived from
@@ -297,6 +304,8 @@ impl Catalog {
                 "build",
                 "native_image",
                 "handoff_key",
+                "gcp_service_account",
+                "aws_role_arn",
             ];
             if !known.contains(&key.as_str()) {
                 return Err(format!("{p}.{key}: unknown field"));
@@ -344,7 +353,25 @@ impl Catalog {
                 format!("{p}.handoff_key: 32 hex digits, a secret per deployment (e.g. `openssl rand -hex 16`)")
             })?,
         };
+        let gcp_service_account = match i.get("gcp_service_account") {
+            None => None,
+            Some(v) => Some(
+                v.as_str().filter(|s| crate::workload_identity::is_google_service_account(s)).map(str::to_string).ok_or_else(
+                    || format!("{p}.gcp_service_account: a Google service account's email (name@project.iam.gserviceaccount.com)"),
+                )?,
+            ),
+        };
+        let aws_role_arn = match i.get("aws_role_arn") {
+            None => None,
+            Some(v) => {
+                Some(v.as_str().filter(|s| crate::workload_identity::is_role_arn(s)).map(str::to_string).ok_or_else(
+                    || format!("{p}.aws_role_arn: an IAM role's ARN (arn:aws:iam::<account>:role/<name>)"),
+                )?)
+            }
+        };
         let istio = IstioSettings {
+            gcp_service_account,
+            aws_role_arn,
             handoff_key,
             namespace: field_str(&i, p, "namespace", Some("istio-system"))?,
             keys,

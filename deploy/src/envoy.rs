@@ -165,6 +165,10 @@ pub struct StackConfig {
     /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
     /// port); its cluster is generated when the plugin configuration has `rate_limits`.
     pub rate_limit_service: Option<(String, u16)>,
+    /// Where the metadata server of `credential.google_metadata.cluster` listens (host or IP,
+    /// port); None: Google's own, `169.254.169.254:80` (GKE, GCE). Its cluster is generated when
+    /// a provider names one.
+    pub metadata_server: Option<(String, u16)>,
     /// An AWS credentials file Envoy's SigV4 signing reads (Bedrock providers), watched: a
     /// rewritten file (renamed into place) is used from the next attempt on. None: Envoy's default
     /// credential chain alone (environment, `~/.aws/credentials`, IRSA, metadata).
@@ -395,6 +399,7 @@ impl StackConfig {
             first_attempt_clusters: true,
             key_files: None,
             rate_limit_service: None,
+            metadata_server: None,
         }
     }
 }
@@ -563,8 +568,9 @@ pub fn first_attempt_twins(plugin_config: &Value, clusters: &[&str]) -> Vec<Twin
         }
         let mut apis = p.apis.keyed();
         let twin = match (apis.next(), apis.next()) {
-            // A kind that rewrites every attempt's body and answer needs the per-attempt filter.
-            _ if p.kind.needs_attempt_filter() => None,
+            // A kind that rewrites every attempt's body and answer needs the per-attempt filter,
+            // and so does an access token (only that filter puts it on an attempt).
+            _ if p.needs_attempt_filter() => None,
             (Some(api), None) => Some(Twin {
                 cluster: p.cluster.clone(),
                 authority: p.authority.clone(),
@@ -1133,6 +1139,7 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
         clusters.push(cluster(pt));
     }
     clusters.extend(crate::ratelimit::service_cluster(&cfg.plugin_config, cfg.rate_limit_service.as_ref()));
+    clusters.extend(crate::gcp::metadata_clusters(&cfg.plugin_config, cfg.metadata_server.as_ref()));
     clusters.extend(cfg.tracing.as_ref().map(otlp_cluster));
     let names: Vec<&str> = generated.iter().copied().chain(twin_names.iter().map(String::as_str)).collect();
     // The routes of a virtual host; `policy` labels each of them (route metadata

@@ -39,6 +39,7 @@ use crate::istio_native;
 // Defined apart so that `istio_native` can use it without importing this file; still named
 // `istio::Variant` by its users.
 pub use crate::istio_variant::Variant;
+use crate::workload_identity;
 
 pub const WASM_TYPE_URL: &str = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 /// What istio-agent serves instead of a Wasm extension config whose module it cannot fetch
@@ -495,6 +496,12 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
                 provider_protocol_options(p.http2, filters), "metadata": tls_scheme_metadata()}}
         }));
     }
+    // The metadata server that `credential.google_metadata` providers get their access tokens
+    // from (plain HTTP to 169.254.169.254: the proxy's own connections are not captured).
+    for cluster in crate::gcp::metadata_clusters(&plugin_config, None) {
+        patches.push(json!({"applyTo": "CLUSTER", "match": {"context": ctx},
+            "patch": {"operation": "ADD", "value": cluster}}));
+    }
     for (p, twin) in &firsts {
         // The first-attempt twin (the subset's cluster): the first-attempt filter and the
         // provider's key injector instead of the per-attempt filter.
@@ -697,6 +704,16 @@ pub fn render_k8s(c: &Catalog, cfg: &StackConfig, sha256: &str) -> Vec<(String, 
                 Variant::Sidecar => "The provider key Secret, the key files' SDS ConfigMap and the bootstrap override (the metrics' labels, ISTIO_BOOTSTRAP_OVERRIDE), mounted into the application's sidecar: merge into the pod template (image auto: Istio's injector merges a container named istio-proxy into the injected one and sets its image)",
             }) + &crate::envoy::to_yaml(&keys_patch),
         ));
+        // The workload identities (GKE Workload Identity, EKS IRSA) of the proxy's ServiceAccount.
+        let annotations =
+            workload_identity::annotations(c.istio.gcp_service_account.as_deref(), c.istio.aws_role_arn.as_deref());
+        if !annotations.is_empty() {
+            let (what, doc) = match v {
+                Variant::EgressGateway => ("The egress gateway's ServiceAccount annotations (GKE Workload Identity, EKS IRSA), as the gateway chart's values: helm upgrade istio-egressgateway istio/gateway -n <ns> --reuse-values -f serviceaccount.yaml", workload_identity::gateway_values(&annotations)),
+                Variant::Sidecar => ("The application's ServiceAccount annotations (GKE Workload Identity, EKS IRSA): kubectl -n <ns> patch serviceaccount <its service account> --patch-file serviceaccount.yaml", workload_identity::service_account_patch(&annotations)),
+            };
+            files.push((format!("{}/serviceaccount.yaml", v.dir()), header(what) + &crate::envoy::to_yaml(&doc)));
+        }
     }
     files
 }

@@ -293,3 +293,83 @@ fn a_bedrock_cluster_is_signed_by_the_sidecar_and_has_no_first_attempt_subset() 
         assert!(at >= 1, "after the per-attempt filter: {names:?}");
     }
 }
+
+/// A catalog with a provider whose access tokens come from the metadata server, and the
+/// workload identities of the proxy's ServiceAccount.
+fn google_catalog(identities: Value) -> Catalog {
+    let mut istio = json!({"image": "oci://registry.example/switchyard:1"});
+    for (k, v) in identities.as_object().unwrap() {
+        istio[k] = v.clone();
+    }
+    Catalog::parse(
+        &json!({
+            "deployment": {"istio": istio},
+            "providers": {
+                "p": {"host": "api.p.example", "http2": true, "credential": {"env": "P_KEY"}},
+                "g": {"host": "us-east5-aiplatform.googleapis.com", "http2": true,
+                      "credential": {"google_metadata": {"cluster": "gcp_metadata"}}}
+            },
+            "models": {"m/x": {"endpoints": [
+                {"provider": "p", "pricing": {"prompt": 1, "completion": 2}},
+                {"provider": "g", "pricing": {"prompt": 1, "completion": 2}}
+            ]}}
+        })
+        .to_string(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_google_metadata_provider_gets_the_metadata_cluster_and_no_first_attempt_twin() {
+    let c = google_catalog(json!({}));
+    let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let ef = envoy_filter(&c, v, &cfg, "d");
+        let patches = ef["spec"]["configPatches"].as_array().unwrap();
+        let added: Vec<&Value> =
+            patches.iter().filter(|p| p["applyTo"] == "CLUSTER" && p["patch"]["operation"] == "ADD").collect();
+        assert_eq!(added.len(), 1, "{added:?}");
+        let cluster = &added[0]["patch"]["value"];
+        assert_eq!(cluster["name"], "gcp_metadata");
+        let addr =
+            &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        assert_eq!((addr["address"].as_str(), addr["port_value"].as_u64()), (Some("169.254.169.254"), Some(80)));
+        // Its attempts all run the per-attempt filter: no first-attempt twin for g, one for p.
+        let plugin = plugin_config(&c, &cfg);
+        assert!(plugin["providers"]["g"].get("first_attempt_cluster").is_none(), "{}", plugin["providers"]["g"]);
+        assert!(plugin["providers"]["p"]["first_attempt_cluster"].is_string());
+        assert_eq!(plugin["providers"]["g"]["credential"], json!({"google_metadata": {"cluster": "gcp_metadata"}}));
+    }
+    let files = render_k8s(&c, &cfg, "d");
+    assert!(files.iter().all(|(f, _)| !f.ends_with("serviceaccount.yaml")), "no identity configured, no file");
+}
+
+#[test]
+fn the_workload_identities_annotate_the_proxys_service_account() {
+    let gsa = "vertex@proj.iam.gserviceaccount.com";
+    let arn = "arn:aws:iam::123456789012:role/switchyard-bedrock";
+    let c = google_catalog(json!({"gcp_service_account": gsa, "aws_role_arn": arn}));
+    let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    let files = render_k8s(&c, &cfg, "d");
+    let file = |v: &str| files.iter().find(|(f, _)| f == &format!("{v}/serviceaccount.yaml")).unwrap().1.clone();
+    let gateway = file("egress-gateway");
+    assert!(gateway.contains("serviceAccount:") && gateway.contains("annotations:"), "{gateway}");
+    assert!(gateway.contains(&format!("iam.gke.io/gcp-service-account: \"{gsa}\"")), "{gateway}");
+    assert!(gateway.contains(&format!("eks.amazonaws.com/role-arn: \"{arn}\"")), "{gateway}");
+    let sidecar = file("sidecar");
+    assert!(sidecar.contains("metadata:"), "{sidecar}");
+    assert!(sidecar.contains(&format!("iam.gke.io/gcp-service-account: \"{gsa}\"")), "{sidecar}");
+    for (bad, field) in [
+        (json!({"gcp_service_account": "default"}), "gcp_service_account"),
+        (json!({"aws_role_arn": "arn:aws:iam::1:role/x"}), "aws_role_arn"),
+    ] {
+        let mut v = json!({"deployment": {"istio": {"image": "oci://r.example/s:1"}},
+            "providers": {"p": {"host": "api.p.example", "credential": {"env": "P_KEY"}}},
+            "models": {"m/x": {"endpoints": [{"provider": "p", "pricing": {"prompt": 1, "completion": 2}}]}}});
+        for (k, val) in bad.as_object().unwrap() {
+            v["deployment"]["istio"][k] = val.clone();
+        }
+        let e = Catalog::parse(&v.to_string()).unwrap_err();
+        assert!(e.contains(&format!("deployment.istio.{field}")), "{e}");
+    }
+}

@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod envoy;
+pub mod gcp;
 pub mod istio;
 pub mod istio_native;
 pub mod istio_variant;
@@ -12,3 +13,4 @@ pub mod oci;
 pub mod ratelimit;
 pub mod render;
 pub mod telemetry;
+pub mod workload_identity;

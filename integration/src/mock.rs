@@ -24,6 +24,7 @@ mod agent;
 mod anthropic;
 mod azure;
 pub mod bedrock;
+pub mod gcp_metadata;
 mod google;
 mod openai;
 mod responses;
@@ -117,6 +118,9 @@ pub struct Behavior {
     /// `content_filter` (`filter`), or the answer is cut by it, `finish_reason:
     /// "content_filter"` (`filterout`).
     pub content_filter: Option<bool>,
+    /// Every request must carry `authorization: Bearer <token>` with a live token this metadata
+    /// server issued (a Google Cloud provider: [`gcp_metadata`]); any other is Google's 401.
+    pub google_tokens: Option<Arc<gcp_metadata::TokenIssuer>>,
     /// The provider is an Azure OpenAI resource (`azure`): every path under `/openai/` is
     /// Azure's. Without it only `/openai/deployments/...` is (an OpenAI-compatible host such as
     /// Groq serves `/openai/v1/...` too).
@@ -159,6 +163,7 @@ impl Default for Behavior {
             fault_on_result: false,
             content_filter: None,
             azure: false,
+            google_tokens: None,
             azure_key: None,
         }
     }
@@ -825,6 +830,13 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             body: &body,
         };
         return bedrock::answer(&s.name, &signed, &behavior, &model, stream);
+    }
+    // A Google Cloud provider takes only a live OAuth2 token its metadata server issued.
+    if let Some(issuer) = &behavior.google_tokens {
+        if let Err(why) = issuer.check(header("authorization")) {
+            let body = gcp_metadata::refusal_json(why).to_string();
+            return Ok(canned(&s.name, 401, "application/json", body, None));
+        }
     }
     // Azure OpenAI: its own paths, key and api-version before OpenAI's body checks.
     let on_azure = (behavior.azure && parts.uri.path().starts_with("/openai/"))

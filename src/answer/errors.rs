@@ -94,6 +94,20 @@ impl ApiError {
         e
     }
 
+    /// Every provider left for `model` takes an access token that is not there yet (startup,
+    /// the metadata server down): a 503 the caller may retry shortly.
+    pub fn credential_unavailable(model: &str) -> ApiError {
+        let mut e = ApiError::new(
+            503,
+            "server_error",
+            "credential_unavailable",
+            format!("Every provider left for {model} needs an access token that is not available yet; retry shortly"),
+        );
+        e.metadata.insert("model".to_string(), Value::String(model.to_string()));
+        e.headers.push(("retry-after".to_string(), "1".to_string()));
+        e
+    }
+
     pub fn no_endpoints(model: &str, constraint: &str) -> ApiError {
         let mut e = ApiError::new(
             404,

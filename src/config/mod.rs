@@ -102,6 +102,9 @@ pub struct Catalog {
     pub credential_headers: Vec<String>,
     /// Which caller headers may reach a provider.
     pub upstream_headers: HeaderPolicy,
+    /// The access-token sources of the providers' `credential.google_metadata`, one per
+    /// shared-data record (`TokenSource::key`): what the root context's tick keeps fresh.
+    pub token_sources: Vec<std::sync::Arc<crate::tokens::TokenSource>>,
 }
 
 impl Catalog {
@@ -224,6 +227,7 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         }
     }
     let upstream_headers = compile_upstream_headers(&raw.upstream_headers)?;
+    let token_sources = token_sources(&providers, routing.passthrough_cluster.as_deref())?;
 
     Ok(Catalog {
         providers,
@@ -236,5 +240,35 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
         byok_always_bases,
         credential_headers,
         upstream_headers,
+        token_sources,
     })
+}
+
+/// The token sources, one per record. A metadata server's cluster is never a provider's nor the
+/// pass-through cluster: the token request must not reach a provider, nor a provider's attempt
+/// the metadata server.
+fn token_sources(
+    providers: &[Provider],
+    passthrough: Option<&str>,
+) -> Result<Vec<std::sync::Arc<crate::tokens::TokenSource>>, ConfigError> {
+    let mut sources: Vec<std::sync::Arc<crate::tokens::TokenSource>> = Vec::new();
+    for p in providers {
+        let Some(s) = p.token_source() else { continue };
+        let field = format!("providers[\"{}\"].credential.google_metadata.cluster", p.slug);
+        let clash =
+            providers.iter().find(|q| q.cluster == s.cluster || q.first_attempt_cluster.as_ref() == Some(&s.cluster));
+        if let Some(q) = clash {
+            return Err(err(
+                field,
+                format!("\"{}\" is provider {}'s cluster; name the metadata server's own cluster", s.cluster, q.slug),
+            ));
+        }
+        if passthrough == Some(s.cluster.as_str()) {
+            return Err(err(field, "is routing.passthrough_cluster; name the metadata server's own cluster"));
+        }
+        if !sources.iter().any(|x| x.key() == s.key()) {
+            sources.push(std::sync::Arc::clone(s));
+        }
+    }
+    Ok(sources)
 }

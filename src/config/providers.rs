@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{err, ConfigError};
 use crate::api::{Api, ApiSet};
 use crate::providers::Kind;
+use crate::tokens::{google, TokenSource, CLOUD_PLATFORM_SCOPE};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,6 +82,30 @@ struct RawCredential {
     /// wrote for the attempt's API while removing every other credential header.
     #[serde(default)]
     injected: bool,
+    /// An OAuth2 access token from the GKE / GCE metadata server (Workload Identity), fetched
+    /// by the module once for all workers, refreshed before it expires, and put on each of the
+    /// provider's attempts as `authorization: Bearer <token>` by its per-attempt filter.
+    #[serde(default)]
+    google_metadata: Option<RawGoogleMetadata>,
+}
+
+/// `credential.google_metadata`: which metadata server, which service account, which scopes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGoogleMetadata {
+    /// The Envoy cluster of the metadata server (`169.254.169.254:80`, plain HTTP; the
+    /// generators render it). Never a provider's cluster.
+    cluster: String,
+    /// The Google service account whose token is asked for: `default` (the workload's: on GKE
+    /// the one its Kubernetes service account is bound to) or an email. Default `default`.
+    #[serde(default)]
+    service_account: Option<String>,
+    /// The OAuth2 scopes asked for. Default `["https://www.googleapis.com/auth/cloud-platform"]`.
+    #[serde(default)]
+    scopes: Option<Vec<String>>,
+    /// How long a fetch may take before it counts as failed, in ms (default 5000, 100..=60000).
+    #[serde(default)]
+    timeout_ms: Option<u32>,
 }
 
 /// Unknown data handling is assumed to be the unsafe kind, so compliance filters
@@ -117,12 +142,19 @@ pub struct Credential {
     /// The provider's cluster injects the key (`credential.injected`): `value` and `secret` are
     /// empty, and the filter sets nothing.
     pub injected: bool,
+    /// An access token from this source (`credential.google_metadata`): `value` and `secret`
+    /// are empty; the per-attempt filter puts `<header>: Bearer <token>` on every attempt.
+    pub token: Option<Arc<TokenSource>>,
 }
 
 /// Hand-written so that `{:?}` of a provider (or the whole catalog) never prints a key.
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credential").field("header", &self.header).field("value", &"<redacted>").finish()
+        f.debug_struct("Credential")
+            .field("header", &self.header)
+            .field("value", &"<redacted>")
+            .field("token", &self.token)
+            .finish()
     }
 }
 
@@ -164,7 +196,7 @@ impl Provider {
     /// A kind may take the configured header in another API too (`Kind::key_as_configured`:
     /// Bedrock's API key, `authorization: Bearer`, on the Anthropic API).
     pub fn credential_for(&self, api: Api) -> Option<(&str, &str)> {
-        let c = self.credential.as_ref().filter(|c| !c.injected)?;
+        let c = self.credential.as_ref().filter(|c| !c.injected && c.token.is_none())?;
         let header = self.key_header(api)?;
         Some((header, if self.kind.key_as_configured(api) { c.value.as_str() } else { c.secret.as_str() }))
     }
@@ -174,6 +206,8 @@ impl Provider {
     pub fn key_header(&self, api: Api) -> Option<&str> {
         let c = self.credential.as_ref()?;
         Some(match api {
+            // An OAuth2 token goes in `authorization` whatever the API.
+            _ if c.token.is_some() => c.header.as_str(),
             _ if self.kind.key_as_configured(api) => c.header.as_str(),
             Api::Anthropic => ANTHROPIC_KEY_HEADER,
             Api::Google => GOOGLE_KEY_HEADER,
@@ -187,6 +221,19 @@ impl Provider {
     pub fn injected_header(&self, api: Api) -> Option<&str> {
         self.credential.as_ref().filter(|c| c.injected)?;
         self.key_header(api)
+    }
+
+    /// The source of the access token its attempts carry (`credential.google_metadata`).
+    pub fn token_source(&self) -> Option<&Arc<TokenSource>> {
+        self.credential.as_ref()?.token.as_ref()
+    }
+
+    /// Whether every attempt must go through the per-attempt filter: its kind rewrites every
+    /// attempt (`Kind::needs_attempt_filter`), or the filter puts its access token on each
+    /// (a first-attempt cluster has no filter that could). Such a provider has no first-attempt
+    /// cluster.
+    pub fn needs_attempt_filter(&self) -> bool {
+        self.kind.needs_attempt_filter() || self.token_source().is_some()
     }
 }
 
@@ -268,6 +315,12 @@ pub(super) fn compile_provider(
         None => None,
         Some(c) => Some(compile_credential(&field, c, kind.default_credential(), env)?),
     };
+    if credential.as_ref().is_some_and(|c| c.token.is_some()) && p.first_attempt_cluster.is_some() {
+        return Err(err(
+            format!("{field}.first_attempt_cluster"),
+            "the access token (credential.google_metadata) is put on each attempt by the per-attempt filter, which a first-attempt cluster does not run: no first-attempt cluster",
+        ));
+    }
     kind.check_provider(&field, &p.authority, credential.is_some())?;
     for (i, t) in p.tags.iter().enumerate() {
         if t.is_empty() || t.contains(char::is_whitespace) {
@@ -308,6 +361,9 @@ fn compile_credential(
     (default_header, default_prefix): (&str, &str),
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Credential, ConfigError> {
+    if let Some(g) = &c.google_metadata {
+        return compile_google_metadata(field, c, g);
+    }
     let header = c.header.as_deref().unwrap_or(default_header).to_ascii_lowercase();
     let prefix = c.prefix.as_deref().unwrap_or(default_prefix);
     if !valid_header_name(&header) || header.starts_with(':') {
@@ -325,7 +381,10 @@ fn compile_credential(
         })?,
         (None, None, true) => String::new(),
         _ => {
-            return Err(err(format!("{field}.credential"), "set exactly one of `value`, `env` or `injected: true`"));
+            return Err(err(
+                format!("{field}.credential"),
+                "set exactly one of `value`, `env`, `injected: true` or `google_metadata`",
+            ));
         }
     };
     // A control character (CR/LF above all) in a header value would let the
@@ -340,7 +399,54 @@ fn compile_credential(
         ));
     }
     let value = if c.injected { String::new() } else { format!("{prefix}{secret}") };
-    Ok(Credential { header, value, secret, injected: c.injected })
+    Ok(Credential { header, value, secret, injected: c.injected, token: None })
+}
+
+/// `credential.google_metadata`: the token source, alone (an OAuth2 access token goes in
+/// `authorization: Bearer`, so neither `header` nor `prefix` applies).
+fn compile_google_metadata(field: &str, c: &RawCredential, g: &RawGoogleMetadata) -> Result<Credential, ConfigError> {
+    let gf = format!("{field}.credential.google_metadata");
+    if c.value.is_some() || c.env.is_some() || c.injected {
+        return Err(err(
+            format!("{field}.credential"),
+            "set exactly one of `value`, `env`, `injected: true` or `google_metadata`",
+        ));
+    }
+    if c.header.is_some() || c.prefix.is_some() {
+        return Err(err(
+            format!("{field}.credential"),
+            "`header` and `prefix` do not apply to google_metadata: its access token goes in `authorization: Bearer`",
+        ));
+    }
+    if g.cluster.is_empty() || !g.cluster.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(err(format!("{gf}.cluster"), "must name the Envoy cluster of the metadata server"));
+    }
+    let service_account = g.service_account.clone().unwrap_or_else(|| "default".to_string());
+    if !google::valid_service_account(&service_account) {
+        return Err(err(
+            format!("{gf}.service_account"),
+            "must be `default` or a service account's email (letters, digits, @ . - _)",
+        ));
+    }
+    let scopes = g.scopes.clone().unwrap_or_else(|| vec![CLOUD_PLATFORM_SCOPE.to_string()]);
+    if scopes.is_empty() {
+        return Err(err(format!("{gf}.scopes"), "must name at least one OAuth2 scope"));
+    }
+    if let Some(i) = scopes.iter().position(|s| !google::valid_scope(s)) {
+        return Err(err(format!("{gf}.scopes[{i}]"), "a scope is visible ASCII without , & # % + ?"));
+    }
+    let timeout_ms = g.timeout_ms.unwrap_or(5_000);
+    if !(100..=60_000).contains(&timeout_ms) {
+        return Err(err(format!("{gf}.timeout_ms"), "must be between 100 and 60000"));
+    }
+    let source = TokenSource { cluster: g.cluster.clone(), service_account, scopes, timeout_ms };
+    Ok(Credential {
+        header: "authorization".to_string(),
+        value: String::new(),
+        secret: String::new(),
+        injected: false,
+        token: Some(Arc::new(source)),
+    })
 }
 
 /// A first-attempt cluster adds its provider's key itself (its own upstream filter, Envoy's

@@ -74,6 +74,14 @@ pub trait Host {
     /// A gRPC call whose answer nobody waits for, made on the root context's behalf so it
     /// survives the stream that makes it (settlements at the access log). False if not sent.
     fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool;
+    /// A plain HTTP call to `cluster` on the root context's behalf (the tick's token fetches):
+    /// `headers` carry `:method`, `:path` and `:authority`. Answered through the root's HTTP
+    /// answer callback with the returned token; None when the host refused it (an unknown
+    /// cluster). The filters' streams never make one.
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
+        let _ = (cluster, headers, timeout_ms);
+        None
+    }
     /// The message of the gRPC answer being delivered (`size` from the callback).
     fn grpc_response(&self, size: usize) -> Option<Vec<u8>>;
     /// Lets a request the filter paused go on.

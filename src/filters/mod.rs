@@ -30,6 +30,9 @@ pub mod shared;
 mod surface_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;
+pub mod tokens;
 pub mod upstream;
 mod usage;
 

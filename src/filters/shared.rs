@@ -135,6 +135,10 @@ pub struct SharedHealth<'h> {
     pub caller_scope: u64,
     /// Providers over their mesh-wide capacity, until when (ms): `filters::mesh::capped`.
     pub capped: Vec<(String, u64)>,
+    /// Providers whose access token is not usable now (`filters::tokens::tokenless`).
+    pub tokenless: Vec<String>,
+    /// Those of them the router skipped for this request (counted once each).
+    pub skipped_tokenless: RefCell<Vec<String>>,
 }
 
 impl<'h> SharedHealth<'h> {
@@ -147,6 +151,8 @@ impl<'h> SharedHealth<'h> {
             session: None,
             caller_scope: 0,
             capped: Vec::new(),
+            tokenless: Vec::new(),
+            skipped_tokenless: RefCell::new(Vec::new()),
         }
     }
 }
@@ -207,6 +213,17 @@ impl HealthView for SharedHealth<'_> {
 
     fn caller_scope(&self) -> u64 {
         self.caller_scope
+    }
+
+    fn lacks_credential(&self, provider: &str) -> bool {
+        let lacks = self.tokenless.iter().any(|p| p == provider);
+        if lacks {
+            let mut skipped = self.skipped_tokenless.borrow_mut();
+            if !skipped.iter().any(|p| p == provider) {
+                skipped.push(provider.to_string());
+            }
+        }
+        lacks
     }
 
     fn capped_for_s(&self, provider: &str) -> Option<u64> {

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use super::attempts::{cooled_down_late, finished, read_record, set_record, started, watch_chunk, AttemptOf};
 use super::host::{find, status_of, Action, Host};
 use super::internals::{hand_on, is_internal, set_scheme};
+use super::shared::count;
+use super::tokens::{attempt_token, missing_metric};
 use super::{Configured, Filter};
 use crate::answer::sse::interrupted_event_for;
 use crate::answer::usage::ReportedUsage;
@@ -266,6 +268,24 @@ impl<H: Host> Filter for Attempt<H> {
         }
         if let Some((h, v)) = &rw.credential {
             self.host.set_req_header(h, Some(v));
+        }
+        if let Some(source) = &rw.token {
+            // The provider's access token, from the record the root's tick keeps fresh. None
+            // usable (startup, the metadata server down): this attempt fails over at once, like
+            // a connect failure, and is counted; no request waits for a fetch.
+            match attempt_token(&self.host, source, self.host.now_ms()) {
+                Some(bearer) => self.host.set_req_header("authorization", Some(&bearer)),
+                None => {
+                    let provider = catalog.provider_for_slug(&rw.slug).map_or(rw.slug.as_str(), |p| p.slug.as_str());
+                    count(&self.host, &missing_metric(provider));
+                    set_record(
+                        &self.host,
+                        self.attempt,
+                        AttemptRecord { endpoint: rw.planned, status: 0, retry_after_s: None },
+                    );
+                    return self.refuse(503, &format!("no access token for provider {provider} yet"));
+                }
+            }
         }
         self.host.set_req_header(":authority", Some(&rw.authority));
         self.host.set_req_header(":path", Some(&rw.path));

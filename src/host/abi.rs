@@ -28,6 +28,8 @@ const RESPONSE_BODY: u32 = 1;
 const PLUGIN_CONFIGURATION: u32 = 7;
 const REQUEST_HEADERS: u32 = 0;
 const RESPONSE_HEADERS: u32 = 2;
+const HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
+const HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const COUNTER: u32 = 0;
 const GAUGE: u32 = 1;
 const HISTOGRAM: u32 = 2;
@@ -244,6 +246,14 @@ pub fn reply(status: u32, headers: &[(&str, &str)], body: &[u8]) {
 }
 
 /// The root context's `on_tick` period.
+/// The answer of the HTTP call being delivered: its status (0 when it has none: no answer came)
+/// and at most `max` bytes of its body.
+pub fn http_call_answer(body_size: usize, max: usize) -> (u16, Vec<u8>) {
+    let status = header(HTTP_CALL_RESPONSE_HEADERS, ":status").and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let body = if body_size > 0 { buffer(HTTP_CALL_RESPONSE_BODY, 0, body_size.min(max)) } else { None };
+    (status, body.unwrap_or_default())
+}
+
 pub fn set_tick_period_ms(period: u32) {
     // SAFETY: a plain host call without pointers.
     check("set_tick_period", unsafe { proxy_set_tick_period_milliseconds(period) });
@@ -370,6 +380,17 @@ impl Host for ProxyWasm {
             Ok(token) => Some(token),
             Err(status) => {
                 log::warn!("switchyard: gRPC call to cluster {cluster} refused: {status:?}");
+                None
+            }
+        }
+    }
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
+        // Through the SDK, which registers the token to deliver the answer to the root.
+        let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
+        match proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), None, Vec::new(), timeout) {
+            Ok(token) => Some(token),
+            Err(status) => {
+                log::warn!("switchyard: HTTP call to cluster {cluster} refused: {status:?}");
                 None
             }
         }

@@ -18,13 +18,15 @@ use proxy_wasm::types::{Action, ContextType, LogLevel};
 use crate::filters::gauges;
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::prune_stale_keys;
+use crate::filters::tokens::TokenFetcher;
 use crate::filters::{configure, downstream, first, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
+use crate::tokens::google::MAX_ANSWER_BYTES;
 use abi::ProxyWasm;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
     proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> {
-        abi::set_root_context(context_id); Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default(), gauges_ms: 0 }) });
+        abi::set_root_context(context_id); Box::new(Root { role: Role::Downstream, config: None, ticker: Ticker::default(), tokens: TokenFetcher::default(), gauges_ms: 0 }) });
 }}
 
 thread_local! {
@@ -55,6 +57,8 @@ struct Root {
     config: Option<Rc<Configured>>,
     /// Sends the worker's queued mesh-wide charges and polls shared cool-downs.
     ticker: Ticker,
+    /// Keeps the providers' access tokens fresh in shared data (`credential.google_metadata`).
+    tokens: TokenFetcher,
     /// When the health gauges were last published (ms).
     gauges_ms: u64,
 }
@@ -70,6 +74,12 @@ impl Context for Root {
         if let Some(config) = &self.config {
             self.ticker.answered(&ProxyWasm, config, token_id, status_code, response_size, abi::now_ms());
         }
+    }
+
+    fn on_http_call_response(&mut self, token_id: u32, _num_headers: usize, body_size: usize, _num_trailers: usize) {
+        // Stored for the source that asked, whatever the configuration is now.
+        let (status, body) = abi::http_call_answer(body_size, MAX_ANSWER_BYTES);
+        self.tokens.answered(&ProxyWasm, token_id, status, &body, abi::now_ms());
     }
 }
 
@@ -96,8 +106,10 @@ impl RootContext for Root {
                 log::info!("switchyard ({root_id}): {}", configured.summary());
                 if self.role == Role::Downstream {
                     prune_stale_keys(&ProxyWasm, &configured.catalog);
-                    // The mesh-wide charges need the short tick; the health gauges the long one.
-                    let tick = if configured.limits.service.is_some() { TICK_MS } else { GAUGE_TICK_MS };
+                    // The mesh-wide charges and the access tokens need the short tick; the health
+                    // gauges the long one.
+                    let short = configured.limits.service.is_some() || !configured.catalog.token_sources.is_empty();
+                    let tick = if short { TICK_MS } else { GAUGE_TICK_MS };
                     abi::set_tick_period_ms(tick);
                 }
                 self.config = Some(Rc::new(configured));
@@ -131,6 +143,7 @@ impl RootContext for Root {
         if let Some(config) = &self.config {
             let now = abi::now_ms();
             self.ticker.tick(&ProxyWasm, config, now);
+            self.tokens.tick(&ProxyWasm, &config.catalog, now);
             if now.saturating_sub(self.gauges_ms) >= gauges::GAUGE_INTERVAL_MS {
                 self.gauges_ms = now;
                 gauges::publish(&ProxyWasm, config, now);

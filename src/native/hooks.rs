@@ -27,9 +27,11 @@ use crate::filters::gauges;
 use crate::filters::host::{self, Host, MetricKind};
 use crate::filters::mesh::Ticker;
 use crate::filters::shared::{count, prune_stale_keys};
+use crate::filters::tokens::TokenFetcher;
 use crate::filters::{configure, downstream, first, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use crate::limits::Subject;
 use crate::routing::policy::Matcher;
+use crate::tokens::google::MAX_ANSWER_BYTES;
 use crate::wiring;
 
 /// How often the main thread's tick runs with mesh-wide limits (queued charges, cool-down
@@ -103,6 +105,8 @@ struct Main {
     config: Rc<Configured>,
     host: Native,
     ticker: Ticker,
+    /// Keeps the providers' access tokens fresh in the shared store (one fetch for all workers).
+    tokens: TokenFetcher,
     gauges_ms: u64,
 }
 
@@ -192,9 +196,15 @@ fn config_new(envoy: ConfigEnvoyPtr, name: &[u8], bytes: Vec<u8>) -> Option<Box<
     if role == Role::Downstream {
         let host = Native::new(std::ptr::null_mut(), envoy);
         prune_stale_keys(&host, &configured.catalog);
-        let period = if configured.limits.service.is_some() { TICK_MS } else { GAUGE_TICK_MS };
-        *config.main.borrow_mut() =
-            Some(Main { config: Rc::new(configured), host, ticker: Ticker::default(), gauges_ms: 0 });
+        let short = configured.limits.service.is_some() || !configured.catalog.token_sources.is_empty();
+        let period = if short { TICK_MS } else { GAUGE_TICK_MS };
+        *config.main.borrow_mut() = Some(Main {
+            config: Rc::new(configured),
+            host,
+            ticker: Ticker::default(),
+            tokens: TokenFetcher::default(),
+            gauges_ms: 0,
+        });
         *config.timer.borrow_mut() = start_timer(envoy, period);
         metrics::add_root(envoy as usize);
     }
@@ -310,6 +320,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
             return;
         }
         m.ticker.tick(&m.host, &m.config, now);
+        m.tokens.tick(&m.host, &m.config.catalog, now);
         if now.saturating_sub(m.gauges_ms) >= gauges::GAUGE_INTERVAL_MS {
             m.gauges_ms = now;
             gauges::publish(&m.host, &m.config, now);
@@ -338,11 +349,50 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
         let mut main = config.main.borrow_mut();
         let Some(m) = main.as_mut() else { return };
         let Some(token) = m.host.token_of(callout_id) else { return };
+        if m.tokens.owns(token) {
+            let (status, answer) = http_answer_of(result, headers, headers_size, body, body_size);
+            m.tokens.answered(&m.host, token, status, &answer, now_ms());
+            return;
+        }
         let (status, message) = answer_of(result, headers, headers_size, body, body_size);
         let size = message.len();
         *m.host.io.grpc_answer.borrow_mut() = message;
         m.ticker.answered(&m.host, &m.config, token, status, size, now_ms());
     });
+}
+
+/// A plain HTTP callout's status (0: no answer) and body (at most `MAX_ANSWER_BYTES`).
+fn http_answer_of(
+    result: CalloutResult,
+    headers: *const EnvoyHttpHeader,
+    headers_size: usize,
+    body: *const EnvoyBuffer,
+    body_size: usize,
+) -> (u16, Vec<u8>) {
+    if result != CALLOUT_SUCCESS {
+        return (0, Vec::new());
+    }
+    let mut status = 0;
+    if !headers.is_null() {
+        // SAFETY: Envoy passes `headers_size` headers valid for the hook.
+        for h in unsafe { std::slice::from_raw_parts(headers, headers_size) } {
+            if envoy_bytes(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }) == b":status" {
+                let v = envoy_bytes(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length });
+                status = std::str::from_utf8(&v).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+            }
+        }
+    }
+    let mut bytes = Vec::new();
+    if !body.is_null() {
+        // SAFETY: Envoy passes `body_size` chunks valid for the hook.
+        for c in unsafe { std::slice::from_raw_parts(body, body_size) } {
+            if bytes.len() < MAX_ANSWER_BYTES {
+                bytes.extend(envoy_bytes(*c));
+            }
+        }
+    }
+    bytes.truncate(MAX_ANSWER_BYTES);
+    (status, bytes)
 }
 
 /// The gRPC status and message of a callout's answer.

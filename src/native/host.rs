@@ -398,6 +398,36 @@ impl Native {
 }
 
 impl Native {
+    /// A plain HTTP callout on the configuration's behalf (the tick: no stream); the answer
+    /// comes to `on_http_filter_config_http_callout_done`.
+    fn http_callout(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u64> {
+        if self.has_stream() {
+            return None;
+        }
+        // Envoy's callout takes the authority as `host`, as the gRPC calls send it.
+        let headers: Vec<ModuleHttpHeader> =
+            headers.iter().map(|(k, v)| ModuleHttpHeader::of(if *k == ":authority" { "host" } else { k }, v)).collect();
+        let mut id: u64 = 0;
+        // SAFETY: the pointers describe live buffers for the call; Envoy copies them. Only the
+        // main thread's tick calls this.
+        let init = unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                self.config,
+                &mut id,
+                ModuleBuffer::of(cluster.as_bytes()),
+                headers.as_ptr(),
+                headers.len(),
+                ModuleBuffer::of(&[]),
+                u64::from(timeout_ms),
+            )
+        };
+        if init != CALLOUT_INIT_SUCCESS {
+            log::warn!("switchyard: HTTP call to cluster {cluster} refused (callout init {init})");
+            return None;
+        }
+        Some(id)
+    }
+
     fn callout(&self, target: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
         let (cluster, authority) = grpc_target_parts(target);
         let cluster = cluster.as_str();
@@ -566,6 +596,13 @@ impl Host for Native {
     }
     fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32> {
         let id = self.callout(cluster, service, method, message, timeout_ms)?;
+        let token = self.io.next_token.get().wrapping_add(1).max(1);
+        self.io.next_token.set(token);
+        self.io.callouts.borrow_mut().push((token, id));
+        Some(token)
+    }
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
+        let id = self.http_callout(cluster, headers, timeout_ms)?;
         let token = self.io.next_token.get().wrapping_add(1).max(1);
         self.io.next_token.set(token);
         self.io.callouts.borrow_mut().push((token, id));

@@ -59,6 +59,8 @@ pub fn families() -> Vec<Family> {
         family(Histogram, "output_tokens_per_second", &ENDPOINT),
         family(Gauge, "endpoint_cooling_down", &ENDPOINT),
         family(Gauge, "rate_limit_budget", &["limit", "kind", "window", "per"]),
+        family(Counter, "access_token.fetches_total", &["result"]),
+        family(Counter, "access_token.missing_total", &["provider"]),
         // The native build's own: hooks that panicked (and answered for it).
         family(Counter, "native_panics_total", &["hook"]),
     ];
@@ -291,6 +293,10 @@ mod tests {
         counters.extend(crate::filters::downstream::END_METRICS.iter().map(|s| s.to_string()));
         counters.extend(crate::filters::mesh::FAILURE_REASONS.iter().map(|r| crate::filters::mesh::failure_metric(r)));
         counters.push("switchyard.attempts_total.model.m.endpoint.e.gen_ai_provider_name.p.outcome.success".into());
+        for r in ["ok", "unreachable", "http_error", "malformed"] {
+            counters.push(crate::filters::tokens::fetch_metric(r));
+        }
+        counters.push(crate::filters::tokens::missing_metric("google-vertex"));
         for n in &counters {
             assert!(parse(&f, MetricKind::Counter, n).is_some(), "{n}");
         }

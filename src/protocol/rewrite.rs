@@ -297,6 +297,9 @@ pub struct AttemptRewrite {
     pub credential: Option<(String, String)>,
     /// The header the provider's cluster injected the key in (`credential.injected`): kept.
     pub injected_header: Option<String>,
+    /// The provider's attempts carry an access token from this source (in `authorization`,
+    /// read from shared data by the per-attempt filter).
+    pub token: Option<std::sync::Arc<crate::tokens::TokenSource>>,
     pub content_length: usize,
     /// Replacement for the body's first `prefix_len` bytes; None when already right.
     pub new_prefix: Option<Vec<u8>>,
@@ -508,6 +511,7 @@ pub fn attempt_rewrite(
         path,
         credential: provider.credential_for(api).map(|(h, v)| (h.to_string(), v.to_string())),
         injected_header: provider.injected_header(api).map(str::to_string),
+        token: provider.token_source().cloned(),
         content_length,
         new_prefix,
         api,

@@ -149,6 +149,12 @@ pub trait HealthView {
     fn capped_for_s(&self, _provider: &str) -> Option<u64> {
         None
     }
+
+    /// Whether `provider` (a slug in `providers`) takes an access token that is not there yet
+    /// (`credential.google_metadata`): its endpoints are skipped.
+    fn lacks_credential(&self, _provider: &str) -> bool {
+        false
+    }
 }
 
 /// The view before any statistics exist.

@@ -174,6 +174,8 @@ impl Ctx<'_> {
 
 /// The hard filter that removes endpoints of providers over their mesh-wide capacity.
 const CAPACITY_CONSTRAINT: &str = "capacity";
+/// The constraint of providers whose access token is not there yet (`HealthView::lacks_credential`).
+const CREDENTIAL_CONSTRAINT: &str = "credential";
 
 /// How one model's endpoints are ordered: by its suffix or the request's `sort`, else by the
 /// default policy.
@@ -462,6 +464,12 @@ fn hard_filter(ctx: &Ctx, model: &ResolvedModel) -> Result<Vec<usize>, String> {
     let uncapped = |e: &Endpoint| cat.provider_of(e).is_none_or(|pr| ctx.health.capped_for_s(&pr.slug).is_none());
     if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(uncapped)) {
         f.step(CAPACITY_CONSTRAINT, &uncapped, &uncapped)?;
+    }
+    // A provider whose access token is not there yet (startup, its metadata server down) is
+    // skipped now: an attempt to it could not be sent (`credential.google_metadata`).
+    let credentialed = |e: &Endpoint| cat.provider_of(e).is_none_or(|pr| !ctx.health.lacks_credential(&pr.slug));
+    if !f.set.iter().all(|&i| cat.endpoint(i).is_some_and(credentialed)) {
+        f.step(CREDENTIAL_CONSTRAINT, &credentialed, &credentialed)?;
     }
     Ok(f.set)
 }
@@ -911,6 +919,8 @@ pub fn plan_under(
         let mut e = if constraint == CAPACITY_CONSTRAINT {
             let wait = catalog.providers.iter().filter_map(|p| health.capped_for_s(&p.slug)).min().unwrap_or(60);
             ApiError::capacity_exhausted(&model, wait)
+        } else if constraint == CREDENTIAL_CONSTRAINT {
+            ApiError::credential_unavailable(&model)
         } else {
             ApiError::no_endpoints(&model, &constraint)
         };

@@ -168,6 +168,13 @@ pub fn apply_envoy_filter(
                     }
                 }
             }
+            ("CLUSTER", "ADD") => {
+                // Istio adds the cluster to the proxy's clusters (the metadata server's).
+                if let Some(clusters) = boot.pointer_mut("/static_resources/clusters").and_then(Value::as_array_mut) {
+                    clusters.push(value.clone());
+                    applied += 1;
+                }
+            }
             _ => return Err(format!("patch {i}: {apply_to}/{op} is not modelled")),
         }
         if applied == 0 {

@@ -2,6 +2,7 @@
 //! decision and its hand-off to Envoy, the first attempt it prepares itself.
 
 use super::*;
+use crate::filters::tokens;
 use crate::routing::request::ChatRequest;
 use crate::wiring::ESTIMATE_HEADER;
 
@@ -127,6 +128,9 @@ impl<H: Host> Stream<H> {
         if !config.limits.capacity.is_empty() {
             health.capped = mesh::capped(&self.host, &config.limits, self.host.now_ms());
         }
+        if !config.catalog.token_sources.is_empty() {
+            health.tokenless = tokens::tokenless(&self.host, &config.catalog, self.host.now_ms());
+        }
         let policy = self.policy.and_then(|i| config.policies.list.get(i));
         let surface = self.surface.take().unwrap_or(Surface::OPENAI);
         let header = self.routing_header.take();
@@ -145,6 +149,10 @@ impl<H: Host> Stream<H> {
                 &mut || self.host.random_unit(),
             )
         });
+        // Providers skipped for want of an access token: each such request is counted.
+        for provider in health.skipped_tokenless.borrow().iter() {
+            count(&self.host, &tokens::missing_metric(provider));
+        }
         match decided {
             Ok(d) => {
                 if self.debug {

@@ -1,0 +1,91 @@
+//! Google Cloud: the cluster of the metadata server that providers with
+//! `credential.google_metadata` get their OAuth2 access tokens from (the module fetches them
+//! from the root context's tick), and the Kubernetes service-account annotation GKE Workload
+//! Identity binds a Google service account with.
+
+use serde_json::{json, Value};
+use switchyard::tokens::google::METADATA_ADDRESS;
+
+/// GKE Workload Identity: the annotation on a Kubernetes ServiceAccount naming the Google
+/// service account its pods act as (the metadata server then issues that account's tokens).
+pub const GKE_SA_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
+/// EKS IRSA: the annotation naming the IAM role its pods assume (Envoy's AWS credential chain
+/// reads the web identity token EKS mounts for it: Bedrock's SigV4 signing).
+pub const EKS_ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
+
+/// The metadata-server clusters the plugin configuration's providers name (one per distinct
+/// `credential.google_metadata.cluster`, in catalog order), at `address` (None: the metadata
+/// server's own, `169.254.169.254:80`). Plain HTTP/1.1: the server is link-local and speaks
+/// nothing else. None for a configuration the filter would refuse.
+pub fn metadata_clusters(plugin_config: &Value, address: Option<&(String, u16)>) -> Vec<Value> {
+    let Ok(catalog) =
+        switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some("x".into()))
+    else {
+        return Vec::new();
+    };
+    let (host, port) = address.map_or((METADATA_ADDRESS.0, METADATA_ADDRESS.1), |(h, p)| (h.as_str(), *p));
+    let mut names: Vec<&str> = Vec::new();
+    for s in &catalog.token_sources {
+        if !names.contains(&s.cluster.as_str()) {
+            names.push(&s.cluster);
+        }
+    }
+    names.into_iter().map(|name| metadata_cluster(name, host, port)).collect()
+}
+
+/// One metadata-server cluster (an IP: STATIC; a name: STRICT_DNS).
+pub fn metadata_cluster(name: &str, host: &str, port: u16) -> Value {
+    let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
+    json!({
+        "name": name,
+        "type": kind,
+        "connect_timeout": "1s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
+            {"socket_address": {"address": host, "port_value": port}}}}]}]}
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(cred: Value) -> Value {
+        json!({
+            "providers": {
+                "v": {"cluster": "c_v", "authority": "v.example", "credential": cred},
+                "w": {"cluster": "c_w", "authority": "w.example", "credential": {"google_metadata": {"cluster": "gcp_metadata", "service_account": "other@p.iam.gserviceaccount.com"}}},
+                "k": {"cluster": "c_k", "authority": "k.example", "credential": {"value": "s"}}
+            },
+            "models": {"m": {"endpoints": [{"provider": "v", "upstream_model": "m", "pricing": {"prompt": 1, "completion": 1}}]}}
+        })
+    }
+
+    #[test]
+    fn one_plain_http_cluster_per_metadata_cluster_at_the_link_local_address() {
+        let c = metadata_clusters(&config(json!({"google_metadata": {"cluster": "gcp_metadata"}})), None);
+        assert_eq!(c.len(), 1, "two providers, one cluster: {c:?}");
+        assert_eq!(c[0]["name"], "gcp_metadata");
+        assert_eq!(c[0]["type"], "STATIC");
+        let addr = &c[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        assert_eq!((addr["address"].as_str(), addr["port_value"].as_u64()), (Some("169.254.169.254"), Some(80)));
+        assert!(c[0].get("transport_socket").is_none(), "plain HTTP");
+        let moved =
+            metadata_clusters(&config(json!({"google_metadata": {"cluster": "gcp2"}})), Some(&("127.0.0.1".into(), 9)));
+        let names: Vec<&str> = moved.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["gcp2", "gcp_metadata"]);
+        assert_eq!(
+            moved[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]
+                ["port_value"],
+            9
+        );
+    }
+
+    #[test]
+    fn no_cluster_without_the_credential_or_for_a_refused_configuration() {
+        let mut c = config(json!({"value": "k"}));
+        c["providers"].as_object_mut().unwrap().remove("w");
+        assert!(metadata_clusters(&c, None).is_empty());
+        assert!(metadata_clusters(&config(json!({"google_metadata": {"cluster": "c_k"}})), None).is_empty());
+    }
+}

@@ -1,0 +1,171 @@
+//! OAuth2 access tokens a provider's attempts carry (`credential.google_metadata`): where they
+//! come from, when to fetch one, and the record all workers share. Pure logic, tested natively;
+//! the host calls are in `crate::filters::tokens`.
+//!
+//! One record per token source in shared data (`key`): the token, when it expires, when to
+//! refresh it, and a lease. Every worker's tick reads it; the worker whose compare-and-swap
+//! takes the lease fetches, the others wait, and every attempt reads the token from the record.
+//! So one fetch serves all workers, a token is refreshed well before it expires, and no
+//! request ever waits for a fetch.
+
+pub mod google;
+#[cfg(test)]
+mod tests;
+
+use crate::protocol::bytes::u64_at;
+
+/// Google's scope for Vertex AI and every other Cloud API.
+pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// Where a provider's access token comes from: the GKE / GCE metadata server behind `cluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSource {
+    /// The Envoy cluster of the metadata server (plain HTTP, `169.254.169.254:80`).
+    pub cluster: String,
+    /// `default`, or the service account's email.
+    pub service_account: String,
+    /// OAuth2 scopes asked for (default: `cloud-platform`).
+    pub scopes: Vec<String>,
+    /// How long a fetch may take.
+    pub timeout_ms: u32,
+}
+
+impl TokenSource {
+    /// The shared-data key of this source's record: one per cluster, account and scopes, so
+    /// providers sharing a source share its token (and its one fetch).
+    pub fn key(&self) -> String {
+        format!("sy/token/{}/{}/{}", self.cluster, self.service_account, self.scopes.join(","))
+    }
+}
+
+/// A token source's shared record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// The access token (empty: none yet). Never logged.
+    pub token: String,
+    /// When the token expires (ms since the epoch): no attempt carries it after.
+    pub expires_at_ms: u64,
+    /// Requests are planned on the token until then: a margin before it expires, so a later
+    /// attempt of the same request still has it.
+    pub usable_until_ms: u64,
+    /// The next fetch is due then (a refresh well before expiry, or a retry after a failure).
+    pub refresh_at_ms: u64,
+    /// A worker is fetching until then; after it, another may take over (the fetcher died).
+    pub lease_until_ms: u64,
+    /// Consecutive failed fetches (the retry back-off).
+    pub failures: u32,
+}
+
+/// The record's encoding version (the first byte).
+const VERSION: u8 = 1;
+
+impl TokenRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(37 + self.token.len());
+        v.push(VERSION);
+        v.extend_from_slice(&self.expires_at_ms.to_le_bytes());
+        v.extend_from_slice(&self.usable_until_ms.to_le_bytes());
+        v.extend_from_slice(&self.refresh_at_ms.to_le_bytes());
+        v.extend_from_slice(&self.lease_until_ms.to_le_bytes());
+        v.extend_from_slice(&self.failures.to_le_bytes());
+        v.extend_from_slice(self.token.as_bytes());
+        v
+    }
+
+    /// None for bytes this version did not write (read as "no record": fetched anew).
+    pub fn decode(b: &[u8]) -> Option<TokenRecord> {
+        if b.first() != Some(&VERSION) {
+            return None;
+        }
+        let failures = b.get(33..37).and_then(|s| <[u8; 4]>::try_from(s).ok()).map(u32::from_le_bytes)?;
+        let token = std::str::from_utf8(b.get(37..)?).ok()?.to_string();
+        Some(TokenRecord {
+            token,
+            expires_at_ms: u64_at(b, 1)?,
+            usable_until_ms: u64_at(b, 9)?,
+            refresh_at_ms: u64_at(b, 17)?,
+            lease_until_ms: u64_at(b, 25)?,
+            failures,
+        })
+    }
+
+    /// The token, if a request decided at `now` may plan on it (it lives past the margin).
+    pub fn usable(&self, now_ms: u64) -> Option<&str> {
+        (!self.token.is_empty() && now_ms < self.usable_until_ms).then_some(self.token.as_str())
+    }
+
+    /// The token, if it has not expired at `now`: what an attempt of a request planned on it
+    /// sends (the margin covers the time between the decision and a later attempt).
+    pub fn unexpired(&self, now_ms: u64) -> Option<&str> {
+        (!self.token.is_empty() && now_ms < self.expires_at_ms).then_some(self.token.as_str())
+    }
+}
+
+/// A fetch is never scheduled sooner than this after the last (a server handing out very short
+/// tokens cannot make the workers spin).
+pub const MIN_REFRESH_MS: u64 = 1_000;
+/// Refresh at the latest this long before expiry (Google's own clients use 5 minutes)...
+pub const REFRESH_BEFORE_EXPIRY_MS: u64 = 300_000;
+/// ...and at the latest a token's use stops this long before it expires.
+pub const MAX_USE_MARGIN_MS: u64 = 10_000;
+/// Retries after a failed fetch: 500 ms, doubling, at most this.
+pub const MAX_BACKOFF_MS: u64 = 10_000;
+/// A lease outlives its fetch's timeout by this much before another worker takes over.
+pub const LEASE_MARGIN_MS: u64 = 1_000;
+
+/// When a token that lives `life_ms` from `now` is refreshed: at two thirds of its life or five
+/// minutes before it expires, whichever is sooner, but never before half its life (a short-lived
+/// token would otherwise be refreshed at once, forever) nor within `MIN_REFRESH_MS`.
+pub fn refresh_at(now_ms: u64, life_ms: u64) -> u64 {
+    let two_thirds = life_ms / 3 * 2;
+    let before_expiry = life_ms.saturating_sub(REFRESH_BEFORE_EXPIRY_MS);
+    let after = two_thirds.min(before_expiry).max(life_ms / 2).max(MIN_REFRESH_MS);
+    now_ms.saturating_add(after)
+}
+
+/// Until when a token that lives `life_ms` from `now` goes on attempts: until a sixth of its
+/// life (at most `MAX_USE_MARGIN_MS`) before it expires.
+pub fn usable_until(now_ms: u64, life_ms: u64) -> u64 {
+    now_ms.saturating_add(life_ms.saturating_sub((life_ms / 6).min(MAX_USE_MARGIN_MS)))
+}
+
+/// The pause before retrying after the `failures`-th failed fetch in a row.
+pub fn backoff_ms(failures: u32) -> u64 {
+    let doublings = failures.saturating_sub(1).min(16);
+    (500u64 << doublings).min(MAX_BACKOFF_MS)
+}
+
+/// What a worker's tick does about a source whose record is `current` (None: none yet): the
+/// record that takes the lease, to be written with compare-and-swap before fetching, or None
+/// when no fetch is due or another worker holds the lease.
+pub fn take_lease(current: Option<&TokenRecord>, now_ms: u64, timeout_ms: u32) -> Option<TokenRecord> {
+    let mut r = current.cloned().unwrap_or_default();
+    if current.is_some() && (now_ms < r.lease_until_ms || now_ms < r.refresh_at_ms) {
+        return None;
+    }
+    r.lease_until_ms = now_ms.saturating_add(u64::from(timeout_ms)).saturating_add(LEASE_MARGIN_MS);
+    Some(r)
+}
+
+/// The record after a successful fetch at `now` of a token living `expires_in_s`.
+pub fn fetched(token: String, expires_in_s: u64, now_ms: u64) -> TokenRecord {
+    let life = expires_in_s.saturating_mul(1000);
+    TokenRecord {
+        token,
+        expires_at_ms: now_ms.saturating_add(life),
+        usable_until_ms: usable_until(now_ms, life),
+        refresh_at_ms: refresh_at(now_ms, life),
+        lease_until_ms: 0,
+        failures: 0,
+    }
+}
+
+/// The record after a failed fetch at `now`: the token it had stays usable until its own
+/// time, and the next fetch is due after the back-off.
+pub fn failed(current: Option<&TokenRecord>, now_ms: u64) -> TokenRecord {
+    let mut r = current.cloned().unwrap_or_default();
+    r.failures = r.failures.saturating_add(1);
+    r.refresh_at_ms = now_ms.saturating_add(backoff_ms(r.failures));
+    r.lease_until_ms = 0;
+    r
+}
