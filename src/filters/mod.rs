@@ -32,6 +32,8 @@ mod surface_tests;
 mod tests;
 pub mod upstream;
 mod usage;
+#[cfg(test)]
+mod vertex_tests;
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;
