@@ -215,6 +215,13 @@ fn vertexs_errors_on_claude_paths_are_anthropics_and_a_refused_token_fails_over(
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
     assert_eq!(v["error"]["metadata"]["attempts"][0]["status"], 429, "{v}");
+    // Vertex named no delay: the endpoint cools down for the kind's own.
+    let bytes = host.state().shared.get("sy/h/anthropic/claude|google-vertex").map(|(b, _)| b.clone()).expect("stats");
+    let stats = crate::routing::stats::EndpointStats::decode(&bytes);
+    let now = host.state().now_ms;
+    let delay = u64::from(crate::providers::vertex::RATE_LIMIT_DELAY_S) * 1000;
+    assert!(stats.view(now + delay - 1, 30_000).cooling_down);
+    assert!(!stats.view(now + delay, 30_000).cooling_down);
 
     // An unknown model (the caller's answer): Vertex's message in Anthropic's shape.
     let host = MockHost::new();

@@ -82,6 +82,12 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
         None
     }
 
+    /// How long an endpoint of this kind cools down after a 429 that names no delay (no
+    /// `Retry-After`), in seconds (capped by `routing.max_retry_after_s`). None: it does not.
+    fn rate_limit_delay_s(&self) -> Option<u32> {
+        None
+    }
+
     /// Checks the provider as a whole (`field`: its path), once its kind is compiled: what the
     /// kind needs of its `authority` and `credential`.
     fn check_provider(&self, field: &str, authority: &str, has_credential: bool) -> Result<(), ConfigError> {

@@ -14,8 +14,9 @@
 //! - errors: Vertex's own (quota, token, IAM, unknown model) are Google's
 //!   `{"error":{"code","message","status"}}` on the Claude paths too: turned into Anthropic's error
 //!   body there ([`anthropic_error`]); the model's own errors (Anthropic's shape) pass unchanged.
-//!   Statuses are kept: 429 cools the endpoint down, 401/403 (the operator's token or IAM) fail
-//!   over to the next provider, 5xx are retried.
+//!   Statuses are kept: 429 cools the endpoint down (for [`RATE_LIMIT_DELAY_S`] on the Claude
+//!   paths, which name no delay), 401/403 (the operator's token or IAM) fail over to the next
+//!   provider, 5xx are retried.
 //!
 //! The host is `<location>-aiplatform.googleapis.com` (`aiplatform.googleapis.com` for `global`);
 //! a provider whose `authority` is another Google API host than its location's is refused.
@@ -37,6 +38,10 @@ pub const BODY_PREFIX: &[u8] = b"{\"anthropic_version\":\"vertex-2023-10-16\"";
 
 /// A caller's own `anthropic_version` member: Vertex's is the prefix's.
 pub const BLANKED: &[&str] = &["anthropic_version"];
+
+/// How long a Vertex endpoint cools down after a 429 on a Claude path: Vertex sends neither
+/// `Retry-After` nor (for Claude) a `RetryInfo` delay, and its quotas are per minute.
+pub const RATE_LIMIT_DELAY_S: u32 = 10;
 
 /// `kind_options` of a `vertex` provider.
 #[derive(Deserialize)]
@@ -183,6 +188,11 @@ impl Kind for Vertex {
 
     fn needs_attempt_filter(&self) -> bool {
         true
+    }
+
+    /// Vertex names no delay on its 429 (its quotas are per minute).
+    fn rate_limit_delay_s(&self) -> Option<u32> {
+        Some(RATE_LIMIT_DELAY_S)
     }
 
     fn region(&self) -> Option<&str> {
