@@ -12,7 +12,8 @@
 //!   `PERMISSION_DENIED`. The location must be the host's (`us-east5` on
 //!   `us-east5-aiplatform.googleapis.com`, `global` on `aiplatform.googleapis.com`) when the host
 //!   is a Vertex host (a test reaching the mock by address may name any).
-//! - Claude's body: `anthropic_version: "vertex-2023-10-16"`, no `model`, `stream: true` exactly on
+//! - Claude's body: `anthropic_version: "vertex-2023-10-16"` (or an API version date, which the
+//!   Anthropic Vertex SDK sends), no `model`, `stream: true` exactly on
 //!   `:streamRawPredict`, then the Messages API's own checks (unknown fields, `max_tokens`);
 //!   refused in Anthropic's shape, as Vertex passes on the model's own refusal.
 //! - Gemini's body: Vertex's `GenerateContentRequest` fields only (`Unknown name`), every turn
@@ -215,8 +216,14 @@ pub fn refusal(
             if o.contains_key("model") {
                 return refuse("model: Extra inputs are not permitted".into());
             }
+            // Vertex's own version, or an API version date (`anthropic`'s AnthropicVertex 2.10
+            // sends its API version, 2026-10-21); never another cloud's (`bedrock-2023-05-31`).
+            let dated = |v: &str| {
+                v.len() == 10
+                    && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() })
+            };
             match o.remove("anthropic_version") {
-                Some(Value::String(v)) if v == ANTHROPIC_VERSION => {}
+                Some(Value::String(v)) if v == ANTHROPIC_VERSION || dated(&v) => {}
                 _ => return refuse(format!("anthropic_version: Input should be '{ANTHROPIC_VERSION}'")),
             }
             let stream = o.get("stream").and_then(Value::as_bool).unwrap_or(false);
