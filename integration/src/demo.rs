@@ -1,7 +1,8 @@
 //! The demo stack behind `make run` (and the Python SDK tests): a few mock providers on
 //! 127.0.0.1, a catalog that routes models across them (deepinfra and together also speak
 //! Anthropic's Messages API and Google's Gemini API, anthropic-direct the Messages API,
-//! google-ai-studio the Gemini API), and Envoy with the filter.
+//! google-ai-studio the Gemini API, google-vertex Claude and Gemini as Google Vertex AI serves
+//! them), and Envoy with the filter.
 
 use serde_json::{json, Value};
 
@@ -11,12 +12,13 @@ use crate::envoy::{wasm_path, ClusterSpec, Envoy, PolicyRoute, StackConfig};
 use crate::mock::{Behavior, MockProvider};
 
 /// Demo providers: (slug, cluster, authority).
-pub const DEMO_PROVIDERS: [(&str, &str, &str); 5] = [
+pub const DEMO_PROVIDERS: [(&str, &str, &str); 6] = [
     ("deepinfra", "provider_deepinfra", "api.deepinfra.example"),
     ("together", "provider_together", "api.together.example"),
     ("fireworks", "provider_fireworks", "api.fireworks.example"),
     ("anthropic-direct", "provider_anthropic", "api.anthropic.example"),
     ("google-ai-studio", "provider_google", "generativelanguage.example"),
+    ("google-vertex", "provider_vertex", "us-east5-aiplatform.googleapis.com"),
 ];
 
 /// The demo catalog. Keys are literal demo values, never real secrets.
@@ -47,7 +49,14 @@ pub fn demo_catalog() -> Value {
                                  "credential": {"value": "demo-google-key"},
                                  "apis": {"google": {}, "openai": {"path_prefix": "/v1beta/openai"}},
                                  "tags": ["us"],
-                                 "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}}
+                                 "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
+            // Google Vertex AI in us-east5 (kind vertex, docs/vertex.md): Claude and Gemini, an
+            // access token as a bearer that the mock accepts (mock/vertex.rs).
+            "google-vertex": {"cluster": "provider_vertex", "authority": "us-east5-aiplatform.googleapis.com",
+                              "kind": "vertex", "kind_options": {"project": crate::mock::vertex::PROJECT, "location": "us-east5"},
+                              "credential": {"value": crate::mock::vertex::TOKEN},
+                              "apis": {"anthropic": {}, "google": {}}, "tags": ["us"],
+                              "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}}
         },
         "models": {
             "meta-llama/llama-4-maverick": {
@@ -129,6 +138,23 @@ pub fn demo_catalog() -> Value {
                 "endpoints": [
                     {"provider": "google-ai-studio", "upstream_model": "gemini-2.5-pro", "apis": ["google"],
                      "pricing": {"prompt": 1.25, "completion": 10, "cached_prompt": 0.31}, "context_length": 1048576}
+                ]
+            },
+            // Served only by Vertex: every caller reaches Claude and Gemini as Vertex serves them.
+            "anthropic/claude-sonnet-4.5": {
+                "cost_tier": "high",
+                "endpoints": [
+                    {"provider": "google-vertex", "upstream_model": "claude-sonnet-4-5@20250929", "apis": ["anthropic"],
+                     "pricing": {"prompt": 3, "completion": 15}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
+                ]
+            },
+            "google/gemini-2.5-flash-lite": {
+                "cost_tier": "low",
+                "endpoints": [
+                    {"provider": "google-vertex", "upstream_model": "gemini-2.5-flash-lite", "apis": ["google"],
+                     "pricing": {"prompt": 0.1, "completion": 0.4}, "context_length": 1048576,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
                 ]
             },
             "mistralai/mistral-small-3.2": {
@@ -232,7 +258,7 @@ fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_port
 }
 
 /// First mock-provider port of the committed example config (`switchyard-demo --mocks-only`
-/// listens on this and the next four).
+/// listens on this and the next five).
 pub const EXAMPLE_PROVIDER_PORT: u16 = 18101;
 
 /// The demo's Envoy bootstrap with fixed ports (listener 10000, admin 9901, providers from
@@ -268,7 +294,7 @@ pub fn example_yaml(wasm: PathBuf) -> String {
     out
 }
 
-/// The demo's mock providers on `base..base+3` (0 = any free ports). Must run inside a tokio
+/// The demo's mock providers on `base..base+5` (0 = any free ports). Must run inside a tokio
 /// runtime.
 pub async fn start_providers(base: u16) -> Result<Vec<MockProvider>, String> {
     let mut providers = Vec::new();

@@ -29,6 +29,7 @@ mod google;
 mod openai;
 mod responses;
 pub mod strict;
+pub mod vertex;
 
 pub use azure::AZURE_KEY;
 
@@ -127,6 +128,11 @@ pub struct Behavior {
     pub azure: bool,
     /// Azure: the one `api-key` the resource accepts (None: [`AZURE_KEY`]).
     pub azure_key: Option<String>,
+    /// Vertex AI (paths under `/v1/projects/`, see [`vertex`]): the access tokens it accepts
+    /// (None: [`vertex::TOKEN`]); a test expires one by leaving it out.
+    pub vertex_tokens: Option<Vec<String>>,
+    /// Vertex AI: the project it serves (None: [`vertex::PROJECT`]).
+    pub vertex_project: Option<String>,
 }
 
 /// How a stream is cut short.
@@ -165,6 +171,8 @@ impl Default for Behavior {
             azure: false,
             google_tokens: None,
             azure_key: None,
+            vertex_tokens: None,
+            vertex_project: None,
         }
     }
 }
@@ -186,6 +194,8 @@ impl Api {
     pub fn of_path(path: &str) -> Api {
         if path == "/v1/messages" {
             Api::Anthropic
+        } else if let Some(api) = vertex::call_of(path).and_then(|c| c.api()) {
+            api
         } else if google::model_and_method(path).is_some() {
             Api::Google
         } else {
@@ -838,6 +848,27 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             return Ok(canned(&s.name, 401, "application/json", body, None));
         }
     }
+    // Google Vertex AI: its token, project, location and body before the API's answer.
+    let on_vertex = vertex::call_of(parts.uri.path());
+    if vertex::is_vertex_path(parts.uri.path()) {
+        let owned = |name: &str| header(name).map(str::to_string);
+        // A token a mock metadata server issued was checked (live, its issuer's) just above.
+        let issued = behavior.google_tokens.as_ref().and_then(|_| {
+            header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(|t| vec![t.to_string()])
+        });
+        let tokens = issued
+            .or_else(|| behavior.vertex_tokens.clone())
+            .unwrap_or_else(|| vec![vertex::TOKEN.to_string()]);
+        let project = behavior.vertex_project.as_deref().unwrap_or(vertex::PROJECT);
+        let served = vertex::Served { tokens: &tokens, project };
+        let refused = match &on_vertex {
+            Some(call) => vertex::refusal(call, &served, &owned, &body),
+            None => Some((404, vertex::error(404, "The requested URL was not found on this server."))),
+        };
+        if let Some((status, body)) = refused {
+            return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
+        }
+    }
     // Azure OpenAI: its own paths, key and api-version before OpenAI's body checks.
     let on_azure = (behavior.azure && parts.uri.path().starts_with("/openai/"))
         || parts.uri.path().starts_with("/openai/deployments/");
@@ -851,6 +882,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
         }
     }
     let refusal = match api {
+        _ if on_vertex.is_some() => None,
         Api::OpenAi if on_azure => None,
         Api::OpenAi => {
             let owned = |name: &str| header(name).map(str::to_string);
@@ -884,7 +916,16 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     let guard = InFlight(Arc::clone(&s));
     let id = s.served.fetch_add(1, Ordering::Relaxed);
 
+    // Vertex's failures are its own (Google-shaped; Claude's overload Anthropic's).
+    let vertex_failure = |status: u16| {
+        let call = on_vertex.as_ref()?;
+        let body = vertex::failure(api, status, &call.model).to_string();
+        Some(canned(&s.name, status, "application/json", body, None))
+    };
     if let Some(cap) = behavior.capacity {
+        if let Some(r) = vertex_failure(429).filter(|_| n > cap) {
+            return Ok(r);
+        }
         if n > cap {
             return Ok(error_response(api, &s.name, 429, Some(1), "capacity exceeded", behavior.empty_errors));
         }
@@ -894,8 +935,10 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     }
     // The model and whether to stream: from the body, or (Google) from the path. Read only
     // when answering with a body that depends on them.
-    let model_and_stream = || match api {
-        Api::Google => {
+    let model_and_stream = || match (api, &on_vertex) {
+        // Vertex: the path names the model and whether it streams.
+        (_, Some(call)) => (call.model.clone(), call.streams(), false),
+        (Api::Google, None) => {
             let (model, method) = google::model_and_method(parts.uri.path()).unwrap_or_default();
             (model.to_string(), method == "streamGenerateContent", false)
         }
@@ -927,6 +970,11 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
         }
         Mode::Status { status, retry_after } if behavior.html_errors => {
             return Ok(html_error(&s.name, status, retry_after))
+        }
+        Mode::Status { status, .. } if on_vertex.is_some() && !behavior.empty_errors => {
+            if let Some(r) = vertex_failure(status) {
+                return Ok(r);
+            }
         }
         Mode::Status { status, retry_after } => {
             return Ok(error_response(api, &s.name, status, retry_after, "mock failure", behavior.empty_errors))

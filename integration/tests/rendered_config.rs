@@ -50,6 +50,28 @@ fn azure_is_rendered_with_its_cluster_and_api_key_injection() {
     assert!(!patch.contains("header_value_prefix"), "Azure's key goes bare: {patch}");
 }
 
+/// The catalog's Vertex AI provider is rendered as every provider is: a TLS cluster to the real
+/// host, its ServiceEntry (Istio), and on Istio the access token injected by SDS as
+/// `authorization: Bearer` (both of its APIs take it there).
+#[test]
+fn vertex_is_rendered_with_its_cluster_and_bearer_injection() {
+    let catalog = Catalog::load(&default_catalog_path()).unwrap();
+    let host = "aiplatform.googleapis.com";
+    let cluster = format!("outbound|443||{host}");
+    let files = render_all(&catalog, DIGEST_PLACEHOLDER);
+    let file = |path: &str| files.iter().find(|(p, _)| p == path).map(|(_, t)| t.as_str()).unwrap_or_default();
+    let envoy = file("envoy/switchyard.yaml");
+    assert!(envoy.contains(&format!("sni: {host}")), "no TLS cluster to Vertex in envoy/switchyard.yaml");
+    assert!(envoy.contains("GOOGLE_VERTEX_ACCESS_TOKEN"), "the token's environment variable");
+    assert!(file("k8s/egress-gateway/providers.yaml").contains(host), "no Vertex ServiceEntry");
+    let gateway = file("k8s/egress-gateway/switchyard.yaml");
+    let patch_of = format!("match: {{cluster: {{name: \"{cluster}\"}}");
+    let at = gateway.find(&patch_of).unwrap_or_else(|| panic!("no Vertex cluster patch in the gateway's EnvoyFilter"));
+    let rest = &gateway[at + patch_of.len()..];
+    let patch = &rest[..rest.find("match:").unwrap_or(rest.len())];
+    assert!(patch.contains("header: authorization") && patch.contains("header_value_prefix: \"Bearer \""), "{patch}");
+}
+
 /// The committed configurations (real providers, and the demo) are accepted by every Envoy of
 /// the support matrix, with the filter loaded and configured.
 #[test]

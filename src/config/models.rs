@@ -284,6 +284,17 @@ fn compile_endpoint(
         Some(r) if valid_region(r) => Some(r.to_ascii_lowercase()),
         Some(_) => return Err(err(format!("{ef}.region"), "a region name: letters, digits and -, at most 64")),
     };
+    // A kind whose options name the region (Vertex's location) decides it.
+    let region = match (region, providers.get(slot).and_then(|p: &Provider| p.kind.region())) {
+        (Some(r), Some(k)) if r != k => {
+            return Err(err(
+                format!("{ef}.region"),
+                format!("provider \"{}\" serves from {k} (its kind_options): {r} disagrees", e.provider),
+            ));
+        }
+        (None, Some(k)) => Some(k.to_string()),
+        (r, _) => r,
+    };
     let offered = providers.get(slot).map_or(ApiSet::OPENAI, |p: &Provider| p.apis);
     let apis = match &e.apis {
         None => offered,

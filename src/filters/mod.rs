@@ -35,6 +35,8 @@ mod token_tests;
 pub mod tokens;
 pub mod upstream;
 mod usage;
+#[cfg(test)]
+mod vertex_tests;
 
 use crate::answer::errors::ApiError;
 use crate::config::Catalog;

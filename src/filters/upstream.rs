@@ -360,6 +360,11 @@ impl<H: Host> Filter for Attempt<H> {
         let cap = self.config.catalog.routing.max_retry_after_s;
         let retry_after = retry_after_of(find(&headers, "retry-after"), find(&headers, "retry-after-ms"));
         self.watch.headers(status, retry_after.as_deref(), content_type, cap);
+        // A kind whose provider names no delay on its 429 has its own (Gemini's may still be in
+        // the body: read there).
+        if status == 429 && self.watch.retry_after_s.is_none() && self.watch.api != Api::Google {
+            self.watch.retry_after_s = self.kind.as_ref().and_then(|k| k.rate_limit_delay_s()).map(|s| s.min(cap));
+        }
         // A non-retryable failure with another model still planned, or the provider refusing
         // its own key (the operator's: `key_refused`) with another attempt planned: let Envoy
         // retry.

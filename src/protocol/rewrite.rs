@@ -481,6 +481,8 @@ pub fn attempt_rewrite(
     let prefix = provider.prefix(api);
     // The path a standard provider of `api` would get before its prefix, for the kind.
     let standard = match api {
+        // A Google caller's query says how its stream is framed (`alt=sse`).
+        Api::Google if api == caller => plan.path.as_str(),
         _ if api == caller => bare,
         Api::OpenAi => "/v1/chat/completions",
         Api::Anthropic => crate::api::MESSAGES_PATH,

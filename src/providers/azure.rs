@@ -179,7 +179,7 @@ mod tests {
             let e = kind("providers[\"azure\"]", Some("azure"), Some(&options)).unwrap_err();
             assert_eq!(e.field, field, "{options}: {e}");
         }
-        let e = kind("providers[\"x\"]", Some("vertex"), None).unwrap_err();
+        let e = kind("providers[\"x\"]", Some("watsonx"), None).unwrap_err();
         assert_eq!(e.field, "providers[\"x\"].kind");
         let e = kind("providers[\"x\"]", None, Some(&json!({}))).unwrap_err();
         assert_eq!(e.field, "providers[\"x\"].kind_options");

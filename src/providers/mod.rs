@@ -7,9 +7,11 @@
 //!   key where `credential` says (OpenAI: `authorization: Bearer`), streams as the API sends them.
 //! - `azure` ([`azure`]): Azure OpenAI, resource + deployment.
 //! - `bedrock` ([`bedrock`]): Anthropic's models on Amazon Bedrock (InvokeModel), signed by Envoy.
+//! - `vertex` ([`vertex`]): Claude and Gemini on Google Vertex AI, project + location.
 
 pub mod azure;
 pub mod bedrock;
+pub mod vertex;
 
 use std::sync::Arc;
 
@@ -42,8 +44,8 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
 
     /// The whole path (with its query) of an attempt in `api`, from the path a standard provider
     /// of that API would be sent before its prefix (`/v1/chat/completions`, `/v1/responses`,
-    /// `/v1/messages`, the caller's query left out; Google: the caller's path, empty when the
-    /// attempt is translated), the endpoint's `upstream_model` and whether the caller asked for a
+    /// `/v1/messages`, the caller's query left out; Google: the caller's path with its query
+    /// (the caller's key taken out), empty when the attempt is translated), the endpoint's `upstream_model` and whether the caller asked for a
     /// stream. None: the standard path.
     fn attempt_path(&self, api: Api, standard: &str, upstream_model: &str, stream: bool) -> Option<String> {
         let _ = (api, standard, upstream_model, stream);
@@ -71,6 +73,18 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
     /// render it): the service name and region. None: the kind is not signed.
     fn aws_signing(&self, authority: &str) -> Option<AwsSigning> {
         let _ = authority;
+        None
+    }
+
+    /// The region every attempt of this provider is served from, when the kind's options name
+    /// it (Vertex's `location`): an endpoint's `region` defaults to it and must agree with it.
+    fn region(&self) -> Option<&str> {
+        None
+    }
+
+    /// How long an endpoint of this kind cools down after a 429 that names no delay (no
+    /// `Retry-After`), in seconds (capped by `routing.max_retry_after_s`). None: it does not.
+    fn rate_limit_delay_s(&self) -> Option<u32> {
         None
     }
 
@@ -122,7 +136,7 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
 pub type CompileKind = fn(field: &str, options: Option<&serde_json::Value>) -> Result<Arc<dyn Kind>, ConfigError>;
 
 pub const KINDS: &[(&str, CompileKind)] =
-    &[("standard", standard), ("azure", azure::compile), ("bedrock", bedrock::compile)];
+    &[("standard", standard), ("azure", azure::compile), ("bedrock", bedrock::compile), ("vertex", vertex::compile)];
 
 /// AWS SigV4 signing of a provider's attempts by Envoy (`Kind::aws_signing`).
 #[derive(Debug, Clone, PartialEq, Eq)]
