@@ -246,3 +246,28 @@ fn vertexs_errors_on_claude_paths_are_anthropics_and_a_refused_token_fails_over(
     assert_eq!(host.response_header_value(":status").as_deref(), Some("503"));
     assert_eq!(host.response_header_value(MODEL_FAILURE_HEADER).as_deref(), Some("401"));
 }
+
+/// The Vertex kind with its token from the metadata server (`credential.google_metadata`): once
+/// a worker's fetch stored it, each attempt to Vertex carries it as a bearer.
+#[test]
+fn claude_on_vertex_carries_the_token_the_metadata_server_issued() {
+    let with_metadata = CONFIG.replace(
+        r#""credential": {"value": "ya29.vertex-token"}"#,
+        r#""credential": {"google_metadata": {"cluster": "gcp_metadata"}}"#,
+    );
+    let config =
+        Rc::new(configure(with_metadata.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("config rejected: {e}")));
+    let host = MockHost::new();
+    let mut fetcher = super::tokens::TokenFetcher::default();
+    fetcher.tick(&host, &config.catalog, 1_000); // creates the record
+    fetcher.tick(&host, &config.catalog, 1_100); // leases it and fetches
+    let answer = br#"{"access_token":"ya29.from-metadata","expires_in":3600,"token_type":"Bearer"}"#;
+    assert!(fetcher.answered(&host, 1, 200, answer, 1_200));
+    host.state().now_ms = 1_300;
+    let body = r#"{"model":"anthropic/claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+    let _stream = decide(&host, &config, "/v1/messages", body, ONLY_VERTEX);
+    let _a = attempt(&host, &config, 1, "c_vertex");
+    assert_eq!(host.request_header_value(":path"), Some(format!("{CLAUDE}:rawPredict")));
+    assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer ya29.from-metadata"));
+    assert_eq!(host.request_header_value("x-api-key"), None);
+}
