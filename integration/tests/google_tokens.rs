@@ -1,7 +1,8 @@
 //! Google OAuth2 access tokens (`credential.google_metadata`) in real Envoy, on the Wasm and the
 //! native build (`--concurrency 2`): a mock metadata server issues short-lived tokens and counts
-//! its fetches (`mock/gcp_metadata.rs`); the mock provider `gcloud` (OpenAI's API) accepts only
-//! a live token that server issued, `keyed` is an ordinary keyed provider to fail over to.
+//! its fetches (`mock/gcp_metadata.rs`); the mock provider `gcloud` is Claude on Vertex AI
+//! (`kind: vertex`, OpenAI callers translated to `:rawPredict`) and accepts only a live token
+//! that server issued; `keyed` is an ordinary keyed provider to fail over to.
 //!
 //! - one fetch serves both workers, and an expired token the provider refuses is failed over;
 //! - 6-second tokens under a steady stream of requests for 20 s: no request fails, every one
@@ -21,12 +22,17 @@ use switchyard_integration::mock::{Behavior, MockProvider};
 fn catalog() -> Value {
     json!({
         "providers": {
-            "gcloud": {"cluster": "c_gcloud", "authority": "gcloud.example",
+            // Claude on Vertex AI: the mock's Vertex takes only a live token the metadata
+            // server issued (and checks Vertex's path, project and body as well).
+            "gcloud": {"cluster": "c_gcloud", "authority": "us-east5-aiplatform.googleapis.com", "kind": "vertex",
+                       "kind_options": {"project": switchyard_integration::mock::vertex::PROJECT, "location": "us-east5"},
+                       "apis": {"anthropic": {}},
                        "credential": {"google_metadata": {"cluster": "gcp_metadata", "timeout_ms": 2000}}},
             "keyed": {"cluster": "c_keyed", "authority": "keyed.example", "credential": {"value": "key-keyed"}}
         },
         "models": {"g/chat": {"endpoints": [
-            {"provider": "gcloud", "upstream_model": "g-chat", "pricing": {"prompt": 1, "completion": 1}},
+            {"provider": "gcloud", "upstream_model": "claude-sonnet-4-5@20250929", "apis": ["anthropic"],
+             "pricing": {"prompt": 1, "completion": 1}},
             {"provider": "keyed", "upstream_model": "k-chat", "pricing": {"prompt": 2, "completion": 2}}
         ]}},
         "routing": {"default_policy": "price_weighted"}
@@ -119,6 +125,7 @@ fn assert_token_stayed_home(stack: &Stack, id: &str, reply: &Reply) {
     for r in stack.gcloud.received_for(id) {
         let auth = r.header("authorization").unwrap_or_default();
         assert!(auth.starts_with("Bearer ya29.mock-"), "{auth}");
+        assert!(r.path.ends_with("/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"), "{}", r.path);
         assert!(
             r.headers.iter().all(|(_, v)| !v.contains("key-keyed") && !v.contains("caller-key")),
             "{:?}",
