@@ -214,7 +214,8 @@ fn main() {
             for p in &providers {
                 println!("  mock provider {:<17} 127.0.0.1:{}", p.name, p.addr.port());
             }
-            let aws: Vec<String> = switchyard_integration::envoy::TEST_AWS_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let aws: Vec<String> =
+                switchyard_integration::envoy::TEST_AWS_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
             println!("Now, from the repository root (the fake AWS keys the mock Bedrock verifies):");
             println!("  {} .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7", aws.join(" "));
             println!("Ctrl-C to stop.");
