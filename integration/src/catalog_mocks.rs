@@ -3,6 +3,10 @@
 //!
 //! Kept apart from `tls` (the test PKI) and `mock` (one mock provider) because it uses both and
 //! `mock` already uses `tls`: so `tls` never reaches up into `mock`.
+//!
+//! A Bedrock provider (`kind: bedrock`) needs nothing more: every mock answers Bedrock's paths
+//! as Bedrock does (`mock::bedrock`), recomputing the SigV4 signature for the keys the test kit
+//! gives every Envoy (`envoy::TEST_AWS_ENV`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

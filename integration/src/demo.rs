@@ -2,7 +2,7 @@
 //! 127.0.0.1, a catalog that routes models across them (deepinfra and together also speak
 //! Anthropic's Messages API and Google's Gemini API, anthropic-direct the Messages API,
 //! google-ai-studio the Gemini API, google-vertex Claude and Gemini as Google Vertex AI serves
-//! them), and Envoy with the filter.
+//! them, amazon-bedrock Claude on Amazon Bedrock, signed by Envoy), and Envoy with the filter.
 
 use serde_json::{json, Value};
 
@@ -12,13 +12,14 @@ use crate::envoy::{wasm_path, ClusterSpec, Envoy, PolicyRoute, StackConfig};
 use crate::mock::{Behavior, MockProvider};
 
 /// Demo providers: (slug, cluster, authority).
-pub const DEMO_PROVIDERS: [(&str, &str, &str); 6] = [
+pub const DEMO_PROVIDERS: [(&str, &str, &str); 7] = [
     ("deepinfra", "provider_deepinfra", "api.deepinfra.example"),
     ("together", "provider_together", "api.together.example"),
     ("fireworks", "provider_fireworks", "api.fireworks.example"),
     ("anthropic-direct", "provider_anthropic", "api.anthropic.example"),
     ("google-ai-studio", "provider_google", "generativelanguage.example"),
     ("google-vertex", "provider_vertex", "us-east5-aiplatform.googleapis.com"),
+    ("amazon-bedrock", "provider_bedrock", "bedrock-runtime.us-east-1.amazonaws.com"),
 ];
 
 /// The demo catalog. Keys are literal demo values, never real secrets.
@@ -56,7 +57,12 @@ pub fn demo_catalog() -> Value {
                               "kind": "vertex", "kind_options": {"project": crate::mock::vertex::PROJECT, "location": "us-east5"},
                               "credential": {"value": crate::mock::vertex::TOKEN},
                               "apis": {"anthropic": {}, "google": {}}, "tags": ["us"],
-                              "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}}
+                              "data_policy": {"retains_data": true, "trains_on_data": false, "zdr": false}},
+            // Claude on Amazon Bedrock: no credential, so Envoy signs each attempt (SigV4, the
+            // test kit's fake keys, `envoy::TEST_AWS_ENV`) and the mock recomputes the signature.
+            "amazon-bedrock": {"cluster": "provider_bedrock", "authority": "bedrock-runtime.us-east-1.amazonaws.com",
+                               "kind": "bedrock", "apis": {"anthropic": {}}, "tags": ["us"],
+                               "data_policy": {"retains_data": false, "trains_on_data": false, "zdr": false}}
         },
         "models": {
             "meta-llama/llama-4-maverick": {
@@ -81,6 +87,25 @@ pub fn demo_catalog() -> Value {
                 "endpoints": [
                     {"provider": "anthropic-direct", "upstream_model": "claude-sonnet-4-6",
                      "pricing": {"prompt": 3, "completion": 15}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
+                ]
+            },
+            // The clouds' failover (`make run`, README): Anthropic first, then Claude on Bedrock,
+            // then on Google Vertex AI. Its own model, so the SDK tests' Claude models keep their
+            // single provider.
+            "anthropic/claude-sonnet-4-5": {
+                "cost_tier": "high",
+                "input_modalities": ["text", "image", "file"],
+                "endpoints": [
+                    {"provider": "anthropic-direct", "upstream_model": "claude-sonnet-4-5", "apis": ["anthropic"],
+                     "pricing": {"prompt": 3, "completion": 15, "cached_prompt": 0.3}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]},
+                    {"provider": "amazon-bedrock", "upstream_model": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                     "region": "us-east-1",
+                     "pricing": {"prompt": 3, "completion": 15, "cached_prompt": 0.3}, "context_length": 200000,
+                     "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]},
+                    {"provider": "google-vertex", "upstream_model": "claude-sonnet-4-5@20250929", "apis": ["anthropic"],
+                     "pricing": {"prompt": 3, "completion": 15, "cached_prompt": 0.3}, "context_length": 200000,
                      "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
                 ]
             },
@@ -258,7 +283,7 @@ fn demo_config(wasm: PathBuf, listener_port: u16, admin_port: u16, provider_port
 }
 
 /// First mock-provider port of the committed example config (`switchyard-demo --mocks-only`
-/// listens on this and the next five).
+/// listens on this and the next ones, one per `DEMO_PROVIDERS` entry).
 pub const EXAMPLE_PROVIDER_PORT: u16 = 18101;
 
 /// The demo's Envoy bootstrap with fixed ports (listener 10000, admin 9901, providers from
@@ -276,9 +301,10 @@ pub fn example_yaml(wasm: PathBuf) -> String {
             out.push_str(
                 "# Generated by `switchyard-demo --print-config` (checked by integration/tests/example_config.rs).\n",
             );
-            out.push_str(
-                "# The Switchyard demo: Envoy 1.40 with the filter in its three roles and 4 provider clusters.\n",
-            );
+            out.push_str(&format!(
+                "# The Switchyard demo: Envoy 1.40 with the filter in its three roles and {} provider clusters.\n",
+                DEMO_PROVIDERS.len()
+            ));
             out.push_str("# Run it from the repository root, after `make wasm`:\n");
             out.push_str("#   1. the mock providers: target/release/switchyard-demo --mocks-only\n");
             out.push_str(
@@ -289,12 +315,18 @@ pub fn example_yaml(wasm: PathBuf) -> String {
         out.push_str(&format!("#        {slug} {}\n", EXAMPLE_PROVIDER_PORT + i as u16));
     }
     out.push_str("#   2. .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7\n");
+    out.push_str("#      with the mock Bedrock's fake AWS keys in Envoy's environment (it signs amazon-bedrock's\n");
+    out.push_str("#      attempts): AWS_ACCESS_KEY_ID=");
+    out.push_str(crate::mock::bedrock::ACCESS_KEY);
+    out.push_str(" AWS_SECRET_ACCESS_KEY=");
+    out.push_str(crate::mock::bedrock::SECRET_KEY);
+    out.push_str("\n#      AWS_EC2_METADATA_DISABLED=true (`switchyard-demo --mocks-only` prints the command)\n");
     out.push_str("#   3. curl -s localhost:10000/v1/models   (admin: localhost:9901; `make run` does all of this)\n");
     out.push_str(&crate::envoy::to_yaml(&crate::envoy::bootstrap(&example_config(wasm))));
     out
 }
 
-/// The demo's mock providers on `base..base+5` (0 = any free ports). Must run inside a tokio
+/// The demo's mock providers on `base..` (one port per `DEMO_PROVIDERS` entry; 0 = any free ports). Must run inside a tokio
 /// runtime.
 pub async fn start_providers(base: u16) -> Result<Vec<MockProvider>, String> {
     let mut providers = Vec::new();

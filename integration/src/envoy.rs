@@ -97,6 +97,16 @@ pub fn work_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// The AWS credentials every Envoy of the test kit gets unless its caller names any `AWS_`
+/// variable itself: the mock Bedrock's test keys (`mock::bedrock`, never real ones), so a
+/// catalog with a Bedrock provider (the shipped one, the demo's) is signed as the mock verifies,
+/// and no instance-metadata lookup (Envoy's credential chain would otherwise try 169.254.169.254).
+pub const TEST_AWS_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", crate::mock::bedrock::ACCESS_KEY),
+    ("AWS_SECRET_ACCESS_KEY", crate::mock::bedrock::SECRET_KEY),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+];
+
 /// Removes `<tag>-<pid>-<n>` directories under `base` whose process no longer runs.
 fn prune_dead(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else { return };
@@ -200,6 +210,11 @@ impl Envoy {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
+        if !env.iter().any(|(k, _)| k.starts_with("AWS_")) {
+            // A developer's own AWS session must not sign for the mock's test keys.
+            cmd.env_remove("AWS_SESSION_TOKEN").env_remove("AWS_PROFILE").env_remove("AWS_SHARED_CREDENTIALS_FILE");
+            cmd.envs(TEST_AWS_ENV);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -8,7 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use switchyard_integration::envoy::{envoy_binary, http_get, repo_root};
+use switchyard_integration::demo::DEMO_PROVIDERS;
+use switchyard_integration::envoy::{envoy_binary, http_get, repo_root, TEST_AWS_ENV};
 use switchyard_integration::procfs::alive;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_switchyard-demo");
@@ -27,7 +28,7 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
 
-/// `n` consecutive free ports (the mocks take base..base+3).
+/// `n` consecutive free ports (the mocks take one each from base).
 fn free_run(n: u16) -> u16 {
     for _ in 0..200 {
         let base = 20_000 + (free_port() % 30_000);
@@ -48,11 +49,16 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
 }
 
 fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    post_with(addr, path, "", body)
+}
+
+/// POST with more header lines (each ending in `\r\n`).
+fn post_with(addr: SocketAddr, path: &str, headers: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: demo\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: demo\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{headers}\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -77,13 +83,16 @@ fn committed_demo_config_runs_as_its_header_says() {
     let yaml = std::fs::read_to_string(repo_root().join("envoy/switchyard-demo.yaml")).unwrap();
     assert!(yaml.contains("#   1. the mock providers: target/release/switchyard-demo --mocks-only"), "{yaml}");
     assert!(yaml.contains("#   2. .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7"));
-    for (i, slug) in ["deepinfra", "together", "fireworks", "anthropic-direct"].iter().enumerate() {
+    let aws = format!("AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={}", TEST_AWS_ENV[0].1, TEST_AWS_ENV[1].1);
+    assert!(yaml.contains(&aws), "the header gives Envoy the mock Bedrock's keys: {yaml}");
+    let n = DEMO_PROVIDERS.len() as u16;
+    for (i, (slug, _, _)) in DEMO_PROVIDERS.iter().enumerate() {
         let port = 18101 + i;
         assert!(yaml.contains(&format!("#        {slug} {port}")), "header lists {slug} on {port}");
         assert!(yaml.contains(&format!("port_value: {port}")), "the config uses {port}");
     }
     // Step 1 as documented, on free ports (a fixed port may be taken on a shared machine).
-    let base = free_run(4);
+    let base = free_run(n);
     let _mocks = Killed(
         Command::new(DEMO)
             .args(["--mocks-only", "--provider-port", &base.to_string()])
@@ -92,7 +101,7 @@ fn committed_demo_config_runs_as_its_header_says() {
             .spawn()
             .unwrap(),
     );
-    wait_for("the mock providers", || TcpStream::connect(("127.0.0.1", base + 3)).is_ok());
+    wait_for("the mock providers", || TcpStream::connect(("127.0.0.1", base + n - 1)).is_ok());
     // Step 2 with the committed file, only its ports moved to free ones.
     let (listener, admin) = (free_port(), free_port());
     // A port ends its line (block style) or its flow mapping (`{..., port_value: 18101}}`).
@@ -103,7 +112,7 @@ fn committed_demo_config_runs_as_its_header_says() {
     };
     let mut moved = port(yaml.clone(), 10000, listener);
     moved = port(moved, 9901, admin);
-    for i in 0..4u16 {
+    for i in 0..n {
         moved = port(moved, 18101 + i, base + i);
     }
     moved = moved.replace("enable_reuse_port: true", "enable_reuse_port: false");
@@ -117,6 +126,8 @@ fn committed_demo_config_runs_as_its_header_says() {
             .current_dir(repo_root())
             .args(["-c", &config.to_string_lossy(), "--base-id", &(40_000 + std::process::id() % 10_000).to_string()])
             .arg("--disable-hot-restart")
+            .envs(TEST_AWS_ENV)
+            .env_remove("AWS_SESSION_TOKEN")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -146,6 +157,59 @@ fn committed_demo_config_runs_as_its_header_says() {
     let eps = get_as(addr, "finance.llm.local", "/v1/models/meta-llama/llama-4-maverick/endpoints");
     assert!(eps.contains("\"tag\":\"deepinfra/turbo\""), "{eps}");
     assert!(!eps.contains("\"tag\":\"together\"") && !eps.contains("\"tag\":\"fireworks\""), "{eps}");
+    clouds_failover(addr);
+}
+
+/// README's "Claude across the clouds", as printed by `make run`: the mock Anthropic answers 529,
+/// the attempt fails over to Claude on Amazon Bedrock, signed by Envoy with the keys of the
+/// header (the mock answers 403 to any other signature), and Bedrock's event stream reaches an
+/// OpenAI caller as OpenAI chunks and an Anthropic caller as Anthropic's SSE events; with Bedrock
+/// throttled as well, Claude on Google Vertex AI answers.
+fn clouds_failover(addr: SocketAddr) {
+    let order = r#""provider":{"order":["anthropic-direct","amazon-bedrock"]}"#;
+    let behavior = "x-mock-behavior: anthropic-direct=529\r\n";
+    let openai = format!(
+        r#"{{"model":"anthropic/claude-sonnet-4-5","stream":true,"stream_options":{{"include_usage":true}},"messages":[{{"role":"user","content":"Hello"}}],{order}}}"#
+    );
+    let anthropic = format!(
+        r#"{{"model":"anthropic/claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{{"role":"user","content":"Hello"}}],{order}}}"#
+    );
+    let (status, out) = post_with(addr, "/v1/chat/completions", behavior, &openai);
+    assert_eq!(status, 200, "{out}");
+    let lower = out.to_ascii_lowercase();
+    assert!(lower.contains("x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:200"), "{out}");
+    assert!(lower.contains("x-switchyard-provider: amazon-bedrock"), "{out}");
+    assert!(out.contains("\"content\":\"Hello from Bedrock\"") && out.contains("\"cost\":"), "{out}");
+    assert!(out.contains("data: [DONE]") && !out.contains("event: "), "OpenAI chunks, not Anthropic events: {out}");
+    let headers = "anthropic-version: 2023-06-01\r\n".to_string() + behavior;
+    let (status, out) = post_with(addr, "/v1/messages", &headers, &anthropic);
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:200"),
+        "{out}"
+    );
+    for event in ["message_start", "content_block_delta", "message_delta", "message_stop"] {
+        assert!(out.contains(&format!("event: {event}\n")), "no {event}: {out}");
+    }
+    assert!(out.contains("Hello from Bedrock") && !out.contains("[DONE]"), "{out}");
+
+    // Bedrock throttled too: the third cloud, Claude on Vertex AI (`:streamRawPredict`, the
+    // mock taking only its access token), answers both callers in their own stream shapes.
+    let order3 = r#""provider":{"order":["anthropic-direct","amazon-bedrock","google-vertex"]}"#;
+    let behavior3 = "x-mock-behavior: anthropic-direct=529,amazon-bedrock=429\r\n";
+    let log3 = "x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:429,google-vertex:200";
+    let (status, out) = post_with(addr, "/v1/chat/completions", behavior3, &openai.replace(order, order3));
+    assert_eq!(status, 200, "{out}");
+    assert!(out.to_ascii_lowercase().contains(log3), "{out}");
+    assert!(out.to_ascii_lowercase().contains("x-switchyard-provider: google-vertex"), "{out}");
+    assert!(out.contains("data: [DONE]") && !out.contains("event: "), "OpenAI chunks: {out}");
+    let headers3 = "anthropic-version: 2023-06-01\r\n".to_string() + behavior3;
+    let (status, out) = post_with(addr, "/v1/messages", &headers3, &anthropic.replace(order, order3));
+    assert_eq!(status, 200, "{out}");
+    assert!(out.to_ascii_lowercase().contains(log3), "{out}");
+    for event in ["message_start", "content_block_delta", "message_stop"] {
+        assert!(out.contains(&format!("event: {event}\n")), "no {event}: {out}");
+    }
 }
 
 #[test]

@@ -344,6 +344,18 @@ fn every_provider_has_a_first_attempt_cluster_with_its_filter_and_the_same_tls()
         // The regular cluster: the provider's key injectors (one per key header its APIs use,
         // the key read by SDS from the mounted Secret), then the per-attempt filter.
         let regular_filters = filters(regular);
+        if raw["providers"][&p.slug]["kind"] == "bedrock" && raw["providers"][&p.slug].get("credential").is_none() {
+            // Signed by Envoy (SigV4) after the per-attempt filter, no key; no twin (every
+            // attempt's path and body are the kind's).
+            assert_eq!(
+                regular_filters,
+                ["switchyard-upstream", "envoy.filters.http.aws_request_signing", "envoy.filters.http.upstream_codec"],
+                "{}",
+                p.slug
+            );
+            assert!(by_name(&p.first_attempt_cluster()).is_none(), "{}", p.slug);
+            continue;
+        }
         let (injectors, rest) = regular_filters.split_at(regular_filters.len().saturating_sub(2));
         assert_eq!(rest, ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
         assert!(injectors.iter().all(|f| f == "envoy.filters.http.credential_injector"), "{}", p.slug);

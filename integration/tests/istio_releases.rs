@@ -14,7 +14,12 @@ use switchyard_integration::istio::{envoy_filter, Variant, ISTIO_RELEASES, ISTIO
 
 /// The Envoy extension each Any type of the rendered patches belongs to ("core": compiled into
 /// every Envoy, not in istio-proxy's extension list).
-const EXTENSION_OF: [(&str, &str); 16] = [
+const EXTENSION_OF: [(&str, &str); 17] = [
+    // SigV4 signing of an Amazon Bedrock provider's attempts (the shipped catalog's amazon-bedrock).
+    (
+        "envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning",
+        "envoy.filters.http.aws_request_signing",
+    ),
     ("envoy.extensions.filters.http.wasm.v3.Wasm", "envoy.filters.http.wasm"),
     // The native build's filters (`deployment.istio.build: native`).
     ("envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter", "envoy.filters.http.dynamic_modules"),

@@ -164,7 +164,11 @@ async fn azure_gets_gpt_on_its_deployment_path_with_its_api_key() {
 
 #[tokio::test]
 async fn provider_without_h2_is_reached_over_http1_by_alpn() {
-    let r = chat("h1", json!({"model": "anthropic/claude-haiku-4.5", "messages": msg()})).await;
+    let r = chat(
+        "h1",
+        json!({"model": "anthropic/claude-haiku-4.5", "messages": msg(), "provider": {"only": ["anthropic"]}}),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let got = received("anthropic", "h1");
     assert_eq!(got.len(), 1);
@@ -173,6 +177,38 @@ async fn provider_without_h2_is_reached_over_http1_by_alpn() {
     assert_eq!(got[0].header("host"), Some("api.anthropic.com"));
     assert_eq!(got[0].header("authorization"), Some("Bearer key-for-ANTHROPIC_API_KEY"));
     assert_eq!(got[0].json()["model"], "claude-haiku-4-5");
+}
+
+/// The catalog's Amazon Bedrock provider: Claude over TLS to bedrock-runtime's real name, the
+/// attempt signed by Envoy's SigV4 filter with the test kit's keys (the mock recomputes the
+/// signature and answers 403 to any other), the inference profile id in the path, Bedrock's
+/// body, no key of anyone's; the answer translated back for the OpenAI caller and priced.
+#[tokio::test]
+async fn claude_on_bedrock_is_signed_by_envoy_over_tls() {
+    let r = chat(
+        "bedrock",
+        json!({"model": "anthropic/claude-sonnet-4.5", "messages": msg(), "provider": {"only": ["amazon-bedrock"]}}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("amazon-bedrock"));
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "Hello from Bedrock", "{v}");
+    assert!(v["usage"]["cost"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    let got = received("amazon-bedrock", "bedrock");
+    assert_eq!(got.len(), 1);
+    let g = &got[0];
+    assert!(g.tls);
+    assert_eq!(g.version, "HTTP/2.0");
+    assert_eq!(g.header(":authority"), Some(stack().hosts["amazon-bedrock"].as_str()));
+    assert_eq!(g.path, "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke");
+    let auth = g.header("authorization").unwrap_or_default();
+    let key = switchyard_integration::mock::bedrock::ACCESS_KEY;
+    assert!(auth.starts_with(&format!("AWS4-HMAC-SHA256 Credential={key}/")), "{auth}");
+    assert!(auth.contains("/us-east-1/bedrock/aws4_request"), "{auth}");
+    assert!(!g.headers.iter().any(|(_, v)| v.contains("key-for-")), "another provider's key: {:?}", g.headers);
+    assert_eq!(g.json()["anthropic_version"], "bedrock-2023-05-31");
+    assert!(g.json().get("model").is_none());
 }
 
 #[tokio::test]

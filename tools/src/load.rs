@@ -1,7 +1,8 @@
 //! `make bench`'s own HTTP/1.1 pieces, cheap enough that the proxy under test is what gets
 //! measured: a closed-loop load generator (keep-alive connections, fixed duration, the request's
-//! bytes built once) and a minimal mock provider (OpenAI chat answers, JSON or SSE, that keeps
-//! nothing of what it received). Each runs on one thread; `make bench` runs them in processes of
+//! bytes built once) and a minimal mock provider (OpenAI chat answers, JSON or SSE; on Amazon
+//! Bedrock's paths Claude's answers, JSON or an AWS event stream; it keeps nothing of what it
+//! received and checks no signature: the tests do). Each runs on one thread; `make bench` runs them in processes of
 //! their own, pinned to the core Envoy does not use.
 
 use std::net::SocketAddr;
@@ -42,8 +43,8 @@ pub struct LoadSpec {
     pub path: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
-    /// Answers must be SSE streams ending in `data: [DONE]` (chat, completions) or in the
-    /// Responses API's `response.completed` event.
+    /// Answers must be SSE streams ending in `data: [DONE]` (chat, completions), in the
+    /// Responses API's `response.completed` event or in Anthropic's `message_stop`.
     pub stream: bool,
     pub connections: usize,
     pub duration: Duration,
@@ -307,6 +308,8 @@ fn chunked_end(buf: &[u8], start: usize) -> Result<Option<(usize, Option<(usize,
 
 /// The Responses API's last stream event (it sends no `[DONE]`).
 const COMPLETED: &[u8] = b"event: response.completed\n";
+/// Anthropic's last stream event (no `[DONE]` either).
+const MESSAGE_STOP: &[u8] = b"event: message_stop\n";
 
 /// Reads one response into `buf` (cleared first). TTFB is taken when the first body byte is in.
 async fn read_response(sock: &mut TcpStream, buf: &mut Vec<u8>, t0: Instant) -> std::io::Result<Response> {
@@ -335,6 +338,7 @@ async fn read_response(sock: &mut TcpStream, buf: &mut Vec<u8>, t0: Instant) -> 
                     d.ends_with(b"data: [DONE]\n\n")
                         || d.ends_with(b"data: [DONE]\r\n\r\n")
                         || (d.ends_with(b"\n\n") && d.windows(COMPLETED.len()).any(|w| w == COMPLETED))
+                        || (d.ends_with(b"\n\n") && d.windows(MESSAGE_STOP.len()).any(|w| w == MESSAGE_STOP))
                 });
                 break;
             }
@@ -442,21 +446,72 @@ fn stream(prompt_tokens: usize) -> (Vec<u8>, Vec<u8>) {
     (first.into_bytes(), rest.into_bytes())
 }
 
+/// The kind of answer a request gets: OpenAI's, or Claude's on a Bedrock path.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    OpenAi,
+    Bedrock,
+}
+
+/// A Bedrock invocation path (`/model/{id}/invoke[-with-response-stream]`) and whether it streams.
+fn bedrock_path(path: &str) -> Option<bool> {
+    let rest = path.strip_prefix("/model/")?;
+    match rest.rsplit_once('/')?.1 {
+        "invoke" => Some(false),
+        "invoke-with-response-stream" => Some(true),
+        _ => None,
+    }
+}
+
+/// Bedrock's answers for a Claude model (`InvokeModel`'s JSON, or `InvokeModelWithResponseStream`'s
+/// event stream: one `chunk` frame per Anthropic event, valid CRCs), as the mock Bedrock of the
+/// tests frames them: head + first frame, then the rest.
+fn bedrock_answer(stream_it: bool) -> (Vec<u8>, Vec<u8>) {
+    use switchyard_integration::mock::bedrock::{message, stream_body};
+    if !stream_it {
+        let body = message("bench-upstream", "Hello from the bench mock.").to_string();
+        let mut out =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len())
+                .into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        return (out, Vec::new());
+    }
+    let frames = stream_body("bench-upstream", "Hello from the bench mock.", None);
+    // A frame starts with its total length (big-endian u32).
+    let first_len = frames.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(0, u32::from_be_bytes) as usize;
+    let (head_frame, rest_frames) = frames.split_at(first_len.min(frames.len()));
+    let chunk = |data: &[u8]| {
+        let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+        c.extend_from_slice(data);
+        c.extend_from_slice(b"\r\n");
+        c
+    };
+    let mut first = b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream\r\nx-amzn-bedrock-content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    first.extend(chunk(head_frame));
+    let mut rest = chunk(rest_frames);
+    rest.extend_from_slice(b"0\r\n\r\n");
+    (first, rest)
+}
+
 /// An answer's bytes (one or two writes), built once per prompt size and kind: a bench sends
 /// the same body over and over, and the mock should cost as little as possible.
 type Answer = std::sync::Arc<(Vec<u8>, Vec<u8>)>;
 
-fn cached_answer(prompt_tokens: usize, stream_it: bool) -> Answer {
+fn cached_answer(prompt_tokens: usize, stream_it: bool, kind: Kind) -> Answer {
     thread_local! {
-        static ANSWERS: std::cell::RefCell<std::collections::HashMap<(usize, bool), Answer>> = Default::default();
+        static ANSWERS: std::cell::RefCell<std::collections::HashMap<(usize, bool, Kind), Answer>> = Default::default();
     }
     ANSWERS.with(|cache| {
         let mut cache = cache.borrow_mut();
         if cache.len() > 1024 {
             cache.clear();
         }
-        std::sync::Arc::clone(cache.entry((prompt_tokens, stream_it)).or_insert_with(|| {
-            std::sync::Arc::new(if stream_it { stream(prompt_tokens) } else { (completion(prompt_tokens), Vec::new()) })
+        std::sync::Arc::clone(cache.entry((prompt_tokens, stream_it, kind)).or_insert_with(|| {
+            std::sync::Arc::new(match kind {
+                Kind::Bedrock => bedrock_answer(stream_it),
+                Kind::OpenAi if stream_it => stream(prompt_tokens),
+                Kind::OpenAi => (completion(prompt_tokens), Vec::new()),
+            })
         }))
     })
 }
@@ -466,11 +521,11 @@ async fn mock_connection(mut sock: TcpStream) {
     let mut body: Vec<u8> = Vec::with_capacity(128 * 1024);
     loop {
         let Ok(Some(head_end)) = read_head(&mut sock, &mut buf).await else { return };
-        let f = {
+        let (f, bedrock) = {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut req = httparse::Request::new(&mut headers);
             match req.parse(buf.get(..head_end).unwrap_or_default()) {
-                Ok(httparse::Status::Complete(_)) => framing(req.headers),
+                Ok(httparse::Status::Complete(_)) => (framing(req.headers), req.path.and_then(bedrock_path)),
                 _ => return,
             }
         };
@@ -506,7 +561,11 @@ async fn mock_connection(mut sock: TcpStream) {
         }
         buf.drain(..consumed);
         let prompt_tokens = body.len().div_ceil(4);
-        let answer = cached_answer(prompt_tokens, wants_stream(&body));
+        let answer = match bedrock {
+            // Bedrock: the path says whether it streams (the body carries no `stream`).
+            Some(stream_it) => cached_answer(0, stream_it, Kind::Bedrock),
+            None => cached_answer(prompt_tokens, wants_stream(&body), Kind::OpenAi),
+        };
         let written = match sock.write_all(&answer.0).await {
             Ok(()) if !answer.1.is_empty() => sock.write_all(&answer.1).await,
             other => other,
@@ -565,6 +624,37 @@ mod tests {
         assert_eq!(out, b"hello world");
         assert!(chunked_end(b"5\r\nhel", 0).ok().flatten().is_none());
         assert!(chunked_end(b"zz\r\n", 0).is_err());
+    }
+
+    #[test]
+    fn bedrock_paths_get_an_event_stream_of_whole_frames() {
+        use switchyard::providers::bedrock::eventstream::Decoder;
+        assert_eq!(bedrock_path("/model/us.anthropic.claude-x-v1%3A0/invoke-with-response-stream"), Some(true));
+        assert_eq!(bedrock_path("/model/a/invoke"), Some(false));
+        assert_eq!(bedrock_path("/v1/chat/completions"), None);
+        let (first, rest) = bedrock_answer(true);
+        let mut all = first.clone();
+        all.extend_from_slice(&rest);
+        let head_end = memmem::find(&all, b"\r\n\r\n").map(|i| i + 4).unwrap_or(0);
+        assert!(all.starts_with(b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream"));
+        let (end, _) = chunked_end(&all, head_end).ok().flatten().unwrap_or((0, None));
+        assert_eq!(end, all.len());
+        let mut body = Vec::new();
+        dechunk_into(&all[head_end..], &mut body);
+        let decode = |bytes: &[u8]| {
+            let mut out = Vec::new();
+            let mut decoder = Decoder::new();
+            decoder.feed(bytes, &mut out).unwrap();
+            assert_eq!(decoder.pending(), 0, "whole frames only");
+            out
+        };
+        let frames = decode(&body);
+        assert_eq!(frames.len(), 6, "one chunk frame per Anthropic event");
+        assert!(frames.iter().all(|m| m.string(":event-type") == Some("chunk")));
+        // The first write carries exactly the first frame.
+        let mut first_body = Vec::new();
+        dechunk_into(&first[head_end..], &mut first_body);
+        assert_eq!(decode(&first_body).len(), 1);
     }
 
     #[test]

@@ -18,6 +18,12 @@ fn arg(name: &str, default: u16) -> u16 {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The clouds' failover requests (README, "Claude across the clouds"): the provider order is
+/// Anthropic's own API, then Amazon Bedrock.
+const CLOUDS_OPENAI: &str = r#"{"model":"anthropic/claude-sonnet-4-5","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"Hello"}],"provider":{"order":["anthropic-direct","amazon-bedrock"]}}"#;
+const CLOUDS_ANTHROPIC: &str = r#"{"model":"anthropic/claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello"}],"provider":{"order":["anthropic-direct","amazon-bedrock"]}}"#;
+const CLOUDS_THREE: &str = r#"{"model":"anthropic/claude-sonnet-4-5","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello"}],"provider":{"order":["anthropic-direct","amazon-bedrock","google-vertex"]}}"#;
+
 /// One printed example: what it shows, the status to expect, the command.
 struct Example {
     shows: &'static str,
@@ -108,6 +114,32 @@ fn examples(port: u16) -> Vec<Example> {
                 r#"{"model":"anthropic/claude-sonnet-4-6","max_tokens":64,"messages":[{"role":"user","content":"Hello"}],"provider":{"sort":"price"}}"#
             ),
         },
+        // The clouds' failover chain for Claude: Anthropic, then Amazon Bedrock, then Google
+        // Vertex AI.
+        Example {
+            shows: "Claude fails over Anthropic -> Amazon Bedrock, OpenAI caller, streamed: the mock Anthropic answers 529 overloaded, Envoy signs the Bedrock attempt (SigV4) and the mock Bedrock checks it; its event stream comes back as OpenAI chunks",
+            expect: "200; x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:200; chunks \"Hello from Bedrock\", usage.cost, data: [DONE]",
+            command: format!(
+                "curl -sN localhost:{port}/v1/chat/completions -H 'content-type: application/json' \\\n    -H 'x-mock-behavior: anthropic-direct=529' -d '{}' -D -",
+                CLOUDS_OPENAI
+            ),
+        },
+        Example {
+            shows: "the same failover for an Anthropic Messages caller, streamed: Bedrock's event stream as Anthropic's own SSE events",
+            expect: "200; x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:200; event: message_start ... event: message_stop",
+            command: format!(
+                "curl -sN localhost:{port}/v1/messages -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' \\\n    -H 'x-mock-behavior: anthropic-direct=529' -d '{}' -D -",
+                CLOUDS_ANTHROPIC
+            ),
+        },
+        Example {
+            shows: "Bedrock throttled too: Claude on Google Vertex AI answers (streamRawPredict, the mock checks its access token), Anthropic caller, streamed",
+            expect: "200; x-switchyard-attempt-log: anthropic-direct:529,amazon-bedrock:429,google-vertex:200; event: message_start ... event: message_stop",
+            command: format!(
+                "curl -sN localhost:{port}/v1/messages -H 'content-type: application/json' -H 'anthropic-version: 2023-06-01' \\\n    -H 'x-mock-behavior: anthropic-direct=529,amazon-bedrock=429' -d '{}' -D -",
+                CLOUDS_THREE
+            ),
+        },
         Example {
             shows: "a Google generateContent caller (google-genai SDK): the model is in the path, routing fields in x-switchyard-routing",
             expect: "200; modelVersion: google/gemini-2.5-flash; the no-endpoint 404s come in Google's error shape",
@@ -191,7 +223,10 @@ fn main() {
             for p in &providers {
                 println!("  mock provider {:<17} 127.0.0.1:{}", p.name, p.addr.port());
             }
-            println!("Now, from the repository root: .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7");
+            let aws: Vec<String> =
+                switchyard_integration::envoy::TEST_AWS_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("Now, from the repository root (the fake AWS keys the mock Bedrock verifies):");
+            println!("  {} .venv/bin/envoy -c envoy/switchyard-demo.yaml --base-id 7", aws.join(" "));
             println!("Ctrl-C to stop.");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}

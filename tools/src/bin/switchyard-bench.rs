@@ -18,7 +18,9 @@
 //! comma-separated, "1024,10240,102400"), BENCH_BREAKDOWN (1: the breakdown rows), BENCH_LITELLM
 //! (1: the LiteLLM row, installing it on first use), BENCH_TRANSLATED (1: the full path translated,
 //! an OpenAI caller served by Anthropic Messages endpoints), BENCH_RESPONSES (1: a Responses API
-//! caller on the chat-completions endpoints, translated), BENCH_LIMITS (1: the full path under a
+//! caller on the chat-completions endpoints, translated), BENCH_BEDROCK (1: Claude on Amazon Bedrock,
+//! each attempt SigV4-signed by Envoy and the answer an AWS event stream decoded frame by frame: an
+//! Anthropic caller, and an OpenAI caller translated), BENCH_LIMITS (1: the full path under a
 //! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
 //! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
@@ -50,6 +52,8 @@ const MODEL: &str = "bench/model";
 const PATH: &str = "/v1/chat/completions";
 /// The Responses API's path (the `responses` caller of `--api`).
 const RESPONSES_PATH: &str = "/v1/responses";
+/// Anthropic's Messages path (the `anthropic` caller of `--api`).
+const MESSAGES_PATH: &str = "/v1/messages";
 /// The caller's key (LiteLLM refuses to start without a master key; Envoy ignores it).
 const CALLER_KEY: &str = "sk-bench-7d1e3a9c5b2f4680e1d3a5c7b9f20468";
 
@@ -114,18 +118,24 @@ fn load_main(args: &[String]) -> Result<i32, String> {
     let stream = get("stream")? == "1";
     let connections: usize = get("connections")?.parse().map_err(|e| format!("load: --connections: {e}"))?;
     let seconds: f64 = get("seconds")?.parse().map_err(|e| format!("load: --seconds: {e}"))?;
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("authorization".to_string(), format!("Bearer {CALLER_KEY}")),
+    ];
     let (path, body) = match opts.get("api").copied().unwrap_or("chat") {
         "chat" => (PATH, chat_body(MODEL, size, stream)),
         "responses" => (RESPONSES_PATH, responses_body(MODEL, size, stream)),
-        other => return Err(format!("load: --api {other:?} (chat or responses)")),
+        // The chat body (model, max_tokens, a user message, stream) is a Messages body too.
+        "anthropic" => {
+            headers.push(("anthropic-version".into(), "2023-06-01".into()));
+            (MESSAGES_PATH, chat_body(MODEL, size, stream))
+        }
+        other => return Err(format!("load: --api {other:?} (chat, responses or anthropic)")),
     };
     let spec = LoadSpec {
         addr,
         path: path.into(),
-        headers: vec![
-            ("content-type".into(), "application/json".into()),
-            ("authorization".into(), format!("Bearer {CALLER_KEY}")),
-        ],
+        headers,
         body,
         stream,
         connections,
@@ -356,6 +366,7 @@ struct Row {
 enum Caller {
     Chat,
     Responses,
+    Anthropic,
 }
 
 impl Caller {
@@ -363,6 +374,7 @@ impl Caller {
         match self {
             Caller::Chat => "chat",
             Caller::Responses => "responses",
+            Caller::Anthropic => "anthropic",
         }
     }
 }
@@ -421,6 +433,23 @@ fn translated_config(port: u16) -> StackConfig {
     let mut cfg = switchyard_config(port);
     for p in ["fast", "cheap"] {
         cfg.plugin_config["providers"][p]["apis"] = json!({"anthropic": {}});
+    }
+    cfg
+}
+
+/// Claude on Amazon Bedrock (`kind: bedrock`, no key): Envoy's `aws_request_signing` signs each
+/// attempt's final path and body (SigV4 over the body's SHA-256, the test kit's fake keys), the
+/// answer is an AWS event stream the per-attempt filter decodes frame by frame.
+fn bedrock_config(port: u16) -> StackConfig {
+    let mut cfg = switchyard_config(port);
+    for p in ["fast", "cheap"] {
+        let provider = &mut cfg.plugin_config["providers"][p];
+        provider["kind"] = json!("bedrock");
+        provider["authority"] = json!("bedrock-runtime.us-east-1.amazonaws.com");
+        provider["apis"] = json!({"anthropic": {}});
+        if let Some(o) = provider.as_object_mut() {
+            o.remove("credential");
+        }
     }
     cfg
 }
@@ -892,6 +921,20 @@ fn bench() -> Result<i32, String> {
             row.caller = Caller::Responses;
         }
     }
+    if env_on("BENCH_BEDROCK") {
+        // Beside the plain full path: the same routing with SigV4 signing and event-stream
+        // decoding, for an Anthropic caller (the stream's events unwrapped) and an OpenAI caller
+        // (translated as well).
+        for (name, caller, tag) in [
+            (BEDROCK_ROW, Caller::Anthropic, "bench-bedrock"),
+            (BEDROCK_TRANSLATED_ROW, Caller::Chat, "bench-bedrock-openai"),
+        ] {
+            add_envoy(&mut rows, &mut keep, name, Ok(bootstrap(&bedrock_config(mock_port))), tag);
+            if let Some(row) = rows.last_mut() {
+                row.caller = caller;
+            }
+        }
+    }
     if env_on("BENCH_BREAKDOWN") {
         // The floor of the shape (a Wasm body router that parses and decides nothing), request
         // side only and with the answer: the gap to the full path is Switchyard's own.
@@ -1112,6 +1155,9 @@ const TARGET_NATIVE_P50_US: f64 = 60.0;
 const TARGET_NATIVE_TTFB_US: f64 = 60.0;
 const NATIVE_ROW: &str = "Switchyard full path (native module)";
 const NATIVE_EVERY_ATTEMPT_ROW: &str = "- native, every attempt through the per-attempt filter (no twins)";
+/// Claude on Amazon Bedrock: SigV4 by Envoy and the event stream decoded (`BENCH_BEDROCK`).
+const BEDROCK_ROW: &str = "Switchyard Bedrock (Anthropic caller: SigV4 by Envoy, event stream)";
+const BEDROCK_TRANSLATED_ROW: &str = "Switchyard Bedrock translated (OpenAI caller, SigV4, event stream)";
 const QUIET_PLAIN_CPU_US: f64 = 40.0;
 const QUIET_OTHERS: f64 = 0.10;
 
