@@ -853,12 +853,12 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     if vertex::is_vertex_path(parts.uri.path()) {
         let owned = |name: &str| header(name).map(str::to_string);
         // A token a mock metadata server issued was checked (live, its issuer's) just above.
-        let issued = behavior.google_tokens.as_ref().and_then(|_| {
-            header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(|t| vec![t.to_string()])
-        });
-        let tokens = issued
-            .or_else(|| behavior.vertex_tokens.clone())
-            .unwrap_or_else(|| vec![vertex::TOKEN.to_string()]);
+        let issued = behavior
+            .google_tokens
+            .as_ref()
+            .and_then(|_| header("authorization").and_then(|a| a.strip_prefix("Bearer ")).map(|t| vec![t.to_string()]));
+        let tokens =
+            issued.or_else(|| behavior.vertex_tokens.clone()).unwrap_or_else(|| vec![vertex::TOKEN.to_string()]);
         let project = behavior.vertex_project.as_deref().unwrap_or(vertex::PROJECT);
         let served = vertex::Served { tokens: &tokens, project };
         let refused = match &on_vertex {
