@@ -325,7 +325,9 @@ async fn the_service_or_redis_going_away_gives_each_failure_mode_and_both_recove
     assert_eq!((closed.status, closed.json()["error"]["code"].as_str()), (503, Some("rate_limit_unavailable")));
     let after = failed(&mesh, "unavailable");
     assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "both admissions failed");
-    assert!(took >= Duration::from_millis(200), "each admission waited for its 100 ms timeout: {took:?}");
+    // Not 200 ms: Envoy's timers may fire a little early (a fresh clone's CI run measured
+    // 198.8 ms), and a refused connection (the killed service) ends in a few ms, far below.
+    assert!(took >= Duration::from_millis(150), "each admission waited for its 100 ms timeout: {took:?}");
     assert!(took < Duration::from_secs(5), "the timeout held: {took:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
