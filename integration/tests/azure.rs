@@ -8,7 +8,6 @@ mod common;
 
 use common::{launch, Stack};
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::mock::{received_in_order, Behavior, Received, AZURE_KEY};
 
 const API_VERSION: &str = "2024-10-21";
@@ -64,24 +63,6 @@ fn stack() -> &'static Stack {
     })
 }
 
-async fn post(path: &str, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-test-id", id)];
-    h.extend_from_slice(extra);
-    post_json(stack().addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"))
-}
-
-async fn openai(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("authorization", "Bearer caller-key")];
-    h.extend_from_slice(extra);
-    post("/v1/chat/completions", id, &h, body).await
-}
-
-async fn anthropic(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
-    h.extend_from_slice(extra);
-    post("/v1/messages", id, &h, body).await
-}
-
 fn msg() -> Value {
     json!([{"role": "user", "content": "hello"}])
 }
@@ -113,7 +94,9 @@ fn data(text: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn an_openai_caller_reaches_gpt_on_an_azure_deployment() {
-    let r = openai("az-plain", &[], json!({"model": "az/gpt", "messages": msg(), "provider": {"sort": "price"}})).await;
+    let r = stack()
+        .openai("az-plain", &[], json!({"model": "az/gpt", "messages": msg(), "provider": {"sort": "price"}}))
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     let v = r.json();
@@ -123,7 +106,7 @@ async fn an_openai_caller_reaches_gpt_on_an_azure_deployment() {
     assert_eq!(got.len(), 1);
     assert_azure_attempt(&got[0].1, "beta-az-gpt");
     // The v1 API: no api-version, the deployment as the body's model.
-    let r = openai("az-v1", &[], json!({"model": "az/v1", "messages": msg()})).await;
+    let r = stack().openai("az-v1", &[], json!({"model": "az/v1", "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let got = attempts("az-v1");
     assert_eq!((got[0].1.path.as_str(), got[0].1.header("api-key")), ("/openai/v1/chat/completions", Some(AZURE_KEY)));
@@ -133,7 +116,7 @@ async fn an_openai_caller_reaches_gpt_on_an_azure_deployment() {
 #[tokio::test]
 async fn a_stream_from_azure_reaches_the_caller_without_its_prompt_filter_chunk() {
     let body = json!({"model": "az/gpt-stream", "messages": msg(), "stream": true});
-    let r = openai("az-stream", &[("x-mock-behavior", "beta=chunks3")], body).await;
+    let r = stack().openai("az-stream", &[("x-mock-behavior", "beta=chunks3")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();
     assert!(!text.contains("prompt_filter_results"), "{text}");
@@ -155,7 +138,7 @@ async fn a_stream_from_azure_reaches_the_caller_without_its_prompt_filter_chunk(
 async fn a_tool_call_on_azure_plain_and_streamed() {
     let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
     let body = json!({"model": "az/gpt-tools", "messages": msg(), "tools": tools});
-    let r = openai("az-tool", &[("x-mock-behavior", "beta=tool")], body.clone()).await;
+    let r = stack().openai("az-tool", &[("x-mock-behavior", "beta=tool")], body.clone()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let call = &r.json()["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(
@@ -164,7 +147,7 @@ async fn a_tool_call_on_azure_plain_and_streamed() {
     );
     let mut streamed = body;
     streamed["stream"] = json!(true);
-    let r = openai("az-tool-s", &[("x-mock-behavior", "beta=tool")], streamed).await;
+    let r = stack().openai("az-tool-s", &[("x-mock-behavior", "beta=tool")], streamed).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let args: String = data(&r.text())
         .iter()
@@ -177,7 +160,7 @@ async fn a_tool_call_on_azure_plain_and_streamed() {
 #[tokio::test]
 async fn an_anthropic_caller_reaches_gpt_on_azure_translated() {
     let body = json!({"model": "az/anthropic", "max_tokens": 64, "messages": msg()});
-    let r = anthropic("az-an", &[], body.clone()).await;
+    let r = stack().anthropic("az-an", &[], body.clone()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!((v["type"].as_str(), v["role"].as_str()), (Some("message"), Some("assistant")), "{v}");
@@ -188,7 +171,7 @@ async fn an_anthropic_caller_reaches_gpt_on_azure_translated() {
     // Streamed: message_start carries the answer's id, never the prompt filter chunk's empty one.
     let mut streamed = body.clone();
     streamed["stream"] = json!(true);
-    let r = anthropic("az-an-s", &[], streamed).await;
+    let r = stack().anthropic("az-an-s", &[], streamed).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let events = data(&r.text());
     let start = events.iter().find(|e| e["type"] == "message_start").expect("message_start");
@@ -199,7 +182,7 @@ async fn an_anthropic_caller_reaches_gpt_on_azure_translated() {
     // A tool call, translated.
     let mut tools = body;
     tools["tools"] = json!([{"name": "get_weather", "input_schema": {"type": "object"}}]);
-    let r = anthropic("az-an-t", &[("x-mock-behavior", "beta=tool")], tools).await;
+    let r = stack().anthropic("az-an-t", &[("x-mock-behavior", "beta=tool")], tools).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let block = &r.json()["content"][0];
     assert_eq!(
@@ -214,7 +197,7 @@ async fn an_anthropic_caller_reaches_gpt_on_azure_translated() {
 #[tokio::test]
 async fn gpt_fails_over_from_openai_to_azure_plain_and_streamed() {
     let body = json!({"model": "az/fo", "messages": msg(), "provider": {"sort": "price"}});
-    let r = openai("az-fo", &[("x-mock-behavior", "alpha=503")], body).await;
+    let r = stack().openai("az-fo", &[("x-mock-behavior", "alpha=503")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((r.header("x-switchyard-provider"), r.header("x-switchyard-attempts")), (Some("beta"), Some("2")));
     let got = attempts("az-fo");
@@ -223,7 +206,7 @@ async fn gpt_fails_over_from_openai_to_azure_plain_and_streamed() {
     assert_eq!(got[0].1.header("api-key"), None, "Azure's key never reaches OpenAI");
     assert_azure_attempt(&got[1].1, "beta-az-fo");
     let body = json!({"model": "az/fo-stream", "messages": msg(), "stream": true, "provider": {"sort": "price"}});
-    let r = openai("az-fo-s", &[("x-mock-behavior", "alpha=429/3")], body).await;
+    let r = stack().openai("az-fo-s", &[("x-mock-behavior", "alpha=429/3")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
     assert!(!r.text().contains("prompt_filter_results"), "{}", r.text());
@@ -234,7 +217,7 @@ async fn gpt_fails_over_from_openai_to_azure_plain_and_streamed() {
 #[tokio::test]
 async fn a_key_azure_refuses_fails_over_to_the_next_deployment() {
     let body = json!({"model": "az/bad-key", "messages": msg(), "provider": {"sort": "price"}});
-    let r = openai("az-key", &[], body).await;
+    let r = stack().openai("az-key", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!((r.header("x-switchyard-provider"), r.header("x-switchyard-attempts")), (Some("beta"), Some("2")));
     let got = attempts("az-key");
@@ -249,12 +232,12 @@ async fn a_key_azure_refuses_fails_over_to_the_next_deployment() {
 async fn a_content_filter_refusal_is_the_answer_in_the_callers_shape() {
     // The prompt refused: Azure's 400, passed on, never failed over to alpha.
     let body = json!({"model": "az/filter", "messages": msg(), "provider": {"sort": "price"}});
-    let r = openai("az-cf", &[("x-mock-behavior", "beta=filter")], body.clone()).await;
+    let r = stack().openai("az-cf", &[("x-mock-behavior", "beta=filter")], body.clone()).await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "content_filter");
     assert_eq!(attempts("az-cf").iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), ["beta"]);
     let an = json!({"model": "az/filter", "max_tokens": 16, "messages": msg(), "provider": {"sort": "price"}});
-    let r = anthropic("az-cf-an", &[("x-mock-behavior", "beta=filter")], an.clone()).await;
+    let r = stack().anthropic("az-cf-an", &[("x-mock-behavior", "beta=filter")], an.clone()).await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["type"], "error", "{}", r.text());
     assert!(
@@ -265,13 +248,13 @@ async fn a_content_filter_refusal_is_the_answer_in_the_callers_shape() {
     // The answer cut by the output filter: finish_reason content_filter, Anthropic's refusal.
     let mut streamed = body;
     streamed["stream"] = json!(true);
-    let r = openai("az-cf-s", &[("x-mock-behavior", "beta=filterout")], streamed).await;
+    let r = stack().openai("az-cf-s", &[("x-mock-behavior", "beta=filterout")], streamed).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let finishes: Vec<Value> = data(&r.text()).iter().map(|c| c["choices"][0]["finish_reason"].clone()).collect();
     assert!(finishes.contains(&json!("content_filter")), "{}", r.text());
     let mut an_streamed = an;
     an_streamed["stream"] = json!(true);
-    let r = anthropic("az-cf-an-s", &[("x-mock-behavior", "beta=filterout")], an_streamed).await;
+    let r = stack().anthropic("az-cf-an-s", &[("x-mock-behavior", "beta=filterout")], an_streamed).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains(r#""stop_reason":"refusal""#), "{}", r.text());
     assert_eq!(attempts("az-cf-an-s").len(), 1);

@@ -8,7 +8,6 @@ mod common;
 
 use common::{launch, Stack};
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::mock::received_in_order;
 
 /// alpha speaks only OpenAI (chat completions and Responses, as OpenAI), beta only Anthropic,
@@ -62,24 +61,6 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(|| launch("translation", catalog(), |cfg| cfg.per_try_idle_timeout_ms = 2_000))
 }
 
-async fn post(s: &Stack, path: &str, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-test-id", id)];
-    h.extend_from_slice(extra);
-    post_json(s.addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"))
-}
-
-async fn openai(s: &Stack, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("authorization", "Bearer caller-key")];
-    h.extend_from_slice(extra);
-    post(s, "/v1/chat/completions", id, &h, body).await
-}
-
-async fn anthropic(s: &Stack, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
-    h.extend_from_slice(extra);
-    post(s, "/v1/messages", id, &h, body).await
-}
-
 /// Who received this test's attempts, in the order they arrived.
 fn receivers(s: &Stack, id: &str) -> Vec<String> {
     received_in_order(&s.providers, id).into_iter().map(|(p, _)| p).collect()
@@ -109,7 +90,7 @@ async fn openai_caller_reaches_an_anthropic_only_model() {
     let s = stack();
     let body = json!({"model": "t/claude", "max_tokens": 32, "temperature": 0.5, "seed": 7, "stop": "END",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]});
-    let r = openai(s, "oa-an", &[("x-mock-behavior", "beta=cached6")], body).await;
+    let r = s.openai("oa-an", &[("x-mock-behavior", "beta=cached6")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["object"], "chat.completion", "{v}");
@@ -146,7 +127,7 @@ async fn openai_stream_from_anthropic_is_translated_chunk_by_chunk() {
     let s = stack();
     let body = json!({"model": "t/claude-stream", "stream": true, "stream_options": {"include_usage": true},
         "max_tokens": 32, "messages": [{"role": "user", "content": "Hello"}]});
-    let r = openai(s, "oa-an-s", &[("x-mock-behavior", "beta=chunks4")], body).await;
+    let r = s.openai("oa-an-s", &[("x-mock-behavior", "beta=chunks4")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("content-type").is_some_and(|c| c.starts_with("text/event-stream")));
     let chunks = data(&r.text());
@@ -165,7 +146,7 @@ async fn openai_stream_from_anthropic_is_translated_chunk_by_chunk() {
     // Not asked: the same usage chunk last (as on OpenRouter; `routing.stream_usage` can keep
     // OpenAI's rule, tests/stream_usage.rs).
     let body = json!({"model": "t/claude-stream", "stream": true, "max_tokens": 32, "messages": [{"role": "user", "content": "Hi"}]});
-    let r = openai(s, "oa-an-s2", &[], body).await;
+    let r = s.openai("oa-an-s2", &[], body).await;
     let chunks = data(&r.text());
     let last = chunks.iter().rev().find(|c| c.is_object()).unwrap_or_else(|| panic!("{}", r.text()));
     assert_eq!(last["choices"], json!([]), "{}", r.text());
@@ -183,7 +164,7 @@ async fn a_tool_call_and_its_result_cross_apis_over_two_turns() {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
     let body = json!({"model": "t/claude-tools", "tools": tools, "tool_choice": "required",
         "messages": [{"role": "user", "content": "Weather in Paris?"}]});
-    let r = openai(s, "oa-tool-1", &[("x-mock-behavior", "beta=tool")], body).await;
+    let r = s.openai("oa-tool-1", &[("x-mock-behavior", "beta=tool")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     let call = &v["choices"][0]["message"]["tool_calls"][0];
@@ -202,14 +183,14 @@ async fn a_tool_call_and_its_result_cross_apis_over_two_turns() {
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": null, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]});
-    let r = openai(s, "oa-tool-2", &[], body).await;
+    let r = s.openai("oa-tool-2", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let sent = s.only_receiver("oa-tool-2").1.json();
     assert_eq!(sent["messages"][2]["content"][0]["type"], "tool_result", "{sent}");
     // Streamed: the call's arguments arrive as deltas.
     let body = json!({"model": "t/claude-tools", "stream": true, "tools": tools,
         "messages": [{"role": "user", "content": "Weather in Paris?"}]});
-    let r = openai(s, "oa-tool-3", &[("x-mock-behavior", "beta=tool")], body).await;
+    let r = s.openai("oa-tool-3", &[("x-mock-behavior", "beta=tool")], body).await;
     let chunks = data(&r.text());
     let args: String = chunks
         .iter()
@@ -223,7 +204,7 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
     let s = stack();
     // Anthropic caller, Google-only model.
     let body = json!({"model": "t/gemini", "max_tokens": 16, "system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]});
-    let r = anthropic(s, "an-go", &[], body).await;
+    let r = s.anthropic("an-go", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(
@@ -245,7 +226,7 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
     assert_eq!(got.json()["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
     // Anthropic caller, OpenAI-only model, streamed: Anthropic's event sequence.
     let body = json!({"model": "t/gpt-stream", "max_tokens": 16, "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
-    let r = anthropic(s, "an-oa-s", &[], body).await;
+    let r = s.anthropic("an-oa-s", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let names = events(&r.text());
     assert_eq!(names.first().map(String::as_str), Some("message_start"), "{}", r.text());
@@ -260,7 +241,7 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
     let path = "/v1beta/models/t/gpt:generateContent";
     let body =
         json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}], "generationConfig": {"maxOutputTokens": 8}});
-    let r = post(s, path, "go-oa", &[("x-goog-api-key", "caller-key")], body.clone()).await;
+    let r = s.post(path, "go-oa", &[("x-goog-api-key", "caller-key")], body.clone()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["candidates"][0]["content"]["parts"][0]["text"], "Hello from alpha", "{v}");
@@ -271,12 +252,10 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
     assert!(v["usageMetadata"]["promptTokenCount"].as_u64().is_some_and(|n| n > 0), "{v}");
     assert_eq!(s.only_receiver("go-oa").1.json()["max_completion_tokens"], 8);
     let path = "/v1beta/models/t/gemini-stream:streamGenerateContent?alt=sse";
-    let r = post(s, path, "an-go-s", &[("x-goog-api-key", "caller-key")], body).await;
+    let r = s.post(path, "an-go-s", &[("x-goog-api-key", "caller-key")], body).await;
     // (the Google caller on a Google model: untranslated, for comparison of shapes)
     assert_eq!(r.status, 200);
-    let r = anthropic(
-        s,
-        "an-go-s2",
+    let r = s.anthropic("an-go-s2",
         &[],
         json!({"model": "t/gemini-stream", "max_tokens": 16, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
     )
@@ -291,7 +270,7 @@ async fn anthropic_and_google_callers_reach_models_of_the_other_apis() {
     // A Google caller streaming without alt=sse gets one JSON array, as from Google.
     let path = "/v1beta/models/t/gpt-stream:streamGenerateContent";
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]});
-    let r = post(s, path, "go-oa-array", &[("x-goog-api-key", "caller-key")], body).await;
+    let r = s.post(path, "go-oa-array", &[("x-goog-api-key", "caller-key")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.header("content-type").is_some_and(|c| c.starts_with("application/json")));
     let chunks: Vec<Value> = serde_json::from_str(&r.text()).unwrap_or_else(|e| panic!("{e}: {}", r.text()));
@@ -331,12 +310,12 @@ async fn openrouter_fields_never_reach_a_provider_that_refuses_them() {
         for stream in [false, true] {
             let chat = json!({"model": model, "max_tokens": 2048, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]});
             let id = format!("or-oa-{model}-{stream}");
-            let r = openai(s, &id, &[], merged(chat, openrouter_fields(model))).await;
+            let r = s.openai(&id, &[], merged(chat, openrouter_fields(model))).await;
             assert_eq!(r.status, 200, "{id}: {}", r.text());
             assert_eq!(s.only_receiver(&id).0, provider);
             let messages = json!({"model": model, "max_tokens": 2048, "stream": stream, "messages": [{"role": "user", "content": "Hi"}]});
             let id = format!("or-an-{model}-{stream}");
-            let r = anthropic(s, &id, &[], merged(messages, openrouter_fields(model))).await;
+            let r = s.anthropic(&id, &[], merged(messages, openrouter_fields(model))).await;
             assert_eq!(r.status, 200, "{id}: {}", r.text());
             assert_eq!(s.only_receiver(&id).0, provider);
             let method = if stream { "streamGenerateContent?alt=sse" } else { "generateContent" };
@@ -345,7 +324,7 @@ async fn openrouter_fields_never_reach_a_provider_that_refuses_them() {
             let mut fields = openrouter_fields(model);
             fields.as_object_mut().unwrap().remove("preset");
             let id = format!("or-go-{model}-{stream}");
-            let r = post(s, &path, &id, &goog, merged(contents, fields)).await;
+            let r = s.post(&path, &id, &goog, merged(contents, fields)).await;
             assert_eq!(r.status, 200, "{id}: {}", r.text());
             assert_eq!(s.only_receiver(&id).0, provider);
         }
@@ -366,11 +345,11 @@ async fn openrouter_fields_never_reach_a_provider_that_refuses_them() {
     // neither it nor a prompt cache key.
     let oa = [("authorization", "Bearer caller-key")];
     let input = json!({"model": "t/or-gpt", "input": "Hi"});
-    let r = post(s, "/v1/responses", "or-responses", &oa, merged(input, openrouter_fields("t/or-gpt"))).await;
+    let r = s.post("/v1/responses", "or-responses", &oa, merged(input, openrouter_fields("t/or-gpt"))).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(sent("or-responses")["reasoning"], json!({"effort": "low"}));
     let prompt = json!({"model": "t/or-gpt", "prompt": "Hi"});
-    let r = post(s, "/v1/completions", "or-completions", &oa, merged(prompt, openrouter_fields("t/or-gpt"))).await;
+    let r = s.post("/v1/completions", "or-completions", &oa, merged(prompt, openrouter_fields("t/or-gpt"))).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(sent("or-completions")["user"], "user-1");
 }
@@ -378,24 +357,20 @@ async fn openrouter_fields_never_reach_a_provider_that_refuses_them() {
 #[tokio::test]
 async fn errors_and_refusals_come_in_the_callers_shape() {
     let s = stack();
-    let r = openai(
-        s,
-        "oa-err",
-        &[("x-mock-behavior", "beta=400")],
-        json!({"model": "t/claude-err", "messages": [{"role": "user", "content": "x"}]}),
-    )
-    .await;
+    let r = s
+        .openai(
+            "oa-err",
+            &[("x-mock-behavior", "beta=400")],
+            json!({"model": "t/claude-err", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     assert_eq!(r.status, 400, "{}", r.text());
     let v = r.json();
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     assert!(v["error"]["message"].is_string() && v.get("type").is_none(), "{v}");
-    let r = openai(
-        s,
-        "oa-n",
-        &[],
-        json!({"model": "t/claude-err", "n": 2, "messages": [{"role": "user", "content": "x"}]}),
-    )
-    .await;
+    let r = s
+        .openai("oa-n", &[], json!({"model": "t/claude-err", "n": 2, "messages": [{"role": "user", "content": "x"}]}))
+        .await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["param"], "n");
     assert!(receivers(s, "oa-n").is_empty());
@@ -405,7 +380,7 @@ async fn errors_and_refusals_come_in_the_callers_shape() {
 async fn a_plan_fails_over_from_an_anthropic_endpoint_to_an_openai_one() {
     let s = stack();
     let body = json!({"model": "t/fo", "max_tokens": 16, "provider": {"sort": "price"}, "messages": [{"role": "user", "content": "Hi"}]});
-    let r = openai(s, "fo", &[("x-mock-behavior", "beta=529")], body).await;
+    let r = s.openai("fo", &[("x-mock-behavior", "beta=529")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(receivers(s, "fo"), vec!["beta", "alpha"]);
     assert_eq!(r.header("x-switchyard-attempt-log"), Some("beta:529,alpha:200"));
@@ -429,7 +404,7 @@ async fn a_plan_fails_over_from_an_anthropic_endpoint_to_an_openai_one() {
     assert!(alpha.json()["messages"].is_array() && alpha.json().get("max_tokens").is_some());
     // Streamed.
     let body = json!({"model": "t/fo-stream", "stream": true, "provider": {"sort": "price"}, "messages": [{"role": "user", "content": "Hi"}]});
-    let r = openai(s, "fo-s", &[("x-mock-behavior", "beta=529")], body).await;
+    let r = s.openai("fo-s", &[("x-mock-behavior", "beta=529")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(receivers(s, "fo-s"), vec!["beta", "alpha"]);
     let chunks = data(&r.text());
@@ -438,24 +413,24 @@ async fn a_plan_fails_over_from_an_anthropic_endpoint_to_an_openai_one() {
     // An Anthropic caller: its own API first, then the OpenAI endpoint translated.
     let body = json!({"model": "t/fo-anthropic", "max_tokens": 16, "stream": true, "provider": {"sort": "price"},
         "messages": [{"role": "user", "content": "Hi"}]});
-    let r = anthropic(s, "fo-an", &[("x-mock-behavior", "beta=529")], body).await;
+    let r = s.anthropic("fo-an", &[("x-mock-behavior", "beta=529")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(receivers(s, "fo-an"), vec!["beta", "alpha"]);
     assert_eq!(events(&r.text()).last().map(String::as_str), Some("message_stop"), "{}", r.text());
     // A Google caller over all three APIs.
     let path = "/v1beta/models/t/fo-google:generateContent";
-    let r = post(
-        s,
-        path,
-        "fo-go",
-        &[
-            ("x-goog-api-key", "caller-key"),
-            ("x-mock-behavior", "gamma=503,beta=529"),
-            ("x-switchyard-routing", r#"{"provider": {"sort": "price"}}"#),
-        ],
-        json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}),
-    )
-    .await;
+    let r = s
+        .post(
+            path,
+            "fo-go",
+            &[
+                ("x-goog-api-key", "caller-key"),
+                ("x-mock-behavior", "gamma=503,beta=529"),
+                ("x-switchyard-routing", r#"{"provider": {"sort": "price"}}"#),
+            ],
+            json!({"contents": [{"role": "user", "parts": [{"text": "Hi"}]}]}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(receivers(s, "fo-go"), vec!["gamma", "beta", "alpha"]);
     assert_eq!(r.json()["candidates"][0]["content"]["parts"][0]["text"], "Hello from alpha");

@@ -10,7 +10,7 @@ mod common;
 
 use common::{launch, Stack};
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
+use switchyard_integration::client::Reply;
 use switchyard_integration::mock::vertex::{PROJECT, TOKEN};
 use switchyard_integration::mock::{received_in_order, Received};
 
@@ -70,24 +70,6 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(|| launch("vertex", catalog(), |cfg| cfg.per_try_idle_timeout_ms = 2_000))
 }
 
-async fn post(path: &str, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-test-id", id)];
-    h.extend_from_slice(extra);
-    post_json(stack().addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"))
-}
-
-async fn openai(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("authorization", "Bearer caller-key")];
-    h.extend_from_slice(extra);
-    post("/v1/chat/completions", id, &h, body).await
-}
-
-async fn anthropic(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
-    h.extend_from_slice(extra);
-    post("/v1/messages", id, &h, body).await
-}
-
 async fn google(id: &str, model: &str, stream: bool, extra: &[(&str, &str)], body: Value) -> Reply {
     let mut h = vec![("x-goog-api-key", "caller-key")];
     h.extend_from_slice(extra);
@@ -96,7 +78,7 @@ async fn google(id: &str, model: &str, stream: bool, extra: &[(&str, &str)], bod
     } else {
         format!("/v1beta/models/{model}:generateContent")
     };
-    post(&path, id, &h, body).await
+    stack().post(&path, id, &h, body).await
 }
 
 fn attempts(id: &str) -> Vec<(String, Received)> {
@@ -157,7 +139,7 @@ fn gemini_body() -> Value {
 #[tokio::test]
 async fn every_caller_reaches_claude_on_vertex_plain_and_streamed() {
     // OpenAI.
-    let r = openai("vx-oa", &[], json!({"model": "vx/claude", "max_tokens": 32, "messages": msg()})).await;
+    let r = stack().openai("vx-oa", &[], json!({"model": "vx/claude", "max_tokens": 32, "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from beta", "{v}");
@@ -165,7 +147,7 @@ async fn every_caller_reaches_claude_on_vertex_plain_and_streamed() {
     assert!(v["usage"]["cost"].as_f64().is_some_and(|c| c > 0.0), "{v}");
     assert_claude_attempt(&attempts("vx-oa")[0].1, false);
     let body = json!({"model": "vx/claude", "max_tokens": 32, "stream": true, "messages": msg()});
-    let r = openai("vx-oa-s", &[], body).await;
+    let r = stack().openai("vx-oa-s", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let chunks = data(&r.text());
     let said: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
@@ -173,12 +155,12 @@ async fn every_caller_reaches_claude_on_vertex_plain_and_streamed() {
     assert_eq!(chunks.last(), Some(&Value::String("[DONE]".into())));
     assert_claude_attempt(&attempts("vx-oa-s")[0].1, true);
     // Anthropic: its own stream, passed on.
-    let r = anthropic("vx-an", &[], json!({"model": "vx/claude", "max_tokens": 32, "messages": msg()})).await;
+    let r = stack().anthropic("vx-an", &[], json!({"model": "vx/claude", "max_tokens": 32, "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["content"][0]["text"], "Hello from beta");
     assert_claude_attempt(&attempts("vx-an")[0].1, false);
     let body = json!({"model": "vx/claude", "max_tokens": 32, "stream": true, "messages": msg()});
-    let r = anthropic("vx-an-s", &[], body).await;
+    let r = stack().anthropic("vx-an-s", &[], body).await;
     let text = r.text();
     assert!(text.contains("event: message_start") && text.contains("event: message_stop"), "{text}");
     assert_claude_attempt(&attempts("vx-an-s")[0].1, true);
@@ -197,22 +179,22 @@ async fn every_caller_reaches_claude_on_vertex_plain_and_streamed() {
 
 #[tokio::test]
 async fn every_caller_reaches_gemini_on_vertex_plain_and_streamed() {
-    let r = openai("vx-g-oa", &[], json!({"model": "vx/gemini", "messages": msg()})).await;
+    let r = stack().openai("vx-g-oa", &[], json!({"model": "vx/gemini", "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from delta", "{v}");
     assert!(v["usage"]["cost"].as_f64().is_some_and(|c| c > 0.0), "{v}");
     assert_gemini_attempt(&attempts("vx-g-oa")[0].1, false);
-    let r = openai("vx-g-oa-s", &[], json!({"model": "vx/gemini", "stream": true, "messages": msg()})).await;
+    let r = stack().openai("vx-g-oa-s", &[], json!({"model": "vx/gemini", "stream": true, "messages": msg()})).await;
     let said: String = data(&r.text()).iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(said, "tok0 tok1 tok2 ", "{}", r.text());
     assert_gemini_attempt(&attempts("vx-g-oa-s")[0].1, true);
-    let r = anthropic("vx-g-an", &[], json!({"model": "vx/gemini", "max_tokens": 32, "messages": msg()})).await;
+    let r = stack().anthropic("vx-g-an", &[], json!({"model": "vx/gemini", "max_tokens": 32, "messages": msg()})).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["content"][0]["text"], "Hello from delta");
     assert_gemini_attempt(&attempts("vx-g-an")[0].1, false);
     let body = json!({"model": "vx/gemini", "max_tokens": 32, "stream": true, "messages": msg()});
-    let r = anthropic("vx-g-an-s", &[], body).await;
+    let r = stack().anthropic("vx-g-an-s", &[], body).await;
     assert!(r.text().contains("event: message_stop"), "{}", r.text());
     assert_gemini_attempt(&attempts("vx-g-an-s")[0].1, true);
     // A Google caller: its own body, the usage priced.
@@ -235,7 +217,7 @@ async fn tool_calls_reach_the_caller_from_claude_and_gemini_on_vertex() {
     for (model, id, who) in [("vx/claude-tools", "vx-tool-c", "beta"), ("vx/gemini-tools", "vx-tool-g", "delta")] {
         let behavior = format!("{who}=tool");
         let body = json!({"model": model, "max_tokens": 32, "messages": msg(), "tools": tools});
-        let r = openai(id, &[("x-mock-behavior", &behavior)], body.clone()).await;
+        let r = stack().openai(id, &[("x-mock-behavior", &behavior)], body.clone()).await;
         assert_eq!(r.status, 200, "{id}: {}", r.text());
         let call = &r.json()["choices"][0]["message"]["tool_calls"][0];
         assert_eq!(call["function"]["name"], "get_weather", "{id}: {}", r.text());
@@ -244,7 +226,7 @@ async fn tool_calls_reach_the_caller_from_claude_and_gemini_on_vertex() {
         let mut streamed = body;
         streamed["stream"] = json!(true);
         let sid = format!("{id}-s");
-        let r = openai(&sid, &[("x-mock-behavior", &behavior)], streamed).await;
+        let r = stack().openai(&sid, &[("x-mock-behavior", &behavior)], streamed).await;
         let args: String = data(&r.text())
             .iter()
             .filter_map(|c| {
@@ -267,7 +249,7 @@ async fn an_anthropic_caller_fails_over_from_anthropic_to_vertex_on_529_and_429(
     ] {
         let id = format!("vx-fo-{fault}-{stream}");
         let body = json!({"model": model, "max_tokens": 32, "stream": stream, "messages": msg(), "provider": {"sort": "price"}});
-        let r = anthropic(&id, &[("x-mock-behavior", fault)], body).await;
+        let r = stack().anthropic(&id, &[("x-mock-behavior", fault)], body).await;
         assert_eq!(r.status, 200, "{id}: {}", r.text());
         assert_eq!(r.header("x-switchyard-provider"), Some("beta"), "{id}");
         let got = attempts(&id);
@@ -286,7 +268,7 @@ async fn an_anthropic_caller_fails_over_from_anthropic_to_vertex_on_529_and_429(
 #[tokio::test]
 async fn a_token_vertex_refuses_is_failed_over_and_never_shown() {
     let body = json!({"model": "vx/expired", "max_tokens": 32, "messages": msg(), "provider": {"sort": "price"}});
-    let r = anthropic("vx-expired", &[], body).await;
+    let r = stack().anthropic("vx-expired", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(who("vx-expired"), ["gamma", "beta"], "gamma's expired token refused, beta served");
     assert_only_the_token(&attempts("vx-expired")[0].1, EXPIRED);
@@ -294,7 +276,7 @@ async fn a_token_vertex_refuses_is_failed_over_and_never_shown() {
     // With nothing to fail over to, the refusal is the caller's answer (as any provider's
     // refused key), in its shape: Vertex's complaint, never the token.
     let body = json!({"model": "vx/expired-only", "max_tokens": 32, "messages": msg()});
-    let r = anthropic("vx-expired-only", &[], body.clone()).await;
+    let r = stack().anthropic("vx-expired-only", &[], body.clone()).await;
     assert_eq!(r.status, 401, "{}", r.text());
     let text = r.text();
     assert!(!text.contains(EXPIRED) && !text.contains(TOKEN), "{text}");
@@ -302,7 +284,7 @@ async fn a_token_vertex_refuses_is_failed_over_and_never_shown() {
         (r.json()["type"].as_str(), r.json()["error"]["type"].as_str()),
         (Some("error"), Some("authentication_error"))
     );
-    let r = openai("vx-expired-only-oa", &[], body).await;
+    let r = stack().openai("vx-expired-only-oa", &[], body).await;
     assert_eq!((r.status, r.json()["error"]["type"].as_str()), (401, Some("authentication_error")), "{}", r.text());
     assert!(!r.text().contains(EXPIRED));
 }
@@ -310,11 +292,11 @@ async fn a_token_vertex_refuses_is_failed_over_and_never_shown() {
 #[tokio::test]
 async fn vertexs_429_cools_the_endpoint_down_and_anthropic_answers() {
     let body = json!({"model": "vx/throttled", "max_tokens": 32, "messages": msg(), "provider": {"sort": "price"}});
-    let r = anthropic("vx-throttled", &[("x-mock-behavior", "beta=429")], body.clone()).await;
+    let r = stack().anthropic("vx-throttled", &[("x-mock-behavior", "beta=429")], body.clone()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(who("vx-throttled"), ["beta", "alpha"]);
     // beta cools down: the next request goes to alpha first though beta is cheaper and healthy.
-    let r = anthropic("vx-throttled-2", &[], body).await;
+    let r = stack().anthropic("vx-throttled-2", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(who("vx-throttled-2"), ["alpha"]);
 }
@@ -322,9 +304,9 @@ async fn vertexs_429_cools_the_endpoint_down_and_anthropic_answers() {
 #[tokio::test]
 async fn vertexs_quota_error_reaches_a_caller_in_its_own_shape() {
     // Only Vertex serves Gemini here: its 429 (RESOURCE_EXHAUSTED) is the caller's answer.
-    let r =
-        openai("vx-g-429", &[("x-mock-behavior", "delta=429")], json!({"model": "vx/gemini-429", "messages": msg()}))
-            .await;
+    let r = stack()
+        .openai("vx-g-429", &[("x-mock-behavior", "delta=429")], json!({"model": "vx/gemini-429", "messages": msg()}))
+        .await;
     assert_eq!(r.status, 429, "{}", r.text());
     assert_eq!(r.json()["error"]["type"], "rate_limit_error", "{}", r.text());
 }

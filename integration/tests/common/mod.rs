@@ -221,6 +221,27 @@ impl Stack {
         got.remove(0)
     }
 
+    /// POSTs `body` to `path` with the test id and the `extra` headers.
+    pub async fn post(&self, path: &str, test_id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
+        let mut h = vec![("x-test-id", test_id)];
+        h.extend_from_slice(extra);
+        post_json(self.addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{test_id}: {e}"))
+    }
+
+    /// An OpenAI chat completions caller (its own key, never forwarded).
+    pub async fn openai(&self, test_id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
+        let mut h = vec![("authorization", "Bearer caller-key")];
+        h.extend_from_slice(extra);
+        self.post("/v1/chat/completions", test_id, &h, body).await
+    }
+
+    /// An Anthropic Messages caller (its own key, never forwarded).
+    pub async fn anthropic(&self, test_id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
+        let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
+        h.extend_from_slice(extra);
+        self.post("/v1/messages", test_id, &h, body).await
+    }
+
     pub async fn chat(&self, test_id: &str, body: Value) -> Reply {
         self.chat_with(test_id, &[], body).await
     }
