@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 
 use super::downstream::Stream;
 use super::host::Action;
+use super::kind_test_kit::{self as kit, attempt, json_of, sent_body};
 use super::mock::MockHost;
 use super::upstream::Attempt;
-use super::{configure, Configured, Filter};
-use crate::protocol::scope::route_mark_path;
+use super::{Configured, Filter};
 use crate::providers::bedrock::eventstream::{event, exception};
 use crate::wiring::MODEL_FAILURE_HEADER;
 
@@ -37,49 +37,11 @@ const ONLY_BEDROCK: &str = r#"{"only":["amazon-bedrock"]}"#;
 const BEDROCK_ID_PATH: &str = "/model/us.anthropic.claude-sonnet-4-20250514-v1%3A0";
 
 fn configured() -> Rc<Configured> {
-    Rc::new(configure(CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("test config rejected: {e}")))
+    kit::configured(CONFIG)
 }
 
-/// Decides a request on `path` with `body` and the routing header's `provider` preferences.
 fn decide(host: &MockHost, config: &Rc<Configured>, path: &str, body: &str, provider: &str) -> Stream<MockHost> {
-    let routing = format!(r#"{{"provider": {provider}}}"#);
-    host.set_prop(&route_mark_path(), b"llm");
-    host.with_request_headers(&[
-        (":method", "POST"),
-        (":path", path),
-        (":authority", "gateway"),
-        ("content-type", "application/json"),
-        ("anthropic-version", "2023-06-01"),
-        ("x-switchyard-routing", &routing),
-    ]);
-    host.state().request_body = body.as_bytes().to_vec();
-    let mut stream = Stream::new(host.clone(), Rc::clone(config));
-    assert_eq!(stream.on_request_headers(false), Action::Pause);
-    let reply = |h: &MockHost| h.state().reply.as_ref().map(|r| String::from_utf8_lossy(&r.body).to_string());
-    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue, "{:?}", reply(host));
-    stream
-}
-
-/// Attempt `k` on `cluster`, its request headers and body as the filter leaves them.
-fn attempt(host: &MockHost, config: &Rc<Configured>, k: u64, cluster: &str) -> Attempt<MockHost> {
-    host.set_prop(&["upstream", "request_attempt_count"], &k.to_le_bytes());
-    host.set_prop(&["xds", "cluster_name"], cluster.as_bytes());
-    let mut a = Attempt::new(host.clone(), Rc::clone(config));
-    assert_eq!(a.on_request_headers(false), Action::Continue, "attempt {k} is sent");
-    let len = host.state().request_body.len();
-    assert_eq!(a.on_request_body(len, true), Action::Continue);
-    a
-}
-
-fn json_of(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
-}
-
-/// The request body as sent, checked against its content-length.
-fn sent_body(host: &MockHost) -> Value {
-    let body = host.state().request_body.clone();
-    assert_eq!(host.request_header_value("content-length"), Some(body.len().to_string()));
-    json_of(&body)
+    kit::decide(host, config, path, body, provider, &[])
 }
 
 fn b64(bytes: &[u8]) -> String {

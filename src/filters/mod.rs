@@ -22,6 +22,8 @@ pub mod first;
 pub mod gauges;
 pub mod host;
 mod internals;
+#[cfg(test)]
+mod kind_test_kit;
 pub mod mesh;
 #[cfg(test)]
 pub mod mock;

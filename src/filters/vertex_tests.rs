@@ -4,14 +4,14 @@
 
 use std::rc::Rc;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::downstream::Stream;
 use super::host::Action;
+use super::kind_test_kit::{self as kit, attempt, json_of, sent_body};
 use super::mock::MockHost;
 use super::upstream::Attempt;
-use super::{configure, Configured, Filter};
-use crate::protocol::scope::route_mark_path;
+use super::{Configured, Filter};
 use crate::wiring::MODEL_FAILURE_HEADER;
 
 /// Claude from Anthropic (cheaper: tried first) and Vertex; Gemini from Vertex only.
@@ -42,51 +42,15 @@ const CLAUDE: &str = "/v1/projects/proj-1/locations/us-east5/publishers/anthropi
 const GEMINI: &str = "/v1/projects/proj-1/locations/us-east5/publishers/google/models/gemini-2.5-pro";
 const ONLY_VERTEX: &str = r#"{"only":["google-vertex"]}"#;
 
+/// The attempt carries Vertex's token as a bearer and no one else's key.
 fn configured() -> Rc<Configured> {
-    Rc::new(configure(CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("test config rejected: {e}")))
+    kit::configured(CONFIG)
 }
 
 fn decide(host: &MockHost, config: &Rc<Configured>, path: &str, body: &str, provider: &str) -> Stream<MockHost> {
-    let routing = format!(r#"{{"provider": {provider}}}"#);
-    host.set_prop(&route_mark_path(), b"llm");
-    host.with_request_headers(&[
-        (":method", "POST"),
-        (":path", path),
-        (":authority", "gateway"),
-        ("content-type", "application/json"),
-        ("anthropic-version", "2023-06-01"),
-        ("x-goog-api-key", "caller-google-key"),
-        ("x-switchyard-routing", &routing),
-    ]);
-    host.state().request_body = body.as_bytes().to_vec();
-    let mut stream = Stream::new(host.clone(), Rc::clone(config));
-    assert_eq!(stream.on_request_headers(false), Action::Pause);
-    let reply = |h: &MockHost| h.state().reply.as_ref().map(|r| String::from_utf8_lossy(&r.body).to_string());
-    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue, "{:?}", reply(host));
-    stream
+    kit::decide(host, config, path, body, provider, &[("x-goog-api-key", "caller-google-key")])
 }
 
-fn attempt(host: &MockHost, config: &Rc<Configured>, k: u64, cluster: &str) -> Attempt<MockHost> {
-    host.set_prop(&["upstream", "request_attempt_count"], &k.to_le_bytes());
-    host.set_prop(&["xds", "cluster_name"], cluster.as_bytes());
-    let mut a = Attempt::new(host.clone(), Rc::clone(config));
-    assert_eq!(a.on_request_headers(false), Action::Continue, "attempt {k} is sent");
-    let len = host.state().request_body.len();
-    assert_eq!(a.on_request_body(len, true), Action::Continue);
-    a
-}
-
-fn json_of(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(bytes)))
-}
-
-fn sent_body(host: &MockHost) -> Value {
-    let body = host.state().request_body.clone();
-    assert_eq!(host.request_header_value("content-length"), Some(body.len().to_string()));
-    json_of(&body)
-}
-
-/// The attempt carries Vertex's token as a bearer and no one else's key.
 fn assert_vertex_token(host: &MockHost) {
     assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer ya29.vertex-token"));
     assert_eq!(host.request_header_value("x-api-key"), None);
@@ -255,8 +219,7 @@ fn claude_on_vertex_carries_the_token_the_metadata_server_issued() {
         r#""credential": {"value": "ya29.vertex-token"}"#,
         r#""credential": {"google_metadata": {"cluster": "gcp_metadata"}}"#,
     );
-    let config =
-        Rc::new(configure(with_metadata.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("config rejected: {e}")));
+    let config = kit::configured(&with_metadata);
     let host = MockHost::new();
     let mut fetcher = super::tokens::TokenFetcher::default();
     fetcher.tick(&host, &config.catalog, 1_000); // creates the record
