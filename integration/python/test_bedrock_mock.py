@@ -3,17 +3,12 @@ provider of the demo stack (every mock answers Bedrock's paths, `integration/src
 with the mock's test credentials, invokes and streams; a wrong secret or an unknown key is refused
 with AWS's exceptions, and the mock's throttling and in-stream exceptions reach boto3 as AWS's."""
 import json
-import os
-import signal
-import subprocess
-import time
 
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
-from conftest import DEMO
 
 # integration/src/mock/bedrock.rs: ACCESS_KEY, SECRET_KEY.
 ACCESS_KEY = "AKIDMOCKBEDROCK00001"
@@ -21,31 +16,6 @@ SECRET_KEY = "mock/bedrock/secret/key/0123456789abcdefgh"
 MODEL = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 BODY = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 32,
                    "messages": [{"role": "user", "content": "hi"}]})
-
-
-@pytest.fixture(scope="module")
-def mock_provider():
-    """(name, endpoint URL) of one mock provider of a fresh demo stack."""
-    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        found = None
-        while time.time() < deadline and not found:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.strip().startswith("mock provider "):
-                name, addr = line.split()[2], line.split()[3]
-                found = (name, f"http://{addr}")
-        assert found, "no mock provider listed"
-        yield found
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def client(endpoint, key=ACCESS_KEY, secret=SECRET_KEY, behavior=None):

@@ -6,11 +6,9 @@ streams as `application/vnd.amazon.eventstream` frames, which the filter decodes
 own stream. Runs against the demo stack (`conftest.py`)."""
 import json
 
-import anthropic
-import openai
 import pytest
-from google import genai
-from google.genai import types
+
+from conftest import genai_client
 
 CLAUDE = "anthropic/claude-sonnet-4-5"  # anthropic-direct, amazon-bedrock, google-vertex
 BEDROCK_ONLY = {"x-switchyard-routing": json.dumps({"provider": {"only": ["amazon-bedrock"]}})}
@@ -18,28 +16,8 @@ TEXT = "Hello from Bedrock"
 
 
 @pytest.fixture(scope="module")
-def oa(demo_port):
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{demo_port}/v1", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
-def an(demo_port):
-    return anthropic.Anthropic(
-        base_url=f"http://127.0.0.1:{demo_port}", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
 def gg(demo_port):
-    return genai.Client(
-        api_key="caller-key-never-forwarded",
-        http_options=types.HttpOptions(
-            base_url=f"http://127.0.0.1:{demo_port}", api_version="v1beta", timeout=20_000,
-            headers=BEDROCK_ONLY, retry_options=types.HttpRetryOptions(attempts=1),
-        ),
-    )
+    return genai_client(demo_port, headers=BEDROCK_ONLY)
 
 
 def test_openai_sdk_plain_and_streamed(oa):

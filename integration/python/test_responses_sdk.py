@@ -30,13 +30,6 @@ WEATHER = {
 }
 
 
-@pytest.fixture(scope="module")
-def oa(demo_port):
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{demo_port}/v1", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
 @pytest.mark.parametrize("model,provider,extra", FAMILIES)
 def test_responses_create_plain(oa, model, provider, extra):
     raw = oa.responses.with_raw_response.create(

@@ -10,7 +10,6 @@ import json
 import anthropic
 import openai
 import pytest
-from google import genai
 from google.genai import errors, types
 
 CLAUDE = "anthropic/claude-haiku-4-5"  # anthropic-direct, Messages API only: $1 / $5, cached $0.1
@@ -21,33 +20,6 @@ WEATHER = {
     "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-
-
-@pytest.fixture(scope="module")
-def oa(demo_port):
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{demo_port}/v1", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
-def an(demo_port):
-    return anthropic.Anthropic(
-        base_url=f"http://127.0.0.1:{demo_port}", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
-def go(demo_port):
-    return genai.Client(
-        api_key="caller-key-never-forwarded",
-        http_options=types.HttpOptions(
-            base_url=f"http://127.0.0.1:{demo_port}",
-            api_version="v1beta",
-            timeout=20_000,
-            retry_options=types.HttpRetryOptions(attempts=1),
-        ),
-    )
 
 
 def close(a, b):
@@ -213,8 +185,8 @@ def test_anthropic_sdk_errors_from_google(an):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_genai_plain_answer_with_system_instruction_from_anthropic(go):
-    r = go.models.generate_content(
+def test_genai_plain_answer_with_system_instruction_from_anthropic(gg):
+    r = gg.models.generate_content(
         model=CLAUDE,
         contents="Hello",
         config=types.GenerateContentConfig(system_instruction="Be brief.", max_output_tokens=64),
@@ -226,22 +198,22 @@ def test_genai_plain_answer_with_system_instruction_from_anthropic(go):
     assert r.usage_metadata.prompt_token_count > 0
 
 
-def test_genai_stream_from_openai(go):
-    chunks = list(go.models.generate_content_stream(model=MISTRAL, contents="Hello"))
+def test_genai_stream_from_openai(gg):
+    chunks = list(gg.models.generate_content_stream(model=MISTRAL, contents="Hello"))
     assert "".join(c.text or "" for c in chunks).startswith("tok0 tok1 ")
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
     u = chunks[-1].usage_metadata
     assert u.candidates_token_count > 0 and u.total_token_count == u.prompt_token_count + u.candidates_token_count
 
 
-def test_genai_function_call_and_response_over_two_turns_from_anthropic(go):
+def test_genai_function_call_and_response_over_two_turns_from_anthropic(gg):
     tool = types.Tool(function_declarations=[types.FunctionDeclaration(**WEATHER)])
     cfg = types.GenerateContentConfig(
         tools=[tool],
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
         http_options=types.HttpOptions(headers={"x-mock-behavior": "anthropic-direct=tool"}),
     )
-    first = go.models.generate_content(model=CLAUDE, contents="Weather in Paris?", config=cfg)
+    first = gg.models.generate_content(model=CLAUDE, contents="Weather in Paris?", config=cfg)
     call = first.function_calls[0]
     assert call.name == "get_weather" and call.args == {"city": "Paris"}
     history = [
@@ -252,7 +224,7 @@ def test_genai_function_call_and_response_over_two_turns_from_anthropic(go):
             parts=[types.Part.from_function_response(name="get_weather", response={"result": "sunny"})],
         ),
     ]
-    second = go.models.generate_content(
+    second = gg.models.generate_content(
         model=CLAUDE,
         contents=history,
         config=types.GenerateContentConfig(
@@ -262,8 +234,8 @@ def test_genai_function_call_and_response_over_two_turns_from_anthropic(go):
     assert second.text == "Hello from anthropic-direct"
 
 
-def test_genai_structured_output_and_errors_from_openai(go):
-    r = go.models.generate_content(
+def test_genai_structured_output_and_errors_from_openai(gg):
+    r = gg.models.generate_content(
         model=MISTRAL,
         contents="A city",
         config=types.GenerateContentConfig(
@@ -273,7 +245,7 @@ def test_genai_structured_output_and_errors_from_openai(go):
     )
     assert r.text == "Hello from fireworks"
     with pytest.raises(errors.ClientError) as e:
-        go.models.generate_content(
+        gg.models.generate_content(
             model=MISTRAL,
             contents="x",
             config=types.GenerateContentConfig(http_options=types.HttpOptions(headers={"x-mock-behavior": "fireworks=429/1"})),
@@ -302,8 +274,8 @@ def test_openai_sdk_reasoning_effort_on_claude_comes_back_as_message_reasoning(o
     assert "".join(c.choices[0].delta.content or "" for c in chunks).startswith("tok0 ")
 
 
-def test_genai_thinking_from_claude_comes_back_as_thought_parts(go):
-    r = go.models.generate_content(
+def test_genai_thinking_from_claude_comes_back_as_thought_parts(gg):
+    r = gg.models.generate_content(
         model=CLAUDE,
         contents="Why?",
         config=types.GenerateContentConfig(

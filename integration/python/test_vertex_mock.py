@@ -3,9 +3,6 @@
 Vertex's paths, `integration/src/mock/vertex.rs`) with the mock's access token, generate and
 stream; a token the mock does not accept is refused as Vertex refuses it (401 UNAUTHENTICATED),
 and its quota error reaches the SDKs as Vertex's 429 RESOURCE_EXHAUSTED."""
-import signal
-import subprocess
-import time
 
 import anthropic
 import pytest
@@ -14,37 +11,11 @@ from google import genai
 from google.genai import errors, types
 from google.oauth2.credentials import Credentials
 
-from conftest import DEMO
 
 # integration/src/mock/vertex.rs: TOKEN, PROJECT.
 TOKEN = "ya29.mock-vertex-access-token-0001"
 PROJECT = "switchyard-llm"
 LOCATION = "us-east5"
-
-
-@pytest.fixture(scope="module")
-def mock_provider():
-    """(name, endpoint URL) of one mock provider of a fresh demo stack."""
-    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 60
-        found = None
-        while time.time() < deadline and not found:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if line.strip().startswith("mock provider "):
-                name, addr = line.split()[2], line.split()[3]
-                found = (name, f"http://{addr}")
-        assert found, "no mock provider listed"
-        yield found
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def gemini(endpoint, token=TOKEN, headers=None):

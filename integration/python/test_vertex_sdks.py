@@ -4,10 +4,7 @@ streamed and with a tool call. The mock's Vertex refuses what Vertex refuses (it
 and location, Claude's body without `model` and with `anthropic_version: vertex-2023-10-16`, every
 Gemini turn with a role), so a mapping mistake fails here. Runs against the demo stack
 (`conftest.py`)."""
-import anthropic
-import openai
 import pytest
-from google import genai
 from google.genai import types
 
 CLAUDE = "anthropic/claude-sonnet-4.5"  # google-vertex only (claude-sonnet-4-5@20250929): $3 / $15
@@ -18,31 +15,6 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 TOOL = {"x-mock-behavior": "google-vertex=tool"}
-
-
-@pytest.fixture(scope="module")
-def oa(demo_port):
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{demo_port}/v1", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
-def an(demo_port):
-    return anthropic.Anthropic(
-        base_url=f"http://127.0.0.1:{demo_port}", api_key="caller-key-never-forwarded", max_retries=0, timeout=20
-    )
-
-
-@pytest.fixture(scope="module")
-def gg(demo_port):
-    return genai.Client(
-        api_key="caller-key-never-forwarded",
-        http_options=types.HttpOptions(
-            base_url=f"http://127.0.0.1:{demo_port}", api_version="v1beta", timeout=20_000,
-            retry_options=types.HttpRetryOptions(attempts=1),
-        ),
-    )
 
 
 @pytest.mark.parametrize("model", [CLAUDE, GEMINI])
