@@ -133,20 +133,8 @@ fn an_answer_after_a_reload_is_stored_for_the_source_that_asked_and_a_lost_one_i
 
 /// Decides a request pinned to the token provider (then the keyed one).
 fn decide(host: &MockHost, config: &Rc<Configured>) -> Stream<MockHost> {
-    let body =
-        r#"{"model":"m/chat","messages":[{"role":"user","content":"hi"}],"provider":{"order":["vertexish","keyed"]}}"#;
-    host.set_prop(&route_mark_path(), b"llm");
-    host.with_request_headers(&[
-        (":method", "POST"),
-        (":path", "/v1/chat/completions"),
-        (":authority", "gateway"),
-        ("content-type", "application/json"),
-        ("authorization", "Bearer caller-own-key"),
-    ]);
-    host.state().request_body = body.as_bytes().to_vec();
-    let mut stream = Stream::new(host.clone(), Rc::clone(config));
-    assert_eq!(stream.on_request_headers(false), Action::Pause);
-    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    let (stream, action, reply) = decide_with(host, config, r#"{"order":["vertexish","keyed"]}"#);
+    assert_eq!((action, reply), (Action::Continue, None));
     stream
 }
 
@@ -171,8 +159,13 @@ fn each_attempt_carries_its_own_provider_credential_only() {
     assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer keyed-secret"));
 }
 
-/// Decides a request with these `provider` preferences; the local reply if it was refused.
-fn decide_with(host: &MockHost, config: &Rc<Configured>, provider: &str) -> Option<(u32, String)> {
+/// Decides a request with these `provider` preferences (the caller sends its own key): the
+/// stream, what its body callback returned, and the local reply if it was refused.
+fn decide_with(
+    host: &MockHost,
+    config: &Rc<Configured>,
+    provider: &str,
+) -> (Stream<MockHost>, Action, Option<(u32, String)>) {
     let body = format!(r#"{{"model":"m/chat","messages":[{{"role":"user","content":"hi"}}],"provider":{provider}}}"#);
     host.set_prop(&route_mark_path(), b"llm");
     host.with_request_headers(&[
@@ -180,13 +173,14 @@ fn decide_with(host: &MockHost, config: &Rc<Configured>, provider: &str) -> Opti
         (":path", "/v1/chat/completions"),
         (":authority", "gateway"),
         ("content-type", "application/json"),
+        ("authorization", "Bearer caller-own-key"),
     ]);
     host.state().request_body = body.as_bytes().to_vec();
     let mut stream = Stream::new(host.clone(), Rc::clone(config));
     assert_eq!(stream.on_request_headers(false), Action::Pause);
-    stream.on_request_body(body.len(), true);
+    let action = stream.on_request_body(body.len(), true);
     let reply = host.state().reply.clone();
-    reply.map(|r| (r.status, String::from_utf8_lossy(&r.body).to_string()))
+    (stream, action, reply.map(|r| (r.status, String::from_utf8_lossy(&r.body).to_string())))
 }
 
 #[test]
@@ -200,7 +194,7 @@ fn without_a_usable_token_the_provider_is_skipped_at_once_and_counted() {
         }
         host.state().now_ms = now;
         // Ordered first, it is skipped: the first attempt goes to the keyed provider.
-        assert_eq!(decide_with(&host, &config, r#"{"order":["vertexish","keyed"]}"#), None);
+        assert_eq!(decide_with(&host, &config, r#"{"order":["vertexish","keyed"]}"#).2, None);
         assert_eq!(host.counter(&missing_metric("vertexish")), 1);
         let plan =
             crate::protocol::plan::AttemptPlan::decode(&host.prop(&[crate::protocol::plan::PLAN_PROPERTY]).unwrap())
@@ -214,7 +208,7 @@ fn without_a_usable_token_the_provider_is_skipped_at_once_and_counted() {
         if let Some(r) = &stored {
             host.state().shared.insert(KEY.into(), (r.encode(), 1));
         }
-        let (status, body) = decide_with(&host, &config, r#"{"only":["vertexish"]}"#).expect("refused");
+        let (status, body) = decide_with(&host, &config, r#"{"only":["vertexish"]}"#).2.expect("refused");
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("credential_unavailable"), "{body}");
         assert!(!body.contains("old"), "{body}");
