@@ -407,25 +407,7 @@ impl Native {
         // Envoy's callout takes the authority as `host`, as the gRPC calls send it.
         let headers: Vec<ModuleHttpHeader> =
             headers.iter().map(|(k, v)| ModuleHttpHeader::of(if *k == ":authority" { "host" } else { k }, v)).collect();
-        let mut id: u64 = 0;
-        // SAFETY: the pointers describe live buffers for the call; Envoy copies them. Only the
-        // main thread's tick calls this.
-        let init = unsafe {
-            envoy_dynamic_module_callback_http_filter_config_http_callout(
-                self.config,
-                &mut id,
-                ModuleBuffer::of(cluster.as_bytes()),
-                headers.as_ptr(),
-                headers.len(),
-                ModuleBuffer::of(&[]),
-                u64::from(timeout_ms),
-            )
-        };
-        if init != CALLOUT_INIT_SUCCESS {
-            log::warn!("switchyard: HTTP call to cluster {cluster} refused (callout init {init})");
-            return None;
-        }
-        Some(id)
+        self.start_callout(false, cluster, &headers, &[], timeout_ms, "HTTP")
     }
 
     fn callout(&self, target: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
@@ -436,18 +418,32 @@ impl Native {
         let headers: Vec<ModuleHttpHeader> =
             grpc_headers(&authority, &path, &timeout).iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
         let body = grpc_frame(message);
+        self.start_callout(self.has_stream(), cluster, &headers, &body, timeout_ms, "gRPC")
+    }
+
+    /// Starts a callout on the stream's behalf (`on_stream`) or the configuration's (the
+    /// main thread's tick: no stream); its id, or None (logged) when Envoy refuses it.
+    fn start_callout(
+        &self,
+        on_stream: bool,
+        cluster: &str,
+        headers: &[ModuleHttpHeader],
+        body: &[u8],
+        timeout_ms: u32,
+        what: &str,
+    ) -> Option<u64> {
         let mut id: u64 = 0;
         // SAFETY: the pointers describe live buffers for the call; Envoy copies them. The
         // configuration-level callout is only made from the main thread (the tick).
         let init = unsafe {
-            if self.has_stream() {
+            if on_stream {
                 envoy_dynamic_module_callback_http_filter_http_callout(
                     self.filter,
                     &mut id,
                     ModuleBuffer::of(cluster.as_bytes()),
                     headers.as_ptr(),
                     headers.len(),
-                    ModuleBuffer::of(&body),
+                    ModuleBuffer::of(body),
                     u64::from(timeout_ms),
                 )
             } else {
@@ -457,13 +453,13 @@ impl Native {
                     ModuleBuffer::of(cluster.as_bytes()),
                     headers.as_ptr(),
                     headers.len(),
-                    ModuleBuffer::of(&body),
+                    ModuleBuffer::of(body),
                     u64::from(timeout_ms),
                 )
             }
         };
         if init != CALLOUT_INIT_SUCCESS {
-            log::warn!("switchyard: gRPC call to cluster {cluster} refused (callout init {init})");
+            log::warn!("switchyard: {what} call to cluster {cluster} refused (callout init {init})");
             return None;
         }
         Some(id)
