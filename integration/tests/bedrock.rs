@@ -61,20 +61,21 @@ struct Stack {
     providers: Vec<switchyard_integration::mock::MockProvider>,
 }
 
+/// The test catalog over the mock providers: alpha..delta and the pass-through origin.
+fn stack_config(providers: &[switchyard_integration::mock::MockProvider]) -> StackConfig {
+    let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
+    let clusters = ["alpha", "beta", "gamma", "delta"]
+        .iter()
+        .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
+        .collect();
+    StackConfig::new(catalog(), clusters, Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }))
+}
+
 fn stack() -> &'static Stack {
     static STACK: std::sync::OnceLock<Stack> = std::sync::OnceLock::new();
     STACK.get_or_init(|| {
         keep_running("bedrock", PROVIDERS.iter().map(|p| p.to_string()).collect(), |providers| {
-            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-            let clusters = ["alpha", "beta", "gamma", "delta"]
-                .iter()
-                .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
-                .collect();
-            let mut cfg = StackConfig::new(
-                catalog(),
-                clusters,
-                Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }),
-            );
+            let mut cfg = stack_config(&providers);
             cfg.per_try_idle_timeout_ms = 2_000;
             // Envoy's credential chain reads its environment first; no instance metadata.
             let env = [
@@ -243,16 +244,7 @@ fn rotation_stack() -> &'static (Stack, std::path::PathBuf) {
         let f = file.clone();
         let stack =
             keep_running("bedrock-rotation", PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
-                let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-                let clusters = ["alpha", "beta", "gamma", "delta"]
-                    .iter()
-                    .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
-                    .collect();
-                let mut cfg = StackConfig::new(
-                    catalog(),
-                    clusters,
-                    Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }),
-                );
+                let mut cfg = stack_config(&providers);
                 cfg.aws_credentials_file = Some(f);
                 let envoy = Envoy::start_with_env(&cfg, "bedrock-rotation", &[("AWS_EC2_METADATA_DISABLED", "true")])
                     .unwrap_or_else(|e| panic!("envoy: {e}"));
