@@ -1059,5 +1059,5 @@ pub fn plan_under(
 }
 
 #[cfg(test)]
-#[path = "router_tests.rs"]
+#[path = "router_tests/mod.rs"]
 mod tests;
