@@ -4,7 +4,7 @@
 //! Identity binds a Google service account with.
 
 use serde_json::{json, Value};
-use switchyard::tokens::google::METADATA_ADDRESS;
+use switchyard::tokens::METADATA_ADDRESS;
 
 /// GKE Workload Identity: the annotation on a Kubernetes ServiceAccount naming the Google
 /// service account its pods act as (the metadata server then issues that account's tokens).
