@@ -165,9 +165,10 @@ pub struct StackConfig {
     /// Where the rate limit service of `rate_limits.service.cluster` listens (host or IP,
     /// port); its cluster is generated when the plugin configuration has `rate_limits`.
     pub rate_limit_service: Option<(String, u16)>,
-    /// Where the metadata server of `credential.google_metadata.cluster` listens (host or IP,
-    /// port); None: Google's own, `169.254.169.254:80` (GKE, GCE). Its cluster is generated when
-    /// a provider names one.
+    /// Where the metadata server of `credential.google_metadata.cluster` and
+    /// `credential.azure_managed_identity.cluster` listens (host or IP, port); None: the clouds'
+    /// own, `169.254.169.254:80` (GKE, GCE; Azure IMDS). Its cluster is generated when a provider
+    /// names one.
     pub metadata_server: Option<(String, u16)>,
     /// An AWS credentials file Envoy's SigV4 signing reads (Bedrock providers), watched: a
     /// rewritten file (renamed into place) is used from the next attempt on. None: Envoy's default

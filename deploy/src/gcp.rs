@@ -1,10 +1,11 @@
-//! Google Cloud: the cluster of the metadata server that providers with
-//! `credential.google_metadata` get their OAuth2 access tokens from (the module fetches them
-//! from the root context's tick), and the Kubernetes service-account annotation GKE Workload
-//! Identity binds a Google service account with.
+//! The clouds' metadata servers: the cluster that providers with `credential.google_metadata`
+//! (Google's metadata server) or `credential.azure_managed_identity` (Azure's Instance Metadata
+//! Service) get their access tokens from (the module fetches them from the root context's
+//! tick); both listen on `169.254.169.254:80`, plain HTTP. And the Kubernetes service-account
+//! annotations that GKE Workload Identity and EKS IRSA bind a cloud identity with.
 
 use serde_json::{json, Value};
-use switchyard::tokens::google::METADATA_ADDRESS;
+use switchyard::tokens::METADATA_ADDRESS;
 
 /// GKE Workload Identity: the annotation on a Kubernetes ServiceAccount naming the Google
 /// service account its pods act as (the metadata server then issues that account's tokens).
@@ -14,8 +15,8 @@ pub const GKE_SA_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
 pub const EKS_ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 
 /// The metadata-server clusters the plugin configuration's providers name (one per distinct
-/// `credential.google_metadata.cluster`, in catalog order), at `address` (None: the metadata
-/// server's own, `169.254.169.254:80`). Plain HTTP/1.1: the server is link-local and speaks
+/// `credential.google_metadata.cluster` or `credential.azure_managed_identity.cluster`, in
+/// catalog order), at `address` (None: the metadata servers' own, `169.254.169.254:80`). Plain HTTP/1.1: the server is link-local and speaks
 /// nothing else. None for a configuration the filter would refuse.
 pub fn metadata_clusters(plugin_config: &Value, address: Option<&(String, u16)>) -> Vec<Value> {
     let Ok(catalog) =
@@ -33,7 +34,10 @@ pub fn metadata_clusters(plugin_config: &Value, address: Option<&(String, u16)>)
     names.into_iter().map(|name| metadata_cluster(name, host, port)).collect()
 }
 
-/// One metadata-server cluster (an IP: STATIC; a name: STRICT_DNS).
+/// One metadata-server cluster (an IP: STATIC; a name: STRICT_DNS), plain HTTP/1.1, whose
+/// requests lose `x-forwarded-for` on the way out: Azure IMDS (and Google's metadata server)
+/// refuse a request that carries one, and Envoy's HTTP callouts from a dynamic module (the
+/// native build's token fetch) add one; the Wasm build's add none.
 pub fn metadata_cluster(name: &str, host: &str, port: u16) -> Value {
     let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
     json!({
@@ -41,6 +45,16 @@ pub fn metadata_cluster(name: &str, host: &str, port: u16) -> Value {
         "type": kind,
         "connect_timeout": "1s",
         "lb_policy": "ROUND_ROBIN",
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http_protocol_options": {}},
+            "http_filters": [
+                {"name": "envoy.filters.http.header_mutation", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+                    "mutations": {"request_mutations": [{"remove": "x-forwarded-for"}]}}},
+                {"name": "envoy.filters.http.upstream_codec", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
+            ]}},
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
             {"socket_address": {"address": host, "port_value": port}}}}]}]}
     })
@@ -79,6 +93,30 @@ mod tests {
                 ["port_value"],
             9
         );
+    }
+
+    #[test]
+    fn azure_imds_gets_the_same_plain_http_cluster_beside_google_metadata() {
+        let mut c = config(json!({"azure_managed_identity": {"cluster": "azure_imds"}}));
+        c["providers"]["v"]["kind"] = json!("azure");
+        let clusters = metadata_clusters(&c, None);
+        let names: Vec<&str> = clusters.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["azure_imds", "gcp_metadata"]);
+        let addr =
+            &clusters[0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        assert_eq!((addr["address"].as_str(), addr["port_value"].as_u64()), (Some("169.254.169.254"), Some(80)));
+        assert!(clusters[0].get("transport_socket").is_none(), "plain HTTP");
+        // The native build's callouts carry x-forwarded-for, which IMDS refuses: taken off.
+        let opts =
+            &clusters[0]["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        assert_eq!(
+            opts["http_filters"][0]["typed_config"]["mutations"]["request_mutations"][0]["remove"],
+            "x-forwarded-for"
+        );
+        assert_eq!(opts["http_filters"][1]["name"], "envoy.filters.http.upstream_codec");
+        // Both clouds naming one cluster: rendered once.
+        let shared = config(json!({"azure_managed_identity": {"cluster": "gcp_metadata"}}));
+        assert_eq!(metadata_clusters(&shared, None).len(), 1);
     }
 
     #[test]

@@ -345,6 +345,50 @@ fn a_google_metadata_provider_gets_the_metadata_cluster_and_no_first_attempt_twi
 }
 
 #[test]
+fn an_azure_managed_identity_provider_gets_the_imds_cluster_on_istio_and_plain_envoy() {
+    let c = Catalog::parse(
+        &json!({
+            "deployment": {"istio": {"image": "oci://registry.example/switchyard:1"}},
+            "providers": {
+                "azure": {"host": "switchyard-eastus2.openai.azure.com", "http2": true, "kind": "azure",
+                          "credential": {"azure_managed_identity": {"cluster": "azure_imds"}}}
+            },
+            "models": {"openai/gpt-4.1": {"endpoints": [{"provider": "azure", "upstream_model": "gpt-4.1",
+                                                         "pricing": {"prompt": 2, "completion": 8}}]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let cfg = c.envoy_stack(PathBuf::from("m.wasm"), &Default::default());
+    let is_imds = |cluster: &Value| {
+        let addr =
+            &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        let filters = &cluster["typed_extension_protocol_options"]
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["http_filters"];
+        cluster["name"] == "azure_imds"
+            && (addr["address"].as_str(), addr["port_value"].as_u64()) == (Some("169.254.169.254"), Some(80))
+            && filters[0]["typed_config"]["mutations"]["request_mutations"][0]["remove"] == "x-forwarded-for"
+    };
+    for v in [Variant::EgressGateway, Variant::Sidecar] {
+        let ef = envoy_filter(&c, v, &cfg, "d");
+        let patches = ef["spec"]["configPatches"].as_array().unwrap();
+        let added: Vec<&Value> =
+            patches.iter().filter(|p| p["applyTo"] == "CLUSTER" && p["patch"]["operation"] == "ADD").collect();
+        assert_eq!(added.len(), 1, "{added:?}");
+        assert!(is_imds(&added[0]["patch"]["value"]), "{}", added[0]);
+        let plugin = plugin_config(&c, &cfg);
+        assert!(plugin["providers"]["azure"].get("first_attempt_cluster").is_none());
+        assert_eq!(
+            plugin["providers"]["azure"]["credential"],
+            json!({"azure_managed_identity": {"cluster": "azure_imds"}})
+        );
+    }
+    let boot = crate::envoy::bootstrap(&cfg);
+    let clusters = boot["static_resources"]["clusters"].as_array().unwrap();
+    assert_eq!(clusters.iter().filter(|c| is_imds(c)).count(), 1, "plain Envoy renders it too");
+}
+
+#[test]
 fn the_workload_identities_annotate_the_proxys_service_account() {
     let gsa = "vertex@proj.iam.gserviceaccount.com";
     let arn = "arn:aws:iam::123456789012:role/switchyard-bedrock";

@@ -15,10 +15,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEMO = os.path.join(ROOT, "target", "debug", "switchyard-demo")
 
 
-def _demo(found):
-    """Starts a fresh demo stack and yields `found(line)` of the first line of its output for
-    which it is not None; stops exactly that process afterwards."""
-    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0"], stdout=subprocess.PIPE, text=True)
+def _demo(found, extra=()):
+    """Starts a fresh demo stack (`extra`: more arguments, `--azure` for the Azure stack) and
+    yields `found(line)` of the first line of its output for which it is not None; stops exactly
+    that process afterwards."""
+    proc = subprocess.Popen([DEMO, "--port", "0", "--admin-port", "0", *extra], stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 60
         value = None
@@ -38,11 +39,22 @@ def _demo(found):
             proc.wait()
 
 
+def _ready_port(line):
+    return int(line.split()[1]) if line.startswith("READY ") else None
+
+
 @pytest.fixture(scope="module")
 def demo_port():
     """The Envoy listener port of a fresh demo stack (each module gets its own, so one module's
     faults, cool-downs and statistics never leak into another's)."""
-    yield from _demo(lambda line: int(line.split()[1]) if line.startswith("READY ") else None)
+    yield from _demo(_ready_port)
+
+
+@pytest.fixture(scope="module")
+def azure_port():
+    """The Envoy listener port of a fresh Azure stack (`switchyard-demo --azure`): GPT served
+    only by a mock Azure OpenAI resource that takes only the mock IMDS's Entra tokens."""
+    yield from _demo(_ready_port, ["--azure"])
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +73,22 @@ def mock_provider():
 CALLER_KEY = "caller-key-never-forwarded"
 
 
+def openai_client(port):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CALLER_KEY, max_retries=0, timeout=20)
+
+
+def anthropic_client(port):
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=CALLER_KEY, max_retries=0, timeout=20)
+
+
 @pytest.fixture(scope="module")
 def oa(demo_port):
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{demo_port}/v1", api_key=CALLER_KEY, max_retries=0, timeout=20)
+    return openai_client(demo_port)
 
 
 @pytest.fixture(scope="module")
 def an(demo_port):
-    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{demo_port}", api_key=CALLER_KEY, max_retries=0, timeout=20)
+    return anthropic_client(demo_port)
 
 
 def genai_client(port, headers=None):

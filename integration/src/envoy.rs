@@ -310,9 +310,26 @@ impl Drop for Envoy {
 
 /// Minimal blocking HTTP/1.1 GET (admin API); returns (status, body).
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    http_get_with(addr, path, &[])
+}
+
+/// The sum of a Prometheus metric's series (`/stats/prometheus` of the admin at `admin`) whose
+/// labels contain `label` (`""`: all of them).
+pub fn prometheus_sum(admin: SocketAddr, metric: &str, label: &str) -> u64 {
+    let (_, text) = http_get(admin, "/stats/prometheus").unwrap_or_else(|e| panic!("stats: {e}"));
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .filter(|l| l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// [`http_get`] with these request headers too.
+pub fn http_get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: admin\r\n{extra}Connection: close\r\n\r\n").map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&buf).into_owned();

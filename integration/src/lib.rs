@@ -5,6 +5,7 @@
 // The generator and the catalog live in the deploy crate (what ships); the tests use them here.
 pub use switchyard_deploy::{catalog, istio, istio_native, oci, ratelimit, render};
 
+pub mod azure_stack;
 pub mod catalog_mocks;
 pub mod client;
 pub mod demo;

@@ -23,6 +23,7 @@
 mod agent;
 mod anthropic;
 mod azure;
+pub mod azure_imds;
 pub mod bedrock;
 pub mod gcp_metadata;
 mod google;
@@ -128,6 +129,9 @@ pub struct Behavior {
     pub azure: bool,
     /// Azure: the one `api-key` the resource accepts (None: [`AZURE_KEY`]).
     pub azure_key: Option<String>,
+    /// Azure: Microsoft Entra tokens are taken too (`authorization: Bearer`, no `api-key`),
+    /// those this mock IMDS issued ([`azure_imds`]) while they live; any other is Azure's 401.
+    pub azure_tokens: Option<Arc<gcp_metadata::TokenIssuer>>,
     /// Vertex AI (paths under `/v1/projects/`, see [`vertex`]): the access tokens it accepts
     /// (None: [`vertex::TOKEN`]); a test expires one by leaving it out.
     pub vertex_tokens: Option<Vec<String>>,
@@ -171,6 +175,7 @@ impl Default for Behavior {
             azure: false,
             google_tokens: None,
             azure_key: None,
+            azure_tokens: None,
             vertex_tokens: None,
             vertex_project: None,
         }
@@ -876,7 +881,8 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
         let owned = |name: &str| header(name).map(str::to_string);
         let filter = behavior.content_filter == Some(true);
         let key = behavior.azure_key.as_deref().unwrap_or(AZURE_KEY);
-        let asked = azure::Asked { path: parts.uri.path(), query: parts.uri.query(), key };
+        let tokens = behavior.azure_tokens.as_deref();
+        let asked = azure::Asked { path: parts.uri.path(), query: parts.uri.query(), key, tokens };
         if let Some((status, body)) = azure::refusal(&asked, &owned, &body, filter) {
             return Ok(canned(&s.name, status, "application/json", body.to_string(), None));
         }
@@ -1042,6 +1048,17 @@ fn openai_answer(
             if azure {
                 let _ = tx.send(Ok(Bytes::from(azure::prompt_filter_chunk()))).await;
             }
+            if let (Some(valid), true) = (behavior.tool_call, azure) {
+                let mut chunks = azure::tool_chunks(&name, &model, id, tool_arguments(valid));
+                if stream_usage {
+                    chunks.push(usage_chunk_json(&name, &model, id, behavior.cached_tokens));
+                }
+                chunks.push("data: [DONE]\n\n".into());
+                for c in chunks {
+                    let _ = tx.send(Ok(Bytes::from(c))).await;
+                }
+                return;
+            }
             if let Some(valid) = behavior.tool_call {
                 for c in tool_chunks(&name, &model, id, valid) {
                     let _ = tx.send(Ok(Bytes::from(c))).await;
@@ -1068,6 +1085,9 @@ fn openai_answer(
         };
         if azure && finish != "stop" {
             json["choices"][0]["finish_reason"] = json!(finish);
+        }
+        if azure {
+            azure::dress_completion(&mut json);
         }
         let (resp, body) =
             whole_answer(provider, json.to_string(), gzip, behavior.big_body.map(|_| behavior.big_sized));

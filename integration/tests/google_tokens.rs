@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{http_get, Build, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{prometheus_sum, Build, ClusterSpec, Envoy, StackConfig};
 use switchyard_integration::mock::gcp_metadata::MetadataServer;
 use switchyard_integration::mock::{Behavior, MockProvider};
 
@@ -90,14 +90,8 @@ fn order() -> Value {
     json!({"order": ["gcloud", "keyed"]})
 }
 
-/// The sum of a Prometheus counter's series whose labels contain `label` (`""`: all).
 fn stat(stack: &Stack, metric: &str, label: &str) -> u64 {
-    let (_, text) = http_get(stack.admin, "/stats/prometheus").unwrap_or_else(|e| panic!("stats: {e}"));
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
-        .filter(|l| l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    prometheus_sum(stack.admin, metric, label)
 }
 
 /// Waits (up to `within`) until a request ordered gcloud-first is served by gcloud.

@@ -102,7 +102,8 @@ pub struct Catalog {
     pub credential_headers: Vec<String>,
     /// Which caller headers may reach a provider.
     pub upstream_headers: HeaderPolicy,
-    /// The access-token sources of the providers' `credential.google_metadata`, one per
+    /// The access-token sources of the providers' `credential.google_metadata` and
+    /// `credential.azure_managed_identity`, one per
     /// shared-data record (`TokenSource::key`): what the root context's tick keeps fresh.
     pub token_sources: Vec<std::sync::Arc<crate::tokens::TokenSource>>,
 }
@@ -188,9 +189,12 @@ fn compile(raw: RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Catal
     let mut credential_headers: Vec<String> = Vec::new();
     for (slug, p) in &raw.providers {
         let provider = compile_provider(slug, p, env)?;
-        if let Some(c) = &provider.credential {
-            if !credential_headers.contains(&c.header) {
-                credential_headers.push(c.header.clone());
+        // The configured header, and the kind's own key header too: an Azure provider on an
+        // Entra token must not pass on a caller's `api-key`.
+        let kind_header = provider.kind.default_credential().0;
+        for h in provider.credential.iter().map(|c| c.header.as_str()).chain([kind_header]) {
+            if !credential_headers.iter().any(|x| x == h) {
+                credential_headers.push(h.to_string());
             }
         }
         provider_slot.insert(slug.clone(), providers.len());
@@ -254,7 +258,7 @@ fn token_sources(
     let mut sources: Vec<std::sync::Arc<crate::tokens::TokenSource>> = Vec::new();
     for p in providers {
         let Some(s) = p.token_source() else { continue };
-        let field = format!("providers[\"{}\"].credential.google_metadata.cluster", p.slug);
+        let field = format!("providers[\"{}\"].credential.{}.cluster", p.slug, s.field());
         let clash =
             providers.iter().find(|q| q.cluster == s.cluster || q.first_attempt_cluster.as_ref() == Some(&s.cluster));
         if let Some(q) = clash {

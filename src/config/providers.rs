@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{err, ConfigError};
 use crate::api::{Api, ApiSet};
 use crate::providers::Kind;
-use crate::tokens::{google, TokenSource, CLOUD_PLATFORM_SCOPE};
+use crate::tokens::{azure, google, Identity, TokenSource, CLOUD_PLATFORM_SCOPE};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +87,37 @@ struct RawCredential {
     /// provider's attempts as `authorization: Bearer <token>` by its per-attempt filter.
     #[serde(default)]
     google_metadata: Option<RawGoogleMetadata>,
+    /// A Microsoft Entra access token from the Azure Instance Metadata Service (a managed
+    /// identity of the VM / VMSS / AKS node the proxy runs on), fetched and refreshed the same
+    /// way and put on each attempt as `authorization: Bearer <token>` (Azure OpenAI takes it in
+    /// place of `api-key`).
+    #[serde(default)]
+    azure_managed_identity: Option<RawAzureManagedIdentity>,
+}
+
+/// `credential.azure_managed_identity`: which IMDS, which identity, which audience.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAzureManagedIdentity {
+    /// The Envoy cluster of IMDS (`169.254.169.254:80`, plain HTTP; the generators render it).
+    /// Never a provider's cluster.
+    cluster: String,
+    /// A user-assigned identity by its client id (a GUID). At most one of `client_id`,
+    /// `object_id`, `msi_res_id`; none: the system-assigned identity.
+    #[serde(default)]
+    client_id: Option<String>,
+    /// A user-assigned identity by its object (principal) id (a GUID).
+    #[serde(default)]
+    object_id: Option<String>,
+    /// A user-assigned identity by its Azure resource id (`/subscriptions/.../userAssignedIdentities/<name>`).
+    #[serde(default)]
+    msi_res_id: Option<String>,
+    /// The token's audience. Default `https://cognitiveservices.azure.com` (Azure OpenAI).
+    #[serde(default)]
+    resource: Option<String>,
+    /// How long a fetch may take before it counts as failed, in ms (default 5000, 100..=60000).
+    #[serde(default)]
+    timeout_ms: Option<u32>,
 }
 
 /// `credential.google_metadata`: which metadata server, which service account, which scopes.
@@ -142,8 +173,8 @@ pub struct Credential {
     /// The provider's cluster injects the key (`credential.injected`): `value` and `secret` are
     /// empty, and the filter sets nothing.
     pub injected: bool,
-    /// An access token from this source (`credential.google_metadata`): `value` and `secret`
-    /// are empty; the per-attempt filter puts `<header>: Bearer <token>` on every attempt.
+    /// An access token from this source (`credential.google_metadata` or
+    /// `credential.azure_managed_identity`): `value` and `secret` are empty; the per-attempt filter puts `<header>: Bearer <token>` on every attempt.
     pub token: Option<Arc<TokenSource>>,
 }
 
@@ -223,7 +254,8 @@ impl Provider {
         self.key_header(api)
     }
 
-    /// The source of the access token its attempts carry (`credential.google_metadata`).
+    /// The source of the access token its attempts carry (`credential.google_metadata`,
+    /// `credential.azure_managed_identity`).
     pub fn token_source(&self) -> Option<&Arc<TokenSource>> {
         self.credential.as_ref()?.token.as_ref()
     }
@@ -318,7 +350,10 @@ pub(super) fn compile_provider(
     if credential.as_ref().is_some_and(|c| c.token.is_some()) && p.first_attempt_cluster.is_some() {
         return Err(err(
             format!("{field}.first_attempt_cluster"),
-            "the access token (credential.google_metadata) is put on each attempt by the per-attempt filter, which a first-attempt cluster does not run: no first-attempt cluster",
+            format!(
+                "the access token (credential.{}) is put on each attempt by the per-attempt filter, which a first-attempt cluster does not run: no first-attempt cluster",
+                credential.as_ref().and_then(|c| c.token.as_ref()).map_or("", |t| t.field())
+            ),
         ));
     }
     kind.check_provider(&field, &p.authority, credential.is_some())?;
@@ -361,8 +396,11 @@ fn compile_credential(
     (default_header, default_prefix): (&str, &str),
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Credential, ConfigError> {
-    if let Some(g) = &c.google_metadata {
-        return compile_google_metadata(field, c, g);
+    match (&c.google_metadata, &c.azure_managed_identity) {
+        (Some(_), Some(_)) => return Err(err(format!("{field}.credential"), EXACTLY_ONE)),
+        (Some(g), None) => return token_credential(field, c, "google_metadata", google_source(field, g)?),
+        (None, Some(a)) => return token_credential(field, c, "azure_managed_identity", azure_source(field, a)?),
+        (None, None) => {}
     }
     let header = c.header.as_deref().unwrap_or(default_header).to_ascii_lowercase();
     let prefix = c.prefix.as_deref().unwrap_or(default_prefix);
@@ -381,10 +419,7 @@ fn compile_credential(
         })?,
         (None, None, true) => String::new(),
         _ => {
-            return Err(err(
-                format!("{field}.credential"),
-                "set exactly one of `value`, `env`, `injected: true` or `google_metadata`",
-            ));
+            return Err(err(format!("{field}.credential"), EXACTLY_ONE));
         }
     };
     // A control character (CR/LF above all) in a header value would let the
@@ -402,25 +437,52 @@ fn compile_credential(
     Ok(Credential { header, value, secret, injected: c.injected, token: None })
 }
 
-/// `credential.google_metadata`: the token source, alone (an OAuth2 access token goes in
-/// `authorization: Bearer`, so neither `header` nor `prefix` applies).
-fn compile_google_metadata(field: &str, c: &RawCredential, g: &RawGoogleMetadata) -> Result<Credential, ConfigError> {
-    let gf = format!("{field}.credential.google_metadata");
+const EXACTLY_ONE: &str =
+    "set exactly one of `value`, `env`, `injected: true`, `google_metadata` or `azure_managed_identity`";
+
+/// A credential whose access token comes from `source` (`name`: its field), alone: a token goes
+/// in `authorization: Bearer`, so neither `header` nor `prefix` applies.
+fn token_credential(
+    field: &str,
+    c: &RawCredential,
+    name: &str,
+    source: TokenSource,
+) -> Result<Credential, ConfigError> {
     if c.value.is_some() || c.env.is_some() || c.injected {
-        return Err(err(
-            format!("{field}.credential"),
-            "set exactly one of `value`, `env`, `injected: true` or `google_metadata`",
-        ));
+        return Err(err(format!("{field}.credential"), EXACTLY_ONE));
     }
     if c.header.is_some() || c.prefix.is_some() {
         return Err(err(
             format!("{field}.credential"),
-            "`header` and `prefix` do not apply to google_metadata: its access token goes in `authorization: Bearer`",
+            format!("`header` and `prefix` do not apply to {name}: its access token goes in `authorization: Bearer`"),
         ));
     }
-    if g.cluster.is_empty() || !g.cluster.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(err(format!("{gf}.cluster"), "must name the Envoy cluster of the metadata server"));
+    Ok(Credential {
+        header: "authorization".to_string(),
+        value: String::new(),
+        secret: String::new(),
+        injected: false,
+        token: Some(Arc::new(source)),
+    })
+}
+
+/// A metadata server's cluster and fetch timeout, as every token source names them (`of`: the
+/// source's field).
+fn cluster_and_timeout(of: &str, cluster: &str, timeout_ms: Option<u32>, server: &str) -> Result<u32, ConfigError> {
+    if cluster.is_empty() || !cluster.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(err(format!("{of}.cluster"), format!("must name the Envoy cluster of {server}")));
     }
+    let timeout_ms = timeout_ms.unwrap_or(5_000);
+    if !(100..=60_000).contains(&timeout_ms) {
+        return Err(err(format!("{of}.timeout_ms"), "must be between 100 and 60000"));
+    }
+    Ok(timeout_ms)
+}
+
+/// `credential.google_metadata`: the GKE / GCE metadata server, a service account, its scopes.
+fn google_source(field: &str, g: &RawGoogleMetadata) -> Result<TokenSource, ConfigError> {
+    let gf = format!("{field}.credential.google_metadata");
+    let timeout_ms = cluster_and_timeout(&gf, &g.cluster, g.timeout_ms, "the metadata server")?;
     let service_account = g.service_account.clone().unwrap_or_else(|| "default".to_string());
     if !google::valid_service_account(&service_account) {
         return Err(err(
@@ -435,18 +497,47 @@ fn compile_google_metadata(field: &str, c: &RawCredential, g: &RawGoogleMetadata
     if let Some(i) = scopes.iter().position(|s| !google::valid_scope(s)) {
         return Err(err(format!("{gf}.scopes[{i}]"), "a scope is visible ASCII without , & # % + ?"));
     }
-    let timeout_ms = g.timeout_ms.unwrap_or(5_000);
-    if !(100..=60_000).contains(&timeout_ms) {
-        return Err(err(format!("{gf}.timeout_ms"), "must be between 100 and 60000"));
+    Ok(TokenSource { cluster: g.cluster.clone(), timeout_ms, identity: Identity::Google { service_account, scopes } })
+}
+
+/// `credential.azure_managed_identity`: Azure IMDS, the system-assigned identity or one
+/// user-assigned identity, and the token's audience.
+fn azure_source(field: &str, a: &RawAzureManagedIdentity) -> Result<TokenSource, ConfigError> {
+    let af = format!("{field}.credential.azure_managed_identity");
+    let timeout_ms = cluster_and_timeout(&af, &a.cluster, a.timeout_ms, "the Instance Metadata Service")?;
+    let named = [
+        (azure::IdParam::ClientId, &a.client_id),
+        (azure::IdParam::ObjectId, &a.object_id),
+        (azure::IdParam::MsiResId, &a.msi_res_id),
+    ];
+    let mut user_assigned = None;
+    for (param, value) in named {
+        let Some(v) = value else { continue };
+        if user_assigned.is_some() {
+            return Err(err(
+                af.as_str(),
+                "name a user-assigned identity by at most one of `client_id`, `object_id`, `msi_res_id`",
+            ));
+        }
+        if !param.valid(v) {
+            let what = match param {
+                azure::IdParam::MsiResId => {
+                    "must be the identity's Azure resource id (/subscriptions/.../userAssignedIdentities/<name>)"
+                }
+                _ => "must be a GUID (8-4-4-4-12 hex digits)",
+            };
+            return Err(err(format!("{af}.{}", param.name()), what));
+        }
+        user_assigned = Some((param, v.clone()));
     }
-    let source = TokenSource { cluster: g.cluster.clone(), service_account, scopes, timeout_ms };
-    Ok(Credential {
-        header: "authorization".to_string(),
-        value: String::new(),
-        secret: String::new(),
-        injected: false,
-        token: Some(Arc::new(source)),
-    })
+    let resource = a.resource.clone().unwrap_or_else(|| azure::COGNITIVE_SERVICES_RESOURCE.to_string());
+    if !azure::valid_resource(&resource) {
+        return Err(err(
+            format!("{af}.resource"),
+            "must be an https:// resource URI (letters, digits, : / . - _), such as https://cognitiveservices.azure.com",
+        ));
+    }
+    Ok(TokenSource { cluster: a.cluster.clone(), timeout_ms, identity: Identity::Azure { resource, user_assigned } })
 }
 
 /// A first-attempt cluster adds its provider's key itself (its own upstream filter, Envoy's

@@ -1,6 +1,7 @@
-//! A provider whose attempts carry a Google access token (`credential.google_metadata`), through
-//! the root's fetcher and the two filters (mock host): one fetch for all workers, the token on
-//! each attempt, an attempt without one failed over at once and counted.
+//! Providers whose attempts carry an access token (`credential.google_metadata`, and Azure
+//! OpenAI with `credential.azure_managed_identity`), through the root's fetcher and the two
+//! filters (mock host): one fetch for all workers, the token on each attempt, an attempt without
+//! one failed over at once and counted.
 
 use std::rc::Rc;
 
@@ -291,4 +292,113 @@ fn the_catalog_has_one_source_per_record_and_debug_prints_no_token_source_secret
     assert!(p.needs_attempt_filter());
     assert_eq!(p.credential_for(crate::api::Api::OpenAi), None);
     assert!(!config.catalog.provider_for_slug("keyed").unwrap().needs_attempt_filter());
+}
+
+/// GPT on an Azure OpenAI deployment with an Entra token from IMDS
+/// (`credential.azure_managed_identity`, a user-assigned identity by client id).
+const AZURE_CONFIG: &str = r#"{
+  "providers": {
+    "keyed": {"cluster": "c_keyed", "authority": "keyed.example", "credential": {"value": "keyed-secret"}},
+    "az": {"cluster": "c_az", "authority": "res.openai.azure.com", "kind": "azure",
+           "credential": {"azure_managed_identity": {"cluster": "azure_imds",
+                          "client_id": "11111111-2222-3333-4444-555555555555"}}}
+  },
+  "models": {"m/chat": {"endpoints": [
+    {"provider": "keyed", "upstream_model": "chat", "pricing": {"prompt": 1, "completion": 1}},
+    {"provider": "az", "upstream_model": "gpt-dep", "pricing": {"prompt": 2, "completion": 2}}
+  ]}},
+  "routing": {"default_policy": "price_weighted"}
+}"#;
+
+#[test]
+fn an_azure_attempt_carries_the_imds_token_as_a_bearer_and_no_api_key() {
+    let config = Rc::new(configure(AZURE_CONFIG.as_bytes(), &|_| None).unwrap_or_else(|e| panic!("{e}")));
+    let host = MockHost::new();
+    let mut w = TokenFetcher::default();
+    w.tick(&host, &config.catalog, 1_000); // creates the record
+    w.tick(&host, &config.catalog, 1_100); // leases it and asks IMDS
+    let calls = host.state().http_calls.clone();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let (cluster, headers) = &calls[0];
+    assert_eq!(cluster, "azure_imds");
+    assert!(headers.contains(&("metadata".into(), "true".into())), "{headers:?}");
+    assert!(headers.contains(&(
+        ":path".into(),
+        "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://cognitiveservices.azure.com&client_id=11111111-2222-3333-4444-555555555555".into()
+    )));
+    // IMDS's answer: the times as strings.
+    let answer = br#"{"access_token":"eyJ0.entra.sig","refresh_token":"","expires_in":"3599","expires_on":"1765170000","not_before":"1765166100","resource":"https://cognitiveservices.azure.com","token_type":"Bearer"}"#;
+    assert!(w.answered(&host, 1, 200, answer, 1_200));
+    assert_eq!(host.counter(&fetch_metric("ok")), 1);
+    host.state().now_ms = 1_300;
+    // The caller sends an `api-key` of its own as well: it never reaches Azure.
+    let body = r#"{"model":"m/chat","messages":[{"role":"user","content":"hi"}],"provider":{"order":["az","keyed"]}}"#;
+    host.set_prop(&route_mark_path(), b"llm");
+    host.with_request_headers(&[
+        (":method", "POST"),
+        (":path", "/v1/chat/completions"),
+        (":authority", "gateway"),
+        ("content-type", "application/json"),
+        ("authorization", "Bearer caller-own-key"),
+        ("api-key", "caller-azure-key"),
+    ]);
+    host.state().request_body = body.as_bytes().to_vec();
+    let mut stream = Stream::new(host.clone(), Rc::clone(&config));
+    assert_eq!(stream.on_request_headers(false), Action::Pause);
+    assert_eq!(stream.on_request_body(body.len(), true), Action::Continue);
+    assert_eq!(start_attempt(&host, &config, 1, "c_az"), Action::Continue);
+    assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer eyJ0.entra.sig"));
+    assert_eq!(host.request_header_value("api-key"), None);
+    assert_eq!(
+        host.request_header_value(":path").as_deref(),
+        Some("/openai/deployments/gpt-dep/chat/completions?api-version=2024-10-21")
+    );
+    // The failover to the keyed provider carries its key, never the token.
+    assert_eq!(start_attempt(&host, &config, 2, "c_keyed"), Action::Continue);
+    assert_eq!(host.request_header_value("authorization").as_deref(), Some("Bearer keyed-secret"));
+    assert_eq!(host.request_header_value("api-key"), None);
+}
+
+#[test]
+fn azure_managed_identity_is_checked_naming_the_field() {
+    let with = |cred: &str| {
+        let c = format!(
+            r#"{{"providers": {{"az": {{"cluster": "c_az", "authority": "r.openai.azure.com", "kind": "azure", "credential": {cred}}},
+                 "k": {{"cluster": "c_k", "authority": "k.example", "credential": {{"value": "s"}}}}}},
+               "models": {{"m": {{"endpoints": [{{"provider": "az", "upstream_model": "m", "pricing": {{"prompt": 1, "completion": 1}}}}]}}}}}}"#
+        );
+        crate::config::Catalog::from_json(c.as_bytes(), &|_| None).err().map(|e| (e.field.clone(), e.to_string()))
+    };
+    let mi = |inner: &str| format!(r#"{{"azure_managed_identity": {{{inner}}}}}"#);
+    let f = |rest: &str| format!(r#"providers["az"].credential{rest}"#);
+    assert_eq!(with(&mi(r#""cluster": "imds""#)), None);
+    assert_eq!(with(&mi(r#""cluster": "imds", "object_id": "11111111-2222-3333-4444-555555555555""#)), None);
+    let res = r#""msi_res_id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/u""#;
+    assert_eq!(with(&mi(&format!(r#""cluster": "imds", {res}, "resource": "https://ai.azure.com""#))), None);
+    let cases = [
+        (mi(r#""cluster": """#), f(".azure_managed_identity.cluster")),
+        (mi(r#""cluster": "c_k""#), f(".azure_managed_identity.cluster")),
+        (mi(r#""cluster": "imds", "client_id": "nope""#), f(".azure_managed_identity.client_id")),
+        (mi(r#""cluster": "imds", "object_id": "1&x=2""#), f(".azure_managed_identity.object_id")),
+        (mi(r#""cluster": "imds", "msi_res_id": "rg/u""#), f(".azure_managed_identity.msi_res_id")),
+        (
+            mi(
+                r#""cluster": "imds", "client_id": "11111111-2222-3333-4444-555555555555", "object_id": "11111111-2222-3333-4444-555555555555""#,
+            ),
+            f(".azure_managed_identity"),
+        ),
+        (mi(r#""cluster": "imds", "resource": "http://x""#), f(".azure_managed_identity.resource")),
+        (mi(r#""cluster": "imds", "timeout_ms": 70000"#), f(".azure_managed_identity.timeout_ms")),
+        (r#"{"env": "K", "azure_managed_identity": {"cluster": "imds"}}"#.to_string(), f("")),
+        (r#"{"google_metadata": {"cluster": "g"}, "azure_managed_identity": {"cluster": "imds"}}"#.to_string(), f("")),
+        (r#"{"prefix": "Bearer ", "azure_managed_identity": {"cluster": "imds"}}"#.to_string(), f("")),
+    ];
+    for (cred, field) in cases {
+        let got = with(&cred);
+        assert_eq!(got.as_ref().map(|(f, _)| f.as_str()), Some(field.as_str()), "{cred}: {got:?}");
+    }
+    // The reason is given, not only the field.
+    let (_, why) = with(&mi(r#""cluster": "imds", "client_id": "nope""#)).unwrap();
+    assert!(why.contains("GUID"), "{why}");
+    assert!(with(&mi(r#""cluster": "imds", "tenant_id": "x""#)).is_some(), "unknown fields are refused");
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use super::host::Host;
 use super::shared::{count, tag};
 use crate::config::Catalog;
-use crate::tokens::google::{self, FetchError};
-use crate::tokens::{failed, fetched, take_lease, TokenRecord, TokenSource};
+use crate::tokens::{failed, fetched, take_lease, FetchError, TokenRecord, TokenSource};
 
 /// Fetches by result: `switchyard.access_token.fetches_total.result.<ok|unreachable|http_error|malformed>`.
 pub fn fetch_metric(result: &str) -> String {
@@ -62,8 +61,8 @@ impl TokenFetcher {
             if host.set_shared_data(&key, &leased.encode(), cas) != 0 {
                 continue; // another worker took it
             }
-            let path = google::token_path(source);
-            match host.http_call(&source.cluster, &google::request_headers(&path), source.timeout_ms) {
+            let path = source.path();
+            match host.http_call(&source.cluster, &source.request_headers(&path), source.timeout_ms) {
                 Some(token) => self.in_flight.push((token, Arc::clone(source), leased.lease_until_ms)),
                 None => store(host, source, Err(FetchError::Unreachable), now_ms),
             }
@@ -80,7 +79,7 @@ impl TokenFetcher {
     pub fn answered(&mut self, host: &dyn Host, token: u32, status: u16, body: &[u8], now_ms: u64) -> bool {
         let Some(pos) = self.in_flight.iter().position(|(t, _, _)| *t == token) else { return false };
         let (_, source, _) = self.in_flight.swap_remove(pos);
-        store(host, &source, google::parse_answer(status, body), now_ms);
+        store(host, &source, source.parse_answer(status, body), now_ms);
         true
     }
 }
@@ -91,9 +90,9 @@ fn store(host: &dyn Host, source: &TokenSource, result: Result<(String, u64), Fe
     count(host, &fetch_metric(result.as_ref().map_or_else(|e| e.name(), |_| "ok")));
     if let Err(e) = &result {
         log::warn!(
-            "switchyard: access token fetch from cluster {} (service account {}) failed: {}",
+            "switchyard: access token fetch from cluster {} ({}) failed: {}",
             source.cluster,
-            source.service_account,
+            source.who(),
             e.name()
         );
     }

@@ -20,7 +20,7 @@ use crate::filters::mesh::Ticker;
 use crate::filters::shared::prune_stale_keys;
 use crate::filters::tokens::TokenFetcher;
 use crate::filters::{configure, downstream, first, host, role_of, upstream, Configured, Filter, Role, Unconfigured};
-use crate::tokens::google::MAX_ANSWER_BYTES;
+use crate::tokens::MAX_ANSWER_BYTES;
 use abi::ProxyWasm;
 
 proxy_wasm::main! {{

@@ -31,7 +31,7 @@ use crate::filters::tokens::TokenFetcher;
 use crate::filters::{configure, downstream, first, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use crate::limits::Subject;
 use crate::routing::policy::Matcher;
-use crate::tokens::google::MAX_ANSWER_BYTES;
+use crate::tokens::MAX_ANSWER_BYTES;
 use crate::wiring;
 
 /// How often the main thread's tick runs with mesh-wide limits (queued charges, cool-down

@@ -1,13 +1,17 @@
-//! OAuth2 access tokens a provider's attempts carry (`credential.google_metadata`): where they
-//! come from, when to fetch one, and the record all workers share. Pure logic, tested natively;
-//! the host calls are in `crate::filters::tokens`.
+//! Access tokens a provider's attempts carry: OAuth2 tokens from Google's metadata server
+//! (`credential.google_metadata`, [`google`]) and Microsoft Entra tokens from Azure's Instance
+//! Metadata Service (`credential.azure_managed_identity`, [`azure`]). Where they come from, when
+//! to fetch one, and the record all workers share. Pure logic, tested natively; the host calls
+//! are in `crate::filters::tokens`.
 //!
 //! One record per token source in shared data (`key`): the token, when it expires, when to
 //! refresh it, and a lease. Every worker's tick reads it; the worker whose compare-and-swap
 //! takes the lease fetches, the others wait, and every attempt reads the token from the record.
 //! So one fetch serves all workers, a token is refreshed well before it expires, and no
-//! request ever waits for a fetch.
+//! request ever waits for a fetch. The lease, the schedule and the record are the same for
+//! every cloud; only the request and the answer's shape differ ([`Identity`]).
 
+pub mod azure;
 pub mod google;
 #[cfg(test)]
 mod tests;
@@ -17,25 +21,136 @@ use crate::protocol::bytes::u64_at;
 /// Google's scope for Vertex AI and every other Cloud API.
 pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 
-/// Where a provider's access token comes from: the GKE / GCE metadata server behind `cluster`.
+/// The metadata servers' link-local address and port (plain HTTP), Google's and Azure's alike,
+/// which the generated clusters connect to.
+pub const METADATA_ADDRESS: (&str, u16) = ("169.254.169.254", 80);
+/// The longest answer read (both builds' callouts cut there), and the longest token taken.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
+const MAX_TOKEN_BYTES: usize = 8 * 1024;
+
+/// Where a provider's access token comes from: a metadata server behind `cluster`, and who asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenSource {
     /// The Envoy cluster of the metadata server (plain HTTP, `169.254.169.254:80`).
     pub cluster: String,
-    /// `default`, or the service account's email.
-    pub service_account: String,
-    /// OAuth2 scopes asked for (default: `cloud-platform`).
-    pub scopes: Vec<String>,
     /// How long a fetch may take.
     pub timeout_ms: u32,
+    /// Which cloud's server, and the identity whose token is asked for.
+    pub identity: Identity,
+}
+
+/// The identity a token is asked for, by cloud.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// GKE / GCE metadata server: a Google service account and the OAuth2 scopes.
+    Google {
+        /// `default`, or the service account's email.
+        service_account: String,
+        /// OAuth2 scopes asked for (default: `cloud-platform`).
+        scopes: Vec<String>,
+    },
+    /// Azure IMDS: the token's audience and, for a user-assigned identity, which one.
+    Azure {
+        /// The resource (audience) the token is for (`https://cognitiveservices.azure.com`).
+        resource: String,
+        /// A user-assigned identity: `(client_id | object_id | msi_res_id, value)`. None: the
+        /// system-assigned identity (or the only user-assigned one).
+        user_assigned: Option<(azure::IdParam, String)>,
+    },
 }
 
 impl TokenSource {
-    /// The shared-data key of this source's record: one per cluster, account and scopes, so
-    /// providers sharing a source share its token (and its one fetch).
+    /// The shared-data key of this source's record: one per cluster and identity, so providers
+    /// sharing a source share its token (and its one fetch).
     pub fn key(&self) -> String {
-        format!("sy/token/{}/{}/{}", self.cluster, self.service_account, self.scopes.join(","))
+        match &self.identity {
+            Identity::Google { service_account, scopes } => {
+                format!("sy/token/{}/{}/{}", self.cluster, service_account, scopes.join(","))
+            }
+            Identity::Azure { resource, user_assigned } => {
+                let who = user_assigned.as_ref().map_or_else(String::new, |(p, v)| format!("{}={v}", p.name()));
+                format!("sy/token/azure/{}/{}/{}", self.cluster, resource, who)
+            }
+        }
     }
+
+    /// The credential's configuration field (`google_metadata`, `azure_managed_identity`).
+    pub fn field(&self) -> &'static str {
+        match self.identity {
+            Identity::Google { .. } => "google_metadata",
+            Identity::Azure { .. } => "azure_managed_identity",
+        }
+    }
+
+    /// Who the token is asked for, for logs (never a secret).
+    pub fn who(&self) -> String {
+        match &self.identity {
+            Identity::Google { service_account, .. } => format!("service account {service_account}"),
+            Identity::Azure { user_assigned: None, .. } => "the system-assigned managed identity".to_string(),
+            Identity::Azure { user_assigned: Some((p, v)), .. } => format!("managed identity {}={v}", p.name()),
+        }
+    }
+
+    /// The token request's path (with its query).
+    pub fn path(&self) -> String {
+        match &self.identity {
+            Identity::Google { service_account, scopes } => google::token_path(service_account, scopes),
+            Identity::Azure { resource, user_assigned } => azure::token_path(resource, user_assigned.as_ref()),
+        }
+    }
+
+    /// The token request's headers (`path`: from [`TokenSource::path`]).
+    pub fn request_headers<'a>(&self, path: &'a str) -> [(&'a str, &'a str); 4] {
+        match self.identity {
+            Identity::Google { .. } => google::request_headers(path),
+            Identity::Azure { .. } => azure::request_headers(path),
+        }
+    }
+
+    /// The token and its lifetime in seconds from the server's answer (`status` 0: none came).
+    pub fn parse_answer(&self, status: u16, body: &[u8]) -> Result<(String, u64), FetchError> {
+        match self.identity {
+            Identity::Google { .. } => google::parse_answer(status, body),
+            Identity::Azure { .. } => azure::parse_answer(status, body),
+        }
+    }
+}
+
+/// Why an answer gave no token (the `result` of the fetch metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchError {
+    /// No answer at all (connect failure, timeout, an unknown cluster).
+    Unreachable,
+    /// An answer other than 200.
+    Status,
+    /// A 200 whose body is not a usable token.
+    Malformed,
+}
+
+impl FetchError {
+    pub fn name(self) -> &'static str {
+        match self {
+            FetchError::Unreachable => "unreachable",
+            FetchError::Status => "http_error",
+            FetchError::Malformed => "malformed",
+        }
+    }
+}
+
+/// The status check every cloud's answer goes through first.
+fn answered(status: u16) -> Result<(), FetchError> {
+    match status {
+        0 => Err(FetchError::Unreachable),
+        200 => Ok(()),
+        _ => Err(FetchError::Status),
+    }
+}
+
+/// Whether a token, a type and a life make a usable bearer: the token goes into a header, so
+/// only visible ASCII is taken; a type other than Bearer, or no life, is not one.
+fn usable_bearer(token: &str, token_type: Option<&str>, life_s: u64) -> bool {
+    let token_ok = !token.is_empty() && token.len() <= MAX_TOKEN_BYTES && token.bytes().all(|b| b.is_ascii_graphic());
+    token_ok && token_type.is_none_or(|t| t.eq_ignore_ascii_case("bearer")) && life_s > 0
 }
 
 /// A token source's shared record.

@@ -1,12 +1,23 @@
-use super::google::{parse_answer, request_headers, token_path, valid_scope, valid_service_account, FetchError};
+use super::azure::IdParam;
+use super::google::{valid_scope, valid_service_account};
 use super::*;
 
 fn source() -> TokenSource {
     TokenSource {
         cluster: "gcp_metadata".into(),
-        service_account: "default".into(),
-        scopes: vec![CLOUD_PLATFORM_SCOPE.into()],
         timeout_ms: 5_000,
+        identity: Identity::Google { service_account: "default".into(), scopes: vec![CLOUD_PLATFORM_SCOPE.into()] },
+    }
+}
+
+fn azure_source(user_assigned: Option<(IdParam, &str)>) -> TokenSource {
+    TokenSource {
+        cluster: "azure_imds".into(),
+        timeout_ms: 5_000,
+        identity: Identity::Azure {
+            resource: azure::COGNITIVE_SERVICES_RESOURCE.into(),
+            user_assigned: user_assigned.map(|(p, v)| (p, v.to_string())),
+        },
     }
 }
 
@@ -115,19 +126,24 @@ fn a_failure_keeps_the_token_and_schedules_the_retry() {
 
 #[test]
 fn the_metadata_request_asks_for_the_account_and_scopes() {
-    let mut s = source();
+    let s = source();
     assert_eq!(
-        token_path(&s),
+        s.path(),
         "/computeMetadata/v1/instance/service-accounts/default/token?scopes=https://www.googleapis.com/auth/cloud-platform"
     );
-    s.service_account = "vertex@proj.iam.gserviceaccount.com".into();
-    s.scopes.push("https://www.googleapis.com/auth/userinfo.email".into());
-    let path = token_path(&s);
+    let s = TokenSource {
+        identity: Identity::Google {
+            service_account: "vertex@proj.iam.gserviceaccount.com".into(),
+            scopes: vec![CLOUD_PLATFORM_SCOPE.into(), "https://www.googleapis.com/auth/userinfo.email".into()],
+        },
+        ..source()
+    };
+    let path = s.path();
     assert_eq!(
         path,
         "/computeMetadata/v1/instance/service-accounts/vertex@proj.iam.gserviceaccount.com/token?scopes=https://www.googleapis.com/auth/cloud-platform,https://www.googleapis.com/auth/userinfo.email"
     );
-    let h = request_headers(&path);
+    let h = s.request_headers(&path);
     assert!(h.contains(&("metadata-flavor", "Google")));
     assert!(h.contains(&(":method", "GET")));
     assert!(h.contains(&(":authority", "metadata.google.internal")));
@@ -150,6 +166,7 @@ fn account_and_scope_names_cannot_escape_the_path_or_query() {
 
 #[test]
 fn the_answer_is_parsed_strictly() {
+    let parse_answer = |status, body| source().parse_answer(status, body);
     let ok = br#"{"access_token":"ya29.c.abc-_.~+/=","expires_in":3599,"token_type":"Bearer"}"#;
     assert_eq!(parse_answer(200, ok), Ok(("ya29.c.abc-_.~+/=".into(), 3599)));
     assert_eq!(parse_answer(200, br#"{"access_token":"t","expires_in":6}"#), Ok(("t".into(), 6)));
@@ -168,7 +185,86 @@ fn the_answer_is_parsed_strictly() {
         b"",
     ] {
         assert_eq!(parse_answer(200, bad), Err(FetchError::Malformed), "{}", String::from_utf8_lossy(bad));
+        assert_eq!(azure_source(None).parse_answer(200, bad), Err(FetchError::Malformed));
     }
     let long = format!(r#"{{"access_token":"{}","expires_in":6}}"#, "a".repeat(9000));
     assert_eq!(parse_answer(200, long.as_bytes()), Err(FetchError::Malformed));
+}
+
+#[test]
+fn the_imds_request_names_the_audience_and_the_user_assigned_identity() {
+    let system = azure_source(None);
+    let path = system.path();
+    assert_eq!(
+        path,
+        "/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https://cognitiveservices.azure.com"
+    );
+    let h = system.request_headers(&path);
+    assert_eq!(
+        h,
+        [(":method", "GET"), (":path", path.as_str()), (":authority", "169.254.169.254"), ("metadata", "true")]
+    );
+    let by_client = azure_source(Some((IdParam::ClientId, "11111111-2222-3333-4444-555555555555")));
+    assert!(by_client.path().ends_with("&client_id=11111111-2222-3333-4444-555555555555"), "{}", by_client.path());
+    let res_id = "/subscriptions/0000/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/sy";
+    let by_res = azure_source(Some((IdParam::MsiResId, res_id)));
+    assert!(by_res.path().ends_with(&format!("&msi_res_id={res_id}")));
+    // One record per identity and audience, none shared with Google's.
+    let keys = [system.key(), by_client.key(), by_res.key(), source().key()];
+    for (i, k) in keys.iter().enumerate() {
+        assert!(keys.iter().skip(i + 1).all(|o| o != k), "{keys:?}");
+    }
+    assert_eq!(system.field(), "azure_managed_identity");
+    assert_eq!(source().field(), "google_metadata");
+    assert!(by_client.who().contains("client_id=11111111"));
+}
+
+#[test]
+fn identities_and_resources_cannot_escape_the_query() {
+    assert!(IdParam::ClientId.valid("11111111-2222-3333-4444-55555555aaAA"));
+    assert!(IdParam::ObjectId.valid("11111111-2222-3333-4444-555555555555"));
+    for bad in ["", "1111-2222", "11111111-2222-3333-4444-55555555555g", "11111111-2222-3333-4444-555555555555&x=1"] {
+        assert!(!IdParam::ClientId.valid(bad), "{bad}");
+    }
+    assert!(
+        IdParam::MsiResId.valid("/subscriptions/s/resourceGroups/rg(1).x/providers/M.MI/userAssignedIdentities/a_b")
+    );
+    for bad in ["", "subscriptions/s", "/subscriptions/s&resource=x", "/subscriptions/s#", "/subscriptions/a b"] {
+        assert!(!IdParam::MsiResId.valid(bad), "{bad}");
+    }
+    assert!(azure::valid_resource(azure::COGNITIVE_SERVICES_RESOURCE));
+    assert!(azure::valid_resource("https://ai.azure.com/"));
+    for bad in
+        ["", "https://", "http://cognitiveservices.azure.com", "https://x&client_id=y", "https://x?y", "https://x y"]
+    {
+        assert!(!azure::valid_resource(bad), "{bad}");
+    }
+}
+
+#[test]
+fn the_imds_answer_has_its_times_as_strings() {
+    let parse = |status, body: &[u8]| azure_source(None).parse_answer(status, body);
+    // As IMDS writes it: every time a string of seconds.
+    let imds = br#"{"access_token":"eyJ0eXAiOiJKV1Qi.eyJhdWQiOiJo.c2ln","refresh_token":"","expires_in":"86399","expires_on":"1765170000","not_before":"1765083300","resource":"https://cognitiveservices.azure.com","token_type":"Bearer"}"#;
+    assert_eq!(parse(200, imds), Ok(("eyJ0eXAiOiJKV1Qi.eyJhdWQiOiJo.c2ln".into(), 86_399)));
+    // A number is taken too; a short life as it is.
+    assert_eq!(parse(200, br#"{"access_token":"t","expires_in":6,"token_type":"Bearer"}"#), Ok(("t".into(), 6)));
+    assert_eq!(parse(0, imds), Err(FetchError::Unreachable));
+    // IMDS's errors: 400 identity not found, 429 throttled, 500.
+    for status in [400, 404, 429, 500] {
+        assert_eq!(
+            parse(status, br#"{"error":"invalid_request","error_description":"Identity not found"}"#),
+            Err(FetchError::Status)
+        );
+    }
+    for bad in [
+        &br#"{"access_token":"t","expires_in":"soon","token_type":"Bearer"}"#[..],
+        br#"{"access_token":"t","expires_in":"0","token_type":"Bearer"}"#,
+        br#"{"access_token":"t","expires_in":"-5","token_type":"Bearer"}"#,
+        br#"{"access_token":"t","expires_on":"1765170000","token_type":"Bearer"}"#,
+        br#"{"access_token":"t","expires_in":"60","token_type":"PoP"}"#,
+        br#"{"access_token":"a\r\nx: 1","expires_in":"60"}"#,
+    ] {
+        assert_eq!(parse(200, bad), Err(FetchError::Malformed), "{}", String::from_utf8_lossy(bad));
+    }
 }

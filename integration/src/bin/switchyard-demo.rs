@@ -3,6 +3,8 @@
 //! Usage: switchyard-demo [--port N] [--admin-port N] [--provider-port N]
 //!        switchyard-demo --mocks-only [--provider-port N]   (mock providers only, default 18101..)
 //!        switchyard-demo --print-config                     (envoy/switchyard-demo.yaml)
+//!        switchyard-demo --azure [--port N] [--admin-port N] (GPT on Azure by Entra token alone:
+//!                                                            the Azure SDK tests' stack)
 //!
 //! Prints `READY <port>` once Envoy answers, then labelled example calls, the metrics URL and
 //! Envoy's access-log lines as requests arrive. Stops on Ctrl-C or SIGTERM, and when its parent
@@ -232,6 +234,26 @@ fn main() {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
+            return 0;
+        }
+        if std::env::args().any(|a| a == "--azure") {
+            let stack =
+                match switchyard_integration::azure_stack::start(arg("--port", 10000), arg("--admin-port", 9901)).await
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("switchyard-demo: {e}");
+                        return 1;
+                    }
+                };
+            println!("READY {}", stack.envoy.port);
+            println!("  mock provider {:<17} 127.0.0.1:{}", stack.azure.name, stack.azure.addr.port());
+            println!("  mock IMDS 127.0.0.1:{}", stack.imds.addr.port());
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            drop(stack);
             return 0;
         }
         let stack = match demo::start(arg("--port", 10000), arg("--admin-port", 9901), arg("--provider-port", 0)).await

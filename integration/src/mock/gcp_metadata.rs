@@ -5,8 +5,8 @@
 //! - `GET /computeMetadata/v1/instance/service-accounts/<account>/token[?scopes=...]` with
 //!   `Metadata-Flavor: Google` answers `{"access_token", "expires_in", "token_type": "Bearer"}`
 //!   with a fresh token living the configured lifetime (short in tests: a token expires under
-//!   load). Without the header it is the server's 403; another path its 404; the account must be
-//!   `default` or the one configured.
+//!   load). Without the header, or with `X-Forwarded-For`, it is the server's 403; another path
+//!   its 404; the account must be `default` or the one configured.
 //! - Every fetch is counted ([`TokenIssuer::fetches`]), and so is every check by outcome.
 //! - [`MetadataServer::set_down`]: the server closes every connection without answering (the
 //!   metadata server unreachable) until it is up again.
@@ -15,6 +15,9 @@
 //!
 //! A mock provider checks the token with `Behavior::google_tokens` (any API: the token is in
 //! `authorization: Bearer`); the Vertex mock calls [`TokenIssuer::check`] itself.
+//!
+//! The server (its down switch, its issuer) serves Azure's IMDS too ([`MetadataServer::serve`]
+//! with the answers of `azure_imds`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -54,10 +57,12 @@ pub enum Refused {
 }
 
 impl TokenIssuer {
-    fn issue(&self, life: Duration) -> String {
+    /// A fresh token living `life`, `<prefix>mock-<n>.<pid>` (Google's look like `ya29.`,
+    /// Entra's like a JWT, `eyJ0...`), counted as a fetch.
+    pub(crate) fn issue(&self, prefix: &str, life: Duration) -> String {
+        self.fetches.fetch_add(1, Ordering::SeqCst);
         let n = self.next.fetch_add(1, Ordering::SeqCst);
-        // Looks like Google's (`ya29.`), unique per issue.
-        let token = format!("ya29.mock-{n}.{}", std::process::id());
+        let token = format!("{prefix}mock-{n}.{}", std::process::id());
         if let Ok(mut m) = self.issued.lock() {
             m.insert(token.clone(), Instant::now() + life);
         }
@@ -119,16 +124,25 @@ pub struct MetadataServer {
     down: Arc<AtomicBool>,
 }
 
+/// How a metadata server answers one request, issuing from its issuer.
+pub type Answerer = Arc<dyn Fn(&TokenIssuer, &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> + Send + Sync>;
+
 impl MetadataServer {
-    /// Binds 127.0.0.1 (any free port) and serves on the current tokio runtime; tokens live
-    /// `life` (sent as `expires_in`, whole seconds). `account`: the email it also answers for
-    /// besides `default`.
+    /// Google's metadata server: binds 127.0.0.1 (any free port) and serves on the current tokio
+    /// runtime; tokens live `life` (sent as `expires_in`, whole seconds). `account`: the email it
+    /// also answers for besides `default`.
     pub async fn start(life: Duration, account: &str) -> std::io::Result<MetadataServer> {
+        let account = account.to_string();
+        MetadataServer::serve(Arc::new(move |issuer, req| answer(issuer, &account, life, req))).await
+    }
+
+    /// A metadata server answering with `answer` (Google's or Azure's), on 127.0.0.1.
+    pub async fn serve(answer: Answerer) -> std::io::Result<MetadataServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let issuer = Arc::new(TokenIssuer::default());
         let down = Arc::new(AtomicBool::new(false));
-        let (i, d, account) = (Arc::clone(&issuer), Arc::clone(&down), account.to_string());
+        let (i, d) = (Arc::clone(&issuer), Arc::clone(&down));
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
@@ -136,13 +150,13 @@ impl MetadataServer {
                     drop(stream); // unreachable: closed without a byte
                     continue;
                 }
-                let (i, d, account) = (Arc::clone(&i), Arc::clone(&d), account.clone());
+                let (i, d, answer) = (Arc::clone(&i), Arc::clone(&d), Arc::clone(&answer));
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let answer = if d.load(Ordering::SeqCst) {
                             text(503, "text/plain", "metadata server down".into())
                         } else {
-                            answer(&i, &account, life, &req)
+                            answer(&i, &req)
                         };
                         async move { Ok::<_, std::convert::Infallible>(answer) }
                     });
@@ -186,6 +200,11 @@ fn answer(
     if !flavored {
         return text(403, "text/html", "Missing required header: Metadata-Flavor".into());
     }
+    // Nor one a proxy forwarded: "requests that contain the header X-Forwarded-For are
+    // automatically rejected" (Envoy's native callouts add one; the cluster takes it off).
+    if req.headers().contains_key("x-forwarded-for") {
+        return text(403, "text/html", "Requests with X-Forwarded-For are rejected".into());
+    }
     let path = req.uri().path();
     let sa = path.strip_prefix(TOKEN_PATH_PREFIX).and_then(|r| r.strip_suffix("/token"));
     let known = sa.is_some_and(|sa| sa == "default" || sa == account);
@@ -197,8 +216,7 @@ fn answer(
     if !scopes.is_empty() && !scopes.split(',').any(|s| s == switchyard::tokens::CLOUD_PLATFORM_SCOPE) {
         return text(400, "text/plain", "scopes must include cloud-platform in this mock".into());
     }
-    issuer.fetches.fetch_add(1, Ordering::SeqCst);
-    let token = issuer.issue(life);
+    let token = issuer.issue("ya29.", life);
     let body = json!({"access_token": token, "expires_in": life.as_secs(), "token_type": "Bearer"});
     text(200, "application/json", body.to_string())
 }
