@@ -15,6 +15,8 @@
 mod attempts;
 #[cfg(test)]
 mod bedrock_tests;
+#[cfg(test)]
+mod converse_tests;
 mod caller;
 pub mod downstream;
 pub mod fast_hash;

@@ -337,6 +337,33 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_models_take_invoke_model_every_other_converse() {
+        for id in [
+            "anthropic.claude-3-5-haiku-20241022-v1:0",
+            "us.anthropic.claude-sonnet-4-20250514-v1:0",
+            "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-x",
+        ] {
+            assert!(is_anthropic(id), "{id}");
+        }
+        for id in ["us.meta.llama3-3-70b-instruct-v1:0", "amazon.nova-pro-v1:0", "us.amazon.nova-pro-v1:0", "mistral.x", "anthropic"] {
+            assert!(!is_anthropic(id), "{id}");
+        }
+        let k = crate::providers::compile("p", Some("bedrock"), None).unwrap();
+        assert_eq!(
+            k.attempt_path(Api::Anthropic, "/v1/messages", "us.meta.llama3-3-70b-instruct-v1:0", false).as_deref(),
+            Some("/model/us.meta.llama3-3-70b-instruct-v1%3A0/converse")
+        );
+        assert_eq!(
+            k.attempt_path(Api::Anthropic, "/v1/messages", "us.amazon.nova-pro-v1:0", true).as_deref(),
+            Some("/model/us.amazon.nova-pro-v1%3A0/converse-stream")
+        );
+        assert!(k.converse(Api::Anthropic, "us.amazon.nova-pro-v1:0"));
+        assert!(!k.converse(Api::Anthropic, "us.anthropic.claude-x"));
+        assert!(k.convert_answer(Api::Anthropic, "us.anthropic.claude-x", "i", b"{}").is_none());
+    }
+
+    #[test]
     fn the_body_names_bedrocks_version_and_neither_model_nor_stream() {
         use crate::protocol::rewrite::{kind_body, model_prefix};
         let body = br#"{"model":"us.anthropic.claude-x-v1:0","max_tokens":5, "stream" : true,"anthropic_version":"x","messages":[{"role":"user","content":"h\u00e9, \"stream\":1"}],"temperature":0.50}"#;
@@ -365,8 +392,8 @@ mod tests {
         assert_eq!((k.name(), k.apis()), ("bedrock", &[Api::Anthropic][..]));
         assert_eq!(k.default_credential(), ("authorization", "Bearer "), "a Bedrock API key");
         assert_eq!(
-            k.attempt_path(Api::Anthropic, "/v1/messages", "a:b", true).as_deref(),
-            Some("/model/a%3Ab/invoke-with-response-stream")
+            k.attempt_path(Api::Anthropic, "/v1/messages", "anthropic.a:b", true).as_deref(),
+            Some("/model/anthropic.a%3Ab/invoke-with-response-stream")
         );
         assert!(k.stream_converter(Api::Anthropic, "a:b", Some("application/vnd.amazon.eventstream")).is_some());
         assert!(k.stream_converter(Api::Anthropic, "a:b", Some("application/json")).is_none());
