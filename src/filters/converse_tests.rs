@@ -136,11 +136,17 @@ fn an_anthropic_caller_fails_over_to_converse_with_a_tool_call() {
     host.with_response_headers(&[(":status", "200"), ("content-type", "application/json")]);
     assert_eq!(second.on_response_headers(false), Action::Continue);
     stream.on_response_headers(false);
-    assert_eq!(host.response_header_value("x-switchyard-attempt-log").as_deref(), Some("deepinfra:429,amazon-bedrock:200"));
+    assert_eq!(
+        host.response_header_value("x-switchyard-attempt-log").as_deref(),
+        Some("deepinfra:429,amazon-bedrock:200")
+    );
     let out = answer(&host, &mut second, &mut stream, body.as_bytes(), body.len());
     let v = json_of(out.as_bytes());
     assert_eq!(v["stop_reason"], "tool_use", "{v}");
-    assert_eq!(v["content"][0], json!({"type": "tool_use", "id": "tooluse_1", "name": "get_weather", "input": {"city": "Paris"}}));
+    assert_eq!(
+        v["content"][0],
+        json!({"type": "tool_use", "id": "tooluse_1", "name": "get_weather", "input": {"city": "Paris"}})
+    );
     assert_eq!(v["usage"]["cache_read_input_tokens"], 2000, "{v}");
     assert!(v["usage"]["cost"].as_f64().is_some_and(|c| c > 0.0), "{v}");
 }
@@ -172,7 +178,8 @@ fn a_request_converse_cannot_take_leaves_bedrock_out_of_the_plan() {
     let host = MockHost::new();
     // An image by URL: Converse takes bytes only. DeepInfra serves it; Bedrock is left out.
     let body = r#"{"model":"meta-llama/llama-3.3-70b-instruct","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}"#;
-    let _stream = kit::decide(&host, &config, "/v1/chat/completions", body, r#"{"order":["amazon-bedrock","deepinfra"]}"#, &[]);
+    let _stream =
+        kit::decide(&host, &config, "/v1/chat/completions", body, r#"{"order":["amazon-bedrock","deepinfra"]}"#, &[]);
     let _a = attempt(&host, &config, 1, "c_deepinfra");
     assert!(host.prop(&["switchyard_body_converse"]).is_none());
 }

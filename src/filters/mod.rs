@@ -15,9 +15,9 @@
 mod attempts;
 #[cfg(test)]
 mod bedrock_tests;
+mod caller;
 #[cfg(test)]
 mod converse_tests;
-mod caller;
 pub mod downstream;
 pub mod fast_hash;
 pub mod first;

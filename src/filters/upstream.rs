@@ -374,7 +374,9 @@ impl<H: Host> Filter for Attempt<H> {
                 self.host.set_resp_header("content-length", None);
                 self.host.set_resp_header("content-type", Some(c.content_type()));
                 content_type = Some(c.content_type());
-            } else if (200..300).contains(&status) && !end_of_stream && kind.converse(self.watch.api, &self.upstream_model)
+            } else if (200..300).contains(&status)
+                && !end_of_stream
+                && kind.converse(self.watch.api, &self.upstream_model)
             {
                 // A whole answer in the kind's own API: converted at its end.
                 self.converted = Some(Vec::new());

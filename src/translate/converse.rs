@@ -51,10 +51,7 @@ fn part_block(p: &Part, field: &str) -> Result<Option<Value>, Refused> {
 /// The Converse request body for `c`.
 pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     if c.format.is_some() {
-        return Err(Refused::new(
-            "response_format",
-            "structured output has no counterpart in Bedrock's Converse API",
-        ));
+        return Err(Refused::new("response_format", "structured output has no counterpart in Bedrock's Converse API"));
     }
     let mut o = Map::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
@@ -110,11 +107,8 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
         o.insert("system".into(), Value::Array(system));
     }
     let mut inference = Map::new();
-    for (k, v) in [
-        ("maxTokens", c.max_tokens.take()),
-        ("temperature", c.temperature.take()),
-        ("topP", c.top_p.take()),
-    ] {
+    for (k, v) in [("maxTokens", c.max_tokens.take()), ("temperature", c.temperature.take()), ("topP", c.top_p.take())]
+    {
         if let Some(v) = v.filter(|v| !v.is_null()) {
             inference.insert(k.into(), v);
         }
@@ -146,7 +140,7 @@ pub fn write_request(c: &mut Chat) -> Result<Map<String, Value>, Refused> {
     if none && history_calls && !c.tools.is_empty() {
         c.drop_field("tool_choice");
     }
-    if !c.tools.is_empty() && !(none && !history_calls) {
+    if !c.tools.is_empty() && (!none || history_calls) {
         let tools: Vec<Value> = c
             .tools
             .iter()

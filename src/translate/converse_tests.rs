@@ -1,7 +1,6 @@
 use super::*;
 use crate::api::Api;
 
-
 fn converse(from: Api, body: Value) -> crate::translate::Translated {
     crate::translate::converse_request(from, body.to_string().as_bytes()).unwrap()
 }
@@ -71,7 +70,10 @@ fn anthropic_and_google_requests_and_tool_choices() {
     assert_eq!(v["toolConfig"]["toolChoice"], serde_json::json!({"any": {}}));
     assert_eq!(v["messages"][2]["content"][0]["toolResult"]["status"], "error");
     assert_eq!(t.dropped, ["top_k"]);
-    for (choice, want) in [(serde_json::json!("auto"), Some(serde_json::json!({"auto": {}}))), (serde_json::json!("required"), Some(serde_json::json!({"any": {}})))] {
+    for (choice, want) in [
+        (serde_json::json!("auto"), Some(serde_json::json!({"auto": {}}))),
+        (serde_json::json!("required"), Some(serde_json::json!({"any": {}}))),
+    ] {
         let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "tool_choice": choice,
             "tools": [{"type": "function", "function": {"name": "f"}}]});
         let v: Value = serde_json::from_slice(&converse(Api::OpenAi, body).body).unwrap();
@@ -127,7 +129,10 @@ fn a_converse_answer_is_read_with_its_stop_reason_and_usage() {
     let Value::Object(o) = body.clone() else { unreachable!() };
     let (a, signature) = parse_answer(&o, "req1", "us.amazon.nova-pro-v1:0").unwrap();
     assert_eq!((a.text.as_str(), a.reasoning.as_str(), signature.as_str()), ("Let me check.", "Hmm.", "sig"));
-    assert_eq!(a.calls, [Call { id: "tooluse_1".into(), name: "get_weather".into(), args: r#"{"city":"Paris"}"#.into() }]);
+    assert_eq!(
+        a.calls,
+        [Call { id: "tooluse_1".into(), name: "get_weather".into(), args: r#"{"city":"Paris"}"#.into() }]
+    );
     assert_eq!(a.finish, Finish::ToolCalls);
     assert_eq!(a.usage, Usage { prompt: 1110, completion: 7, cached: 1000, cache_write: 100, reasoning: 0 });
     for (reason, finish) in [
@@ -152,7 +157,8 @@ fn a_converse_answer_is_read_with_its_stop_reason_and_usage() {
             "usage": {"input_tokens": 10, "output_tokens": 7, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 1000}})
     );
     // Then into an OpenAI caller's answer, as any Anthropic endpoint's.
-    let openai: Value = serde_json::from_slice(&crate::translate::answer(Api::Anthropic, Api::OpenAi, &out, 1).unwrap()).unwrap();
+    let openai: Value =
+        serde_json::from_slice(&crate::translate::answer(Api::Anthropic, Api::OpenAi, &out, 1).unwrap()).unwrap();
     assert_eq!(openai["choices"][0]["finish_reason"], "tool_calls");
     assert_eq!(openai["usage"]["prompt_tokens"], 1110);
     // Not a Converse answer.

@@ -112,7 +112,11 @@ impl Converter {
     fn open(&mut self, index: u64, block: Value, out: &mut Vec<u8>) {
         self.start(out);
         if self.open.insert(index) {
-            data(out, "content_block_start", &json!({"type": "content_block_start", "index": index, "content_block": block}));
+            data(
+                out,
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": index, "content_block": block}),
+            );
         }
     }
 
@@ -154,7 +158,8 @@ impl Converter {
                     // A start of another kind of block: opened by its first delta.
                     return index().is_some();
                 };
-                let (id, name) = (crate::translate::str_at(tool, "/toolUseId"), crate::translate::str_at(tool, "/name"));
+                let (id, name) =
+                    (crate::translate::str_at(tool, "/toolUseId"), crate::translate::str_at(tool, "/name"));
                 self.open(i, json!({"type": "tool_use", "id": id, "name": name, "input": {}}), out);
             }
             "contentBlockDelta" => {

@@ -15,13 +15,19 @@ fn frames() -> Vec<u8> {
         ("contentBlockDelta", json!({"contentBlockIndex": 1, "delta": {"text": "Hello"}})),
         ("contentBlockDelta", json!({"contentBlockIndex": 1, "delta": {"text": " there"}})),
         ("contentBlockStop", json!({"contentBlockIndex": 1})),
-        ("contentBlockStart", json!({"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "get_weather"}}})),
+        (
+            "contentBlockStart",
+            json!({"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "get_weather"}}}),
+        ),
         ("contentBlockDelta", json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "{\"city\":"}}})),
         ("contentBlockDelta", json!({"contentBlockIndex": 2, "delta": {"toolUse": {"input": "\"Paris\"}"}}})),
         ("contentBlockStop", json!({"contentBlockIndex": 2})),
         ("messageStop", json!({"stopReason": "tool_use"})),
-        ("metadata", json!({"usage": {"inputTokens": 10, "outputTokens": 7, "totalTokens": 1117,
-            "cacheReadInputTokens": 1000, "cacheWriteInputTokens": 100}, "metrics": {"latencyMs": 300}})),
+        (
+            "metadata",
+            json!({"usage": {"inputTokens": 10, "outputTokens": 7, "totalTokens": 1117,
+            "cacheReadInputTokens": 1000, "cacheWriteInputTokens": 100}, "metrics": {"latencyMs": 300}}),
+        ),
     ];
     events.iter().flat_map(|(name, payload)| event(name, payload.to_string().as_bytes())).collect()
 }
@@ -42,23 +48,56 @@ fn parse_sse(sse: &[u8]) -> Vec<(String, Value)> {
 fn expected() -> Vec<(String, Value)> {
     let e = |name: &str, v: Value| (name.to_string(), v);
     vec![
-        e("message_start", json!({"type": "message_start", "message": {"id": "msg_req1", "type": "message",
+        e(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_req1", "type": "message",
             "role": "assistant", "model": "us.meta.llama3-3-70b-instruct-v1:0", "content": [], "stop_reason": null,
-            "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})),
-        e("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Think"}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}})),
+            "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+        ),
+        e(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Think"}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "c2ln"}}),
+        ),
         e("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-        e("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hello"}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": " there"}})),
+        e(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hello"}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": " there"}}),
+        ),
         e("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-        e("content_block_start", json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "tooluse_1", "name": "get_weather", "input": {}}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"city\":"}})),
-        e("content_block_delta", json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "\"Paris\"}"}})),
+        e(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "tooluse_1", "name": "get_weather", "input": {}}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"city\":"}}),
+        ),
+        e(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "\"Paris\"}"}}),
+        ),
         e("content_block_stop", json!({"type": "content_block_stop", "index": 2})),
-        e("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
-            "usage": {"input_tokens": 10, "output_tokens": 7, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 1000}})),
+        e(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+            "usage": {"input_tokens": 10, "output_tokens": 7, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 1000}}),
+        ),
         e("message_stop", json!({"type": "message_stop"})),
     ]
 }
@@ -121,7 +160,9 @@ fn the_converted_stream_reaches_every_callers_api_with_its_usage_and_tool_call()
         .filter_map(|c| c.pointer("/choices/0/delta/tool_calls/0/function/arguments").and_then(Value::as_str))
         .collect();
     assert_eq!(args, r#"{"city":"Paris"}"#);
-    assert!(chunks.iter().any(|c| c.pointer("/choices/0/delta/tool_calls/0/function/name") == Some(&json!("get_weather"))));
+    assert!(chunks
+        .iter()
+        .any(|c| c.pointer("/choices/0/delta/tool_calls/0/function/name") == Some(&json!("get_weather"))));
     assert!(chunks.iter().any(|c| c.pointer("/choices/0/finish_reason") == Some(&json!("tool_calls"))));
     let usage = chunks.iter().find_map(|c| c.get("usage").filter(|u| !u.is_null())).expect("a usage chunk");
     assert_eq!((usage["prompt_tokens"].as_u64(), usage["completion_tokens"].as_u64()), (Some(1110), Some(7)));
@@ -170,7 +211,8 @@ fn exceptions_and_bad_frames_end_the_stream_with_an_error_event() {
     let events = parse_sse(&converter().feed(&bytes));
     assert_eq!(events.last().unwrap().1["error"]["type"], "api_error");
     // An event that is not its shape.
-    let events = parse_sse(&converter().feed(&[start, event("contentBlockDelta", br#"{"delta":{"text":"x"}}"#)].concat()));
+    let events =
+        parse_sse(&converter().feed(&[start, event("contentBlockDelta", br#"{"delta":{"text":"x"}}"#)].concat()));
     assert_eq!(events.last().unwrap().0, "error");
     // Unknown events are left out; a stop reason held until the metadata.
     let bytes = [
@@ -180,6 +222,9 @@ fn exceptions_and_bad_frames_end_the_stream_with_an_error_event() {
     ]
     .concat();
     let events = parse_sse(&converter().feed(&bytes));
-    assert_eq!(events.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["message_start", "message_delta", "message_stop"]);
+    assert_eq!(
+        events.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["message_start", "message_delta", "message_stop"]
+    );
     assert_eq!(events[1].1["delta"]["stop_reason"], "refusal");
 }

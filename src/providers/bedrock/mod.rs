@@ -346,7 +346,13 @@ mod tests {
         ] {
             assert!(is_anthropic(id), "{id}");
         }
-        for id in ["us.meta.llama3-3-70b-instruct-v1:0", "amazon.nova-pro-v1:0", "us.amazon.nova-pro-v1:0", "mistral.x", "anthropic"] {
+        for id in [
+            "us.meta.llama3-3-70b-instruct-v1:0",
+            "amazon.nova-pro-v1:0",
+            "us.amazon.nova-pro-v1:0",
+            "mistral.x",
+            "anthropic",
+        ] {
             assert!(!is_anthropic(id), "{id}");
         }
         let k = crate::providers::compile("p", Some("bedrock"), None).unwrap();
