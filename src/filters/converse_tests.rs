@@ -103,6 +103,7 @@ fn an_openai_caller_reaches_llama_on_bedrock_converse_plain() {
     stream.on_response_headers(false);
     let warning = host.response_header_value("x-switchyard-warning").unwrap_or_default();
     assert!(warning.contains("dropped seed (no counterpart in the bedrock_converse API)"), "{warning}");
+    assert!(!warning.contains("anthropic API"), "the Anthropic body was not sent: {warning}");
     let out = answer(&host, &mut a, &mut stream, body.as_bytes(), 17);
     let v = json_of(out.as_bytes());
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from Converse", "{v}");

@@ -445,10 +445,12 @@ impl<H: Host> Filter for Stream<H> {
         // (only the per-attempt filter names attempts on the regular clusters).
         let first_answered = made == Some(1) && self.first.is_some();
         self.translate_from = self.serving_api(&headers, first_answered);
-        if let Some(note) = self.translate_from.and_then(|api| self.translation_warning(api)) {
-            warning = if warning.is_empty() { note } else { format!("{warning}; {note}") };
-        }
-        if let Some(note) = self.converse_warning(&headers, first_answered) {
+        let note = if self.served_converse(&headers, first_answered) {
+            self.converse_warning()
+        } else {
+            self.translate_from.and_then(|api| self.translation_warning(api))
+        };
+        if let Some(note) = note {
             warning = if warning.is_empty() { note } else { format!("{warning}; {note}") };
         }
         let records = self.attempt_records(&headers, status, made, first_answered, end_of_stream, now);
