@@ -29,13 +29,19 @@ fn catalog() -> Value {
         "models": {
             "cv/plain": {"endpoints": [{"provider": "beta", "upstream_model": LLAMA, "region": "us-east-1",
                 "pricing": {"prompt": 0.72, "completion": 0.72}}]},
-            // alpha is cheaper: tried first.
-            "cv/fo": {"endpoints": [
-                {"provider": "alpha", "upstream_model": "meta-llama/Llama-3.3-70B-Instruct", "pricing": {"prompt": 0.23, "completion": 0.40}},
-                {"provider": "beta", "upstream_model": LLAMA, "region": "us-east-1", "pricing": {"prompt": 0.72, "completion": 0.72}}]}
+            // alpha is cheaper: tried first (sorted by price). One model per failover, so one
+            // failure's statistics do not reorder the next.
+            "cv/fo": failover_model(),
+            "cv/fo-stream": failover_model()
         },
         "routing": {"default_policy": "price_weighted"}
     })
+}
+
+fn failover_model() -> Value {
+    json!({"endpoints": [
+        {"provider": "alpha", "upstream_model": "meta-llama/Llama-3.3-70B-Instruct", "pricing": {"prompt": 0.23, "completion": 0.40}},
+        {"provider": "beta", "upstream_model": LLAMA, "region": "us-east-1", "pricing": {"prompt": 0.72, "completion": 0.72}}]})
 }
 
 struct Stack {
@@ -48,7 +54,8 @@ fn stack() -> &'static Stack {
     STACK.get_or_init(|| {
         keep_running("bedrock-converse", PROVIDERS.iter().map(|p| p.to_string()).collect(), |providers| {
             let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-            let clusters = ["alpha", "beta"].iter().map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) }).collect();
+            let clusters =
+                ["alpha", "beta"].iter().map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) }).collect();
             let origin = Some(ClusterSpec { name: "c_origin".into(), port: port("origin") });
             let mut cfg = StackConfig::new(catalog(), clusters, origin);
             cfg.per_try_idle_timeout_ms = 2_000;
@@ -57,8 +64,7 @@ fn stack() -> &'static Stack {
                 ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
                 ("AWS_EC2_METADATA_DISABLED", "true"),
             ];
-            let envoy =
-                Envoy::start_with_env(&cfg, "bedrock-converse", &env).unwrap_or_else(|e| panic!("envoy: {e}"));
+            let envoy = Envoy::start_with_env(&cfg, "bedrock-converse", &env).unwrap_or_else(|e| panic!("envoy: {e}"));
             let stack = Stack { addr: envoy.addr(), providers };
             (envoy, stack)
         })
@@ -153,7 +159,10 @@ async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
     let v = r.json();
     let call = &v["choices"][0]["message"]["tool_calls"][0];
     assert_eq!(call["function"]["name"], "get_weather", "{v}");
-    assert_eq!(serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap_or("")).ok(), Some(json!({"city": "Paris"})));
+    assert_eq!(
+        serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap_or("")).ok(),
+        Some(json!({"city": "Paris"}))
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
     let sent = assert_converse_attempt(&attempts("cv-tool")[0].1, false);
     assert_eq!(sent["toolConfig"]["toolChoice"], json!({"any": {}}), "{sent}");
@@ -176,7 +185,10 @@ async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();
     let events = sse_data(&text);
-    assert!(events.iter().any(|e| e["content_block"]["type"] == "tool_use" && e["content_block"]["name"] == "get_weather"), "{text}");
+    assert!(
+        events.iter().any(|e| e["content_block"]["type"] == "tool_use" && e["content_block"]["name"] == "get_weather"),
+        "{text}"
+    );
     let args: String = events.iter().filter_map(|e| e["delta"]["partial_json"].as_str()).collect();
     assert_eq!(serde_json::from_str::<Value>(&args).ok(), Some(json!({"city": "Paris"})), "{text}");
     assert!(events.iter().any(|e| e["delta"]["stop_reason"] == "tool_use"), "{text}");
@@ -186,9 +198,10 @@ async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
 
 #[tokio::test]
 async fn a_failing_provider_fails_over_to_converse_plain_and_streamed() {
-    for stream in [false, true] {
+    for (model, stream) in [("cv/fo", false), ("cv/fo-stream", true)] {
         let id = format!("cv-fo-{stream}");
-        let body = json!({"model": "cv/fo", "max_tokens": 32, "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+        let body = json!({"model": model, "max_tokens": 32, "stream": stream, "messages": [{"role": "user", "content": "hi"}],
+            "provider": {"sort": "price"}});
         let r = anthropic(&id, &[("x-mock-behavior", "alpha=503")], body).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
@@ -218,7 +231,8 @@ async fn converse_errors_are_classified_and_a_stream_exception_reaches_the_calle
     let r = openai("cv-429", &[("x-mock-behavior", "beta=429")], body).await;
     assert_eq!(r.status, 429, "{}", r.text());
     // An exception inside ConverseStream: an error event, and the stream ends.
-    let body = json!({"model": "cv/plain", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": "cv/plain", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let r = anthropic("cv-sserror", &[("x-mock-behavior", "beta=sserror1")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();

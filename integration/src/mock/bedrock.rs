@@ -421,8 +421,7 @@ pub(super) fn answer(
             return Ok(refused(provider, status, kind, &message));
         }
     }
-    let invalid =
-        if converse { super::converse::invalid_body(signed.body, stream) } else { invalid_body(signed.body) };
+    let invalid = if converse { super::converse::invalid_body(signed.body, stream) } else { invalid_body(signed.body) };
     if let Some(message) = invalid {
         return Ok(refused(provider, 400, "ValidationException", &message));
     }

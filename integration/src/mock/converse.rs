@@ -40,7 +40,11 @@ fn shapes() -> &'static Value {
 fn check(name: &str, v: &Value, path: &str) -> Result<(), String> {
     let s = &shapes()[name];
     let kind = s["type"].as_str().unwrap_or("");
-    let wrong = |want: &str| Err(format!("1 validation error detected: Value at '{path}' failed to satisfy constraint: Member must be {want}"));
+    let wrong = |want: &str| {
+        Err(format!(
+            "1 validation error detected: Value at '{path}' failed to satisfy constraint: Member must be {want}"
+        ))
+    };
     if s.get("document").is_some() {
         return Ok(());
     }
@@ -186,10 +190,16 @@ pub fn stream_body(request: &Value, exception: Option<(&str, &str)>) -> Vec<u8> 
         Some((name, input)) => {
             let args = input.to_string();
             let (a, b) = args.split_at(args.len() / 2);
-            events.push(("contentBlockStart", json!({"contentBlockIndex": 0,
-                "start": {"toolUse": {"toolUseId": "tooluse_mock01", "name": name}}})));
+            events.push((
+                "contentBlockStart",
+                json!({"contentBlockIndex": 0,
+                "start": {"toolUse": {"toolUseId": "tooluse_mock01", "name": name}}}),
+            ));
             for piece in [a, b] {
-                events.push(("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}})));
+                events.push((
+                    "contentBlockDelta",
+                    json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}}),
+                ));
             }
             "tool_use"
         }
@@ -216,8 +226,11 @@ pub fn stream_body(request: &Value, exception: Option<(&str, &str)>) -> Vec<u8> 
     events.extend([
         ("contentBlockStop", json!({"contentBlockIndex": 0})),
         ("messageStop", json!({"stopReason": stop})),
-        ("metadata", json!({"usage": {"inputTokens": USAGE.0, "outputTokens": USAGE.1, "totalTokens": USAGE.0 + USAGE.1},
-            "metrics": {"latencyMs": 42}})),
+        (
+            "metadata",
+            json!({"usage": {"inputTokens": USAGE.0, "outputTokens": USAGE.1, "totalTokens": USAGE.0 + USAGE.1},
+            "metrics": {"latencyMs": 42}}),
+        ),
     ]);
     for (i, (name, payload)) in events.into_iter().enumerate() {
         out.extend(frame(i, name, payload));
@@ -275,7 +288,15 @@ mod tests {
             messages.iter().map(|m| m.string(":event-type").unwrap_or_default().to_string()).collect();
         assert_eq!(
             names,
-            ["messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"]
+            [
+                "messageStart",
+                "contentBlockStart",
+                "contentBlockDelta",
+                "contentBlockDelta",
+                "contentBlockStop",
+                "messageStop",
+                "metadata"
+            ]
         );
         // Answered with the tool's result: text.
         let mut after = req.clone();
