@@ -47,6 +47,23 @@ def test_invoke_model_with_response_stream(mock_provider):
     assert events[2]["delta"]["text"] == "Hello from Bedrock"
 
 
+def test_invoke_model_answers_a_tool_call_when_tools_are_offered(mock_provider):
+    _, url = mock_provider
+    tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                      "required": ["city"]}}]
+    body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 32, "tools": tools,
+                       "messages": [{"role": "user", "content": "Weather in Paris?"}]})
+    answer = json.loads(client(url).invoke_model(modelId=MODEL, body=body)["body"].read())
+    assert answer["stop_reason"] == "tool_use"
+    assert answer["content"][0] == {"type": "tool_use", "id": "toolu_bdrk_01mock", "name": "get_weather",
+                                    "input": {"city": "Paris"}}
+    r = client(url).invoke_model_with_response_stream(modelId=MODEL, body=body)
+    events = [json.loads(e["chunk"]["bytes"]) for e in r["body"]]
+    assert events[1]["content_block"]["type"] == "tool_use"
+    assert json.loads(events[2]["delta"]["partial_json"]) == {"city": "Paris"}
+    assert events[4]["delta"]["stop_reason"] == "tool_use"
+
+
 @pytest.mark.parametrize("key,secret,code", [
     (ACCESS_KEY, "not-the-secret", "InvalidSignatureException"),
     ("AKIDSOMEONEELSE00000", SECRET_KEY, "UnrecognizedClientException"),
