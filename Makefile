@@ -162,10 +162,11 @@ integration: wasm native registry-tools mesh-tools observability-tools envoy-mat
 	cargo test -p switchyard-integration
 	# The core routing tests again on the native build (about 45 s; tests/native.rs runs in the
 	# line above: the panic test and the load test in every Envoy release; envoy_matrix: no
-	# internal header on any attempt, on both Envoy releases; vertex: Claude and Gemini on Vertex).
+	# internal header on any attempt, on both Envoy releases; vertex: Claude and Gemini on Vertex;
+	# bedrock_converse: Bedrock's Converse and ConverseStream).
 	SWITCHYARD_BUILD=native cargo test -p switchyard-integration --test failover --test first_attempt \
 	  --test streaming_and_config --test stream_usage --test surfaces --test key_rotation --test mesh_limits \
-	  --test envoy_matrix --test vertex
+	  --test envoy_matrix --test vertex --test bedrock_converse
 	# The measurement tools' smoke run (tools/tests/bench_smoke.rs) and load generator tests.
 	cargo test -p switchyard-tools
 

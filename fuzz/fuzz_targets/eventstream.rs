@@ -1,10 +1,12 @@
 //! The AWS event stream decoder (`switchyard::providers::bedrock::eventstream`): any bytes, split
 //! anywhere, never panic; the messages and the error do not depend on where the input was split;
 //! and every message decoded re-encodes to the bytes it came from. The first byte picks the split
-//! size, the second the maximum frame (in 64-byte units).
+//! size, the second the maximum frame (in 64-byte units). The ConverseStream converter over the
+//! same bytes never panics and writes the same SSE however they are split.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use switchyard::providers::bedrock::converse_stream::Converter;
 use switchyard::providers::bedrock::eventstream::{encode, Decoder, Message};
 
 fn run(body: &[u8], split: usize, max: usize) -> (Vec<Message>, Result<(), String>) {
@@ -30,4 +32,11 @@ fuzz_target!(|data: &[u8]| {
         again.extend(encode(&headers, &m.payload));
     }
     assert!(body.starts_with(&again), "a decoded message does not re-encode to its bytes");
+    let convert = |n: usize| {
+        body.chunks(n.max(1)).fold((Converter::new("m", "i"), Vec::new()), |(mut c, mut out), p| {
+            out.extend(c.feed(p));
+            (c, out)
+        })
+    };
+    assert_eq!(convert(body.len()).1, convert(usize::from(*split)).1, "the converted stream depends on the split");
 });

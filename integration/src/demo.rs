@@ -109,6 +109,17 @@ pub fn demo_catalog() -> Value {
                      "supported_parameters": ["max_tokens", "temperature", "tools", "tool_choice"]}
                 ]
             },
+            // Bedrock's non-Anthropic models go through Converse / ConverseStream
+            // (`docs/bedrock.md`): Amazon Nova Pro, served by Bedrock only.
+            "amazon/nova-pro-v1": {
+                "cost_tier": "medium",
+                "input_modalities": ["text", "image"],
+                "endpoints": [
+                    {"provider": "amazon-bedrock", "upstream_model": "us.amazon.nova-pro-v1:0", "region": "us-east-1",
+                     "pricing": {"prompt": 0.8, "completion": 3.2, "cached_prompt": 0.2}, "context_length": 300000,
+                     "supported_parameters": ["max_tokens", "temperature", "top_p", "tools", "tool_choice", "stop"]}
+                ]
+            },
             "anthropic/claude-opus-4-6": {
                 "cost_tier": "xhigh",
                 "input_modalities": ["text", "image", "file"],

@@ -25,6 +25,7 @@ mod anthropic;
 mod azure;
 pub mod azure_imds;
 pub mod bedrock;
+pub mod converse;
 pub mod gcp_metadata;
 mod google;
 mod openai;
@@ -835,8 +836,12 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
     if let Some(spec) = header("x-mock-behavior") {
         apply_override(&mut behavior, &s.name, spec);
     }
-    // Amazon Bedrock: its own paths, SigV4 or API key, body and exceptions (`bedrock`).
-    if let Some((model, stream)) = bedrock::model_of(parts.uri.path()) {
+    // Amazon Bedrock: its own paths (InvokeModel, Converse), SigV4 or API key, body and
+    // exceptions (`bedrock`, `converse`).
+    let bedrock_call = bedrock::model_of(parts.uri.path())
+        .map(|(m, s)| (m, s, false))
+        .or_else(|| converse::converse_of(parts.uri.path()).map(|(m, s)| (m, s, true)));
+    if let Some((model, stream, converse)) = bedrock_call {
         let signed = bedrock::Signed {
             method: parts.method.as_str(),
             path: parts.uri.path(),
@@ -844,7 +849,7 @@ async fn handle(s: Arc<Shared>, req: Request<Incoming>, tls: bool) -> Result<Res
             headers: &full_headers,
             body: &body,
         };
-        return bedrock::answer(&s.name, &signed, &behavior, &model, stream);
+        return bedrock::answer(&s.name, &signed, &behavior, &model, stream, converse);
     }
     // A Google Cloud provider takes only a live OAuth2 token its metadata server issued.
     if let Some(issuer) = &behavior.google_tokens {

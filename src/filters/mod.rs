@@ -16,6 +16,8 @@ mod attempts;
 #[cfg(test)]
 mod bedrock_tests;
 mod caller;
+#[cfg(test)]
+mod converse_tests;
 pub mod downstream;
 pub mod fast_hash;
 pub mod first;

@@ -20,7 +20,7 @@ use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{
     is_retryable_status, key_refused, parse_retry_after, retry_after_of, AttemptRecord, Outcome,
 };
-use crate::protocol::plan::body_property;
+use crate::protocol::plan::{body_property, CONVERSE_BODY_PROPERTY};
 use crate::protocol::plan::{AttemptPlan, FIRST_ATTEMPT_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{
     api_headers, attempt_rewrite, foreign_body, kind_body, model_prefix, AttemptError, ANTHROPIC_VERSION,
@@ -61,7 +61,16 @@ pub struct Attempt<H: Host> {
     converter: Option<Box<dyn StreamConverter>>,
     /// An error answer whose body the kind rewrites (`Kind::error_body`).
     kind_error: Option<KindError>,
+    /// The endpoint's upstream model id (what the kind's converters need).
+    upstream_model: String,
+    /// A whole answer the kind converts into the attempt's API (`Kind::convert_answer`),
+    /// collected until its end (at most `MAX_CONVERTED_BYTES`).
+    converted: Option<Vec<u8>>,
 }
+
+/// The largest whole answer a kind converts (Bedrock's Converse answers: a few kilobytes; an
+/// answer over this is passed on cut, which the caller's translation refuses as malformed).
+const MAX_CONVERTED_BYTES: usize = 8 << 20;
 
 /// An error answer a kind rewrites: its status and headers as the provider sent them, and its
 /// body so far (at most `MAX_ERROR_BODY_BYTES`).
@@ -92,6 +101,8 @@ impl<H: Host> Attempt<H> {
             blanked: &[],
             converter: None,
             kind_error: None,
+            upstream_model: String::new(),
+            converted: None,
         }
     }
 
@@ -226,7 +237,14 @@ impl<H: Host> Filter for Attempt<H> {
         self.watch = AttemptWatch::new(rw.api, plan.stream, self.host.now_ms());
         let kind = catalog.provider_for_slug(&rw.slug).map(|p| Arc::clone(&p.kind));
         self.blanked = kind.as_ref().map_or(&[], |k| k.blanked_members(rw.api));
-        if rw.foreign_body {
+        if kind.as_ref().is_some_and(|k| k.converse(rw.api, &rw.upstream_model)) {
+            // Bedrock's Converse: the body the decision filter wrote for it (no model: the path
+            // names it).
+            match self.host.property(&[CONVERSE_BODY_PROPERTY]) {
+                Some(body) => self.new_body = Some(body),
+                None => return self.refuse(503, "the plan has no Converse body for this attempt"),
+            }
+        } else if rw.foreign_body {
             let stored = self.host.property(&[&body_property(rw.api)]);
             match stored.and_then(|b| foreign_body(rw.api, &b, &rw.upstream_model)) {
                 Some(body) => {
@@ -239,6 +257,7 @@ impl<H: Host> Filter for Attempt<H> {
             }
         }
         self.kind = kind;
+        self.upstream_model = rw.upstream_model.clone();
         self.planned = rw.planned;
         // By model id: valid whichever configuration made the plan.
         self.later_model = plan.refs.iter().skip(self.attempt).any(|r| r.model != rw.model);
@@ -349,12 +368,19 @@ impl<H: Host> Filter for Attempt<H> {
                 status = mapped;
             }
             if (200..300).contains(&status) {
-                self.converter = kind.stream_converter(self.watch.api, content_type);
+                self.converter = kind.stream_converter(self.watch.api, &self.upstream_model, content_type);
             }
             if let Some(c) = &self.converter {
                 self.host.set_resp_header("content-length", None);
                 self.host.set_resp_header("content-type", Some(c.content_type()));
                 content_type = Some(c.content_type());
+            } else if (200..300).contains(&status)
+                && !end_of_stream
+                && kind.converse(self.watch.api, &self.upstream_model)
+            {
+                // A whole answer in the kind's own API: converted at its end.
+                self.converted = Some(Vec::new());
+                self.host.set_resp_header("content-length", None);
             }
         }
         let cap = self.config.catalog.routing.max_retry_after_s;
@@ -410,7 +436,24 @@ impl<H: Host> Filter for Attempt<H> {
             return Action::Continue;
         }
         let mut body_size = body_size;
-        if let Some(c) = self.converter.as_mut() {
+        if let Some(collected) = self.converted.as_mut() {
+            let room = MAX_CONVERTED_BYTES.saturating_sub(collected.len()).min(body_size);
+            if let Some(piece) = (room > 0).then(|| self.host.response_body(0, room)).flatten() {
+                collected.extend_from_slice(&piece);
+            }
+            let mut out = Vec::new();
+            if end_of_stream {
+                let body = self.converted.take().unwrap_or_default();
+                let id = find(&self.host.resp_headers(), "x-amzn-requestid").unwrap_or("bdrk_converse").to_string();
+                out = match &self.kind {
+                    Some(kind) => kind.convert_answer(self.watch.api, &self.upstream_model, &id, &body),
+                    None => None,
+                }
+                .unwrap_or(body);
+            }
+            self.host.set_response_body(0, body_size, &out);
+            body_size = out.len();
+        } else if let Some(c) = self.converter.as_mut() {
             let chunk =
                 if body_size > 0 { self.host.response_body(0, body_size).unwrap_or_default() } else { Vec::new() };
             let out = c.feed(&chunk);

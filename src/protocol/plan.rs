@@ -73,6 +73,11 @@ pub fn body_property(api: Api) -> String {
     format!("switchyard_body_{}", api.name())
 }
 
+/// Filter-state key of the request body in Bedrock's Converse API (an upstream-only API: the
+/// body carries no model), written by the decision filter when the plan has an endpoint that
+/// takes it (`Kind::converse`).
+pub const CONVERSE_BODY_PROPERTY: &str = "switchyard_body_converse";
+
 /// `[prefix_len u32 LE][body]`: a stored body and the length of its `{"model":"..."` prefix.
 pub fn encode_body(prefix_len: usize, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 4);

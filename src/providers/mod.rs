@@ -6,7 +6,8 @@
 //! - `standard`: every API at its own path prefix (`path_prefix`, `apis.<api>.path_prefix`), the
 //!   key where `credential` says (OpenAI: `authorization: Bearer`), streams as the API sends them.
 //! - `azure` ([`azure`]): Azure OpenAI, resource + deployment.
-//! - `bedrock` ([`bedrock`]): Anthropic's models on Amazon Bedrock (InvokeModel), signed by Envoy.
+//! - `bedrock` ([`bedrock`]): Amazon Bedrock (Anthropic's models by InvokeModel, every other
+//!   model by Converse), signed by Envoy.
 //! - `vertex` ([`vertex`]): Claude and Gemini on Google Vertex AI, project + location.
 
 pub mod azure;
@@ -103,8 +104,29 @@ pub trait Kind: std::fmt::Debug + Send + Sync {
 
     /// The converter of a successful streamed answer in `api` with this `content-type` into the
     /// API's own stream, and the content type it then has. None: the answer is the API's.
-    fn stream_converter(&self, api: Api, content_type: Option<&str>) -> Option<Box<dyn StreamConverter>> {
-        let _ = (api, content_type);
+    fn stream_converter(
+        &self,
+        api: Api,
+        upstream_model: &str,
+        content_type: Option<&str>,
+    ) -> Option<Box<dyn StreamConverter>> {
+        let _ = (api, upstream_model, content_type);
+        None
+    }
+
+    /// Whether an attempt in `api` to `upstream_model` is sent in Bedrock's Converse API (an
+    /// upstream-only API: the decision filter stores its body, `plan::CONVERSE_BODY_PROPERTY`),
+    /// its whole answer converted back into `api` ([`Kind::convert_answer`]).
+    fn converse(&self, api: Api, upstream_model: &str) -> bool {
+        let _ = (api, upstream_model);
+        false
+    }
+
+    /// A successful whole answer of an attempt to `upstream_model` in `api`'s shape, when the
+    /// kind's answer is another API's ([`Kind::converse`]); `id` names it. None: not an answer
+    /// of that API (passed on as it came).
+    fn convert_answer(&self, api: Api, upstream_model: &str, id: &str, body: &[u8]) -> Option<Vec<u8>> {
+        let _ = (api, upstream_model, id, body);
         None
     }
 

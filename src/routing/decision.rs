@@ -48,6 +48,11 @@ pub struct Decision {
     /// Per translated API, the fields its translation dropped (`x-switchyard-warning` when an
     /// endpoint of that API serves).
     pub translation_warnings: Vec<(Api, String)>,
+    /// The body in Bedrock's Converse API when an endpoint of the plan takes it
+    /// (`Kind::converse`), stored for its attempts (`plan::CONVERSE_BODY_PROPERTY`), and what
+    /// its translation dropped (`x-switchyard-warning` when such an endpoint serves).
+    pub converse_body: Option<Vec<u8>>,
+    pub converse_warning: Option<String>,
     /// The prompt's token estimate (its bytes / 4) and the completion the caller capped
     /// (`max_tokens` and its aliases): what mesh-wide token and spend limits admit it for.
     pub prompt_tokens: u64,
@@ -138,6 +143,8 @@ pub fn decide_for<'a>(
         body_api,
         bodies: stored,
         translation_warnings: bodies.warnings,
+        converse_body: bodies.converse,
+        converse_warning: bodies.converse_warning,
         prompt_tokens: req.prompt_tokens,
         max_tokens: req.max_tokens,
     })
@@ -148,6 +155,15 @@ pub fn decide_for<'a>(
 struct PlanBodies {
     bodies: Vec<(Api, usize, Vec<u8>)>,
     warnings: Vec<(Api, String)>,
+    converse: Option<Vec<u8>>,
+    converse_warning: Option<String>,
+}
+
+/// Whether endpoint `i` is sent Bedrock's Converse body when serving a `caller`.
+fn takes_converse(catalog: &Catalog, i: usize, caller: Api) -> bool {
+    catalog.endpoint(i).is_some_and(|e| {
+        catalog.provider_of(e).is_some_and(|p| p.kind.converse(e.apis.serving(caller), &e.upstream_model))
+    })
 }
 
 /// The request's body for each API the plan's endpoints serve it in: the caller's own, and
@@ -169,7 +185,7 @@ fn plan_bodies(
             .find(|e| e.apis.serving(caller) == api)
             .map(|e| e.upstream_model.clone())
     };
-    let mut out = PlanBodies { bodies: Vec::new(), warnings: Vec::new() };
+    let mut out = PlanBodies { bodies: Vec::new(), warnings: Vec::new(), converse: None, converse_warning: None };
     let mut refused: Option<crate::translate::Refused> = None;
     let mut unsupported = false;
     for api in Api::ALL.into_iter().filter(|&a| a != caller) {
@@ -195,6 +211,29 @@ fn plan_bodies(
                     let why = crate::translate::header_text(&r.message);
                     let param = crate::translate::header_text(&r.param);
                     plan.warnings.push(format!("{} endpoints left out: {param} ({why})", api.name()));
+                }
+                refused.get_or_insert(r);
+            }
+        }
+    }
+    // Bedrock's Converse endpoints take a body of their own, translated from the caller's.
+    if plan.attempts.iter().any(|a| takes_converse(catalog, a.endpoint, caller)) {
+        let source = translation_source(caller, &req.fields);
+        match crate::translate::converse_request(caller, &source) {
+            Ok(t) if req.provider.require_parameters && !t.dropped.is_empty() => {
+                plan.attempts.retain(|a| !takes_converse(catalog, a.endpoint, caller));
+                unsupported = true;
+            }
+            Ok(t) => {
+                out.converse_warning = t.warning_for(crate::translate::CONVERSE);
+                out.converse = Some(t.body);
+            }
+            Err(r) => {
+                plan.attempts.retain(|a| !takes_converse(catalog, a.endpoint, caller));
+                if !plan.attempts.is_empty() {
+                    let why = crate::translate::header_text(&r.message);
+                    let param = crate::translate::header_text(&r.param);
+                    plan.warnings.push(format!("{} endpoints left out: {param} ({why})", crate::translate::CONVERSE));
                 }
                 refused.get_or_insert(r);
             }

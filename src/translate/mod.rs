@@ -16,6 +16,7 @@
 pub mod jsonm;
 pub mod anthropic;
 pub mod chat;
+pub mod converse;
 pub mod google;
 pub mod openai;
 pub mod reasoning;
@@ -46,6 +47,11 @@ impl Translated {
     /// The `x-switchyard-warning` value for the dropped fields (None when nothing was dropped).
     /// The names are the caller's (an unknown field's too): header-safe, at most 8 named.
     pub fn warning(&self, to: Api) -> Option<String> {
+        self.warning_for(to.name())
+    }
+
+    /// As [`Translated::warning`], for the API named `to` (an upstream-only one: [`CONVERSE`]).
+    pub fn warning_for(&self, to: &str) -> Option<String> {
         if self.dropped.is_empty() {
             return None;
         }
@@ -53,7 +59,7 @@ impl Translated {
         if self.dropped.len() > 8 {
             names.push(format!("{} more", self.dropped.len() - 8));
         }
-        Some(format!("dropped {} (no counterpart in the {} API)", names.join(", "), to.name()))
+        Some(format!("dropped {} (no counterpart in the {to} API)", names.join(", ")))
     }
 }
 
@@ -133,15 +139,7 @@ pub struct Answer {
 /// already removed). `model` is the endpoint's upstream id (Google's goes in the path);
 /// `stream` the caller's choice (Google's is its method). An OpenAI stream asks for its usage.
 pub fn request(from: Api, to: Api, body: &[u8], model: &str, stream: bool) -> Result<Translated, Refused> {
-    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
-        return Err(Refused::new("body", "the request body is not a JSON object"));
-    };
-    let mut chat = match from {
-        Api::OpenAi => openai::parse_request(&o)?,
-        Api::Anthropic => anthropic::parse_request(&o)?,
-        Api::Google => google::parse_request(&o)?,
-        Api::Responses => responses::parse_request(&o)?,
-    };
+    let mut chat = parse(from, body)?;
     chat.stream = stream;
     let out = match to {
         Api::OpenAi => openai::write_request(&mut chat, model),
@@ -152,6 +150,32 @@ pub fn request(from: Api, to: Api, body: &[u8], model: &str, stream: bool) -> Re
     };
     Ok(Translated { body: model_first(out), dropped: chat.dropped })
 }
+
+/// The caller's body in `from` (routing fields already removed) in the pivot.
+fn parse(from: Api, body: &[u8]) -> Result<chat::Chat, Refused> {
+    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
+        return Err(Refused::new("body", "the request body is not a JSON object"));
+    };
+    match from {
+        Api::OpenAi => openai::parse_request(&o),
+        Api::Anthropic => anthropic::parse_request(&o),
+        Api::Google => google::parse_request(&o),
+        Api::Responses => responses::parse_request(&o),
+    }
+}
+
+/// The body of a Bedrock Converse / ConverseStream request from the caller's body in `from`:
+/// no model (the path names it) and no stream flag (the path says it). Converse is an
+/// upstream-only API: what the writer drops is reported as for any translation
+/// ([`Translated::warning`] with [`CONVERSE`]).
+pub fn converse_request(from: Api, body: &[u8]) -> Result<Translated, Refused> {
+    let mut chat = parse(from, body)?;
+    let out = converse::write_request(&mut chat)?;
+    Ok(Translated { body: serde_json::to_vec(&Value::Object(out)).unwrap_or_default(), dropped: chat.dropped })
+}
+
+/// The Converse API's name in warnings.
+pub const CONVERSE: &str = "bedrock_converse";
 
 /// A provider's whole answer in `from`'s shape, rewritten in the caller's `to` shape. None when
 /// it is not an answer of `from` (the caller then gets it wrapped as a provider error).

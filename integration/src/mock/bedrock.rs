@@ -81,7 +81,7 @@ fn canonical_query(query: &str) -> String {
     pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
 }
 
-fn percent_decode(s: &str) -> String {
+pub(super) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -283,23 +283,68 @@ pub fn message(model: &str, text: &str) -> serde_json::Value {
         "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 3}})
 }
 
+/// The tool call an Anthropic model on Bedrock answers a request offering tools with (its last
+/// turn not a tool result): the first tool, its required string arguments `"Paris"`.
+pub fn tool_call(request: &serde_json::Value) -> Option<(String, serde_json::Value)> {
+    let tool = request.pointer("/tools/0")?;
+    let last = request["messages"].as_array()?.last()?;
+    let results = last["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"));
+    if results {
+        return None;
+    }
+    let schema = &tool["input_schema"];
+    let mut input = serde_json::Map::new();
+    for r in schema["required"].as_array().into_iter().flatten().filter_map(|r| r.as_str()) {
+        if schema["properties"][r]["type"] == "string" {
+            input.insert(r.to_string(), serde_json::json!("Paris"));
+        }
+    }
+    Some((tool["name"].as_str()?.to_string(), serde_json::Value::Object(input)))
+}
+
+/// The `InvokeModel` answer calling `name` with `input`.
+pub fn tool_message(model: &str, name: &str, input: &serde_json::Value) -> serde_json::Value {
+    let mut m = message(model, "");
+    m["content"] = serde_json::json!([{"type": "tool_use", "id": "toolu_bdrk_01mock", "name": name, "input": input}]);
+    m["stop_reason"] = serde_json::json!("tool_use");
+    m
+}
+
 /// `InvokeModelWithResponseStream`'s body: one `chunk` event frame per Anthropic stream event,
 /// then `exception` (a stream exception's type and message) if given, else a message_stop with
 /// Bedrock's invocation metrics.
 pub fn stream_body(model: &str, text: &str, exception: Option<(&str, &str)>) -> Vec<u8> {
+    stream_events(model, text, None, exception)
+}
+
+/// As [`stream_body`], calling `tool` (name, input) instead of saying `text` when given.
+pub fn stream_events(
+    model: &str,
+    text: &str,
+    tool: Option<&(String, serde_json::Value)>,
+    exception: Option<(&str, &str)>,
+) -> Vec<u8> {
     use serde_json::json;
     use switchyard::providers::bedrock::eventstream;
+    let (block, delta, stop) = match tool {
+        Some((name, input)) => (
+            json!({"type": "tool_use", "id": "toolu_bdrk_01mock", "name": name, "input": {}}),
+            json!({"type": "input_json_delta", "partial_json": input.to_string()}),
+            "tool_use",
+        ),
+        None => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": text}), "end_turn"),
+    };
     let mut events = vec![
         json!({"type": "message_start", "message": {"id": "msg_bdrk_01mock", "type": "message", "role": "assistant",
             "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": block}),
+        json!({"type": "content_block_delta", "index": 0, "delta": delta}),
     ];
     if exception.is_none() {
         events.extend([
             json!({"type": "content_block_stop", "index": 0}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 3}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 3}}),
             json!({"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 12, "outputTokenCount": 3,
                 "invocationLatency": 80, "firstByteLatency": 20}}),
         ]);
@@ -345,16 +390,20 @@ fn refused(provider: &str, status: u16, kind: &str, message: &str) -> hyper::Res
     r
 }
 
-/// The mock's answer to a request on a Bedrock path (`model_of`): the key (a Bedrock API key, or
-/// a SigV4 signature checked for the mock's credentials), the body, then `behavior` (a failure
-/// status as Bedrock's exception; `sserror<n>`: a `throttlingException` after n events; `reset`;
-/// `garbage`: a frame with a bad CRC); else the answer, a stream in pieces that split frames.
+/// The mock's answer to a request on a Bedrock path (`model_of`, or Converse's
+/// `converse::converse_of` when `converse`): the key (a Bedrock API key, or a SigV4 signature
+/// checked for the mock's credentials), the body (InvokeModel's Anthropic body, or Converse's
+/// checked against botocore's shapes), then `behavior` (a failure status as Bedrock's exception;
+/// `sserror<n>`: a `throttlingException` after n events; `reset`; `garbage`: a frame with a bad
+/// CRC); else the answer (a tool call when tools are offered), a stream in pieces that split
+/// frames.
 pub(super) fn answer(
     provider: &str,
     signed: &Signed<'_>,
     behavior: &super::Behavior,
     model: &str,
     stream: bool,
+    converse: bool,
 ) -> Result<hyper::Response<super::ChannelBody>, super::BoxError> {
     let header = |n: &str| signed.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
     let bearer = header("authorization").and_then(|a| a.strip_prefix("Bearer "));
@@ -372,9 +421,11 @@ pub(super) fn answer(
             return Ok(refused(provider, status, kind, &message));
         }
     }
-    if let Some(message) = invalid_body(signed.body) {
+    let invalid = if converse { super::converse::invalid_body(signed.body, stream) } else { invalid_body(signed.body) };
+    if let Some(message) = invalid {
         return Ok(refused(provider, 400, "ValidationException", &message));
     }
+    let request: serde_json::Value = serde_json::from_slice(signed.body).unwrap_or_default();
     match behavior.mode {
         super::Mode::Reset => return Err("mock reset".into()),
         super::Mode::Status { status, .. } => {
@@ -383,9 +434,14 @@ pub(super) fn answer(
         }
         super::Mode::Ok | super::Mode::Garbage => {}
     }
+    let tool = tool_call(&request);
     if !stream {
-        let body = message(model, "Hello from Bedrock").to_string();
-        return Ok(super::canned(provider, 200, "application/json", body, None));
+        let body = match (&tool, converse) {
+            (_, true) => super::converse::answer_json(&request),
+            (Some((name, input)), false) => tool_message(model, name, input),
+            (None, false) => message(model, "Hello from Bedrock"),
+        };
+        return Ok(super::canned(provider, 200, "application/json", body.to_string(), None));
     }
     let cut = match behavior.cut_after {
         Some((_, super::CutKind::ErrorEvent)) => {
@@ -393,7 +449,11 @@ pub(super) fn answer(
         }
         _ => None,
     };
-    let mut bytes = stream_body(model, "Hello from Bedrock", cut);
+    let mut bytes = if converse {
+        super::converse::stream_body(&request, cut)
+    } else {
+        stream_events(model, "Hello from Bedrock", tool.as_ref(), cut)
+    };
     if matches!(behavior.mode, super::Mode::Garbage) {
         if let Some(b) = bytes.last_mut() {
             *b ^= 0xff;

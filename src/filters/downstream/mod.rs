@@ -26,7 +26,7 @@ use crate::answer::watch::{AttemptWatch, MAX_ERROR_BODY_BYTES};
 use crate::api::{Api, Surface};
 use crate::protocol::bytes::u64_at;
 use crate::protocol::outcome::{AttemptRecord, CutShort, StopReason};
-use crate::protocol::plan::{body_property, AttemptPlan, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
+use crate::protocol::plan::{body_property, AttemptPlan, CONVERSE_BODY_PROPERTY, INTERRUPTED_PROPERTY, PLAN_PROPERTY};
 use crate::protocol::rewrite::{api_headers, attempt_rewrite, ANTHROPIC_VERSION};
 use crate::protocol::scope;
 use crate::protocol::slots::{
@@ -445,7 +445,12 @@ impl<H: Host> Filter for Stream<H> {
         // (only the per-attempt filter names attempts on the regular clusters).
         let first_answered = made == Some(1) && self.first.is_some();
         self.translate_from = self.serving_api(&headers, first_answered);
-        if let Some(note) = self.translate_from.and_then(|api| self.translation_warning(api)) {
+        let note = if self.served_converse(&headers, first_answered) {
+            self.converse_warning()
+        } else {
+            self.translate_from.and_then(|api| self.translation_warning(api))
+        };
+        if let Some(note) = note {
             warning = if warning.is_empty() { note } else { format!("{warning}; {note}") };
         }
         let records = self.attempt_records(&headers, status, made, first_answered, end_of_stream, now);

@@ -221,6 +221,9 @@ impl<H: Host> Stream<H> {
         for (api, body) in std::mem::take(&mut d.bodies) {
             self.host.set_property(&[&body_property(api)], &body);
         }
+        if let Some(body) = d.converse_body.take() {
+            self.host.set_property(&[CONVERSE_BODY_PROPERTY], &body);
+        }
         self.host.set_property(&[PLAN_PROPERTY], &plan.encode());
         // The order for Envoy's retries: the first cluster now, each attempt's filter the next.
         let routing = &self.config.catalog.routing;

@@ -15,6 +15,23 @@ impl<H: Host> Stream<H> {
         Some(ep.apis.serving(self.api)).filter(|a| *a != self.api)
     }
 
+    /// Whether the serving endpoint was sent Bedrock's Converse body (`Kind::converse`): its
+    /// warning is the Converse translation's, not the Anthropic body's it did not get.
+    pub(super) fn served_converse(&self, headers: &[(String, String)], first_answered: bool) -> bool {
+        let (model, slug) = match self.first.as_ref().filter(|_| first_answered) {
+            Some(f) => (f.model.as_str(), Some(f.slug.as_str())),
+            None => (find(headers, MODEL_HEADER).unwrap_or_default(), find(headers, PROVIDER_HEADER)),
+        };
+        let catalog = &self.config.catalog;
+        let Some(ep) = slug.and_then(|slug| catalog.endpoint_of(model, slug)) else { return false };
+        catalog.provider_of(ep).is_some_and(|p| p.kind.converse(ep.apis.serving(self.api), &ep.upstream_model))
+    }
+
+    /// What the Converse body dropped (`x-switchyard-warning`).
+    pub(super) fn converse_warning(&self) -> Option<String> {
+        self.decision.as_ref()?.converse_warning.clone()
+    }
+
     /// What the translation into `api` dropped (`x-switchyard-warning`).
     pub(super) fn translation_warning(&self, api: Api) -> Option<String> {
         let d = self.decision.as_ref()?;

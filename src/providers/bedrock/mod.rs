@@ -1,4 +1,8 @@
-//! Amazon Bedrock: Anthropic's models through `InvokeModel` and `InvokeModelWithResponseStream`.
+//! Amazon Bedrock: Anthropic's models through `InvokeModel` and `InvokeModelWithResponseStream`,
+//! every other model (a model id that is not `anthropic.` nor `<profile>.anthropic.`) through
+//! `Converse` and `ConverseStream` ([`is_anthropic`]): the endpoint serves the Anthropic API
+//! either way; a Converse attempt's body is the Converse body the decision filter stored
+//! (`translate::converse`), its answer turned into Anthropic's ([`converse_stream`] for streams).
 //! Requests are signed by Envoy (`envoy.filters.http.aws_request_signing` on the provider's
 //! cluster, after the per-attempt filter), or carry a Bedrock API key (`credential`, sent as
 //! `authorization: Bearer`): the module holds no AWS secret. What differs from Anthropic's own
@@ -17,6 +21,7 @@
 //!   Anthropic's error body with a status that classifies it like any provider's
 //!   ([`http_error`]).
 
+pub mod converse_stream;
 pub mod eventstream;
 pub mod stream;
 
@@ -47,6 +52,20 @@ pub fn invoke_path(model_id: &str, stream: bool) -> String {
     }
     path.push_str(if stream { "/invoke-with-response-stream" } else { "/invoke" });
     path
+}
+
+/// Whether a Bedrock model id, inference profile id or ARN names an Anthropic model (served by
+/// InvokeModel with Anthropic's body): `anthropic.…`, or a profile's `<geo>.anthropic.…`.
+pub fn is_anthropic(model_id: &str) -> bool {
+    let id = model_id.rsplit('/').next().unwrap_or(model_id);
+    id.starts_with("anthropic.") || id.split_once('.').is_some_and(|(_, rest)| rest.starts_with("anthropic."))
+}
+
+/// The path of a Converse call to `model_id`: `/model/{id}/converse`, or `/converse-stream`.
+pub fn converse_path(model_id: &str, stream: bool) -> String {
+    let invoke = invoke_path(model_id, false);
+    let base = invoke.strip_suffix("/invoke").unwrap_or(&invoke);
+    format!("{base}{}", if stream { "/converse-stream" } else { "/converse" })
 }
 
 /// What replaces the body's `{"model":"..."` prefix: Bedrock's version (the path names the model).
@@ -130,7 +149,21 @@ impl Kind for Bedrock {
     }
 
     fn attempt_path(&self, api: Api, _standard: &str, upstream_model: &str, stream: bool) -> Option<String> {
+        if self.converse(api, upstream_model) {
+            return Some(converse_path(upstream_model, stream));
+        }
         (api == Api::Anthropic).then(|| invoke_path(upstream_model, stream))
+    }
+
+    fn converse(&self, api: Api, upstream_model: &str) -> bool {
+        api == Api::Anthropic && !is_anthropic(upstream_model)
+    }
+
+    fn convert_answer(&self, api: Api, upstream_model: &str, id: &str, body: &[u8]) -> Option<Vec<u8>> {
+        if !self.converse(api, upstream_model) {
+            return None;
+        }
+        crate::translate::converse::anthropic_answer(body, id, upstream_model)
     }
 
     fn body_prefix(&self, api: Api) -> Option<&'static [u8]> {
@@ -164,9 +197,20 @@ impl Kind for Bedrock {
         ))
     }
 
-    fn stream_converter(&self, api: Api, content_type: Option<&str>) -> Option<Box<dyn StreamConverter>> {
+    fn stream_converter(
+        &self,
+        api: Api,
+        upstream_model: &str,
+        content_type: Option<&str>,
+    ) -> Option<Box<dyn StreamConverter>> {
         let eventstream = content_type.is_some_and(|c| c.trim_start().starts_with(EVENTSTREAM));
-        (api == Api::Anthropic && eventstream).then(|| Box::new(stream::Converter::new()) as Box<dyn StreamConverter>)
+        if !(api == Api::Anthropic && eventstream) {
+            return None;
+        }
+        if self.converse(api, upstream_model) {
+            return Some(Box::new(converse_stream::Converter::new(upstream_model, "bdrk_converse")));
+        }
+        Some(Box::new(stream::Converter::new()))
     }
 
     fn error_status(&self, _api: Api, status: u16, headers: &[(String, String)]) -> (u16, bool) {
@@ -293,6 +337,39 @@ mod tests {
     }
 
     #[test]
+    fn anthropic_models_take_invoke_model_every_other_converse() {
+        for id in [
+            "anthropic.claude-3-5-haiku-20241022-v1:0",
+            "us.anthropic.claude-sonnet-4-20250514-v1:0",
+            "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-x",
+        ] {
+            assert!(is_anthropic(id), "{id}");
+        }
+        for id in [
+            "us.meta.llama3-3-70b-instruct-v1:0",
+            "amazon.nova-pro-v1:0",
+            "us.amazon.nova-pro-v1:0",
+            "mistral.x",
+            "anthropic",
+        ] {
+            assert!(!is_anthropic(id), "{id}");
+        }
+        let k = crate::providers::compile("p", Some("bedrock"), None).unwrap();
+        assert_eq!(
+            k.attempt_path(Api::Anthropic, "/v1/messages", "us.meta.llama3-3-70b-instruct-v1:0", false).as_deref(),
+            Some("/model/us.meta.llama3-3-70b-instruct-v1%3A0/converse")
+        );
+        assert_eq!(
+            k.attempt_path(Api::Anthropic, "/v1/messages", "us.amazon.nova-pro-v1:0", true).as_deref(),
+            Some("/model/us.amazon.nova-pro-v1%3A0/converse-stream")
+        );
+        assert!(k.converse(Api::Anthropic, "us.amazon.nova-pro-v1:0"));
+        assert!(!k.converse(Api::Anthropic, "us.anthropic.claude-x"));
+        assert!(k.convert_answer(Api::Anthropic, "us.anthropic.claude-x", "i", b"{}").is_none());
+    }
+
+    #[test]
     fn the_body_names_bedrocks_version_and_neither_model_nor_stream() {
         use crate::protocol::rewrite::{kind_body, model_prefix};
         let body = br#"{"model":"us.anthropic.claude-x-v1:0","max_tokens":5, "stream" : true,"anthropic_version":"x","messages":[{"role":"user","content":"h\u00e9, \"stream\":1"}],"temperature":0.50}"#;
@@ -321,11 +398,11 @@ mod tests {
         assert_eq!((k.name(), k.apis()), ("bedrock", &[Api::Anthropic][..]));
         assert_eq!(k.default_credential(), ("authorization", "Bearer "), "a Bedrock API key");
         assert_eq!(
-            k.attempt_path(Api::Anthropic, "/v1/messages", "a:b", true).as_deref(),
-            Some("/model/a%3Ab/invoke-with-response-stream")
+            k.attempt_path(Api::Anthropic, "/v1/messages", "anthropic.a:b", true).as_deref(),
+            Some("/model/anthropic.a%3Ab/invoke-with-response-stream")
         );
-        assert!(k.stream_converter(Api::Anthropic, Some("application/vnd.amazon.eventstream")).is_some());
-        assert!(k.stream_converter(Api::Anthropic, Some("application/json")).is_none());
+        assert!(k.stream_converter(Api::Anthropic, "a:b", Some("application/vnd.amazon.eventstream")).is_some());
+        assert!(k.stream_converter(Api::Anthropic, "a:b", Some("application/json")).is_none());
         for (options, field) in [
             (json!({"zone": "us-east-1"}), "providers[\"b\"].kind_options"),
             (json!({"region": "US East"}), "providers[\"b\"].kind_options.region"),

@@ -90,7 +90,7 @@ fn chunk_event(payload: &[u8]) -> Option<(String, Vec<u8>)> {
     Some((kind, event))
 }
 
-fn push_event(out: &mut Vec<u8>, kind: &str, data: &[u8]) {
+pub(super) fn push_event(out: &mut Vec<u8>, kind: &str, data: &[u8]) {
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\ndata: ");
@@ -100,7 +100,7 @@ fn push_event(out: &mut Vec<u8>, kind: &str, data: &[u8]) {
     out.extend_from_slice(b"\n\n");
 }
 
-fn push_error(out: &mut Vec<u8>, anthropic_type: &str, message: &str) {
+pub(super) fn push_error(out: &mut Vec<u8>, anthropic_type: &str, message: &str) {
     push_event(out, "error", &super::anthropic_error_body(anthropic_type, message));
 }
 
