@@ -8,9 +8,12 @@
 //! - `hooks` (feature `native`): the exported event hooks, each under `catch_unwind`
 //! - `host` (feature `native`): `filters::host::Host` over the callbacks
 //! - `shared`: state shared by the workers, in process memory; `metrics`: the stats families
-//! - `grpc`: the rate limit service's unary calls over the ABI's HTTP callout
+//! - `grpc`: the rate limit service's unary calls over the ABI's HTTP callout; `answers`
+//!   (feature `native`): what a callout brought back
 
 pub mod abi;
+#[cfg(feature = "native")]
+mod answers;
 pub mod grpc;
 #[cfg(feature = "native")]
 mod hooks;
