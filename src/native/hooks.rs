@@ -443,7 +443,10 @@ fn run<R: Copy>(
     if m.failed {
         return idle;
     }
-    match guard(hook, || f(m.filter.as_mut())) {
+    let result = guard(hook, || f(m.filter.as_mut()));
+    // The hook's request header changes, all at once, before Envoy goes on with the request.
+    m.host.settle_route();
+    match result {
         Some(r) => r,
         None => {
             m.failed = true;

@@ -25,7 +25,12 @@ pub mod shared;
 /// The filter-state key of a one-segment property: the key Envoy's Wasm host uses (`wasm.`),
 /// so the generated route's filter-state matcher and the access-log formats are the same.
 pub fn state_key(name: &str) -> String {
-    format!("wasm.{name}")
+    // Built by hand: every filter-state read and write names its key (no formatting machinery).
+    const PREFIX: &str = "wasm.";
+    let mut key = String::with_capacity(PREFIX.len() + name.len());
+    key.push_str(PREFIX);
+    key.push_str(name);
+    key
 }
 
 #[cfg(test)]
