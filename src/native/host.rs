@@ -17,6 +17,8 @@ use super::abi::*;
 use super::grpc::{grpc_frame, grpc_headers, grpc_target_parts, grpc_timeout};
 use super::{metrics, shared};
 use crate::filters::host::{Host, MetricKind};
+use crate::filters::internals::ENVOY_PREFIX;
+use crate::wiring::INTERNAL_PREFIX;
 
 /// The calls in flight and the answer being delivered, shared by a filter's host and the
 /// adapter that delivers the answer.
@@ -211,10 +213,15 @@ impl Native {
         })
     }
 
-    /// The header names only (the values stay in Envoy).
-    fn header_names(&self, kind: HeaderType) -> Vec<String> {
+    /// The names of the headers `keep` picks by their bytes (the values stay in Envoy; the
+    /// others are never copied).
+    fn header_names(&self, kind: HeaderType, keep: impl Fn(&[u8]) -> bool) -> Vec<String> {
         self.lent_headers(kind, |v| {
             v.iter()
+                .filter(|h| {
+                    // SAFETY: as in `lent_text`: Envoy lends `key_length` bytes for the hook.
+                    !h.key_ptr.is_null() && keep(unsafe { std::slice::from_raw_parts(h.key_ptr, h.key_length) })
+                })
                 .map(|h| lent_text(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default())
                 .collect()
         })
@@ -529,11 +536,33 @@ impl Host for Native {
     fn resp_headers(&self) -> Vec<(String, String)> {
         self.headers(RESPONSE_HEADER)
     }
-    fn req_header_names(&self) -> Vec<String> {
-        self.header_names(REQUEST_HEADER)
+    fn internal_req_header_names(&self) -> Vec<String> {
+        // By the bytes' prefix (both are ASCII): what `is_internal` reads of the copied name.
+        self.header_names(REQUEST_HEADER, |k| {
+            k.starts_with(ENVOY_PREFIX.as_bytes()) || k.starts_with(INTERNAL_PREFIX.as_bytes())
+        })
     }
     fn resp_headers_named(&self, names: &[&str]) -> Vec<Option<String>> {
-        names.iter().map(|n| self.header(RESPONSE_HEADER, n)).collect()
+        // One pass over the headers Envoy lends: a lookup by name is a call each, and Envoy
+        // makes a lower-case copy of the name for every one. The first value of a name, as
+        // `get_header` at index 0 gives it.
+        let mut found: Vec<Option<String>> = vec![None; names.len()];
+        self.lent_headers(RESPONSE_HEADER, |v| {
+            for h in v {
+                // SAFETY: as in `lent_text`: Envoy lends `key_length` bytes for the hook.
+                let key = if h.key_ptr.is_null() {
+                    &[][..]
+                } else {
+                    unsafe { std::slice::from_raw_parts(h.key_ptr, h.key_length) }
+                };
+                for (name, slot) in names.iter().zip(found.iter_mut()) {
+                    if slot.is_none() && name.as_bytes() == key {
+                        *slot = lent_text(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length });
+                    }
+                }
+            }
+        });
+        found
     }
     fn set_resp_header(&self, name: &str, value: Option<&str>) {
         self.set_header(RESPONSE_HEADER, name, value)
@@ -629,6 +658,9 @@ impl Host for Native {
     }
     fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32) {
         shared::get(key)
+    }
+    fn read_shared_data(&self, key: &str, read: &mut dyn FnMut(Option<&[u8]>)) {
+        shared::read(key, |v| read(v))
     }
     fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32 {
         shared::set(key, value, cas)
