@@ -660,7 +660,7 @@ impl Host for Native {
         shared::get(key)
     }
     fn read_shared_data(&self, key: &str, read: &mut dyn FnMut(Option<&[u8]>)) {
-        shared::read(key, |v| read(v))
+        shared::read(key, read)
     }
     fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32 {
         shared::set(key, value, cas)
