@@ -80,7 +80,14 @@ impl HeaderPolicy {
 
     /// The names among `names` to remove before a provider sees the request.
     pub fn to_remove<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-        names.into_iter().filter(|n| !self.forwards(&n.to_ascii_lowercase())).collect()
+        // Envoy's header names are lower-case already: copied only when one is not.
+        names
+            .into_iter()
+            .filter(|n| match n.bytes().any(|b| b.is_ascii_uppercase()) {
+                true => !self.forwards(&n.to_ascii_lowercase()),
+                false => !self.forwards(n),
+            })
+            .collect()
     }
 }
 

@@ -36,7 +36,8 @@ impl<H: Host> Filter for FirstAttempt<H> {
         self.attempt =
             self.host.property(&["upstream", "request_attempt_count"]).and_then(|b| u64_at(&b, 0)).unwrap_or(1)
                 as usize;
-        self.later_attempt = hand_on(&self.host, self.host.req_header_names().iter().map(String::as_str), self.attempt);
+        let internal = self.host.internal_req_header_names();
+        self.later_attempt = hand_on(&self.host, internal.iter().map(String::as_str), self.attempt);
         set_scheme(&self.host);
         Action::Continue
     }

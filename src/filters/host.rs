@@ -32,10 +32,11 @@ pub trait Host {
     /// Replaces a request header, or removes it (`None`).
     fn set_req_header(&self, name: &str, value: Option<&str>);
     fn resp_headers(&self) -> Vec<(String, String)>;
-    /// The names of the request headers. By default from `req_headers` (one host call, where
-    /// calls are dear: Wasm); a host that lends its headers copies only the names.
-    fn req_header_names(&self) -> Vec<String> {
-        self.req_headers().into_iter().map(|(k, _)| k).collect()
+    /// The names of the request headers Envoy and Switchyard put there for themselves
+    /// (`internals::is_internal`). By default from `req_headers` (one host call, where calls are
+    /// dear: Wasm); a host that lends its headers copies only those names.
+    fn internal_req_header_names(&self) -> Vec<String> {
+        self.req_headers().into_iter().map(|(k, _)| k).filter(|k| super::internals::is_internal(k)).collect()
     }
     /// The values of a few response headers, in the order asked. By default from
     /// `resp_headers` (one host call); a host with cheap lookups looks each one up instead of
@@ -60,6 +61,12 @@ pub trait Host {
     fn now_ms(&self) -> u64;
     /// A shared-data value and its CAS token.
     fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32);
+    /// Reads a shared-data value (None when absent) where it is: `read` gets the bytes without
+    /// a copy when the host can lend them (natively: under the store's lock, so `read` must not
+    /// call the host). By default a copy from `shared_data`.
+    fn read_shared_data(&self, key: &str, read: &mut dyn FnMut(Option<&[u8]>)) {
+        read(self.shared_data(key).0.as_deref())
+    }
     /// Writes a shared-data value (empty clears it); `cas` 0 writes unconditionally. Returns the
     /// host status (0, or `CAS_MISMATCH` when another worker wrote first).
     fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32;

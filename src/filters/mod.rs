@@ -23,7 +23,7 @@ pub mod fast_hash;
 pub mod first;
 pub mod gauges;
 pub mod host;
-mod internals;
+pub(crate) mod internals;
 #[cfg(test)]
 mod kind_test_kit;
 pub mod mesh;

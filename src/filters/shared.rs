@@ -21,10 +21,14 @@ pub fn stats_key(model: &str, slug: &str) -> String {
 }
 
 pub fn read_stats(host: &dyn Host, key: &str) -> EndpointStats {
-    match host.shared_data(key) {
-        (Some(bytes), _) => EndpointStats::decode(&bytes),
-        _ => EndpointStats::default(),
-    }
+    // Decoded where the record is: a request reads each of its endpoints' 2 KB records once.
+    let mut stats = EndpointStats::default();
+    host.read_shared_data(key, &mut |bytes| {
+        if let Some(b) = bytes {
+            stats = EndpointStats::decode(b);
+        }
+    });
+    stats
 }
 
 /// Read-modify-write of an endpoint's record bytes with CAS (`f` gets the record as read, None

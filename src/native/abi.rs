@@ -247,6 +247,8 @@ extern "C" {
         filter: FilterEnvoyPtr,
         body_type: BodyType,
     ) -> usize;
+    /// The body's length in bytes (0 when it does not exist).
+    pub fn envoy_dynamic_module_callback_http_get_body_size(filter: FilterEnvoyPtr, body_type: BodyType) -> usize;
     pub fn envoy_dynamic_module_callback_http_get_body_chunks(
         filter: FilterEnvoyPtr,
         body_type: BodyType,
@@ -343,6 +345,7 @@ pub const CALLBACKS: &[&str] = &[
     "envoy_dynamic_module_callback_http_set_header",
     "envoy_dynamic_module_callback_http_send_response",
     "envoy_dynamic_module_callback_http_get_body_chunks_size",
+    "envoy_dynamic_module_callback_http_get_body_size",
     "envoy_dynamic_module_callback_http_get_body_chunks",
     "envoy_dynamic_module_callback_http_append_body",
     "envoy_dynamic_module_callback_http_drain_body",

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::abi::*;
-use super::grpc::grpc_answer;
+use super::answers::{answer_of, http_answer_of};
 use super::host::{now_ms, Native};
 use super::{metrics, shared};
 use crate::answer::errors::ApiError;
@@ -31,7 +31,6 @@ use crate::filters::tokens::TokenFetcher;
 use crate::filters::{configure, downstream, first, role_of, upstream, Configured, Filter, Role, Unconfigured};
 use crate::limits::Subject;
 use crate::routing::policy::Matcher;
-use crate::tokens::MAX_ANSWER_BYTES;
 use crate::wiring;
 
 /// How often the main thread's tick runs with mesh-wide limits (queued charges, cool-down
@@ -129,7 +128,7 @@ struct ModuleConfig {
 }
 
 /// Reads the buffer Envoy passes for the duration of a hook.
-fn envoy_bytes(b: EnvoyBuffer) -> Vec<u8> {
+pub(super) fn envoy_bytes(b: EnvoyBuffer) -> Vec<u8> {
     if b.ptr.is_null() {
         return Vec::new();
     }
@@ -361,73 +360,6 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     });
 }
 
-/// A plain HTTP callout's status (0: no answer) and body (at most `MAX_ANSWER_BYTES`).
-fn http_answer_of(
-    result: CalloutResult,
-    headers: *const EnvoyHttpHeader,
-    headers_size: usize,
-    body: *const EnvoyBuffer,
-    body_size: usize,
-) -> (u16, Vec<u8>) {
-    if result != CALLOUT_SUCCESS {
-        return (0, Vec::new());
-    }
-    let mut status = 0;
-    if !headers.is_null() {
-        // SAFETY: Envoy passes `headers_size` headers valid for the hook.
-        for h in unsafe { std::slice::from_raw_parts(headers, headers_size) } {
-            if envoy_bytes(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }) == b":status" {
-                let v = envoy_bytes(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length });
-                status = std::str::from_utf8(&v).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-            }
-        }
-    }
-    let mut bytes = Vec::new();
-    if !body.is_null() {
-        // SAFETY: Envoy passes `body_size` chunks valid for the hook.
-        for c in unsafe { std::slice::from_raw_parts(body, body_size) } {
-            if bytes.len() < MAX_ANSWER_BYTES {
-                bytes.extend(envoy_bytes(*c));
-            }
-        }
-    }
-    bytes.truncate(MAX_ANSWER_BYTES);
-    (status, bytes)
-}
-
-/// The gRPC status and message of a callout's answer.
-fn answer_of(
-    result: CalloutResult,
-    headers: *const EnvoyHttpHeader,
-    headers_size: usize,
-    body: *const EnvoyBuffer,
-    body_size: usize,
-) -> (u32, Vec<u8>) {
-    let mut status = None;
-    let mut grpc = None;
-    if !headers.is_null() {
-        // SAFETY: Envoy passes `headers_size` headers valid for the hook.
-        for h in unsafe { std::slice::from_raw_parts(headers, headers_size) } {
-            let k = envoy_bytes(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length });
-            let v = String::from_utf8_lossy(&envoy_bytes(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length }))
-                .into_owned();
-            match k.as_slice() {
-                b":status" => status = Some(v),
-                b"grpc-status" => grpc = Some(v),
-                _ => {}
-            }
-        }
-    }
-    let mut bytes = Vec::new();
-    if !body.is_null() {
-        // SAFETY: Envoy passes `body_size` chunks valid for the hook.
-        for c in unsafe { std::slice::from_raw_parts(body, body_size) } {
-            bytes.extend(envoy_bytes(*c));
-        }
-    }
-    grpc_answer(result == CALLOUT_SUCCESS, status.as_deref(), grpc.as_deref(), &bytes)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Filters
 // ---------------------------------------------------------------------------------------------
@@ -511,7 +443,10 @@ fn run<R: Copy>(
     if m.failed {
         return idle;
     }
-    match guard(hook, || f(m.filter.as_mut())) {
+    let result = guard(hook, || f(m.filter.as_mut()));
+    // The hook's request header changes, all at once, before Envoy goes on with the request.
+    m.host.settle_route();
+    match result {
         Some(r) => r,
         None => {
             m.failed = true;

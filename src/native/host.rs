@@ -17,6 +17,8 @@ use super::abi::*;
 use super::grpc::{grpc_frame, grpc_headers, grpc_target_parts, grpc_timeout};
 use super::{metrics, shared};
 use crate::filters::host::{Host, MetricKind};
+use crate::filters::internals::ENVOY_PREFIX;
+use crate::wiring::INTERNAL_PREFIX;
 
 /// The calls in flight and the answer being delivered, shared by a filter's host and the
 /// adapter that delivers the answer.
@@ -32,6 +34,8 @@ pub struct Io {
     pub in_body: Cell<bool>,
     /// This request's overlay id (see `OVERLAY`).
     request: Cell<Option<u64>>,
+    /// A request header changed since the route cache was last cleared (see `settle_route`).
+    route_stale: Cell<bool>,
 }
 
 /// The host of one filter instance (or of the tick: no stream).
@@ -125,6 +129,11 @@ impl Native {
 
     /// A rewritten value of property `name` for this request.
     fn rewritten(&self, name: &str) -> Option<Vec<u8>> {
+        // No request on this worker rewrote anything: no need to look this one's id up (a
+        // filter-state read per property read otherwise).
+        if OVERLAY.with(|o| o.borrow().is_empty()) {
+            return None;
+        }
         let id = self.request_id(false)?;
         OVERLAY.with(|o| o.borrow().get(&(id, name.to_string())).cloned())
     }
@@ -132,6 +141,9 @@ impl Native {
     /// Drops the request's rewritten values (the decision filter's host, when Envoy destroys
     /// it: after every attempt's filter).
     pub fn forget_request(&self) {
+        if OVERLAY.with(|o| o.borrow().is_empty()) {
+            return;
+        }
         if let Some(id) = self.request_id(false) {
             OVERLAY.with(|o| o.borrow_mut().retain(|(r, _), _| *r != id));
         }
@@ -201,10 +213,15 @@ impl Native {
         })
     }
 
-    /// The header names only (the values stay in Envoy).
-    fn header_names(&self, kind: HeaderType) -> Vec<String> {
+    /// The names of the headers `keep` picks by their bytes (the values stay in Envoy; the
+    /// others are never copied).
+    fn header_names(&self, kind: HeaderType, keep: impl Fn(&[u8]) -> bool) -> Vec<String> {
         self.lent_headers(kind, |v| {
             v.iter()
+                .filter(|h| {
+                    // SAFETY: as in `lent_text`: Envoy lends `key_length` bytes for the hook.
+                    !h.key_ptr.is_null() && keep(unsafe { std::slice::from_raw_parts(h.key_ptr, h.key_length) })
+                })
                 .map(|h| lent_text(EnvoyBuffer { ptr: h.key_ptr, length: h.key_length }).unwrap_or_default())
                 .collect()
         })
@@ -245,8 +262,18 @@ impl Native {
             log::warn!("switchyard: setting header {name} failed");
         }
         if kind == REQUEST_HEADER {
-            // As Envoy's Wasm host does on every request header change: the route is matched
-            // again (the routed route reads the slot header and the plan). A no-op upstream.
+            // The route is matched again after a request header change, as Envoy's Wasm host
+            // does (the routed route reads the slot header and the plan): once for all the
+            // changes of a hook, before anything reads the route (`settle_route`).
+            self.io.route_stale.set(true);
+        }
+    }
+
+    /// Clears the route cache if a request header changed since it was last cleared: at the end
+    /// of every hook (hooks.rs `run`), and before a property read, a local reply or a resumed
+    /// request, which may use the route. A no-op upstream.
+    pub fn settle_route(&self) {
+        if self.io.route_stale.replace(false) && self.has_stream() {
             // SAFETY: `filter` is live for this hook.
             unsafe { envoy_dynamic_module_callback_http_clear_route_cache(self.filter) }
         }
@@ -295,9 +322,34 @@ impl Native {
         parts
     }
 
-    /// The body's size as the filters see it in a body callback, without copying it.
+    /// The body's size as the filters see it in a body callback (as `body_parts` presents it),
+    /// from the buffers' lengths: no chunk list is fetched (a body hook asks on every call).
     pub fn body_len(&self, request: bool) -> usize {
-        self.body_parts(request).iter().map(|p| p.length).sum()
+        if !self.has_stream() {
+            return 0;
+        }
+        let (received, buffered) = if request {
+            (RECEIVED_REQUEST_BODY, BUFFERED_REQUEST_BODY)
+        } else {
+            (RECEIVED_RESPONSE_BODY, BUFFERED_RESPONSE_BODY)
+        };
+        // SAFETY: `filter` is live for this hook; plain queries.
+        unsafe {
+            let size = |kind| envoy_dynamic_module_callback_http_get_body_size(self.filter, kind);
+            if !self.io.in_body.get() {
+                return size(buffered);
+            }
+            let same = if request {
+                envoy_dynamic_module_callback_http_received_buffered_request_body(self.filter)
+            } else {
+                envoy_dynamic_module_callback_http_received_buffered_response_body(self.filter)
+            };
+            if same {
+                size(received)
+            } else {
+                size(buffered).saturating_add(size(received))
+            }
+        }
     }
 
     fn body(&self, request: bool, start: usize, size: usize) -> Option<Vec<u8>> {
@@ -331,31 +383,36 @@ impl Native {
         } else {
             (RECEIVED_RESPONSE_BODY, BUFFERED_RESPONSE_BODY)
         };
-        let len: usize = self.body_parts(request).iter().map(|p| p.length).sum();
-        let whole = if start == 0 {
-            let mut v = value.to_vec();
-            if size < len {
-                v.extend(self.body(request, size, len - size).unwrap_or_default());
-            }
-            Some(v)
-        } else if start >= len {
-            None
-        } else {
+        let len = self.body_len(request);
+        if start != 0 && start < len {
             log::warn!("switchyard: body write at {start}+{size} of {len} bytes refused");
             return;
-        };
+        }
+        // A prefix replaced keeps the rest of the body after the new bytes.
+        let rest = if start == 0 && size < len { self.body(request, size, len - size) } else { None };
         // SAFETY: as above; Envoy copies the appended bytes.
         unsafe {
             // Outside a body hook only the buffered body exists: written there.
             let to = if self.io.in_body.get() { received } else { buffered };
-            if let Some(all) = whole {
+            // Nothing to drain from an empty body (the first piece of a rewritten answer).
+            if start == 0 && len > 0 {
                 envoy_dynamic_module_callback_http_drain_body(self.filter, buffered, usize::MAX);
                 if self.io.in_body.get() {
                     envoy_dynamic_module_callback_http_drain_body(self.filter, received, usize::MAX);
                 }
-                envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(&all));
-            } else {
-                envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(value));
+            }
+            match rest {
+                Some(rest) => {
+                    let mut all = Vec::with_capacity(value.len() + rest.len());
+                    all.extend_from_slice(value);
+                    all.extend_from_slice(&rest);
+                    envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(&all));
+                }
+                // Appending nothing changes nothing (a moved-out chunk, an emptied body).
+                None if value.is_empty() => {}
+                None => {
+                    envoy_dynamic_module_callback_http_append_body(self.filter, to, ModuleBuffer::of(value));
+                }
             }
         }
     }
@@ -479,11 +536,33 @@ impl Host for Native {
     fn resp_headers(&self) -> Vec<(String, String)> {
         self.headers(RESPONSE_HEADER)
     }
-    fn req_header_names(&self) -> Vec<String> {
-        self.header_names(REQUEST_HEADER)
+    fn internal_req_header_names(&self) -> Vec<String> {
+        // By the bytes' prefix (both are ASCII): what `is_internal` reads of the copied name.
+        self.header_names(REQUEST_HEADER, |k| {
+            k.starts_with(ENVOY_PREFIX.as_bytes()) || k.starts_with(INTERNAL_PREFIX.as_bytes())
+        })
     }
     fn resp_headers_named(&self, names: &[&str]) -> Vec<Option<String>> {
-        names.iter().map(|n| self.header(RESPONSE_HEADER, n)).collect()
+        // One pass over the headers Envoy lends: a lookup by name is a call each, and Envoy
+        // makes a lower-case copy of the name for every one. The first value of a name, as
+        // `get_header` at index 0 gives it.
+        let mut found: Vec<Option<String>> = vec![None; names.len()];
+        self.lent_headers(RESPONSE_HEADER, |v| {
+            for h in v {
+                // SAFETY: as in `lent_text`: Envoy lends `key_length` bytes for the hook.
+                let key = if h.key_ptr.is_null() {
+                    &[][..]
+                } else {
+                    unsafe { std::slice::from_raw_parts(h.key_ptr, h.key_length) }
+                };
+                for (name, slot) in names.iter().zip(found.iter_mut()) {
+                    if slot.is_none() && name.as_bytes() == key {
+                        *slot = lent_text(EnvoyBuffer { ptr: h.value_ptr, length: h.value_length });
+                    }
+                }
+            }
+        });
+        found
     }
     fn set_resp_header(&self, name: &str, value: Option<&str>) {
         self.set_header(RESPONSE_HEADER, name, value)
@@ -491,6 +570,10 @@ impl Host for Native {
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
         if !self.has_stream() {
             return None;
+        }
+        if path.len() > 1 {
+            // Route and cluster metadata, attributes: read from the current route.
+            self.settle_route();
         }
         match path {
             [name] => {
@@ -556,6 +639,7 @@ impl Host for Native {
         if !self.has_stream() {
             return;
         }
+        self.settle_route();
         let h: Vec<ModuleHttpHeader> = headers.iter().map(|(k, v)| ModuleHttpHeader::of(k, v)).collect();
         // SAFETY: as above; Envoy copies headers and body.
         unsafe {
@@ -574,6 +658,9 @@ impl Host for Native {
     }
     fn shared_data(&self, key: &str) -> (Option<Vec<u8>>, u32) {
         shared::get(key)
+    }
+    fn read_shared_data(&self, key: &str, read: &mut dyn FnMut(Option<&[u8]>)) {
+        shared::read(key, read)
     }
     fn set_shared_data(&self, key: &str, value: &[u8], cas: u32) -> u32 {
         shared::set(key, value, cas)
@@ -635,6 +722,7 @@ impl Host for Native {
         false
     }
     fn resume_request(&self) {
+        self.settle_route();
         if self.has_stream() {
             // SAFETY: `filter` is live for this hook.
             unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(self.filter) }

@@ -8,9 +8,12 @@
 //! - `hooks` (feature `native`): the exported event hooks, each under `catch_unwind`
 //! - `host` (feature `native`): `filters::host::Host` over the callbacks
 //! - `shared`: state shared by the workers, in process memory; `metrics`: the stats families
-//! - `grpc`: the rate limit service's unary calls over the ABI's HTTP callout
+//! - `grpc`: the rate limit service's unary calls over the ABI's HTTP callout; `answers`
+//!   (feature `native`): what a callout brought back
 
 pub mod abi;
+#[cfg(feature = "native")]
+mod answers;
 pub mod grpc;
 #[cfg(feature = "native")]
 mod hooks;
@@ -22,7 +25,12 @@ pub mod shared;
 /// The filter-state key of a one-segment property: the key Envoy's Wasm host uses (`wasm.`),
 /// so the generated route's filter-state matcher and the access-log formats are the same.
 pub fn state_key(name: &str) -> String {
-    format!("wasm.{name}")
+    // Built by hand: every filter-state read and write names its key (no formatting machinery).
+    const PREFIX: &str = "wasm.";
+    let mut key = String::with_capacity(PREFIX.len() + name.len());
+    key.push_str(PREFIX);
+    key.push_str(name);
+    key
 }
 
 #[cfg(test)]

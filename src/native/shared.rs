@@ -43,6 +43,12 @@ pub fn get(key: &str) -> (Option<Vec<u8>>, u32) {
     }
 }
 
+/// Runs `read` on the value of `key` (None when absent) under the store's lock, without a copy.
+pub fn read<R>(key: &str, read: impl FnOnce(Option<&[u8]>) -> R) -> R {
+    let guard = lock(&DATA);
+    read(guard.as_ref().and_then(|m| m.get(key)).map(|e| e.0.as_slice()))
+}
+
 /// Writes `key`; `cas` 0 writes unconditionally, otherwise only if nobody wrote since the read
 /// that returned it. 0 on success, `CAS_MISMATCH` otherwise.
 pub fn set(key: &str, value: &[u8], cas: u32) -> u32 {
@@ -122,6 +128,9 @@ mod tests {
         assert_eq!(get(key).0.as_deref(), Some(&b"longer"[..]));
         assert_eq!(set(key, b"s", get(key).1), 0);
         assert_eq!(get(key).0.as_deref(), Some(&b"s"[..]));
+        // Read in place: the same bytes, and nothing for an absent key.
+        assert_eq!(read(key, |v| v.map(<[u8]>::to_vec)), Some(b"s".to_vec()));
+        assert!(read("test/native/absent", |v| v.is_none()));
     }
 
     #[test]

@@ -25,7 +25,8 @@
 //! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
 //! BENCH_NICE (scheduling priority of everything the bench starts, 0), BENCH_ALT_WASM (a second
-//! module build: its full-path row beside the default build's).
+//! module build: its full-path row beside the default build's), BENCH_ALT_NATIVE (the same for a
+//! second native library), BENCH_SSE (0: the non-streaming loads only).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -824,8 +825,13 @@ fn bench() -> Result<i32, String> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let loads: Vec<Load> =
-        sizes.iter().flat_map(|&size| [Load { size, stream: false }, Load { size, stream: true }]).collect();
+    // BENCH_SSE=0: the non-streaming loads only (a quicker look at a JSON target).
+    let sse = env_on("BENCH_SSE");
+    let loads: Vec<Load> = sizes
+        .iter()
+        .flat_map(|&size| [Load { size, stream: false }, Load { size, stream: true }])
+        .filter(|l| sse || !l.stream)
+        .collect();
     let started = Instant::now();
 
     let allowed = allowed_cores();
@@ -883,6 +889,20 @@ fn bench() -> Result<i32, String> {
         // first-attempt twin clusters (and their hook) still worth their configuration?
         let boot = every_attempt_filtered(native_config(mock_port));
         add_envoy(&mut rows, &mut keep, NATIVE_EVERY_ATTEMPT_ROW, boot, "bench-native-every-attempt");
+    }
+    // BENCH_ALT_NATIVE=<library>: the native full path with another build of the library, side by
+    // side with the default one in the same run (a change's A/B on a machine too noisy to compare
+    // runs).
+    if let Some(alt) = std::env::var_os("BENCH_ALT_NATIVE").map(PathBuf::from) {
+        let mut cfg = native_config(mock_port);
+        let name = format!("Switchyard full path (native), {}", alt.display());
+        let boot = if alt.is_file() {
+            cfg.native = alt;
+            Ok(bootstrap(&cfg))
+        } else {
+            Err(format!("{} not found", alt.display()))
+        };
+        add_envoy(&mut rows, &mut keep, &name, boot, "bench-native-alt");
     }
     // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
     // optimization settings), side by side with the default build in the same run.
