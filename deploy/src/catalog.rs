@@ -140,6 +140,11 @@ pub struct Catalog {
     pub providers: Vec<ProviderHost>,
     pub istio: IstioSettings,
     pub envoy: EnvoySettings,
+    /// Where the clouds' metadata server listens for the token sources
+    /// (`credential.google_metadata`, `credential.azure_managed_identity`); None: their own,
+    /// `169.254.169.254:80`. Not a catalog field: tests point it at a local mock
+    /// ([`Catalog::with_metadata_server`]).
+    pub metadata_server: Option<(String, u16)>,
 }
 
 fn field_str(v: &Value, path: &str, key: &str, default: Option<&str>) -> Result<String, String> {
@@ -439,7 +444,7 @@ impl Catalog {
                 ));
             }
         }
-        let catalog = Catalog { raw, providers, istio, envoy };
+        let catalog = Catalog { raw, providers, istio, envoy, metadata_server: None };
         // The filter's own loading: unknown fields, bad prices, unresolved provider slugs, policies
         // against the catalog they name, mesh-wide limits against both.
         crate::ratelimit::compile(&catalog.plugin_config())?;
@@ -456,6 +461,13 @@ impl Catalog {
                 p.port = *port;
             }
         }
+        c
+    }
+
+    /// The catalog with its token sources' metadata server at `addr` (tests: a local mock).
+    pub fn with_metadata_server(&self, addr: (String, u16)) -> Catalog {
+        let mut c = self.clone();
+        c.metadata_server = Some(addr);
         c
     }
 
@@ -522,6 +534,7 @@ impl Catalog {
         let mut cfg = StackConfig::new(self.plugin_config(), Vec::new(), None);
         cfg.wasm = wasm;
         cfg.rate_limit_service = self.rate_limit_service();
+        cfg.metadata_server = self.metadata_server.clone();
         cfg.remote_clusters = self
             .providers
             .iter()

@@ -499,7 +499,7 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
     // The metadata server that `credential.google_metadata` and `azure_managed_identity`
     // providers get their access tokens from (plain HTTP to 169.254.169.254: the proxy's own
     // connections are not captured).
-    for cluster in crate::gcp::metadata_clusters(&plugin_config, None) {
+    for cluster in crate::gcp::metadata_clusters(&plugin_config, cfg.metadata_server.as_ref()) {
         patches.push(json!({"applyTo": "CLUSTER", "match": {"context": ctx},
             "patch": {"operation": "ADD", "value": cluster}}));
     }

@@ -121,6 +121,9 @@ fn prune_dead(base: &Path) {
     }
 }
 
+/// The link-local address of Google's and Azure's metadata servers, which no test Envoy may reach.
+const CLOUD_METADATA_IP: &str = "169.254.169.254";
+
 impl Envoy {
     pub fn start(cfg: &StackConfig, tag: &str) -> Result<Envoy, String> {
         Envoy::start_with_env(cfg, tag, &[])
@@ -188,7 +191,13 @@ impl Envoy {
         let dir = work_dir(tag);
         let config_path = dir.join("envoy.yaml");
         let admin_path = dir.join("admin.txt");
-        std::fs::write(&config_path, to_yaml(boot)).map_err(|e| format!("write config: {e}"))?;
+        let yaml = to_yaml(boot);
+        if yaml.contains(CLOUD_METADATA_IP) {
+            // Tests reach only 127.0.0.1: a token provider's metadata server is a local mock
+            // (`Catalog::with_metadata_server`, `StackConfig::metadata_server`).
+            return Err(format!("{tag}: the configuration reaches the clouds' metadata server ({CLOUD_METADATA_IP})"));
+        }
+        std::fs::write(&config_path, yaml).map_err(|e| format!("write config: {e}"))?;
         let base_id = 20_000 + (std::process::id() % 10_000) * 16 + INSTANCE.fetch_add(1, Ordering::SeqCst) % 16;
         let log = std::fs::File::create(dir.join("envoy.log")).map_err(|e| e.to_string())?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;

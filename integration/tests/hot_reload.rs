@@ -27,14 +27,25 @@ struct Setup {
     ca_file: String,
     digest: String,
     ports: BTreeMap<String, (String, u16)>,
+    /// The mock metadata server of the catalog's token providers.
+    metadata: Option<(String, u16)>,
     ecds: PathBuf,
 }
 
 impl Setup {
     /// The extension configs for a catalog (JSON of `catalog/switchyard.json`'s shape).
     fn extensions(&self, raw: &Value) -> Extensions {
-        let c = Catalog::parse(&raw.to_string()).unwrap().with_hosts(&self.ports);
+        let c = self.local(&Catalog::parse(&raw.to_string()).unwrap());
         gateway_config(&c, &self.ca_file, &wasm_path(), &self.digest, &test_secret(&c)).unwrap().1
+    }
+
+    /// `c` pointed at the mock providers and the mock metadata server.
+    fn local(&self, c: &Catalog) -> Catalog {
+        let c = c.with_hosts(&self.ports);
+        match &self.metadata {
+            Some(addr) => c.with_metadata_server(addr.clone()),
+            None => c,
+        }
     }
 
     fn write(&self, ext: &Extensions, name: &str) {
@@ -95,11 +106,12 @@ fn msg() -> Value {
 fn start_providers(rt: &tokio::runtime::Runtime, tag: &str) -> (Catalog, BTreeMap<String, MockProvider>, Setup) {
     let dir = repo_root().join(".work").join(format!("{tag}-{}", std::process::id()));
     let base = Catalog::parse(&catalog_a().to_string()).unwrap();
-    let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(rt, &base, &dir).unwrap();
+    let CatalogMocks { ca_file, providers, ports, metadata } = start_catalog_mocks(rt, &base, &dir).unwrap();
     let setup = Setup {
         ca_file: ca_file.to_string_lossy().into_owned(),
         digest: Image::from_module(&std::fs::read(wasm_path()).unwrap()).digest(),
         ports,
+        metadata: metadata.map(|m| ("127.0.0.1".to_string(), m.addr.port())),
         ecds: dir.join("ecds"),
     };
     (base, providers, setup)
@@ -113,7 +125,7 @@ fn log_contains(dir: &Path, needle: &str) -> bool {
 fn catalog_swap_under_load_fails_no_request() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (base, providers, setup) = start_providers(&rt, "hot-reload");
-    let local = base.with_hosts(&setup.ports);
+    let local = setup.local(&base);
     let (mut boot, ext_a) =
         gateway_config(&local, &setup.ca_file, &wasm_path(), &setup.digest, &test_secret(&local)).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
@@ -292,14 +304,8 @@ fn ext_a_for(setup: &Setup) -> Extensions {
 fn attempt_for_a_removed_provider_is_never_sent() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (base, providers, setup) = start_providers(&rt, "hot-reload-removed");
-    let (mut boot, ext_a) = gateway_config(
-        &base.with_hosts(&setup.ports),
-        &setup.ca_file,
-        &wasm_path(),
-        &setup.digest,
-        &test_secret(&base),
-    )
-    .unwrap();
+    let (mut boot, ext_a) =
+        gateway_config(&setup.local(&base), &setup.ca_file, &wasm_path(), &setup.digest, &test_secret(&base)).unwrap();
     serve_extensions_from_files(&mut boot, &ext_a, &setup.ecds).unwrap();
     // No key in the environment: the keys come from the mounted Secret.
     let envoy = Envoy::start_binary(&istio_envoy(), &boot, "hot-reload-removed", &[], 1).unwrap();

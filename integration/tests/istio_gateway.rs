@@ -45,8 +45,9 @@ fn stack() -> &'static Stack {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             let catalog = Catalog::load(&default_catalog_path()).unwrap();
             let dir = repo_root().join(".work").join(format!("istio-gateway-{}", std::process::id()));
-            let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
-            let mut local = catalog.with_hosts(&ports);
+            let mocks = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
+            let mut local = mocks.local(&catalog);
+            let CatalogMocks { ca_file, providers, .. } = mocks;
             local.istio.service_host = "switchyard.local".into();
             local.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
             let module = std::fs::read(wasm_path()).unwrap();
@@ -129,6 +130,32 @@ fn attempts_metric(endpoint: &str, outcome: &str) -> u64 {
         })
         .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
         .sum()
+}
+
+/// The catalog's Vertex AI provider through the Istio-shaped gateway: its token comes from the
+/// metadata server through the cluster the EnvoyFilter adds (`gcp_metadata`, here a local mock
+/// whose live tokens alone the Vertex mock takes), not from the mounted key Secret.
+#[tokio::test]
+async fn claude_on_vertex_takes_the_metadata_servers_token_through_the_gateway() {
+    let body = json!({"model": "anthropic/claude-sonnet-4.5", "messages": msg(),
+                      "provider": {"only": ["google-vertex"], "allow_fallbacks": false}});
+    let mut r = chat("istio-vertex", &[], body.clone()).await;
+    for _ in 0..100 {
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.json()["error"]["code"], "credential_unavailable", "{}", r.text());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        r = chat("istio-vertex", &[], body.clone()).await;
+    }
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("google-vertex"));
+    let got = stack().providers["google-vertex"].received_for("istio-vertex");
+    let g = got.last().expect("Vertex saw the request");
+    assert!(g.path.ends_with("/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"), "{}", g.path);
+    let auth = g.header("authorization").unwrap_or_default();
+    assert!(auth.starts_with("Bearer ") && !auth.contains("caller-secret"), "{auth}");
+    assert!(stat(stack().admin, "cluster.gcp_metadata.upstream_rq_total") >= 1, "fetched through gcp_metadata");
 }
 
 /// The rendered bootstrap override (the ConfigMap the keys patch mounts and names in
@@ -356,6 +383,14 @@ fn every_provider_has_a_first_attempt_cluster_with_its_filter_and_the_same_tls()
             assert!(by_name(&p.first_attempt_cluster()).is_none(), "{}", p.slug);
             continue;
         }
+        if raw["providers"][&p.slug]["credential"].get("google_metadata").is_some() {
+            // An access token from the metadata server, put on each attempt by the per-attempt
+            // filter: no key injector and no twin (a twin runs no per-attempt filter).
+            assert_eq!(regular_filters, ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
+            assert!(by_name(&p.first_attempt_cluster()).is_none(), "{}", p.slug);
+            assert!(by_name("gcp_metadata").is_some(), "the metadata server's cluster");
+            continue;
+        }
         let (injectors, rest) = regular_filters.split_at(regular_filters.len().saturating_sub(2));
         assert_eq!(rest, ["switchyard-upstream", "envoy.filters.http.upstream_codec"], "{}", p.slug);
         assert!(injectors.iter().all(|f| f == "envoy.filters.http.credential_injector"), "{}", p.slug);
@@ -545,6 +580,7 @@ fn mesh_limits_work_through_the_in_mesh_service_cluster() {
     let ports: BTreeMap<String, (String, u16)> =
         s.local.providers.iter().map(|p| (p.slug.clone(), (p.host.clone(), p.port))).collect();
     let mut limited = Catalog::parse(&raw.to_string()).unwrap().with_hosts(&ports);
+    limited.metadata_server = s.local.metadata_server.clone();
     limited.istio.service_host = "switchyard.local".into();
     let plugin = limited.plugin_config();
     assert_eq!(plugin["rate_limits"]["service"]["cluster"], "outbound|8081||ratelimit.limits.svc.cluster.local");

@@ -44,8 +44,9 @@ fn mesh(tag: &str) -> Mesh {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
     let dir = repo_root().join(".work").join(format!("{tag}-{}", std::process::id()));
-    let CatalogMocks { ca_file, providers, ports } = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
-    let mut local = native(catalog.with_hosts(&ports));
+    let mocks = start_catalog_mocks(&rt, &catalog, &dir).unwrap();
+    let mut local = native(mocks.local(&catalog));
+    let CatalogMocks { ca_file, providers, .. } = mocks;
     local.istio.service_host = "switchyard.local".into();
     local.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
     let library = std::fs::read(native_path()).expect("the native library (run `make native`)");

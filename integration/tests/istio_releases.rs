@@ -14,13 +14,15 @@ use switchyard_integration::istio::{envoy_filter, Variant, ISTIO_RELEASES, ISTIO
 
 /// The Envoy extension each Any type of the rendered patches belongs to ("core": compiled into
 /// every Envoy, not in istio-proxy's extension list).
-const EXTENSION_OF: [(&str, &str); 17] = [
+const EXTENSION_OF: [(&str, &str); 18] = [
     // SigV4 signing of an Amazon Bedrock provider's attempts (the shipped catalog's amazon-bedrock).
     (
         "envoy.extensions.filters.http.aws_request_signing.v3.AwsRequestSigning",
         "envoy.filters.http.aws_request_signing",
     ),
     ("envoy.extensions.filters.http.wasm.v3.Wasm", "envoy.filters.http.wasm"),
+    // The metadata server's cluster drops `x-forwarded-for` (the shipped catalog's google-vertex).
+    ("envoy.extensions.filters.http.header_mutation.v3.HeaderMutation", "envoy.filters.http.header_mutation"),
     // The native build's filters (`deployment.istio.build: native`).
     ("envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter", "envoy.filters.http.dynamic_modules"),
     // What enables the decision filter on Switchyard's routes (see `decision_filter_enabled`).

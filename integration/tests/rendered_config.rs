@@ -50,26 +50,40 @@ fn azure_is_rendered_with_its_cluster_and_api_key_injection() {
     assert!(!patch.contains("header_value_prefix"), "Azure's key goes bare: {patch}");
 }
 
-/// The catalog's Vertex AI provider is rendered as every provider is: a TLS cluster to the real
-/// host, its ServiceEntry (Istio), and on Istio the access token injected by SDS as
-/// `authorization: Bearer` (both of its APIs take it there).
+/// The catalog's Vertex AI provider is rendered as every provider is (a TLS cluster to the real
+/// host, its ServiceEntry on Istio) and takes its access tokens from the metadata server
+/// (`credential.google_metadata`): the metadata server's plain-HTTP cluster at 169.254.169.254
+/// losing `x-forwarded-for` (which the server refuses), in both renderings, and no key injector
+/// or key variable for Vertex (the per-attempt filter puts the token on each attempt).
 #[test]
-fn vertex_is_rendered_with_its_cluster_and_bearer_injection() {
+fn vertex_is_rendered_with_its_cluster_and_the_metadata_server() {
     let catalog = Catalog::load(&default_catalog_path()).unwrap();
     let host = "aiplatform.googleapis.com";
     let cluster = format!("outbound|443||{host}");
     let files = render_all(&catalog, DIGEST_PLACEHOLDER);
     let file = |path: &str| files.iter().find(|(p, _)| p == path).map(|(_, t)| t.as_str()).unwrap_or_default();
+    let metadata_cluster = |text: &str| {
+        let at = text.find("name: gcp_metadata").unwrap_or_else(|| panic!("no metadata server cluster"));
+        let around = &text[at.saturating_sub(400)..(at + 900).min(text.len())];
+        assert!(around.contains("address: 169.254.169.254, port_value: 80"), "{around}");
+        assert!(around.contains("remove: x-forwarded-for"), "{around}");
+    };
     let envoy = file("envoy/switchyard.yaml");
     assert!(envoy.contains(&format!("sni: {host}")), "no TLS cluster to Vertex in envoy/switchyard.yaml");
-    assert!(envoy.contains("GOOGLE_VERTEX_ACCESS_TOKEN"), "the token's environment variable");
+    assert!(envoy.contains(r#""google_metadata": {"#), "Vertex's token source");
+    assert!(!envoy.contains("GOOGLE_VERTEX"), "no key variable for Vertex");
+    metadata_cluster(envoy);
     assert!(file("k8s/egress-gateway/providers.yaml").contains(host), "no Vertex ServiceEntry");
-    let gateway = file("k8s/egress-gateway/switchyard.yaml");
-    let patch_of = format!("match: {{cluster: {{name: \"{cluster}\"}}");
-    let at = gateway.find(&patch_of).unwrap_or_else(|| panic!("no Vertex cluster patch in the gateway's EnvoyFilter"));
-    let rest = &gateway[at + patch_of.len()..];
-    let patch = &rest[..rest.find("match:").unwrap_or(rest.len())];
-    assert!(patch.contains("header: authorization") && patch.contains("header_value_prefix: \"Bearer \""), "{patch}");
+    for variant in ["egress-gateway", "sidecar"] {
+        let text = file(&format!("k8s/{variant}/switchyard.yaml"));
+        metadata_cluster(text);
+        let patch_of = format!("match: {{cluster: {{name: \"{cluster}\"}}");
+        let at = text.find(&patch_of).unwrap_or_else(|| panic!("no Vertex cluster patch in the {variant} EnvoyFilter"));
+        let rest = &text[at + patch_of.len()..];
+        let patch = &rest[..rest.find("match:").unwrap_or(rest.len())];
+        assert!(patch.contains("switchyard-upstream"), "Vertex's per-attempt filter: {patch}");
+        assert!(!patch.contains("credential_injector"), "no key injector for Vertex: {patch}");
+    }
 }
 
 /// The committed configurations (real providers, and the demo) are accepted by every Envoy of

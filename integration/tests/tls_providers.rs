@@ -3,16 +3,19 @@
 //! (Envoy trusts only that CA here instead of the system bundle). Shows: TLS with SNI and name
 //! validation, HTTP/2 by ALPN where the provider offers it and HTTP/1.1 where it does not, each
 //! provider's key and path prefix; a wrong certificate (wrong name, untrusted CA) fails the
-//! attempt and the request fails over; nothing is ever sent in clear text.
+//! attempt and the request fails over; nothing is ever sent in clear text; Vertex AI takes an
+//! access token from a (mock) metadata server, as the catalog's `google_metadata` says.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchyard_integration::catalog::{default_catalog_path, Catalog};
 use switchyard_integration::client::{post_json, Reply};
 use switchyard_integration::envoy::{wasm_path, Envoy};
+use switchyard_integration::mock::gcp_metadata::{MetadataServer, TokenIssuer};
 use switchyard_integration::mock::{Behavior, MockProvider, RawListener};
 use switchyard_integration::tls::TestCa;
 
@@ -22,6 +25,8 @@ struct Stack {
     providers: BTreeMap<String, MockProvider>,
     /// groq's address: a listener that only records bytes.
     sniffer: RawListener,
+    /// The tokens the mock metadata server issued (Vertex takes only those).
+    tokens: Arc<TokenIssuer>,
     hosts: BTreeMap<String, String>,
 }
 
@@ -39,7 +44,8 @@ fn stack() -> &'static Stack {
             let ca_file = dir.join(format!("tls-test-ca-{}.pem", std::process::id()));
             ca.write_pem(&ca_file).unwrap();
             let rogue = TestCa::new("Untrusted CA").unwrap();
-            let (providers, sniffer) = rt.block_on(async {
+            let (providers, sniffer, metadata) = rt.block_on(async {
+                let metadata = MetadataServer::start(Duration::from_secs(3600), "default").await.unwrap();
                 let mut providers = BTreeMap::new();
                 for p in &catalog.providers {
                     let (identity, h2) = match p.slug.as_str() {
@@ -55,18 +61,23 @@ fn stack() -> &'static Stack {
                     // Azure accepts only its own key (the test's, for its credential env).
                     let azure_key =
                         (p.slug == "azure").then(|| format!("key-for-{}", p.credential_env.clone().unwrap()));
-                    let behavior = Behavior { azure: azure_key.is_some(), azure_key, ..Behavior::default() };
+                    let mut behavior = Behavior { azure: azure_key.is_some(), azure_key, ..Behavior::default() };
+                    if p.slug == "google-vertex" {
+                        // Only the mock metadata server's live tokens, for the catalog's project.
+                        behavior.google_tokens = Some(Arc::clone(&metadata.issuer));
+                        behavior.vertex_project = Some("switchyard-llm".into());
+                    }
                     let m = MockProvider::start_tls(&p.slug, 0, behavior, &identity, h2).await.unwrap();
                     providers.insert(p.slug.clone(), m);
                 }
-                (providers, RawListener::start().await.unwrap())
+                (providers, RawListener::start().await.unwrap(), metadata)
             });
             let mut ports = BTreeMap::new();
             for p in &catalog.providers {
                 let port = providers.get(&p.slug).map_or(sniffer.addr.port(), |m| m.addr.port());
                 ports.insert(p.slug.clone(), (p.host.clone(), port));
             }
-            let mut local = catalog.with_hosts(&ports);
+            let mut local = catalog.with_hosts(&ports).with_metadata_server(("127.0.0.1".into(), metadata.addr.port()));
             local.envoy.ca_file = ca_file.to_string_lossy().into_owned();
             let connect_to = local.providers.iter().map(|p| (p.slug.clone(), "127.0.0.1".to_string())).collect();
             let mut cfg = local.envoy_stack(wasm_path(), &connect_to);
@@ -79,7 +90,8 @@ fn stack() -> &'static Stack {
             let env: Vec<(&str, &str)> = keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let envoy = Envoy::start_with_env(&cfg, "tls-providers", &env).unwrap();
             let hosts = local.providers.iter().map(|p| (p.slug.clone(), p.host.clone())).collect();
-            tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, sniffer, hosts }).unwrap();
+            let tokens = Arc::clone(&metadata.issuer);
+            tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, providers, sniffer, tokens, hosts }).unwrap();
             let _keep = (envoy, rt);
             loop {
                 std::thread::park();
@@ -209,6 +221,37 @@ async fn claude_on_bedrock_is_signed_by_envoy_over_tls() {
     assert!(!g.headers.iter().any(|(_, v)| v.contains("key-for-")), "another provider's key: {:?}", g.headers);
     assert_eq!(g.json()["anthropic_version"], "bedrock-2023-05-31");
     assert!(g.json().get("model").is_none());
+}
+
+/// The catalog's Vertex AI provider over TLS with a token from the metadata server: until the
+/// first fetch lands the provider is skipped (`credential_unavailable` with no fallback), then
+/// every attempt carries a live token of that server, for the catalog's project and location.
+#[tokio::test]
+async fn claude_on_vertex_takes_the_metadata_servers_token_over_tls() {
+    let body = json!({"model": "anthropic/claude-sonnet-4.5", "messages": msg(),
+                      "provider": {"only": ["google-vertex"], "allow_fallbacks": false}});
+    let mut r = chat("vertex", body.clone()).await;
+    for _ in 0..100 {
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.json()["error"]["code"], "credential_unavailable", "{}", r.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        r = chat("vertex", body.clone()).await;
+    }
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("x-switchyard-provider"), Some("google-vertex"));
+    let got = received("google-vertex", "vertex");
+    let g = got.last().expect("Vertex saw the request");
+    assert!(g.tls);
+    assert_eq!(g.header(":authority"), Some(stack().hosts["google-vertex"].as_str()));
+    assert_eq!(
+        g.path,
+        "/v1/projects/switchyard-llm/locations/global/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"
+    );
+    assert_eq!(stack().tokens.check(g.header("authorization")), Ok(()), "a live token of the metadata server");
+    assert!(stack().tokens.fetches() >= 1);
+    assert!(!g.headers.iter().any(|(_, v)| v.contains("key-for-")), "another provider's key: {:?}", g.headers);
 }
 
 #[tokio::test]
