@@ -22,9 +22,12 @@ use switchyard_integration::istio_sim::{
 use switchyard_integration::mock::{Behavior, MockProvider};
 use switchyard_integration::tls::TestCa;
 
-/// The repository's catalog, its sidecars in the modelled application namespace.
+/// The repository's catalog, its sidecars in the modelled application namespace, its token
+/// providers' metadata server a local mock.
 fn catalog() -> Catalog {
-    let mut c = Catalog::load(&default_catalog_path()).unwrap();
+    let mut c = Catalog::load(&default_catalog_path())
+        .unwrap()
+        .with_metadata_server(switchyard_integration::mock::gcp_metadata::process_wide());
     c.istio.sidecar_namespaces = vec![APP_NAMESPACE.into()];
     c
 }

@@ -124,6 +124,26 @@ pub struct MetadataServer {
     down: Arc<AtomicBool>,
 }
 
+/// A Google metadata server for the whole test process, on a thread of its own, and where it
+/// listens: for tests that run the shipped catalog without looking at its token providers (they
+/// still must not reach 169.254.169.254; `Catalog::with_metadata_server`).
+pub fn process_wide() -> (String, u16) {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    let port = *PORT.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                let server = MetadataServer::start(Duration::from_secs(3_600), "default").await.expect("metadata");
+                let _ = tx.send(server.addr.port());
+                std::future::pending::<()>().await;
+            });
+        });
+        rx.recv().expect("the process-wide metadata server started")
+    });
+    ("127.0.0.1".to_string(), port)
+}
+
 /// How a metadata server answers one request, issuing from its issuer.
 pub type Answerer = Arc<dyn Fn(&TokenIssuer, &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> + Send + Sync>;
 
