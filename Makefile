@@ -143,6 +143,8 @@ lint: setup
 	# The measurement build (`make profile`) must keep compiling too.
 	cargo clippy -p switchyard --release --target wasm32-wasip1 --features profile -- -D warnings
 	cargo clippy -p switchyard -- -D warnings
+	# The native build (Envoy dynamic module) shares the filter logic: lint it too.
+	cargo clippy -p switchyard --features native -- -D warnings
 	# The fuzz targets (outside the workspace) must keep compiling against the filter's API;
 	# a stable type-check is enough here, `make fuzz` runs them with nightly.
 	cargo fmt --manifest-path fuzz/Cargo.toml --check

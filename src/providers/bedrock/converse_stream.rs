@@ -21,8 +21,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::eventstream::{Decoder, Kind, Message};
-use super::map_exception;
-use super::stream::{push_error, push_event};
+use super::stream::{push_error, push_event, push_exception};
 use crate::translate::jsonm::G;
 
 /// The converter of one ConverseStream answer.
@@ -138,12 +137,8 @@ impl Converter {
             }
             Kind::Unknown => {}
             Kind::Exception(name) | Kind::Error(name) => {
-                let mapped = map_exception(name, 0);
-                let message = super::error_message(&m.payload)
-                    .or_else(|| m.string(":error-message").map(str::to_string))
-                    .unwrap_or_default();
-                let message = if message.is_empty() { name.to_string() } else { format!("{name}: {message}") };
-                self.fail(out, mapped.anthropic_type, &message);
+                push_exception(out, name, m);
+                self.ended = true;
             }
         }
     }

@@ -104,6 +104,16 @@ pub(super) fn push_error(out: &mut Vec<u8>, anthropic_type: &str, message: &str)
     push_event(out, "error", &super::anthropic_error_body(anthropic_type, message));
 }
 
+/// Anthropic's in-stream `error` event for the exception (or error message) `name` that `m`
+/// carries: its type by [`map_exception`], its message named. Both stream converters end there.
+pub(super) fn push_exception(out: &mut Vec<u8>, name: &str, m: &Message) {
+    let mapped = map_exception(name, 0);
+    let message =
+        super::error_message(&m.payload).or_else(|| m.string(":error-message").map(str::to_string)).unwrap_or_default();
+    let message = if message.is_empty() { name.to_string() } else { format!("{name}: {message}") };
+    push_error(out, mapped.anthropic_type, &message);
+}
+
 impl Converter {
     pub fn new() -> Converter {
         Converter::default()
@@ -147,12 +157,7 @@ impl Converter {
             },
             Kind::Event(_) | Kind::Unknown => {}
             Kind::Exception(name) | Kind::Error(name) => {
-                let mapped = map_exception(name, 0);
-                let message = super::error_message(&m.payload)
-                    .or_else(|| m.string(":error-message").map(str::to_string))
-                    .unwrap_or_default();
-                let message = if message.is_empty() { name.to_string() } else { format!("{name}: {message}") };
-                push_error(out, mapped.anthropic_type, &message);
+                push_exception(out, name, m);
                 self.ended = true;
             }
         }
