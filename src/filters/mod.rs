@@ -24,6 +24,8 @@ pub mod host;
 mod internals;
 #[cfg(test)]
 mod kind_test_kit;
+#[cfg(test)]
+mod lease_tests;
 pub mod mesh;
 #[cfg(test)]
 pub mod mock;
