@@ -367,8 +367,13 @@ pub fn answered(
             // reservation back (budgets ran out at a quarter of their use).
             let reset_s = reset.unwrap_or(limit.window.seconds());
             let until = sent_ms.saturating_add(reset_s.saturating_sub(1).saturating_mul(1000));
-            let descriptor = limit_descriptor(&limit.name, &a.subject);
             *answer = Some((over, reset));
+            if !reserves(limit) {
+                // Request limits are not leased: a refusal is final.
+                exact_over |= over;
+                continue;
+            }
+            let descriptor = limit_descriptor(&limit.name, &a.subject);
             if over {
                 l.refused(&descriptor, until, now_ms);
                 if res.leased > res.units.saturating_sub(res.credit) {
