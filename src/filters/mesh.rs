@@ -1,7 +1,8 @@
 //! The filters' side of mesh-wide limits (`crate::limits`): admission of a routed request
-//! (request limits at its headers, its estimate reserved on token and spend limits once routed),
-//! settlement of what it used against its reservation (sent at once, unused reservations kept
-//! as the worker's credits), capacity charges queued on the worker and sent by
+//! (request limits at its headers, its estimate reserved on token and spend limits once routed,
+//! each from the worker's lease on the counter when it covers it, else by leasing a chunk),
+//! settlement of what it used against its reservation (an excess taken from the lease or sent
+//! at once, unused reservations given back to the lease), capacity charges queued on the worker and sent by
 //! the root context on its tick, and what the service's answers teach (a provider over its cap,
 //! kept in shared data for the router; a shared cool-down, in the endpoints' statistics).
 
@@ -41,9 +42,9 @@ fn with_pending<R>(f: impl FnOnce(&mut Pending) -> R) -> R {
 }
 
 thread_local! {
-    /// What requests used beyond their reservations, sent at once (detached from the ending
-    /// stream); only fractions wait here, and the credits of reservations not used up, which
-    /// the next admissions on the same counter reuse.
+    /// This worker's leases per counter: budget the service counted that no request used yet
+    /// (chunks, reservations not used up), which the next admissions on the same counter use
+    /// without a call; and the fractions of charges not sent yet.
     static LEDGER: RefCell<Ledger> = RefCell::new(Ledger::default());
 }
 
@@ -73,24 +74,35 @@ pub struct Admission {
     pub state: AdmissionState,
     /// Per applied limit (same order): what admission charged its counter.
     pub reserved: Vec<Reserved>,
-    /// Calls not answered yet: the token and the applied limits it carries.
-    calls: Vec<(u32, Vec<usize>)>,
+    /// Calls not answered yet.
+    calls: Vec<Call>,
     /// Token and spend limits apply and are not reserved yet (that waits for the body).
     to_reserve: bool,
-    /// Per applied limit, once its call answered: over its limit, and when its window resets.
+    /// Per applied limit, once covered: over its limit, and when its window resets.
     answers: Vec<Option<(bool, Option<u64>)>>,
-    /// When the reservation was sent (ms).
+    /// A refused lease was asked again for the exact reservation (once per request).
+    retried: bool,
+}
+
+/// One call of an admission: its token, the applied limits it carries, when it was sent (ms).
+#[derive(Debug, Clone, PartialEq)]
+struct Call {
+    token: u32,
+    which: Vec<usize>,
     sent_ms: u64,
 }
 
 /// What one limit's counter was charged at admission: `units` in all, of which `credit`
-/// came from this worker's unused reservations (good until `credit_until_ms`); the counted
-/// reservation may be given back as a credit until `until_ms` (its window's end).
+/// came from this worker's lease (good until `credit_until_ms`) and the rest from its call,
+/// which asked for `leased` (0: admitted from the lease alone; more than `units - credit`: a
+/// chunk, its surplus the lease's). The reservation may be given back to the lease until
+/// `until_ms` (its window's end).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reserved {
     pub units: u64,
     pub credit: u64,
     pub credit_until_ms: u64,
+    pub leased: u64,
     pub until_ms: u64,
 }
 
@@ -118,8 +130,8 @@ fn reserves(l: &Limit) -> bool {
 }
 
 /// Starts the admission of a routed request: request limits are checked now (one call, one
-/// unit each, while the body uploads); token and spend limits wait for the body, whose estimate
-/// `reserve` charges. None when no limit applies (no call at all).
+/// unit each, while the body uploads); token and spend limits wait for the body, whose
+/// estimate `reserve` charges. None when no limit applies (no call at all).
 pub fn admit(
     host: &dyn Host,
     config: &Configured,
@@ -138,17 +150,24 @@ pub fn admit(
         to_reserve: applied.iter().any(|a| limits.limit(a).is_some_and(reserves)),
         calls: Vec::new(),
         state: AdmissionState::Waiting,
-        sent_ms: 0,
+        retried: false,
         applied,
     };
     let requests: Vec<usize> = (0..adm.applied.len())
         .filter(|&i| adm.applied.get(i).and_then(|a| limits.limit(a)).is_some_and(|l| !reserves(l)))
         .collect();
     if !requests.is_empty() {
-        let descriptors = descriptors_of(limits, &adm.applied, &requests);
-        match call(host, service, &descriptors, 1) {
-            Some(token) => adm.calls.push((token, requests)),
-            None => adm.state = failed(host, limits, &adm.applied, "refused"),
+        // Not leased: the call runs while the body uploads (no wait), and each request meets
+        // its limits' failure mode when the service fails (docs/mesh-limits.md, "Leases").
+        for &i in &requests {
+            if let Some(r) = adm.reserved.get_mut(i) {
+                *r = Reserved { units: 1, leased: 1, ..Reserved::default() };
+            }
+        }
+        let now_ms = host.now_ms();
+        if !send(host, service, limits, &mut adm, vec![(1, requests)], now_ms) {
+            let state = failed(host, limits, &adm.applied, "refused");
+            finish(&mut adm, limits, state, now_ms);
         }
     }
     Some(adm)
@@ -162,46 +181,81 @@ fn descriptors_of(limits: &MeshLimits, applied: &[Applied], which: &[usize]) -> 
         .collect()
 }
 
-/// Reserves a routed request's estimate on its token and spend limits: each counter is charged
-/// the estimate less the credit this worker holds for it, one call per distinct charge. Does
-/// nothing unless the admission still waits for it.
+/// Covers `need` units on each of the applied limits `which` from this worker's leases; what
+/// they do not cover is asked for: the calls to make, one per distinct hits (the API adds one
+/// `hits_addend` to every descriptor of a call).
+fn lease(
+    limits: &MeshLimits,
+    adm: &mut Admission,
+    which: &[usize],
+    need: impl Fn(&Limit) -> u64,
+    now_ms: u64,
+) -> Vec<(u32, Vec<usize>)> {
+    let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+    LEDGER.with(|l| {
+        let mut l = l.borrow_mut();
+        for &i in which {
+            let Some((a, limit)) = adm.applied.get(i).and_then(|a| limits.limit(a).map(|l| (a, l))) else { continue };
+            let units = need(limit);
+            let lease = l.lease(&limit_descriptor(&limit.name, &a.subject), units, limit.amount, now_ms);
+            let (Some(r), Some(answer)) = (adm.reserved.get_mut(i), adm.answers.get_mut(i)) else { continue };
+            *r = Reserved {
+                units,
+                credit: lease.credit,
+                credit_until_ms: lease.credit_until_ms,
+                leased: lease.hits,
+                until_ms: lease.credit_until_ms,
+            };
+            if lease.hits == 0 {
+                // Admitted from the lease: counted in the service already.
+                *answer = Some((false, None));
+                continue;
+            }
+            let hits = u32::try_from(lease.hits).unwrap_or(u32::MAX);
+            match groups.iter_mut().find(|(h, _)| *h == hits) {
+                Some((_, w)) => w.push(i),
+                None => groups.push((hits, vec![i])),
+            }
+        }
+    });
+    groups
+}
+
+/// Sends an admission's calls; false when the host refused one.
+fn send(
+    host: &dyn Host,
+    service: &Service,
+    limits: &MeshLimits,
+    adm: &mut Admission,
+    groups: Vec<(u32, Vec<usize>)>,
+    now_ms: u64,
+) -> bool {
+    for (hits, which) in groups {
+        let descriptors = descriptors_of(limits, &adm.applied, &which);
+        match call(host, service, &descriptors, hits) {
+            Some(token) => adm.calls.push(Call { token, which, sent_ms: now_ms }),
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Reserves a routed request's estimate on its token and spend limits: from the worker's lease
+/// on each counter when it covers it (no call), else in a call leasing a chunk. Does nothing
+/// unless the admission still waits for it.
 pub fn reserve(host: &dyn Host, limits: &MeshLimits, adm: &mut Admission, estimate: Estimate, now_ms: u64) {
     if !adm.to_reserve || adm.state != AdmissionState::Waiting {
         return;
     }
     adm.to_reserve = false;
     let Some(service) = &limits.service else { return };
-    adm.sent_ms = now_ms;
-    // (hits, applied indices): the API adds one hits_addend to every descriptor of a call.
-    let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
-    LEDGER.with(|l| {
-        let mut l = l.borrow_mut();
-        for (i, a) in adm.applied.iter().enumerate() {
-            let Some(limit) = limits.limit(a).filter(|l| reserves(l)) else { continue };
-            let units = reservation(limit.kind, estimate.tokens, estimate.cost_usd);
-            let (credit, credit_until_ms) = l.take_credit(&limit_descriptor(&limit.name, &a.subject), units, now_ms);
-            if let Some(r) = adm.reserved.get_mut(i) {
-                *r = Reserved { units, credit, credit_until_ms, until_ms: 0 };
-            }
-            let hits = u32::try_from(units - credit).unwrap_or(u32::MAX);
-            match groups.iter_mut().find(|(h, _)| *h == hits) {
-                Some((_, which)) => which.push(i),
-                None => groups.push((hits, vec![i])),
-            }
-        }
-    });
-    for (hits, which) in groups {
-        let descriptors = descriptors_of(limits, &adm.applied, &which);
-        match call(host, service, &descriptors, hits) {
-            Some(token) => adm.calls.push((token, which)),
-            None => {
-                adm.state = failed(host, limits, &adm.applied, "refused");
-                break;
-            }
-        }
-    }
-    if adm.state != AdmissionState::Waiting {
-        release_credit(adm, limits, now_ms);
+    let which: Vec<usize> = (0..adm.applied.len())
+        .filter(|&i| adm.applied.get(i).and_then(|a| limits.limit(a)).is_some_and(reserves))
+        .collect();
+    let groups = lease(limits, adm, &which, |l| reservation(l.kind, estimate.tokens, estimate.cost_usd), now_ms);
+    if !send(host, service, limits, adm, groups, now_ms) {
+        let state = failed(host, limits, &adm.applied, "refused");
+        finish(adm, limits, state, now_ms);
     } else if adm.calls.is_empty() {
         adm.state = AdmissionState::Admitted;
     }
@@ -214,7 +268,7 @@ fn release_credit(adm: &mut Admission, limits: &MeshLimits, now_ms: u64) {
         let mut l = l.borrow_mut();
         for (a, r) in adm.applied.iter().zip(adm.reserved.iter_mut()) {
             if let Some(limit) = limits.limit(a).filter(|_| r.credit > 0) {
-                l.add(limit_descriptor(&limit.name, &a.subject), -(r.credit as f64), r.credit_until_ms, now_ms);
+                l.give_back(&limit_descriptor(&limit.name, &a.subject), r.credit, r.credit_until_ms, now_ms);
             }
             *r = Reserved::default();
         }
@@ -248,7 +302,7 @@ impl Admission {
 
     /// Whether `token` is one of this admission's calls, still unanswered.
     pub fn waits_for(&self, token: u32) -> bool {
-        self.state == AdmissionState::Waiting && self.calls.iter().any(|(t, _)| *t == token)
+        self.state == AdmissionState::Waiting && self.calls.iter().any(|c| c.token == token)
     }
 
     /// The debug header's value: each applicable limit and whose counter, and how admission went.
@@ -265,7 +319,8 @@ impl Admission {
 }
 
 /// An answer to one of the admission's calls; the admission's state once every call answered
-/// (or at once, for a failure or a refusal of the request limits).
+/// (or at once, for a failure or a refusal). A refused chunk is asked again for exactly the
+/// reservation, once: it may have been refused for its size alone.
 pub fn answered(
     host: &dyn Host,
     limits: &MeshLimits,
@@ -275,8 +330,8 @@ pub fn answered(
     size: usize,
     now_ms: u64,
 ) {
-    let Some(at) = adm.calls.iter().position(|(t, _)| *t == token) else { return };
-    let (_, which) = adm.calls.swap_remove(at);
+    let Some(at) = adm.calls.iter().position(|c| c.token == token) else { return };
+    let Call { which, sent_ms, .. } = adm.calls.swap_remove(at);
     let Some(r) = decoded(host, status, size) else {
         let why = match status {
             0 => "malformed",
@@ -286,47 +341,80 @@ pub fn answered(
         };
         return finish(adm, limits, failed(host, limits, &adm.applied, why), now_ms);
     };
-    match r.overall {
-        Code::Ok => {
-            for (k, &i) in which.iter().enumerate() {
-                if let Some(a) = adm.answers.get_mut(i) {
-                    *a = Some((
-                        false,
-                        r.statuses.get(k).filter(|_| r.statuses.len() == which.len()).and_then(|s| s.reset_s),
-                    ));
-                }
-            }
-        }
-        Code::Unknown => return finish(adm, limits, failed(host, limits, &adm.applied, "unknown"), now_ms),
-        Code::OverLimit => {
-            // The limits the service said are over (all of the call's when it gives no statuses).
-            let statuses = (r.statuses.len() == which.len()).then_some(&r.statuses);
-            for (k, &i) in which.iter().enumerate() {
-                let over =
-                    statuses.and_then(|s| s.get(k)).map_or((true, None), |s| (s.code == Code::OverLimit, s.reset_s));
-                if let Some(a) = adm.answers.get_mut(i) {
-                    *a = Some(over);
-                }
-            }
-        }
+    if r.overall == Code::Unknown {
+        return finish(adm, limits, failed(host, limits, &adm.applied, "unknown"), now_ms);
     }
-    let over = adm.answers.iter().any(|a| a.is_some_and(|(o, _)| o));
-    if over {
+    // Per limit of the call, when the service gave one status per descriptor.
+    let statuses = (r.statuses.len() == which.len()).then_some(&r.statuses);
+    let (mut chunks_over, mut exact_over) = (Vec::new(), false);
+    LEDGER.with(|l| {
+        let mut l = l.borrow_mut();
+        for (k, &i) in which.iter().enumerate() {
+            let s = statuses.and_then(|s| s.get(k));
+            // Over: what its status says (every limit of the call when there are none).
+            let over = r.overall == Code::OverLimit && s.is_none_or(|s| s.code == Code::OverLimit);
+            let reset = s.and_then(|s| s.reset_s);
+            let (Some(a), Some(res), Some(answer)) =
+                (adm.applied.get(i), adm.reserved.get_mut(i), adm.answers.get_mut(i))
+            else {
+                continue;
+            };
+            let Some(limit) = limits.limit(a) else { continue };
+            // Counted until its window resets (a second early: the service rounds the time
+            // up; from when the call was sent). An engine that says no reset time (Limitador)
+            // gets the limit's whole window: a credit may then be used early in the next
+            // window (docs/mesh-limits.md, "Undershoot"), which beats never giving a
+            // reservation back (budgets ran out at a quarter of their use).
+            let reset_s = reset.unwrap_or(limit.window.seconds());
+            let until = sent_ms.saturating_add(reset_s.saturating_sub(1).saturating_mul(1000));
+            *answer = Some((over, reset));
+            if !reserves(limit) {
+                // Request limits are not leased: a refusal is final.
+                exact_over |= over;
+                continue;
+            }
+            let descriptor = limit_descriptor(&limit.name, &a.subject);
+            if over {
+                l.refused(&descriptor, until, now_ms);
+                if res.leased > res.units.saturating_sub(res.credit) {
+                    chunks_over.push(i);
+                } else {
+                    exact_over = true;
+                }
+                continue;
+            }
+            // The chunk beyond the reservation is the worker's lease now.
+            let surplus = (res.leased + res.credit).saturating_sub(res.units);
+            l.counted(&descriptor, surplus, s.map(|s| s.remaining), until, now_ms);
+            res.until_ms = if res.credit > 0 { until.min(res.credit_until_ms) } else { until };
+        }
+    });
+    if !chunks_over.is_empty() && !exact_over && !adm.retried {
+        adm.retried = true;
+        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+        for i in chunks_over {
+            let (Some(res), Some(answer)) = (adm.reserved.get_mut(i), adm.answers.get_mut(i)) else { continue };
+            res.leased = res.units.saturating_sub(res.credit);
+            *answer = None;
+            let hits = u32::try_from(res.leased).unwrap_or(u32::MAX);
+            match groups.iter_mut().find(|(h, _)| *h == hits) {
+                Some((_, w)) => w.push(i),
+                None => groups.push((hits, vec![i])),
+            }
+        }
+        let Some(service) = &limits.service else { return };
+        if !send(host, service, limits, adm, groups, now_ms) {
+            let state = failed(host, limits, &adm.applied, "refused");
+            finish(adm, limits, state, now_ms);
+        }
+        return;
+    }
+    if adm.answers.iter().any(|a| a.is_some_and(|(o, _)| o)) {
         // A refusal does not wait for the other calls: they are over budget or not counted.
         let state = refusal(host, limits, adm);
         return finish(adm, limits, state, now_ms);
     }
     if adm.calls.is_empty() && !adm.to_reserve {
-        // Counted: each reservation may come back as a credit until its window resets (a
-        // second early: the service rounds the time up; from when the call was sent). An engine
-        // that says no reset time (Limitador) gets the limit's whole window: a credit may then
-        // be used early in the next window (docs/mesh-limits.md, "Undershoot"), which beats
-        // never giving a reservation back (budgets ran out at a quarter of their use).
-        for ((r, a), applied) in adm.reserved.iter_mut().zip(&adm.answers).zip(&adm.applied) {
-            let window_s = limits.limit(applied).map_or(0, |l| l.window.seconds());
-            let reset_s = a.and_then(|(_, reset)| reset).unwrap_or(window_s);
-            r.until_ms = adm.sent_ms.saturating_add(reset_s.saturating_sub(1).saturating_mul(1000));
-        }
         adm.state = AdmissionState::Admitted;
     }
 }
@@ -392,26 +480,32 @@ fn amount_text(l: &crate::limits::Limit) -> String {
 
 /// Settles an admitted request on its token and spend limits: what it used (`served`: its
 /// tokens and cost; None when no answer was served) less what admission reserved. The excess
-/// is charged at once, one detached call per counter; what was reserved and not used stays
-/// here as a credit for the next reservations of the same counter in the same window. Call it
-/// once, when the answer ends.
+/// is taken from the worker's lease on the counter, and what that does not cover is charged at
+/// once, one detached call per counter; what was reserved and not used goes back to the lease
+/// for the next reservations of the same counter in the same window. Call it once, when the
+/// answer ends.
 pub fn settle(host: &dyn Host, limits: &MeshLimits, adm: &Admission, served: Option<(u64, f64)>, now_ms: u64) {
     let Some(service) = &limits.service else { return };
     if !adm.admitted() {
         return;
     }
-    let ready = LEDGER.with(|p| {
+    let ready: Vec<(Descriptor, u32)> = LEDGER.with(|p| {
         let mut p = p.borrow_mut();
+        let mut out = Vec::new();
         for (a, r) in adm.applied.iter().zip(&adm.reserved) {
             let Some(l) = limits.limit(a).filter(|l| reserves(l)) else { continue };
             let use_ = served.map_or(0.0, |(tokens, cost)| used(l.kind, tokens, cost));
-            p.add(limit_descriptor(&l.name, &a.subject), use_ - r.units as f64, r.until_ms, now_ms);
+            let descriptor = limit_descriptor(&l.name, &a.subject);
+            let hits = p.settle(&descriptor, use_ - r.units as f64, r.until_ms, now_ms);
+            if hits > 0 {
+                out.push((descriptor, hits));
+            }
             if served.is_some() {
                 // What was charged, per limit (identities are unbounded: not a label).
                 count_by(host, &charged_metric(l), use_.round() as u64);
             }
         }
-        p.drain()
+        out
     });
     for (descriptor, hits) in ready {
         let message = rls::encode_request(&service.domain, std::slice::from_ref(&descriptor), hits);

@@ -26,6 +26,8 @@ pub mod host;
 pub(crate) mod internals;
 #[cfg(test)]
 mod kind_test_kit;
+#[cfg(test)]
+mod lease_tests;
 pub mod mesh;
 #[cfg(test)]
 pub mod mock;

@@ -6,21 +6,24 @@
 //!
 //! How a request meets them (the filter side is `filters::downstream` and `filters::mesh`):
 //! - **Admission**: request limits at the request headers (in parallel with the body upload),
-//!   one `ShouldRateLimit` call with `hits_addend` 1; token and spend limits once the body is
-//!   routed, with `hits_addend` the request's reservation (`reservation`: prompt estimate plus
-//!   `max_tokens` or `default_completion_tokens`, spend priced at the plan's dearest endpoint),
-//!   less the credit the worker holds for that counter (`Ledger`). An over-limit answer refuses
-//!   the request with 429 before any provider is tried. Nothing is called when no limit applies.
-//! - **Settlement**, when the answer ends: what the request used less its reservation. The
-//!   excess is sent at once, one call per counter, on the root context's behalf (the ending
-//!   stream would cancel its own call); what was reserved and not used (a shorter answer, a
-//!   request no answer was served for) cannot be taken back over the API (no negative hits)
-//!   and becomes a credit the worker's next reservations on that counter use, in the same
-//!   window only. Provider capacity is charged per attempt, queued and sent by the root
-//!   context every tick, summed per descriptor.
-//! - **Overshoot**: every admission is checked with its whole reservation, so a budget is
-//!   exceeded only by what the requests admitted and not yet settled use beyond their
-//!   reservations: one estimate error per caller with one request in flight. Capacity is
+//!   one unit; token and spend limits once the body is routed, the request's reservation
+//!   (`reservation`: prompt estimate plus `max_tokens` or `default_completion_tokens`, spend
+//!   priced at the plan's dearest endpoint). A reservation the worker's lease on that counter
+//!   covers (`Ledger`: budget the service counted that no request used yet) is admitted with no
+//!   call; one it does not cover leases a chunk in one `ShouldRateLimit` call, `hits_addend` the
+//!   chunk (sized from the worker's recent use, exactly the reservation near the end of the
+//!   budget). An over-limit answer refuses the request with 429 before any provider is tried.
+//!   Nothing is called when no limit applies.
+//! - **Settlement**, when the answer ends: what the request used less its reservation. An
+//!   excess is taken from the lease, and what the lease does not cover is sent at once, one
+//!   call per counter, on the root context's behalf (the ending stream would cancel its own
+//!   call); what was reserved and not used (a shorter answer, a request no answer was served
+//!   for) cannot be taken back over the API (no negative hits) and goes back to the lease, in
+//!   the same window only. Provider capacity is charged per attempt, queued and sent by the
+//!   root context every tick, summed per descriptor.
+//! - **Overshoot**: every admission is backed by its whole reservation counted in the service
+//!   (by its own call or by the lease it came from), so a budget is exceeded only by what the
+//!   requests admitted and not yet settled use beyond their reservations: one estimate error per caller with one request in flight. Capacity is
 //!   learned from the charges' answers: a pod keeps sending to a provider over its cap until
 //!   its next charge comes back over limit (one tick).
 //! - **The service failing** (unreachable, slow past `timeout_ms`, a malformed answer): each
@@ -29,6 +32,7 @@
 //!
 //! This module is pure: which limits apply, their descriptors, the charges, the cool-down slots.
 
+pub mod ledger;
 pub mod rls;
 
 use std::collections::BTreeMap;
@@ -38,6 +42,7 @@ use serde_json::Value;
 
 use crate::config::{Catalog, ConfigError};
 use crate::routing::policy::{CallerFacts, Policies};
+pub use ledger::{Lease, Ledger};
 use rls::Descriptor;
 
 /// Descriptor keys, shared with the rendered rate limit service configuration.
@@ -567,85 +572,6 @@ pub fn used(kind: Kind, tokens: u64, cost_usd: f64) -> f64 {
         Kind::Requests => 0.0,
         Kind::Tokens => tokens as f64,
         Kind::Spend => cost_usd.max(0.0) * SPEND_UNITS_PER_USD,
-    }
-}
-
-/// A worker's balance per counter: charges not sent yet (fractions of a unit) and credits.
-/// A credit is what admission reserved and the request did not use: the service has no
-/// negative hits, so it stays counted there and is given back by reserving that much less for
-/// the next request on the same counter, in the same window only (until `until_ms`: a credit
-/// carried into the next window would let that window overshoot).
-#[derive(Debug, Default)]
-pub struct Ledger {
-    entries: Vec<LedgerEntry>,
-}
-
-#[derive(Debug)]
-struct LedgerEntry {
-    descriptor: Descriptor,
-    /// Positive: owed (sent when whole); negative: a credit.
-    balance: f64,
-    /// A credit is usable before this time (ms).
-    until_ms: u64,
-}
-
-impl Ledger {
-    fn entry(&mut self, descriptor: &Descriptor, now_ms: u64) -> Option<&mut LedgerEntry> {
-        let e = self.entries.iter_mut().find(|e| e.descriptor == *descriptor)?;
-        if e.balance < 0.0 && now_ms >= e.until_ms {
-            // The window the credit was counted in is over.
-            e.balance = 0.0;
-        }
-        Some(e)
-    }
-
-    /// Takes credit for a reservation of `need` units: at most `need - 1` (a call adds at least
-    /// one), whole units. Returns what was taken and until when it was good.
-    pub fn take_credit(&mut self, descriptor: &Descriptor, need: u64, now_ms: u64) -> (u64, u64) {
-        let Some(e) = self.entry(descriptor, now_ms) else { return (0, 0) };
-        if e.balance > -1.0 {
-            return (0, 0);
-        }
-        let taken = ((-e.balance).floor() as u64).min(need.saturating_sub(1));
-        e.balance += taken as f64;
-        (taken, e.until_ms)
-    }
-
-    /// Adds a charge (positive) or a credit usable until `until_ms` (negative). A credit for a
-    /// window that is over is dropped.
-    pub fn add(&mut self, descriptor: Descriptor, units: f64, until_ms: u64, now_ms: u64) {
-        if !units.is_finite() || units == 0.0 || (units < 0.0 && now_ms >= until_ms) {
-            return;
-        }
-        if let Some(e) = self.entry(&descriptor, now_ms) {
-            if units < 0.0 {
-                // A credit already held is of the same (current) window.
-                e.until_ms = if e.balance < 0.0 { e.until_ms.max(until_ms) } else { until_ms };
-            }
-            e.balance += units;
-            return;
-        }
-        if self.entries.len() >= MAX_PENDING {
-            // Full: give up the carried fractions and spent credits (under one unit each).
-            self.entries.retain(|e| e.balance.abs() >= 1.0);
-        }
-        if self.entries.len() < MAX_PENDING {
-            self.entries.push(LedgerEntry { descriptor, balance: units, until_ms });
-        }
-    }
-
-    /// The whole charges ready to send, one per counter; fractions and credits stay.
-    pub fn drain(&mut self) -> Vec<(Descriptor, u32)> {
-        let mut out = Vec::new();
-        for e in &mut self.entries {
-            if e.balance >= 1.0 {
-                let whole = e.balance.floor().min(f64::from(u32::MAX));
-                out.push((e.descriptor.clone(), whole as u32));
-                e.balance -= whole;
-            }
-        }
-        self.entries.retain(|e| e.balance != 0.0);
-        out
     }
 }
 

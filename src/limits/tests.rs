@@ -220,38 +220,119 @@ fn admission_reserves_the_estimate_and_settlement_counts_the_use() {
     assert_eq!(used(Kind::Spend, 0, -5.0), 0.0);
 }
 
+/// A lease as `Ledger::lease` returns it.
+fn lease(credit: u64, credit_until_ms: u64, hits: u64) -> Lease {
+    Lease { credit, credit_until_ms, hits }
+}
+
 #[test]
-fn the_ledger_reuses_credits_in_their_window_only_and_sends_whole_charges() {
+fn a_chunk_lease_admits_n_requests_with_one_call() {
     let mut l = Ledger::default();
     let a = limit_descriptor("a", "x");
-    assert_eq!(l.take_credit(&a, 100, 0), (0, 0), "no credit yet");
-    // A request reserved 300 and used 180: 120 credit until its window ends at 10 s.
-    l.add(a.clone(), -120.0, 10_000, 1_000);
-    assert!(l.drain().is_empty());
-    // The next reservation of 100 takes 99 (a call adds at least one), the next 21.
-    assert_eq!(l.take_credit(&a, 100, 2_000), (99, 10_000));
-    assert_eq!(l.take_credit(&a, 100, 2_000), (21, 10_000));
-    assert_eq!(l.take_credit(&a, 100, 2_000), (0, 0));
-    // An answer over its reservation owes the excess; fractions wait.
-    l.add(a.clone(), 2.5, 0, 3_000);
-    assert_eq!(l.drain(), vec![(a.clone(), 2)]);
-    // A credit is not carried into the next window, nor added once that window is over.
-    l.add(a.clone(), -50.0, 10_000, 4_000);
-    assert_eq!(l.take_credit(&a, 100, 10_000), (0, 0));
-    l.add(a.clone(), -50.0, 10_000, 10_001);
-    assert_eq!(l.take_credit(&a, 100, 10_002), (0, 0));
-    // A charge nets against a credit of the same window.
-    l.add(a.clone(), -40.0, 20_000, 11_000);
-    l.add(a.clone(), 30.0, 0, 11_000);
-    assert!(l.drain().is_empty());
-    assert_eq!(l.take_credit(&a, 100, 11_000), (10, 20_000));
-    l.add(a.clone(), f64::NAN, 0, 0);
-    // Bounded: at the cap, fractions make room for new descriptors.
-    for i in 0..5000 {
-        l.add(limit_descriptor("c", &i.to_string()), 0.5, 0, 0);
+    // The first reservation knows nothing of the counter: exactly its 100 units.
+    assert_eq!(l.lease(&a, 100, 1_000_000, 0), lease(0, 0, 100));
+    l.counted(&a, 0, Some(999_900), 60_000, 5);
+    // The next, 10 ms later: the worker used 100 units in 10 ms, so it leases a second of that
+    // (10,000 units; under 1,000,000 / 64 and 999,900 / 8): one call for this request and the
+    // next 99.
+    assert_eq!(l.lease(&a, 100, 1_000_000, 10), lease(0, 0, 10_000));
+    l.counted(&a, 9_900, Some(989_900), 60_010, 12);
+    let local = (0..99).filter(|_| l.lease(&a, 100, 1_000_000, 20) == lease(100, 60_010, 0)).count();
+    assert_eq!(local, 99, "99 requests admitted from the chunk, no call");
+    assert_eq!(l.credit(&a, 20), 0);
+    // Used up: the next leases again, its size from the use since the last lease.
+    assert_eq!(l.lease(&a, 100, 1_000_000, 20), lease(0, 0, 15_625), "100 x 100 units in 10 ms: capped at 1/64");
+    // A worker that used little leases little: 1 unit a second is the request's own.
+    let b = limit_descriptor("b", "x");
+    assert_eq!(l.lease(&b, 1, 1_000, 0), lease(0, 0, 1));
+    l.counted(&b, 0, Some(999), 60_000, 0);
+    assert_eq!(l.lease(&b, 1, 1_000, 1_000), lease(0, 0, 1));
+}
+
+#[test]
+fn the_chunk_shrinks_near_the_end_of_the_budget() {
+    let mut l = Ledger::default();
+    let a = limit_descriptor("a", "x");
+    let mut at = 0;
+    let mut chunk = |l: &mut Ledger, remaining: u32| {
+        // A busy worker (100 units every millisecond) whose credit is used up.
+        l.counted(&a, 0, Some(remaining), 3_600_000, at);
+        at += 1;
+        let got = l.lease(&a, 100, 1_000_000, at);
+        assert_eq!(got.credit, 0);
+        got.hits
+    };
+    assert_eq!(chunk(&mut l, 1_000_000), 100, "nothing used yet: exactly the reservation");
+    assert_eq!(chunk(&mut l, 900_000), 15_625, "a budget's 1/64 while plenty remains");
+    assert_eq!(chunk(&mut l, 80_000), 10_000, "then 1/8 of what remains");
+    assert_eq!(chunk(&mut l, 8_000), 1_000);
+    assert_eq!(chunk(&mut l, 1_000), 125);
+    assert_eq!(chunk(&mut l, 700), 100, "the last 800 units: exactly the reservation");
+    assert_eq!(chunk(&mut l, 100), 100);
+}
+
+#[test]
+fn a_refused_chunk_falls_back_to_the_exact_estimate() {
+    let mut l = Ledger::default();
+    let a = limit_descriptor("a", "x");
+    assert_eq!(l.lease(&a, 100, 1_000_000, 0).hits, 100);
+    l.counted(&a, 0, Some(500_000), 60_000, 0);
+    assert_eq!(l.lease(&a, 100, 1_000_000, 1).hits, 15_625, "a chunk");
+    // The service refused it: leases are exact until the window resets...
+    l.refused(&a, 60_000, 2);
+    assert_eq!(l.lease(&a, 100, 1_000_000, 3), lease(0, 0, 100));
+    assert_eq!(l.lease(&a, 100, 1_000_000, 59_999), lease(0, 0, 100));
+    // ...after which the counter is unknown (exact) until the service says what remains.
+    assert_eq!(l.lease(&a, 100, 1_000_000, 60_000), lease(0, 0, 100));
+    l.counted(&a, 0, Some(1_000_000), 120_000, 60_000);
+    assert!(l.lease(&a, 100, 1_000_000, 60_001).hits > 100);
+    // A service that says no remaining count (Limitador's server) is always asked exactly.
+    let b = limit_descriptor("b", "x");
+    for at in 0..10 {
+        assert_eq!(l.lease(&b, 100, 1_000_000, at), lease(0, 0, 100));
+        l.counted(&b, 0, None, 60_000, at);
     }
-    l.add(limit_descriptor("new", "x"), 3.0, 0, 0);
-    assert_eq!(l.drain(), vec![(limit_descriptor("new", "x"), 3)]);
+}
+
+#[test]
+fn credits_expire_with_the_window_and_settlement_nets_against_them() {
+    let mut l = Ledger::default();
+    let a = limit_descriptor("a", "x");
+    assert_eq!(l.lease(&a, 100, 1_000_000, 0).hits, 100);
+    l.counted(&a, 0, Some(999_000), 10_000, 0);
+    // A request reserved 300 and used 180: 120 credit until its window ends at 10 s.
+    assert_eq!(l.settle(&a, -120.0, 10_000, 1_000), 0);
+    assert_eq!(l.credit(&a, 1_000), 120);
+    // The next reservation of 100 is admitted from it; one of 100 more takes the 20 left and
+    // leases the rest.
+    assert_eq!(l.lease(&a, 100, 1_000_000, 2_000), lease(100, 10_000, 0));
+    let more = l.lease(&a, 100, 1_000_000, 2_000);
+    assert_eq!((more.credit, more.credit_until_ms), (20, 10_000));
+    // An answer over its reservation is charged from the credit first; what it does not cover
+    // is owed, sent in whole units (fractions wait).
+    l.counted(&a, 50, Some(990_000), 10_000, 2_000);
+    assert_eq!(l.settle(&a, 30.0, 0, 3_000), 0, "30 of the 50 credit");
+    assert_eq!(l.settle(&a, 22.5, 0, 3_000), 2, "20 from the credit, 2 owed, the half waits");
+    assert_eq!(l.settle(&a, 0.5, 0, 3_000), 1);
+    // A credit is not carried into the next window, nor added once that window is over.
+    assert_eq!(l.settle(&a, -50.0, 10_000, 4_000), 0);
+    assert_eq!(l.credit(&a, 9_999), 50);
+    assert_eq!(l.credit(&a, 10_000), 0);
+    assert_eq!(l.lease(&a, 100, 1_000_000, 10_000), lease(0, 0, 100), "the window reset: exact");
+    l.counted(&a, 500, Some(999_000), 10_000, 10_001);
+    assert_eq!(l.settle(&a, -50.0, 10_000, 10_001), 0);
+    assert_eq!(l.credit(&a, 10_002), 0, "a lease counted in a window that is over is no credit");
+    // A refused reservation gives back the credit it took, in its window.
+    l.give_back(&a, 40, 20_000, 11_000);
+    assert_eq!(l.lease(&a, 30, 1_000_000, 11_000), lease(30, 20_000, 0));
+    l.give_back(&a, 30, 20_000, 21_000);
+    assert_eq!(l.credit(&a, 21_000), 0);
+    assert_eq!(l.settle(&a, f64::NAN, 0, 0), 0);
+    // Bounded: at the cap, the counters holding under a unit make room for new ones.
+    for i in 0..5000 {
+        l.settle(&limit_descriptor("c", &i.to_string()), 0.5, 0, 0);
+    }
+    assert_eq!(l.settle(&limit_descriptor("new", "x"), 3.0, 0, 0), 3);
 }
 
 #[test]

@@ -986,7 +986,7 @@ fn bench() -> Result<i32, String> {
     // on the generator's core.
     let mut mesh_parts: Option<(Redis, RateLimitService)> = None;
     if env_on("BENCH_LIMITS") {
-        let boot = (|| -> Result<Value, String> {
+        let boot = (|| -> Result<StackConfig, String> {
             let mut cfg = switchyard_config(mock_port);
             cfg.plugin_config["rate_limits"] = json!({"service": {"cluster": "switchyard_ratelimit"},
                 "limits": {"bench-tokens": {"tokens": 4_000_000_000u64, "window": "hour"}}});
@@ -999,9 +999,18 @@ fn bench() -> Result<i32, String> {
             }
             cfg.rate_limit_service = Some(("127.0.0.1".into(), service.addr.port()));
             mesh_parts = Some((redis, service));
-            Ok(bootstrap(&cfg))
+            Ok(cfg)
         })();
-        add_envoy(&mut rows, &mut keep, "Switchyard full path under a token limit", boot, "bench-limits");
+        let native = boot.as_ref().ok().filter(|_| env_on("BENCH_NATIVE") && native_path().exists()).map(|cfg| {
+            let mut n = cfg.clone();
+            n.build = Build::Native;
+            bootstrap(&n)
+        });
+        add_envoy(&mut rows, &mut keep, LIMITS_ROW, boot.map(|c| bootstrap(&c)), "bench-limits");
+        // The same limit on the native build (same service and Redis), beside its own full path.
+        if let Some(b) = native {
+            add_envoy(&mut rows, &mut keep, NATIVE_LIMITS_ROW, Ok(b), "bench-native-limits");
+        }
     }
     let litellm_name = format!("LiteLLM proxy {LITELLM_VERSION} (1 worker)");
     if env_on("BENCH_LITELLM") {
@@ -1174,6 +1183,8 @@ const TARGET_NATIVE_CPU_US: f64 = 30.0;
 const TARGET_NATIVE_P50_US: f64 = 60.0;
 const TARGET_NATIVE_TTFB_US: f64 = 60.0;
 const NATIVE_ROW: &str = "Switchyard full path (native module)";
+const LIMITS_ROW: &str = "Switchyard full path under a token limit";
+const NATIVE_LIMITS_ROW: &str = "Switchyard full path under a token limit (native module)";
 const NATIVE_EVERY_ATTEMPT_ROW: &str = "- native, every attempt through the per-attempt filter (no twins)";
 /// Claude on Amazon Bedrock: SigV4 by Envoy and the event stream decoded (`BENCH_BEDROCK`).
 const BEDROCK_ROW: &str = "Switchyard Bedrock (Anthropic caller: SigV4 by Envoy, event stream)";
