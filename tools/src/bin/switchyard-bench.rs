@@ -452,6 +452,13 @@ fn bedrock_config(port: u16) -> StackConfig {
             o.remove("credential");
         }
     }
+    // Claude's ids (an id that is not Anthropic's goes to Converse, which this row does not
+    // measure).
+    if let Some(endpoints) = cfg.plugin_config["models"][MODEL]["endpoints"].as_array_mut() {
+        for (i, e) in endpoints.iter_mut().enumerate() {
+            e["upstream_model"] = json!(format!("us.anthropic.claude-bench-{i}-v1:0"));
+        }
+    }
     cfg
 }
 
