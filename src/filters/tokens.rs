@@ -69,6 +69,11 @@ impl TokenFetcher {
                     continue;
                 }
             };
+            if !body.is_empty() {
+                // Measured in the host's clock (the signature costs milliseconds in Wasm).
+                let took = host.now_ms().saturating_sub(now_ms);
+                log::info!("switchyard: token request for {} signed in {took} ms", source.who());
+            }
             let path = source.path();
             let length = body.len().to_string();
             let mut headers = source.request_headers(&path).to_vec();

@@ -20,7 +20,7 @@ pub mod der;
 pub mod google;
 pub mod rsa;
 #[cfg(test)]
-mod sa_tests;
+pub(crate) mod sa_tests;
 pub mod service_account;
 pub mod sha256;
 #[cfg(test)]
