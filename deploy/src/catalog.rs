@@ -428,7 +428,12 @@ impl Catalog {
                 None => false,
                 Some(b) => b.as_bool().ok_or_else(|| format!("{path}.http2: expected a boolean"))?,
             };
-            let credential_env = v.pointer("/credential/env").and_then(Value::as_str).map(str::to_string);
+            // A key file reaches the VM as a key does: by an environment variable.
+            let credential_env = v
+                .pointer("/credential/env")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| crate::gcp::key_file_envs(v));
             if v.pointer("/credential/value").is_some() {
                 return Err(format!(
                     "{path}.credential.value: a deployment catalog names keys by `env` (from a Secret), never inline"

@@ -170,6 +170,10 @@ pub struct StackConfig {
     /// own, `169.254.169.254:80` (GKE, GCE; Azure IMDS). Its cluster is generated when a provider
     /// names one.
     pub metadata_server: Option<(String, u16)>,
+    /// Where the token endpoint of `credential.google_service_account.cluster` listens, plain
+    /// HTTP (tests: a local mock); None: `oauth2.googleapis.com:443` over TLS. Its cluster is
+    /// generated when a provider names one.
+    pub token_endpoint: Option<(String, u16)>,
     /// An AWS credentials file Envoy's SigV4 signing reads (Bedrock providers), watched: a
     /// rewritten file (renamed into place) is used from the next attempt on. None: Envoy's default
     /// credential chain alone (environment, `~/.aws/credentials`, IRSA, metadata).
@@ -401,6 +405,7 @@ impl StackConfig {
             key_files: None,
             rate_limit_service: None,
             metadata_server: None,
+            token_endpoint: None,
         }
     }
 }
@@ -550,7 +555,8 @@ const ENV_MARKER: &str = "SWITCHYARD-GENERATOR-ENV-SECRET";
 /// The plugin configuration read with the filter's own parser, every `credential.env` standing for
 /// `ENV_MARKER` (None: a configuration the filter would refuse).
 fn parsed_for_generator(plugin_config: &Value) -> Option<switchyard::config::Catalog> {
-    switchyard::config::Catalog::from_json(plugin_config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into())).ok()
+    let config = crate::gcp::for_generator(plugin_config);
+    switchyard::config::Catalog::from_json(config.to_string().as_bytes(), &|_| Some(ENV_MARKER.into())).ok()
 }
 
 /// The provider clusters among `clusters` that get a first-attempt twin, read with the filter's
@@ -1141,6 +1147,11 @@ fn bootstrap_inner(cfg: &StackConfig) -> Value {
     }
     clusters.extend(crate::ratelimit::service_cluster(&cfg.plugin_config, cfg.rate_limit_service.as_ref()));
     clusters.extend(crate::gcp::metadata_clusters(&cfg.plugin_config, cfg.metadata_server.as_ref()));
+    clusters.extend(crate::gcp::token_endpoint_clusters(
+        &cfg.plugin_config,
+        cfg.token_endpoint.as_ref(),
+        SYSTEM_CA_BUNDLE,
+    ));
     clusters.extend(cfg.tracing.as_ref().map(otlp_cluster));
     let names: Vec<&str> = generated.iter().copied().chain(twin_names.iter().map(String::as_str)).collect();
     // The routes of a virtual host; `policy` labels each of them (route metadata

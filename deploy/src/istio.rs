@@ -503,6 +503,12 @@ pub fn envoy_filter(c: &Catalog, v: Variant, cfg: &StackConfig, sha256: &str) ->
         patches.push(json!({"applyTo": "CLUSTER", "match": {"context": ctx},
             "patch": {"operation": "ADD", "value": cluster}}));
     }
+    // Google's token endpoint for `credential.google_service_account` providers (TLS from the
+    // proxy itself, checked against the proxy image's CA bundle).
+    for cluster in crate::gcp::token_endpoint_clusters(&plugin_config, None, crate::envoy::SYSTEM_CA_BUNDLE) {
+        patches.push(json!({"applyTo": "CLUSTER", "match": {"context": ctx},
+            "patch": {"operation": "ADD", "value": cluster}}));
+    }
     for (p, twin) in &firsts {
         // The first-attempt twin (the subset's cluster): the first-attempt filter and the
         // provider's key injector instead of the per-attempt filter.

@@ -28,6 +28,7 @@ pub mod bedrock;
 pub mod converse;
 pub mod gcp_metadata;
 mod google;
+pub mod google_oauth2;
 mod openai;
 mod responses;
 pub mod strict;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{err, ConfigError};
 use crate::api::{Api, ApiSet};
 use crate::providers::Kind;
-use crate::tokens::{azure, google, Identity, TokenSource, CLOUD_PLATFORM_SCOPE};
+use crate::tokens::{azure, google, service_account, Identity, TokenSource, CLOUD_PLATFORM_SCOPE};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +87,12 @@ struct RawCredential {
     /// provider's attempts as `authorization: Bearer <token>` by its per-attempt filter.
     #[serde(default)]
     google_metadata: Option<RawGoogleMetadata>,
+    /// An OAuth2 access token for a Google service-account key file (outside GKE, or without
+    /// Workload Identity): the module signs a JWT assertion with the key (RS256) and trades it
+    /// at the key's `token_uri`, once for all workers, refreshed before it expires, and puts
+    /// it on each attempt as `authorization: Bearer <token>`.
+    #[serde(default)]
+    google_service_account: Option<RawGoogleServiceAccount>,
     /// A Microsoft Entra access token from the Azure Instance Metadata Service (a managed
     /// identity of the VM / VMSS / AKS node the proxy runs on), fetched and refreshed the same
     /// way and put on each attempt as `authorization: Bearer <token>` (Azure OpenAI takes it in
@@ -115,6 +121,24 @@ struct RawAzureManagedIdentity {
     /// The token's audience. Default `https://cognitiveservices.azure.com` (Azure OpenAI).
     #[serde(default)]
     resource: Option<String>,
+    /// How long a fetch may take before it counts as failed, in ms (default 5000, 100..=60000).
+    #[serde(default)]
+    timeout_ms: Option<u32>,
+}
+
+/// `credential.google_service_account`: where the key file is, where its tokens come from.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGoogleServiceAccount {
+    /// The VM environment variable holding the key file's JSON (as `credential.env` passes a
+    /// key: the Wasm VM's `environment_variables`, the native module's process environment).
+    env: String,
+    /// The Envoy cluster of the key's `token_uri` (`oauth2.googleapis.com:443` over TLS; the
+    /// generators render it). Never a provider's cluster.
+    cluster: String,
+    /// The OAuth2 scopes asked for. Default `["https://www.googleapis.com/auth/cloud-platform"]`.
+    #[serde(default)]
+    scopes: Option<Vec<String>>,
     /// How long a fetch may take before it counts as failed, in ms (default 5000, 100..=60000).
     #[serde(default)]
     timeout_ms: Option<u32>,
@@ -396,11 +420,14 @@ fn compile_credential(
     (default_header, default_prefix): (&str, &str),
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Credential, ConfigError> {
-    match (&c.google_metadata, &c.azure_managed_identity) {
-        (Some(_), Some(_)) => return Err(err(format!("{field}.credential"), EXACTLY_ONE)),
-        (Some(g), None) => return token_credential(field, c, "google_metadata", google_source(field, g)?),
-        (None, Some(a)) => return token_credential(field, c, "azure_managed_identity", azure_source(field, a)?),
-        (None, None) => {}
+    match (&c.google_metadata, &c.google_service_account, &c.azure_managed_identity) {
+        (Some(g), None, None) => return token_credential(field, c, "google_metadata", google_source(field, g)?),
+        (None, Some(k), None) => {
+            return token_credential(field, c, "google_service_account", key_file_source(field, k, env)?)
+        }
+        (None, None, Some(a)) => return token_credential(field, c, "azure_managed_identity", azure_source(field, a)?),
+        (None, None, None) => {}
+        _ => return Err(err(format!("{field}.credential"), EXACTLY_ONE)),
     }
     let header = c.header.as_deref().unwrap_or(default_header).to_ascii_lowercase();
     let prefix = c.prefix.as_deref().unwrap_or(default_prefix);
@@ -437,8 +464,8 @@ fn compile_credential(
     Ok(Credential { header, value, secret, injected: c.injected, token: None })
 }
 
-const EXACTLY_ONE: &str =
-    "set exactly one of `value`, `env`, `injected: true`, `google_metadata` or `azure_managed_identity`";
+const EXACTLY_ONE: &str = "set exactly one of `value`, `env`, `injected: true`, `google_metadata`, \
+     `google_service_account` or `azure_managed_identity`";
 
 /// A credential whose access token comes from `source` (`name`: its field), alone: a token goes
 /// in `authorization: Bearer`, so neither `header` nor `prefix` applies.
@@ -479,6 +506,49 @@ fn cluster_and_timeout(of: &str, cluster: &str, timeout_ms: Option<u32>, server:
     Ok(timeout_ms)
 }
 
+/// The OAuth2 scopes of a Google source (`of`: its field): default `cloud-platform`.
+fn google_scopes(of: &str, scopes: &Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
+    let scopes = scopes.clone().unwrap_or_else(|| vec![CLOUD_PLATFORM_SCOPE.to_string()]);
+    if scopes.is_empty() {
+        return Err(err(format!("{of}.scopes"), "must name at least one OAuth2 scope"));
+    }
+    if let Some(i) = scopes.iter().position(|s| !google::valid_scope(s)) {
+        return Err(err(format!("{of}.scopes[{i}]"), "a scope is visible ASCII without , & # % + ?"));
+    }
+    Ok(scopes)
+}
+
+/// `credential.google_service_account`: a key file's JSON from the VM's environment, checked
+/// here (its type, email, key id, token URI and an RSA PKCS#8 key); no error quotes the key.
+fn key_file_source(
+    field: &str,
+    k: &RawGoogleServiceAccount,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TokenSource, ConfigError> {
+    let kf = format!("{field}.credential.google_service_account");
+    let timeout_ms =
+        cluster_and_timeout(&kf, &k.cluster, k.timeout_ms, "the token endpoint (oauth2.googleapis.com:443)")?;
+    let scopes = google_scopes(&kf, &k.scopes)?;
+    let json = env(&k.env).filter(|v| !v.is_empty()).ok_or_else(|| {
+        err(
+            format!("{kf}.env"),
+            format!(
+                "environment variable {} is not set in the VM (add the key file's JSON to vm_config.environment_variables)",
+                k.env
+            ),
+        )
+    })?;
+    let key = service_account::parse_key_file(&json).map_err(|(json_field, reason)| {
+        let what = if json_field.is_empty() { String::new() } else { format!(": field `{json_field}`") };
+        err(format!("{kf}.env"), format!("the key file in {}{what} {reason}", k.env))
+    })?;
+    Ok(TokenSource {
+        cluster: k.cluster.clone(),
+        timeout_ms,
+        identity: Identity::GoogleServiceAccount { key: Arc::new(key), scopes },
+    })
+}
+
 /// `credential.google_metadata`: the GKE / GCE metadata server, a service account, its scopes.
 fn google_source(field: &str, g: &RawGoogleMetadata) -> Result<TokenSource, ConfigError> {
     let gf = format!("{field}.credential.google_metadata");
@@ -490,13 +560,7 @@ fn google_source(field: &str, g: &RawGoogleMetadata) -> Result<TokenSource, Conf
             "must be `default` or a service account's email (letters, digits, @ . - _)",
         ));
     }
-    let scopes = g.scopes.clone().unwrap_or_else(|| vec![CLOUD_PLATFORM_SCOPE.to_string()]);
-    if scopes.is_empty() {
-        return Err(err(format!("{gf}.scopes"), "must name at least one OAuth2 scope"));
-    }
-    if let Some(i) = scopes.iter().position(|s| !google::valid_scope(s)) {
-        return Err(err(format!("{gf}.scopes[{i}]"), "a scope is visible ASCII without , & # % + ?"));
-    }
+    let scopes = google_scopes(&gf, &g.scopes)?;
     Ok(TokenSource { cluster: g.cluster.clone(), timeout_ms, identity: Identity::Google { service_account, scopes } })
 }
 

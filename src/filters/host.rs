@@ -82,11 +82,11 @@ pub trait Host {
     /// survives the stream that makes it (settlements at the access log). False if not sent.
     fn grpc_call_detached(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> bool;
     /// A plain HTTP call to `cluster` on the root context's behalf (the tick's token fetches):
-    /// `headers` carry `:method`, `:path` and `:authority`. Answered through the root's HTTP
+    /// `headers` carry `:method`, `:path` and `:authority`; `body` is sent when not empty. Answered through the root's HTTP
     /// answer callback with the returned token; None when the host refused it (an unknown
     /// cluster). The filters' streams never make one.
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
-        let _ = (cluster, headers, timeout_ms);
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u32) -> Option<u32> {
+        let _ = (cluster, headers, body, timeout_ms);
         None
     }
     /// The message of the gRPC answer being delivered (`size` from the callback).

@@ -40,6 +40,8 @@ pub struct State {
     pub grpc_refused: bool,
     /// HTTP calls made: cluster and headers (the token is the index + 1).
     pub http_calls: Vec<(String, Vec<(String, String)>)>,
+    /// The body of each of `http_calls` (empty for a GET).
+    pub http_bodies: Vec<Vec<u8>>,
     pub resumed: u32,
     /// Every host call, in order, with its arguments (`set_req_header x-a=1`).
     pub calls: Vec<String>,
@@ -239,13 +241,14 @@ impl Host for MockHost {
     fn random_unit(&self) -> f64 {
         0.5
     }
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u32) -> Option<u32> {
         self.log(format!("http_call {cluster} {timeout_ms}ms"));
         let mut s = self.state();
         if s.grpc_refused {
             return None;
         }
         s.http_calls.push((cluster.to_string(), headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()));
+        s.http_bodies.push(body.to_vec());
         u32::try_from(s.http_calls.len()).ok()
     }
     fn grpc_call(&self, cluster: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u32> {

@@ -25,6 +25,8 @@ pub mod gauges;
 pub mod host;
 pub(crate) mod internals;
 #[cfg(test)]
+mod key_file_tests;
+#[cfg(test)]
 mod kind_test_kit;
 #[cfg(test)]
 mod lease_tests;

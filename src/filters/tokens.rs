@@ -10,7 +10,7 @@ use super::shared::{count, tag};
 use crate::config::Catalog;
 use crate::tokens::{failed, fetched, take_lease, FetchError, TokenRecord, TokenSource};
 
-/// Fetches by result: `switchyard.access_token.fetches_total.result.<ok|unreachable|http_error|malformed>`.
+/// Fetches by result: `switchyard.access_token.fetches_total.result.<ok|unreachable|http_error|malformed|signing_error>`.
 pub fn fetch_metric(result: &str) -> String {
     format!("switchyard.access_token.fetches_total.result.{result}")
 }
@@ -61,8 +61,26 @@ impl TokenFetcher {
             if host.set_shared_data(&key, &leased.encode(), cas) != 0 {
                 continue; // another worker took it
             }
+            // A key file's assertion is signed here, in the tick, never on a request's path.
+            let body = match source.request_body(now_ms) {
+                Ok(body) => body,
+                Err(e) => {
+                    store(host, source, Err(e), now_ms);
+                    continue;
+                }
+            };
+            if !body.is_empty() {
+                // Measured in the host's clock (the signature costs milliseconds in Wasm).
+                let took = host.now_ms().saturating_sub(now_ms);
+                log::info!("switchyard: token request for {} signed in {took} ms", source.who());
+            }
             let path = source.path();
-            match host.http_call(&source.cluster, &source.request_headers(&path), source.timeout_ms) {
+            let length = body.len().to_string();
+            let mut headers = source.request_headers(&path).to_vec();
+            if !body.is_empty() {
+                headers.push(("content-length", &length));
+            }
+            match host.http_call(&source.cluster, &headers, &body, source.timeout_ms) {
                 Some(token) => self.in_flight.push((token, Arc::clone(source), leased.lease_until_ms)),
                 None => store(host, source, Err(FetchError::Unreachable), now_ms),
             }

@@ -384,10 +384,11 @@ impl Host for ProxyWasm {
             }
         }
     }
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u32) -> Option<u32> {
         // Through the SDK, which registers the token to deliver the answer to the root.
         let timeout = std::time::Duration::from_millis(u64::from(timeout_ms));
-        match proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), None, Vec::new(), timeout) {
+        let body = (!body.is_empty()).then_some(body);
+        match proxy_wasm::hostcalls::dispatch_http_call(cluster, headers.to_vec(), body, Vec::new(), timeout) {
             Ok(token) => Some(token),
             Err(status) => {
                 log::warn!("switchyard: HTTP call to cluster {cluster} refused: {status:?}");

@@ -457,14 +457,14 @@ impl Native {
 impl Native {
     /// A plain HTTP callout on the configuration's behalf (the tick: no stream); the answer
     /// comes to `on_http_filter_config_http_callout_done`.
-    fn http_callout(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u64> {
+    fn http_callout(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u32) -> Option<u64> {
         if self.has_stream() {
             return None;
         }
         // Envoy's callout takes the authority as `host`, as the gRPC calls send it.
         let headers: Vec<ModuleHttpHeader> =
             headers.iter().map(|(k, v)| ModuleHttpHeader::of(if *k == ":authority" { "host" } else { k }, v)).collect();
-        self.start_callout(false, cluster, &headers, &[], timeout_ms, "HTTP")
+        self.start_callout(false, cluster, &headers, body, timeout_ms, "HTTP")
     }
 
     fn callout(&self, target: &str, service: &str, method: &str, message: &[u8], timeout_ms: u32) -> Option<u64> {
@@ -684,8 +684,8 @@ impl Host for Native {
         self.io.callouts.borrow_mut().push((token, id));
         Some(token)
     }
-    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u32) -> Option<u32> {
-        let id = self.http_callout(cluster, headers, timeout_ms)?;
+    fn http_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u32) -> Option<u32> {
+        let id = self.http_callout(cluster, headers, body, timeout_ms)?;
         let token = self.io.next_token.get().wrapping_add(1).max(1);
         self.io.next_token.set(token);
         self.io.callouts.borrow_mut().push((token, id));

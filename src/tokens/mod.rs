@@ -1,6 +1,8 @@
 //! Access tokens a provider's attempts carry: OAuth2 tokens from Google's metadata server
-//! (`credential.google_metadata`, [`google`]) and Microsoft Entra tokens from Azure's Instance
-//! Metadata Service (`credential.azure_managed_identity`, [`azure`]). Where they come from, when
+//! (`credential.google_metadata`, [`google`]) or for a service-account key file
+//! (`credential.google_service_account`, [`service_account`]: an RS256-signed JWT assertion),
+//! and Microsoft Entra tokens from Azure's Instance Metadata Service
+//! (`credential.azure_managed_identity`, [`azure`]). Where they come from, when
 //! to fetch one, and the record all workers share. Pure logic, tested natively; the host calls
 //! are in `crate::filters::tokens`.
 //!
@@ -12,9 +14,19 @@
 //! every cloud; only the request and the answer's shape differ ([`Identity`]).
 
 pub mod azure;
+pub mod base64;
+pub mod bignum;
+pub mod der;
 pub mod google;
+pub mod rsa;
+#[cfg(test)]
+pub(crate) mod sa_tests;
+pub mod service_account;
+pub mod sha256;
 #[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use crate::protocol::bytes::u64_at;
 
@@ -49,6 +61,14 @@ pub enum Identity {
         /// OAuth2 scopes asked for (default: `cloud-platform`).
         scopes: Vec<String>,
     },
+    /// A service-account key file: the key signs an assertion the tick POSTs to its
+    /// `token_uri` (Google's OAuth2 token endpoint).
+    GoogleServiceAccount {
+        /// The key file's service account, key and token endpoint (`Debug` redacts the key).
+        key: Arc<service_account::ServiceAccountKey>,
+        /// OAuth2 scopes asked for (default: `cloud-platform`).
+        scopes: Vec<String>,
+    },
     /// Azure IMDS: the token's audience and, for a user-assigned identity, which one.
     Azure {
         /// The resource (audience) the token is for (`https://cognitiveservices.azure.com`).
@@ -67,6 +87,13 @@ impl TokenSource {
             Identity::Google { service_account, scopes } => {
                 format!("sy/token/{}/{}/{}", self.cluster, service_account, scopes.join(","))
             }
+            Identity::GoogleServiceAccount { key, scopes } => format!(
+                "sy/token/gsa/{}/{}/{}/{}",
+                self.cluster,
+                key.client_email,
+                key.private_key_id,
+                scopes.join(",")
+            ),
             Identity::Azure { resource, user_assigned } => {
                 let who = user_assigned.as_ref().map_or_else(String::new, |(p, v)| format!("{}={v}", p.name()));
                 format!("sy/token/azure/{}/{}/{}", self.cluster, resource, who)
@@ -78,6 +105,7 @@ impl TokenSource {
     pub fn field(&self) -> &'static str {
         match self.identity {
             Identity::Google { .. } => "google_metadata",
+            Identity::GoogleServiceAccount { .. } => "google_service_account",
             Identity::Azure { .. } => "azure_managed_identity",
         }
     }
@@ -86,6 +114,9 @@ impl TokenSource {
     pub fn who(&self) -> String {
         match &self.identity {
             Identity::Google { service_account, .. } => format!("service account {service_account}"),
+            Identity::GoogleServiceAccount { key, .. } => {
+                format!("service account {} (key {})", key.client_email, key.private_key_id)
+            }
             Identity::Azure { user_assigned: None, .. } => "the system-assigned managed identity".to_string(),
             Identity::Azure { user_assigned: Some((p, v)), .. } => format!("managed identity {}={v}", p.name()),
         }
@@ -95,22 +126,40 @@ impl TokenSource {
     pub fn path(&self) -> String {
         match &self.identity {
             Identity::Google { service_account, scopes } => google::token_path(service_account, scopes),
+            Identity::GoogleServiceAccount { key, .. } => key.path.clone(),
             Identity::Azure { resource, user_assigned } => azure::token_path(resource, user_assigned.as_ref()),
         }
     }
 
     /// The token request's headers (`path`: from [`TokenSource::path`]).
-    pub fn request_headers<'a>(&self, path: &'a str) -> [(&'a str, &'a str); 4] {
-        match self.identity {
+    pub fn request_headers<'a>(&'a self, path: &'a str) -> [(&'a str, &'a str); 4] {
+        match &self.identity {
             Identity::Google { .. } => google::request_headers(path),
+            Identity::GoogleServiceAccount { key, .. } => [
+                (":method", "POST"),
+                (":path", path),
+                (":authority", key.authority.as_str()),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
             Identity::Azure { .. } => azure::request_headers(path),
+        }
+    }
+
+    /// The token request's body at `now` (the host's clock): empty for the metadata servers'
+    /// GETs; for a key file the assertion, signed here, in the tick that starts the fetch.
+    pub fn request_body(&self, now_ms: u64) -> Result<Vec<u8>, FetchError> {
+        match &self.identity {
+            Identity::GoogleServiceAccount { key, scopes } => {
+                key.request_body(scopes, now_ms / 1000).ok_or(FetchError::Signing)
+            }
+            Identity::Google { .. } | Identity::Azure { .. } => Ok(Vec::new()),
         }
     }
 
     /// The token and its lifetime in seconds from the server's answer (`status` 0: none came).
     pub fn parse_answer(&self, status: u16, body: &[u8]) -> Result<(String, u64), FetchError> {
         match self.identity {
-            Identity::Google { .. } => google::parse_answer(status, body),
+            Identity::Google { .. } | Identity::GoogleServiceAccount { .. } => google::parse_answer(status, body),
             Identity::Azure { .. } => azure::parse_answer(status, body),
         }
     }
@@ -125,6 +174,8 @@ pub enum FetchError {
     Status,
     /// A 200 whose body is not a usable token.
     Malformed,
+    /// The assertion could not be signed (the key failed its check; never sent).
+    Signing,
 }
 
 impl FetchError {
@@ -133,6 +184,7 @@ impl FetchError {
             FetchError::Unreachable => "unreachable",
             FetchError::Status => "http_error",
             FetchError::Malformed => "malformed",
+            FetchError::Signing => "signing_error",
         }
     }
 }
