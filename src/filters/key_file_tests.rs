@@ -8,9 +8,10 @@ use std::rc::Rc;
 use super::mock::MockHost;
 use super::tokens::{fetch_metric, TokenFetcher};
 use super::{configure, Configured};
+use crate::protocol::base64;
 use crate::tokens::rsa::RsaKey;
 use crate::tokens::sa_tests::key_file_json;
-use crate::tokens::{base64, TokenRecord};
+use crate::tokens::TokenRecord;
 
 const CONFIG: &str = r#"{
   "providers": {

@@ -7,6 +7,7 @@
 //! - `bytes`: little-endian reading without panics, for every decoder above and below
 //! - `wire`: proxy-wasm ABI encodings (header maps, property paths), decoded without panics
 
+pub mod base64;
 pub mod bytes;
 pub mod outcome;
 pub mod plan;

@@ -2,7 +2,7 @@
 //! holding an RSA key (RSAPrivateKey, RFC 8017 A.1.2). Definite lengths only, every length
 //! checked against what is left; linear in the key's bytes.
 
-use super::base64;
+use crate::protocol::base64;
 
 const SEQUENCE: u8 = 0x30;
 const INTEGER: u8 = 0x02;

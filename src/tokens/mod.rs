@@ -14,7 +14,6 @@
 //! every cloud; only the request and the answer's shape differ ([`Identity`]).
 
 pub mod azure;
-pub mod base64;
 pub mod bignum;
 pub mod der;
 pub mod google;

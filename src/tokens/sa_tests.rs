@@ -4,6 +4,7 @@
 use super::rsa::RsaKey;
 use super::service_account::{parse_key_file, ServiceAccountKey};
 use super::*;
+use crate::protocol::base64;
 
 const KEY_PEM: &str = include_str!("testdata/test-only-sa-key.pem");
 const MESSAGE: &[u8] = include_bytes!("testdata/message.txt");

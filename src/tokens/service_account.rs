@@ -5,8 +5,8 @@
 
 use serde::Deserialize;
 
-use super::base64;
 use super::rsa::RsaKey;
+use crate::protocol::base64;
 
 /// How long an assertion is valid (Google takes at most an hour).
 pub const ASSERTION_LIFE_S: u64 = 3_600;

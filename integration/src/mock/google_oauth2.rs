@@ -120,7 +120,7 @@ fn reply(status: u16, body: Value) -> Response<Full<Bytes>> {
 }
 
 fn b64url(s: &str) -> Option<Vec<u8>> {
-    switchyard::tokens::base64::decode(&s.replace('-', "+").replace('_', "/"))
+    switchyard::protocol::base64::decode(&s.replace('-', "+").replace('_', "/"))
 }
 
 /// Google's checks of a JWT-bearer grant.

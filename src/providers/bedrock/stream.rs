@@ -15,48 +15,6 @@
 use super::eventstream::{Decoder, Kind, Message};
 use super::map_exception;
 
-/// Decodes standard base64 (with or without `=` padding). None on any other byte, a misplaced
-/// pad, or a length no encoding has. Linear, panic-free.
-pub fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
-    fn sextet(c: u8) -> Option<u32> {
-        Some(u32::from(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        }))
-    }
-    let body = match s {
-        [rest @ .., b'=', b'='] | [rest @ .., b'='] if s.len().is_multiple_of(4) => rest,
-        _ => s,
-    };
-    if body.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 2);
-    for group in body.chunks(4) {
-        let mut n = 0u32;
-        for &c in group {
-            n = (n << 6) | sextet(c)?;
-        }
-        // A short final group: 2 sextets hold one byte, 3 hold two; the bits left over must be 0.
-        let (bytes, spare) = match group.len() {
-            4 => (3, 0),
-            3 => (2, 2),
-            _ => (1, 4),
-        };
-        if n & ((1 << spare) - 1) != 0 {
-            return None;
-        }
-        n >>= spare;
-        let be = n.to_be_bytes();
-        out.extend_from_slice(be.get(4 - bytes..).unwrap_or_default());
-    }
-    Some(out)
-}
-
 /// The converter of one streamed answer.
 #[derive(Debug, Default)]
 pub struct Converter {
@@ -78,7 +36,7 @@ fn chunk_event(payload: &[u8]) -> Option<(String, Vec<u8>)> {
         kind: String,
     }
     let chunk: Chunk = serde_json::from_slice(payload).ok()?;
-    let event = base64_decode(chunk.bytes.as_bytes())?;
+    let event = crate::protocol::base64::decode_bytes(chunk.bytes.as_bytes())?;
     let kind = serde_json::from_slice::<Typed>(&event).ok()?.kind;
     // An event name is one line of letters and underscores.
     if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {

@@ -59,14 +59,18 @@ fn convert_in(stream: &[u8], size: usize) -> (Vec<u8>, bool) {
 #[test]
 fn base64_decodes_what_it_should_and_refuses_the_rest() {
     for s in ["", "f", "fo", "foo", "foob", "fooba", "foobar", "\u{0}\u{ff}é"] {
-        assert_eq!(base64_decode(b64(s.as_bytes()).as_bytes()).as_deref(), Some(s.as_bytes()), "{s}");
+        assert_eq!(
+            crate::protocol::base64::decode_bytes(b64(s.as_bytes()).as_bytes()).as_deref(),
+            Some(s.as_bytes()),
+            "{s}"
+        );
         // Unpadded too.
         let unpadded = b64(s.as_bytes()).trim_end_matches('=').to_string();
-        assert_eq!(base64_decode(unpadded.as_bytes()).as_deref(), Some(s.as_bytes()), "{s}");
+        assert_eq!(crate::protocol::base64::decode_bytes(unpadded.as_bytes()).as_deref(), Some(s.as_bytes()), "{s}");
     }
-    assert_eq!(base64_decode(b"Zm9vYmFy").unwrap(), b"foobar");
+    assert_eq!(crate::protocol::base64::decode_bytes(b"Zm9vYmFy").unwrap(), b"foobar");
     for bad in [&b"Z"[..], b"Zm9v!mFy", b"Zm=v", b"====", b"Zm9=", b"Zh==", b"Zm9vY", b"Zm9v\n"] {
-        assert_eq!(base64_decode(bad), None, "{}", String::from_utf8_lossy(bad));
+        assert_eq!(crate::protocol::base64::decode_bytes(bad), None, "{}", String::from_utf8_lossy(bad));
     }
 }
 
