@@ -21,7 +21,7 @@
 //! caller on the chat-completions endpoints, translated), BENCH_BEDROCK (1: Claude on Amazon Bedrock,
 //! each attempt SigV4-signed by Envoy and the answer an AWS event stream decoded frame by frame: an
 //! Anthropic caller, and an OpenAI caller translated), BENCH_LIMITS (1: the full path under a
-//! mesh-wide token limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
+//! mesh-wide token limit and under a spend limit, with Redis and the rate limit service on the generator's core), BENCH_NATIVE
 //! (1: the full path on the native build, when `make native` built it), BENCH_RSS (1: the --concurrency 2 RSS
 //! comparison), BENCH_OUT (where the report is also written, target/bench/results.md),
 //! BENCH_NICE (scheduling priority of everything the bench starts, 0), BENCH_ALT_WASM (a second
@@ -995,10 +995,16 @@ fn bench() -> Result<i32, String> {
     if env_on("BENCH_LIMITS") {
         let boot = (|| -> Result<StackConfig, String> {
             let mut cfg = switchyard_config(mock_port);
+            // The service knows both limits; the token row's Envoy applies the token limit only
+            // (the spend row's, below, the spend limit only).
             cfg.plugin_config["rate_limits"] = json!({"service": {"cluster": "switchyard_ratelimit"},
-                "limits": {"bench-tokens": {"tokens": 4_000_000_000u64, "window": "hour"}}});
+                "limits": {"bench-tokens": {"tokens": 4_000_000_000u64, "window": "hour"},
+                           "bench-spend": {"spend_usd": 100_000u64, "window": "hour"}}});
             let limits =
                 switchyard_integration::ratelimit::service_config(&cfg.plugin_config).ok_or("no rate_limits")?;
+            if let Some(l) = cfg.plugin_config["rate_limits"]["limits"].as_object_mut() {
+                l.remove("bench-spend");
+            }
             let redis = Redis::start("bench")?;
             let service = RateLimitService::start("bench", &redis.url(), &limits)?;
             if let Some(c) = bench.cores.client {
@@ -1013,7 +1019,17 @@ fn bench() -> Result<i32, String> {
             n.build = Build::Native;
             bootstrap(&n)
         });
+        // The same path under a spend limit (reservations priced like `usage.cost`).
+        let spend = boot.as_ref().ok().map(|cfg| {
+            let mut c = cfg.clone();
+            c.plugin_config["rate_limits"]["limits"] =
+                json!({"bench-spend": {"spend_usd": 100_000u64, "window": "hour"}});
+            bootstrap(&c)
+        });
         add_envoy(&mut rows, &mut keep, LIMITS_ROW, boot.map(|c| bootstrap(&c)), "bench-limits");
+        if let Some(b) = spend {
+            add_envoy(&mut rows, &mut keep, SPEND_ROW, Ok(b), "bench-spend");
+        }
         // The same limit on the native build (same service and Redis), beside its own full path.
         if let Some(b) = native {
             add_envoy(&mut rows, &mut keep, NATIVE_LIMITS_ROW, Ok(b), "bench-native-limits");
@@ -1191,6 +1207,7 @@ const TARGET_NATIVE_P50_US: f64 = 60.0;
 const TARGET_NATIVE_TTFB_US: f64 = 60.0;
 const NATIVE_ROW: &str = "Switchyard full path (native module)";
 const LIMITS_ROW: &str = "Switchyard full path under a token limit";
+const SPEND_ROW: &str = "Switchyard full path under a spend limit";
 const NATIVE_LIMITS_ROW: &str = "Switchyard full path under a token limit (native module)";
 const NATIVE_EVERY_ATTEMPT_ROW: &str = "- native, every attempt through the per-attempt filter (no twins)";
 /// Claude on Amazon Bedrock: SigV4 by Envoy and the event stream decoded (`BENCH_BEDROCK`).
