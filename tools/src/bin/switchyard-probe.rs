@@ -19,7 +19,8 @@
 //! clusters), `nomatcher` (a fixed first-attempt cluster instead of the slot matcher), `alt` /
 //! `alt2` (the full path with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
 //!
-//! Env: PROBE_SECONDS (3), PROBE_ROUNDS (5), PROBE_CONNECTIONS (16), PROBE_SIZE (1024),
+//! Env: PROBE_NATIVE (set: `full` and the variants built from it use the native module of `make
+//! native` instead of the Wasm one), PROBE_SECONDS (3), PROBE_ROUNDS (5), PROBE_CONNECTIONS (16), PROBE_SIZE (1024),
 //! PROBE_STREAM (set: SSE requests; needs PROBE_BENCH_MOCK), PROBE_BENCH_MOCK (set: `make
 //! bench`'s mock instead of the fixed-answer one), PROBE_EXPERIMENT (set: one failing first
 //! attempt without the per-attempt Wasm; prints what the provider received and what the retry's
@@ -28,7 +29,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use switchyard_integration::envoy::{bootstrap, plain_bootstrap, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::{bootstrap, plain_bootstrap, Build, ClusterSpec, Envoy, StackConfig};
 use switchyard_tools::floor::{floor_bootstrap, floor_module};
 use switchyard_tools::load::{run as run_spec, LoadResult, LoadSpec};
 
@@ -177,11 +178,14 @@ async fn probe() {
             {"provider": "cheap", "upstream_model": "cheap-model", "pricing": {"prompt": 1, "completion": 1}}
         ]}}
     });
-    let cfg = StackConfig::new(
+    let mut cfg = StackConfig::new(
         catalog,
         vec![ClusterSpec { name: "p_fast".into(), port }, ClusterSpec { name: "p_cheap".into(), port }],
         None,
     );
+    if std::env::var("PROBE_NATIVE").is_ok() {
+        cfg.build = Build::Native;
+    }
     let full = bootstrap(&cfg);
     if std::env::var("PROBE_EXPERIMENT").is_ok() {
         return experiment(cfg).await;
