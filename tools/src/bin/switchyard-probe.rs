@@ -16,7 +16,10 @@
 //! hook instead of the per-attempt Wasm), `natfirst` (a native header_mutation instead of the
 //! first-attempt clusters' Lua hook: what the hook costs), `nocomp` (no compressor), `noretry`
 //! (no retry policy on the route), `noinject` (no credential_injector on the first-attempt
-//! clusters), `nomatcher` (a fixed first-attempt cluster instead of the slot matcher), `alt` /
+//! clusters), `noupmod` (no Switchyard per-attempt filter; the answer then names no attempt, so
+//! the decision filter's records take another path too), `nomatcher` (a fixed first-attempt
+//! cluster instead of the slot matcher), `nowiring` (`noretry`, `noinject`, `nomatcher` and
+//! `nocomp` at once), `alt` /
 //! `alt2` (the full path with the module at `PROBE_ALT_WASM` / `PROBE_ALT2_WASM`, e.g. other builds to compare).
 //!
 //! Env: PROBE_NATIVE (set: `full` and the variants built from it use the native module of `make
@@ -154,6 +157,63 @@ fn wasm_only_static_route(boot: &mut Value) {
     route["route"] = json!({"cluster": "p_fast", "timeout": "300s"});
 }
 
+/// The full path without one piece of the wiring around the module (`noretry`, `noinject`,
+/// `noupmod`, `nomatcher`, `nocomp`); `false` for a name that is none of them.
+fn strip_wiring_piece(piece: &str, b: &mut Value) -> bool {
+    match piece {
+        "noretry" => {
+            // The full path without the route's retry policy: what retry state and the
+            // request body Envoy keeps for a retry cost when the first attempt succeeds.
+            let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+            if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
+                route.remove("retry_policy");
+            }
+        }
+        "noinject" => {
+            // The full path without the first-attempt clusters' credential_injector.
+            if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
+                for c in clusters {
+                    let opts = &mut c["typed_extension_protocol_options"]
+                        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+                    if let Some(filters) = opts["http_filters"].as_array_mut() {
+                        filters.retain(|f| f["name"] != "envoy.filters.http.credential_injector");
+                    }
+                }
+            }
+        }
+        "noupmod" => {
+            // The full path without Switchyard's own per-attempt filters (the clusters keep
+            // the credential injector and the codec): what the module's upstream role costs.
+            if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
+                for c in clusters {
+                    let opts = &mut c["typed_extension_protocol_options"]
+                        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+                    if let Some(filters) = opts["http_filters"].as_array_mut() {
+                        filters.retain(|f| {
+                            !f["name"].as_str().is_some_and(|n| n.contains("wasm") || n.contains("dynamic_modules"))
+                        });
+                    }
+                }
+            }
+        }
+        "nomatcher" => {
+            // The full path with the slot matcher replaced by the cheaper endpoint's
+            // first-attempt cluster (the plan's usual first attempt): what the cluster
+            // matcher costs.
+            let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+            if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
+                route.remove("inline_cluster_specifier_plugin");
+                route.insert("cluster".into(), json!("p_cheap-first"));
+            }
+        }
+        "nocomp" => {
+            drop_filters(b, |f| f["name"] == "envoy.filters.http.compressor");
+        }
+        _ => return false,
+    }
+    true
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
     rt.block_on(probe());
@@ -269,45 +329,17 @@ async fn probe() {
                 hcm["route_config"]["virtual_hosts"][0]["routes"][0]["match"] = json!({"prefix": "/"});
                 b
             }
-            "noretry" => {
-                // The full path without the route's retry policy: what retry state and the
-                // request body Envoy keeps for a retry cost when the first attempt succeeds.
+            "noretry" | "noinject" | "noupmod" | "nomatcher" | "nocomp" => {
                 let mut b = full.clone();
-                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-                if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
-                    route.remove("retry_policy");
-                }
+                strip_wiring_piece(v, &mut b);
                 b
             }
-            "noinject" => {
-                // The full path without the first-attempt clusters' credential_injector.
+            "nowiring" => {
+                // All four at once: what the wiring costs together.
                 let mut b = full.clone();
-                if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
-                    for c in clusters {
-                        let opts = &mut c["typed_extension_protocol_options"]
-                            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
-                        if let Some(filters) = opts["http_filters"].as_array_mut() {
-                            filters.retain(|f| f["name"] != "envoy.filters.http.credential_injector");
-                        }
-                    }
+                for piece in ["noretry", "noinject", "nomatcher", "nocomp"] {
+                    strip_wiring_piece(piece, &mut b);
                 }
-                b
-            }
-            "nomatcher" => {
-                // The full path with the slot matcher replaced by the cheaper endpoint's
-                // first-attempt cluster (the plan's usual first attempt): what the cluster
-                // matcher costs.
-                let mut b = full.clone();
-                let hcm = &mut b["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
-                if let Some(route) = hcm["route_config"]["virtual_hosts"][0]["routes"][0]["route"].as_object_mut() {
-                    route.remove("inline_cluster_specifier_plugin");
-                    route.insert("cluster".into(), json!("p_cheap-first"));
-                }
-                b
-            }
-            "nocomp" => {
-                let mut b = full.clone();
-                drop_filters(&mut b, |f| f["name"] == "envoy.filters.http.compressor");
                 b
             }
             "alt" | "alt2" => {
