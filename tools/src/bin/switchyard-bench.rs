@@ -888,7 +888,7 @@ fn bench() -> Result<i32, String> {
     let plain_boot = plain_bootstrap(&ClusterSpec { name: "provider".into(), port: mock_port }, 0, 0);
     add_envoy(&mut rows, &mut keep, "plain Envoy (router only)", Ok(plain_boot.clone()), "bench-plain");
     let sy_boot = bootstrap(&switchyard_config(mock_port));
-    add_envoy(&mut rows, &mut keep, "Switchyard full path", Ok(sy_boot.clone()), "bench-switchyard");
+    add_envoy(&mut rows, &mut keep, FULL_ROW, Ok(sy_boot.clone()), "bench-switchyard");
     if env_on("BENCH_NATIVE") && native_path().exists() {
         // The same filters and configuration as the native dynamic module (`make native`).
         add_envoy(&mut rows, &mut keep, NATIVE_ROW, Ok(bootstrap(&native_config(mock_port))), "bench-native");
@@ -1195,16 +1195,21 @@ fn proxy_bound(s: &Summary) -> bool {
 // The hot-path targets (full path over plain Envoy, 1 KB unless named), and when a run counts:
 // plain Envoy at most 40 us per request and other processes at most 10 % of its core.
 const TARGET_CPU_US: f64 = 30.0;
+/// A mesh-wide limit's check: at most this much CPU per request over the same build's
+/// unlimited full path (1 KB JSON).
+const TARGET_LIMIT_CPU_US: f64 = 30.0;
 const TARGET_P50_US: f64 = 60.0;
 const TARGET_TTFB_US: f64 = 80.0;
 const TARGET_100K_RATIO: f64 = 0.5;
 const TARGET_RSS_MB: f64 = 35.0;
 const TARGET_NATIVE_RSS_MB: f64 = 10.0;
 const TARGET_WASM_BYTES: u64 = 600_000;
-// The native build's targets (1 KB): CPU, p50 at one connection, SSE time to first byte.
-const TARGET_NATIVE_CPU_US: f64 = 30.0;
+// The native build's targets (1 KB): CPU as a ratio to plain Envoy's (a ratio holds on any
+// machine `make bench` runs on), p50 at one connection, SSE time to first byte.
+const TARGET_NATIVE_CPU_RATIO: f64 = 2.0;
 const TARGET_NATIVE_P50_US: f64 = 60.0;
 const TARGET_NATIVE_TTFB_US: f64 = 60.0;
+const FULL_ROW: &str = "Switchyard full path";
 const NATIVE_ROW: &str = "Switchyard full path (native module)";
 const LIMITS_ROW: &str = "Switchyard full path under a token limit";
 const SPEND_ROW: &str = "Switchyard full path under a spend limit";
@@ -1427,10 +1432,12 @@ fn render(
         if let Some(li) = find(1024, false) {
             let (b, n) = (sums[li][1], sums[li][ni]);
             if let (Some(bc), Some(nc)) = (b.cpu, n.cpu) {
+                let ratio = nc / bc;
                 let _ = writeln!(
                     o,
-                    "{}",
-                    latency_target("native: Envoy CPU per request at 1 KB", nc, bc, TARGET_NATIVE_CPU_US)
+                    "| native: Envoy CPU per request at 1 KB: at most {TARGET_NATIVE_CPU_RATIO:.1}x plain | {nc:.1} vs {bc:.1} us: {ratio:.2}x ({} us) | {} |",
+                    signed(nc - bc, 1),
+                    verdict(ratio <= TARGET_NATIVE_CPU_RATIO, format!("{:.2}x ({:.1} us)", ratio - TARGET_NATIVE_CPU_RATIO, nc - TARGET_NATIVE_CPU_RATIO * bc))
                 );
             }
             let _ = writeln!(
@@ -1446,6 +1453,25 @@ fn render(
                 "{}",
                 latency_target("native: SSE time to first byte, 1 KB", n.idle_ttfb, b.idle_ttfb, TARGET_NATIVE_TTFB_US)
             );
+        }
+    }
+    // A mesh-wide limit's check against the same build's unlimited full path, when those rows ran.
+    if let Some(li) = find(1024, false) {
+        let row = |name: &str| rows.iter().position(|r| r.name == name).and_then(|i| sums[li][i].cpu);
+        for (what, limited, unlimited) in [
+            ("under a token limit", LIMITS_ROW, FULL_ROW),
+            ("under a spend limit", SPEND_ROW, FULL_ROW),
+            ("native: under a token limit", NATIVE_LIMITS_ROW, NATIVE_ROW),
+        ] {
+            if let (Some(l), Some(u)) = (row(limited), row(unlimited)) {
+                let d = l - u;
+                let _ = writeln!(
+                    o,
+                    "| {what}: at most +{TARGET_LIMIT_CPU_US:.0} us CPU over the unlimited full path | {l:.1} vs {u:.1} us: {} us | {} |",
+                    signed(d, 1),
+                    verdict(d <= TARGET_LIMIT_CPU_US, format!("{:.1} us", d - TARGET_LIMIT_CPU_US))
+                );
+            }
         }
     }
     if let Some(r) = rss_c2 {
