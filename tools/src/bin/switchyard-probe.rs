@@ -151,6 +151,19 @@ fn drop_filters(boot: &mut Value, drop: impl Fn(&Value) -> bool) {
     }
 }
 
+/// Takes the upstream HTTP filters whose name `drop` picks off every cluster.
+fn drop_upstream_filters(boot: &mut Value, drop: impl Fn(&str) -> bool) {
+    if let Some(clusters) = boot["static_resources"]["clusters"].as_array_mut() {
+        for c in clusters {
+            let opts =
+                &mut c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+            if let Some(filters) = opts["http_filters"].as_array_mut() {
+                filters.retain(|f| !f["name"].as_str().is_some_and(&drop));
+            }
+        }
+    }
+}
+
 fn wasm_only_static_route(boot: &mut Value) {
     let hcm = &mut boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
     let route = &mut hcm["route_config"]["virtual_hosts"][0]["routes"][0];
@@ -171,30 +184,12 @@ fn strip_wiring_piece(piece: &str, b: &mut Value) -> bool {
         }
         "noinject" => {
             // The full path without the first-attempt clusters' credential_injector.
-            if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
-                for c in clusters {
-                    let opts = &mut c["typed_extension_protocol_options"]
-                        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
-                    if let Some(filters) = opts["http_filters"].as_array_mut() {
-                        filters.retain(|f| f["name"] != "envoy.filters.http.credential_injector");
-                    }
-                }
-            }
+            drop_upstream_filters(b, |name| name == "envoy.filters.http.credential_injector");
         }
         "noupmod" => {
             // The full path without Switchyard's own per-attempt filters (the clusters keep
             // the credential injector and the codec): what the module's upstream role costs.
-            if let Some(clusters) = b["static_resources"]["clusters"].as_array_mut() {
-                for c in clusters {
-                    let opts = &mut c["typed_extension_protocol_options"]
-                        ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
-                    if let Some(filters) = opts["http_filters"].as_array_mut() {
-                        filters.retain(|f| {
-                            !f["name"].as_str().is_some_and(|n| n.contains("wasm") || n.contains("dynamic_modules"))
-                        });
-                    }
-                }
-            }
+            drop_upstream_filters(b, |name| name.contains("wasm") || name.contains("dynamic_modules"));
         }
         "nomatcher" => {
             // The full path with the slot matcher replaced by the cheaper endpoint's
