@@ -21,4 +21,5 @@ pub mod prometheus;
 pub mod rng;
 pub mod soak;
 pub mod tls;
+pub mod token_stack;
 pub mod wasm_host;

@@ -12,15 +12,15 @@
 //! The lease, the refresh under load and the back-off are the same code as Google's tokens
 //! (`google_tokens.rs` runs them under load).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{prometheus_sum, Build, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::envoy::Build;
 use switchyard_integration::mock::azure_imds::{self, CLIENT_ID};
 use switchyard_integration::mock::gcp_metadata::MetadataServer;
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::mock::Behavior;
+use switchyard_integration::token_stack::{self, TokenStack};
 
 const DEPLOYMENT: &str = "gpt-41";
 
@@ -40,21 +40,16 @@ fn catalog() -> Value {
     })
 }
 
-struct Stack {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    imds: MetadataServer,
-    azure: MockProvider,
-    keyed: MockProvider,
-}
+type Stack = TokenStack<MetadataServer>;
 
-/// A stack of its own: IMDS (down at start if `down`), the two providers and Envoy, on a
-/// thread that lives as long as the test binary.
+/// A stack of its own: IMDS (down at start if `down`), the two providers and Envoy.
 fn start(build: Build, down: bool, tag: &'static str) -> Stack {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let (imds, azure, keyed) = rt.block_on(async {
+    token_stack::start(
+        tag,
+        build,
+        catalog(),
+        "azure",
+        move || async move {
             let imds = azure_imds::start(Duration::from_secs(3_600)).await.expect("imds");
             imds.set_down(down);
             let behavior = Behavior {
@@ -62,25 +57,13 @@ fn start(build: Build, down: bool, tag: &'static str) -> Stack {
                 azure_tokens: Some(std::sync::Arc::clone(&imds.issuer)),
                 ..Behavior::default()
             };
-            let azure = MockProvider::start("azure", 0, behavior).await.expect("azure");
-            let keyed = MockProvider::start("keyed", 0, Behavior::default()).await.expect("keyed");
-            (imds, azure, keyed)
-        });
-        let clusters = vec![
-            ClusterSpec { name: "c_azure".into(), port: azure.addr.port() },
-            ClusterSpec { name: "c_keyed".into(), port: keyed.addr.port() },
-        ];
-        let mut cfg = StackConfig::new(catalog(), clusters, None);
-        cfg.build = build;
-        cfg.metadata_server = Some(("127.0.0.1".into(), imds.addr.port()));
-        let envoy = Envoy::start(&cfg, tag).unwrap_or_else(|e| panic!("envoy: {e}"));
-        let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, imds, azure, keyed });
-        let _keep = (envoy, rt);
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv().expect("stack started")
+            (imds, behavior)
+        },
+        |imds, cfg| {
+            cfg.metadata_server = Some(("127.0.0.1".into(), imds.addr.port()));
+            Vec::new()
+        },
+    )
 }
 
 async fn chat(stack: &Stack, id: &str, provider: Value, stream: bool) -> Reply {
@@ -95,22 +78,9 @@ fn order() -> Value {
     json!({"order": ["azure", "keyed"]})
 }
 
-fn stat(stack: &Stack, metric: &str, label: &str) -> u64 {
-    prometheus_sum(stack.admin, metric, label)
-}
-
 /// Waits (up to `within`) until a request ordered azure-first is served by azure.
 async fn until_azure_serves(stack: &Stack, id: &str, within: Duration) {
-    let t0 = Instant::now();
-    loop {
-        let r = chat(stack, id, order(), false).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        if r.header("x-switchyard-provider") == Some("azure") {
-            return;
-        }
-        assert!(t0.elapsed() < within, "azure never served: no token after {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    stack.until_served_by("azure", within, || chat(stack, id, order(), false)).await;
 }
 
 /// Azure got the token as a bearer on its deployments path and no key; nothing of the token
@@ -123,7 +93,7 @@ fn assert_token_stayed_home(stack: &Stack, id: &str, reply: &Reply) {
         assert_eq!(r.header("authorization"), Some("Bearer key-keyed"));
         assert_eq!(r.header("api-key"), None);
     }
-    for r in stack.azure.received_for(id) {
+    for r in stack.cloud.received_for(id) {
         let auth = r.header("authorization").unwrap_or_default();
         assert!(auth.starts_with("Bearer eyJ0eXAi") && auth.contains("mock-"), "{auth}");
         assert_eq!(r.header("api-key"), None, "no api-key beside the token");
@@ -152,18 +122,18 @@ async fn gpt_on_azure_by_token_fetched_once_and_an_expired_token_failed_over(bui
         }
         assert_token_stayed_home(&stack, &id, &r);
     }
-    assert_eq!(stack.imds.issuer.fetches(), 1, "one fetch for both workers");
-    assert_eq!(stat(&stack, "switchyard_access_token_fetches_total", "result=\"ok\""), 1);
-    assert_eq!(stack.imds.issuer.checks().1, 0, "no token refused");
+    assert_eq!(stack.source.issuer.fetches(), 1, "one fetch for both workers");
+    assert_eq!(stack.stat("switchyard_access_token_fetches_total", "result=\"ok\""), 1);
+    assert_eq!(stack.source.issuer.checks().1, 0, "no token refused");
     // The token expires at Entra while the proxy still holds it: Azure's 401, failed over.
-    stack.imds.issuer.expire_all();
+    stack.source.issuer.expire_all();
     let r = chat(&stack, "expired", order(), false).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-    assert_eq!(stack.azure.received_for("expired").len(), 1, "azure was tried and refused it");
+    assert_eq!(stack.cloud.received_for("expired").len(), 1, "azure was tried and refused it");
     assert_eq!(stack.keyed.received_for("expired").len(), 1);
     assert!(r.header("x-switchyard-attempt-log").is_some_and(|l| l.contains("azure") && l.contains("401")));
-    assert_eq!(stack.imds.issuer.checks().1, 1, "the expired token was refused once");
+    assert_eq!(stack.source.issuer.checks().1, 1, "the expired token was refused once");
     assert_token_stayed_home(&stack, "expired", &r);
 }
 
@@ -172,8 +142,8 @@ async fn imds_down_at_start_fails_azure_over_until_it_is_up(build: Build, tag: &
     let t0 = Instant::now();
     // A closed connection is Envoy's 503 to the module (`http_error`); no answer `unreachable`.
     let failed = |s: &Stack| {
-        stat(s, "switchyard_access_token_fetches_total", "result=\"unreachable\"")
-            + stat(s, "switchyard_access_token_fetches_total", "result=\"http_error\"")
+        s.stat("switchyard_access_token_fetches_total", "result=\"unreachable\"")
+            + s.stat("switchyard_access_token_fetches_total", "result=\"http_error\"")
     };
     while failed(&stack) == 0 {
         assert!(t0.elapsed() < Duration::from_secs(10), "no fetch was tried");
@@ -182,19 +152,19 @@ async fn imds_down_at_start_fails_azure_over_until_it_is_up(build: Build, tag: &
     let r = chat(&stack, "down", order(), true).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-    assert!(stack.azure.received_for("down").is_empty(), "no attempt reached azure without a token");
+    assert!(stack.cloud.received_for("down").is_empty(), "no attempt reached azure without a token");
     assert_token_stayed_home(&stack, "down", &r);
-    assert!(stat(&stack, "switchyard_access_token_missing_total", "provider=\"azure\"") >= 1);
-    assert_eq!(stack.imds.issuer.fetches(), 0);
+    assert!(stack.stat("switchyard_access_token_missing_total", "provider=\"azure\"") >= 1);
+    assert_eq!(stack.source.issuer.fetches(), 0);
     // Pinned to it alone, the caller gets a 503 in its shape, without waiting for a fetch.
     let r = chat(&stack, "down-only", json!({"only": ["azure"]}), false).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "credential_unavailable", "{}", r.text());
-    assert!(stack.azure.received_for("down-only").is_empty());
-    stack.imds.set_down(false);
+    assert!(stack.cloud.received_for("down-only").is_empty());
+    stack.source.set_down(false);
     // The back-off is at most 10 s.
     until_azure_serves(&stack, "up", Duration::from_secs(20)).await;
-    assert!(stack.imds.issuer.fetches() >= 1);
+    assert!(stack.source.issuer.fetches() >= 1);
     let r = chat(&stack, "up-check", order(), false).await;
     assert_token_stayed_home(&stack, "up-check", &r);
 }

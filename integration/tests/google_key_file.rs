@@ -10,14 +10,14 @@
 //!   decision (no failed request, the fallback serves);
 //! - the token endpoint down at start: `gcloud` skipped, then used once it is up.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{prometheus_sum, Build, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::client::Reply;
+use switchyard_integration::envoy::Build;
 use switchyard_integration::mock::google_oauth2::{Expected, TokenEndpoint};
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::mock::Behavior;
+use switchyard_integration::token_stack::{self, until_gcloud_serves, TokenStack};
 
 const KEY_PEM: &str = include_str!("../../src/tokens/testdata/test-only-sa-key.pem");
 const OTHER_KEY_PEM: &str = include_str!("../../src/tokens/testdata/test-only-other-key.pem");
@@ -33,39 +33,22 @@ fn key_file(pem: &str) -> String {
 }
 
 fn catalog() -> Value {
-    json!({
-        "providers": {
-            "gcloud": {"cluster": "c_gcloud", "authority": "us-east5-aiplatform.googleapis.com", "kind": "vertex",
-                       "kind_options": {"project": switchyard_integration::mock::vertex::PROJECT, "location": "us-east5"},
-                       "apis": {"anthropic": {}},
-                       "credential": {"google_service_account": {"env": "SY_TEST_SA_KEY", "cluster": "google_oauth2",
-                                                                  "timeout_ms": 2000}}},
-            "keyed": {"cluster": "c_keyed", "authority": "keyed.example", "credential": {"value": "key-keyed"}}
-        },
-        "models": {"g/chat": {"endpoints": [
-            {"provider": "gcloud", "upstream_model": "claude-sonnet-4-5@20250929", "apis": ["anthropic"],
-             "pricing": {"prompt": 1, "completion": 1}},
-            {"provider": "keyed", "upstream_model": "k-chat", "pricing": {"prompt": 2, "completion": 2}}
-        ]}},
-        "routing": {"default_policy": "price_weighted"}
-    })
+    token_stack::claude_on_vertex_catalog(
+        json!({"google_service_account": {"env": "SY_TEST_SA_KEY", "cluster": "google_oauth2", "timeout_ms": 2000}}),
+    )
 }
 
-struct Stack {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    endpoint: TokenEndpoint,
-    gcloud: MockProvider,
-    keyed: MockProvider,
-}
+type Stack = TokenStack<TokenEndpoint>;
 
 /// A stack of its own: the token endpoint (down at start if `down`), the two providers and
 /// Envoy with `pem`'s key file in its environment.
 fn start(build: Build, pem: &'static str, down: bool, tag: &'static str) -> Stack {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let (endpoint, gcloud, keyed) = rt.block_on(async {
+    token_stack::start(
+        tag,
+        build,
+        catalog(),
+        "gcloud",
+        move || async move {
             let expected = Expected {
                 client_email: EMAIL.into(),
                 private_key_id: KID.into(),
@@ -76,57 +59,22 @@ fn start(build: Build, pem: &'static str, down: bool, tag: &'static str) -> Stac
             endpoint.set_down(down);
             let behavior =
                 Behavior { google_tokens: Some(std::sync::Arc::clone(&endpoint.issuer)), ..Behavior::default() };
-            let gcloud = MockProvider::start("gcloud", 0, behavior).await.expect("gcloud");
-            let keyed = MockProvider::start("keyed", 0, Behavior::default()).await.expect("keyed");
-            (endpoint, gcloud, keyed)
-        });
-        let clusters = vec![
-            ClusterSpec { name: "c_gcloud".into(), port: gcloud.addr.port() },
-            ClusterSpec { name: "c_keyed".into(), port: keyed.addr.port() },
-        ];
-        let mut cfg = StackConfig::new(catalog(), clusters, None);
-        cfg.build = build;
-        cfg.token_endpoint = Some(("127.0.0.1".into(), endpoint.addr.port()));
-        cfg.env_keys = vec!["SY_TEST_SA_KEY".into()];
-        let key = key_file(pem);
-        let envoy = Envoy::start_with_env(&cfg, tag, &[("SY_TEST_SA_KEY", key.as_str())])
-            .unwrap_or_else(|e| panic!("envoy: {e}"));
-        let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, endpoint, gcloud, keyed });
-        let _keep = (envoy, rt);
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv().expect("stack started")
+            (endpoint, behavior)
+        },
+        move |endpoint, cfg| {
+            cfg.token_endpoint = Some(("127.0.0.1".into(), endpoint.addr.port()));
+            cfg.env_keys = vec!["SY_TEST_SA_KEY".into()];
+            vec![("SY_TEST_SA_KEY", key_file(pem))]
+        },
+    )
 }
 
 async fn chat(stack: &Stack, id: &str, provider: Value) -> Reply {
-    let body = json!({"model": "g/chat", "messages": [{"role": "user", "content": "hi"}], "provider": provider});
-    post_json(stack.addr, "/v1/chat/completions", &[("x-test-id", id), ("authorization", "Bearer caller-key")], &body)
-        .await
-        .unwrap_or_else(|e| panic!("{id}: {e}"))
+    token_stack::chat_g(stack.addr, id, provider).await
 }
 
 fn order() -> Value {
     json!({"order": ["gcloud", "keyed"]})
-}
-
-fn stat(stack: &Stack, metric: &str, label: &str) -> u64 {
-    prometheus_sum(stack.admin, metric, label)
-}
-
-/// Waits (up to `within`) until a request ordered gcloud-first is served by gcloud.
-async fn until_gcloud_serves(stack: &Stack, id: &str, within: Duration) {
-    let t0 = Instant::now();
-    loop {
-        let r = chat(stack, id, order()).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        if r.header("x-switchyard-provider") == Some("gcloud") {
-            return;
-        }
-        assert!(t0.elapsed() < within, "gcloud never served: no token after {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn claude_on_vertex_by_a_key_file_token_fetched_once(build: Build, tag: &'static str) {
@@ -138,23 +86,23 @@ async fn claude_on_vertex_by_a_key_file_token_fetched_once(build: Build, tag: &'
         let r = chat(&stack, &id, json!({"only": ["gcloud"]})).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert!(!format!("{:?}{}", r.headers, r.text()).contains("ya29."), "the token reached the caller");
-        for got in stack.gcloud.received_for(&id) {
+        for got in stack.cloud.received_for(&id) {
             let auth = got.header("authorization").unwrap_or_default();
             assert!(auth.starts_with("Bearer ya29.c.mock-"), "{auth}");
             assert!(got.path.ends_with(":rawPredict"), "{}", got.path);
         }
     }
-    assert_eq!(stack.endpoint.issuer.fetches(), 1, "one fetch for both workers");
-    assert_eq!(stack.endpoint.refused(), 0, "every assertion verified");
-    assert_eq!(stat(&stack, "switchyard_access_token_fetches_total", "result=\"ok\""), 1);
-    assert_eq!(stack.endpoint.issuer.checks().1, 0, "no token refused by Vertex");
+    assert_eq!(stack.source.issuer.fetches(), 1, "one fetch for both workers");
+    assert_eq!(stack.source.refused(), 0, "every assertion verified");
+    assert_eq!(stack.stat("switchyard_access_token_fetches_total", "result=\"ok\""), 1);
+    assert_eq!(stack.source.issuer.checks().1, 0, "no token refused by Vertex");
     assert!(stack.keyed.received_for("kf-0").is_empty());
 }
 
 async fn a_bad_signature_is_refused_and_the_provider_skipped(build: Build, tag: &'static str) {
     let stack = start(build, OTHER_KEY_PEM, false, tag);
     let t0 = Instant::now();
-    while stack.endpoint.refused() == 0 {
+    while stack.source.refused() == 0 {
         assert!(t0.elapsed() < Duration::from_secs(10), "no assertion reached the endpoint");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -163,19 +111,19 @@ async fn a_bad_signature_is_refused_and_the_provider_skipped(build: Build, tag: 
         let r = chat(&stack, &id, order()).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-        assert!(stack.gcloud.received_for(&id).is_empty(), "no attempt without a token");
+        assert!(stack.cloud.received_for(&id).is_empty(), "no attempt without a token");
     }
-    assert_eq!(stack.endpoint.issuer.fetches(), 0, "no token issued for a bad signature");
-    assert!(stat(&stack, "switchyard_access_token_fetches_total", "result=\"http_error\"") >= 1);
-    assert!(stat(&stack, "switchyard_access_token_missing_total", "provider=\"gcloud\"") >= 5);
+    assert_eq!(stack.source.issuer.fetches(), 0, "no token issued for a bad signature");
+    assert!(stack.stat("switchyard_access_token_fetches_total", "result=\"http_error\"") >= 1);
+    assert!(stack.stat("switchyard_access_token_missing_total", "provider=\"gcloud\"") >= 5);
 }
 
 async fn the_token_endpoint_down_at_start_then_up(build: Build, tag: &'static str) {
     let stack = start(build, KEY_PEM, true, tag);
     let t0 = Instant::now();
     let failed = |s: &Stack| {
-        stat(s, "switchyard_access_token_fetches_total", "result=\"unreachable\"")
-            + stat(s, "switchyard_access_token_fetches_total", "result=\"http_error\"")
+        s.stat("switchyard_access_token_fetches_total", "result=\"unreachable\"")
+            + s.stat("switchyard_access_token_fetches_total", "result=\"http_error\"")
     };
     while failed(&stack) == 0 {
         assert!(t0.elapsed() < Duration::from_secs(10), "no fetch was tried");
@@ -184,10 +132,10 @@ async fn the_token_endpoint_down_at_start_then_up(build: Build, tag: &'static st
     let r = chat(&stack, "ep-down", order()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-    assert!(stack.gcloud.received_for("ep-down").is_empty());
-    stack.endpoint.set_down(false);
+    assert!(stack.cloud.received_for("ep-down").is_empty());
+    stack.source.set_down(false);
     until_gcloud_serves(&stack, "ep-up", Duration::from_secs(20)).await;
-    assert!(stack.endpoint.issuer.fetches() >= 1);
+    assert!(stack.source.issuer.fetches() >= 1);
 }
 
 #[tokio::test]

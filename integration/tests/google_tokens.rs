@@ -10,102 +10,49 @@
 //! - the metadata server down at start: `gcloud` is skipped at once (counted), then used once
 //!   the server is up.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{prometheus_sum, Build, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::client::Reply;
+use switchyard_integration::envoy::Build;
 use switchyard_integration::mock::gcp_metadata::MetadataServer;
-use switchyard_integration::mock::{Behavior, MockProvider};
+use switchyard_integration::mock::Behavior;
+use switchyard_integration::token_stack::{self, until_gcloud_serves, TokenStack};
 
 fn catalog() -> Value {
-    json!({
-        "providers": {
-            // Claude on Vertex AI: the mock's Vertex takes only a live token the metadata
-            // server issued (and checks Vertex's path, project and body as well).
-            "gcloud": {"cluster": "c_gcloud", "authority": "us-east5-aiplatform.googleapis.com", "kind": "vertex",
-                       "kind_options": {"project": switchyard_integration::mock::vertex::PROJECT, "location": "us-east5"},
-                       "apis": {"anthropic": {}},
-                       "credential": {"google_metadata": {"cluster": "gcp_metadata", "timeout_ms": 2000}}},
-            "keyed": {"cluster": "c_keyed", "authority": "keyed.example", "credential": {"value": "key-keyed"}}
-        },
-        "models": {"g/chat": {"endpoints": [
-            {"provider": "gcloud", "upstream_model": "claude-sonnet-4-5@20250929", "apis": ["anthropic"],
-             "pricing": {"prompt": 1, "completion": 1}},
-            {"provider": "keyed", "upstream_model": "k-chat", "pricing": {"prompt": 2, "completion": 2}}
-        ]}},
-        "routing": {"default_policy": "price_weighted"}
-    })
+    token_stack::claude_on_vertex_catalog(json!({"google_metadata": {"cluster": "gcp_metadata", "timeout_ms": 2000}}))
 }
 
-struct Stack {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    metadata: MetadataServer,
-    gcloud: MockProvider,
-    keyed: MockProvider,
-}
+type Stack = TokenStack<MetadataServer>;
 
 /// A stack of its own: the metadata server (tokens living `life`, down at start if `down`), the
-/// two providers and Envoy, on a thread that lives as long as the test binary.
+/// two providers and Envoy.
 fn start(build: Build, life: Duration, down: bool, tag: &'static str) -> Stack {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let (metadata, gcloud, keyed) = rt.block_on(async {
+    token_stack::start(
+        tag,
+        build,
+        catalog(),
+        "gcloud",
+        move || async move {
             let metadata = MetadataServer::start(life, "vertex@proj.iam.gserviceaccount.com").await.expect("metadata");
             metadata.set_down(down);
             let behavior =
                 Behavior { google_tokens: Some(std::sync::Arc::clone(&metadata.issuer)), ..Behavior::default() };
-            let gcloud = MockProvider::start("gcloud", 0, behavior).await.expect("gcloud");
-            let keyed = MockProvider::start("keyed", 0, Behavior::default()).await.expect("keyed");
-            (metadata, gcloud, keyed)
-        });
-        let clusters = vec![
-            ClusterSpec { name: "c_gcloud".into(), port: gcloud.addr.port() },
-            ClusterSpec { name: "c_keyed".into(), port: keyed.addr.port() },
-        ];
-        let mut cfg = StackConfig::new(catalog(), clusters, None);
-        cfg.build = build;
-        cfg.metadata_server = Some(("127.0.0.1".into(), metadata.addr.port()));
-        let envoy = Envoy::start(&cfg, tag).unwrap_or_else(|e| panic!("envoy: {e}"));
-        let _ = tx.send(Stack { addr: envoy.addr(), admin: envoy.admin, metadata, gcloud, keyed });
-        let _keep = (envoy, rt);
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv().expect("stack started")
+            (metadata, behavior)
+        },
+        |metadata, cfg| {
+            cfg.metadata_server = Some(("127.0.0.1".into(), metadata.addr.port()));
+            Vec::new()
+        },
+    )
 }
 
 async fn chat(stack: &Stack, id: &str, provider: Value) -> Reply {
-    let body = json!({"model": "g/chat", "messages": [{"role": "user", "content": "hi"}], "provider": provider});
-    post_json(stack.addr, "/v1/chat/completions", &[("x-test-id", id), ("authorization", "Bearer caller-key")], &body)
-        .await
-        .unwrap_or_else(|e| panic!("{id}: {e}"))
+    token_stack::chat_g(stack.addr, id, provider).await
 }
 
 fn order() -> Value {
     json!({"order": ["gcloud", "keyed"]})
-}
-
-fn stat(stack: &Stack, metric: &str, label: &str) -> u64 {
-    prometheus_sum(stack.admin, metric, label)
-}
-
-/// Waits (up to `within`) until a request ordered gcloud-first is served by gcloud.
-async fn until_gcloud_serves(stack: &Stack, id: &str, within: Duration) {
-    let t0 = Instant::now();
-    loop {
-        let r = chat(stack, id, order()).await;
-        assert_eq!(r.status, 200, "{}", r.text());
-        if r.header("x-switchyard-provider") == Some("gcloud") {
-            return;
-        }
-        assert!(t0.elapsed() < within, "gcloud never served: no token after {within:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Nothing of the token reached the caller or the other provider, nor the caller's key anyone.
@@ -116,7 +63,7 @@ fn assert_token_stayed_home(stack: &Stack, id: &str, reply: &Reply) {
         assert!(r.headers.iter().all(|(_, v)| !v.contains("ya29.")), "{:?}", r.headers);
         assert_eq!(r.header("authorization"), Some("Bearer key-keyed"));
     }
-    for r in stack.gcloud.received_for(id) {
+    for r in stack.cloud.received_for(id) {
         let auth = r.header("authorization").unwrap_or_default();
         assert!(auth.starts_with("Bearer ya29.mock-"), "{auth}");
         assert!(r.path.ends_with("/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict"), "{}", r.path);
@@ -139,15 +86,15 @@ async fn fetched_once_then_an_expired_token_is_failed_over(build: Build, tag: &'
         assert_eq!(r.status, 200, "{}", r.text());
         assert_token_stayed_home(&stack, &id, &r);
     }
-    assert_eq!(stack.metadata.issuer.fetches(), 1, "one fetch for both workers");
-    assert_eq!(stat(&stack, "switchyard_access_token_fetches_total", "result=\"ok\""), 1);
-    assert_eq!(stack.metadata.issuer.checks().1, 0, "no token refused");
+    assert_eq!(stack.source.issuer.fetches(), 1, "one fetch for both workers");
+    assert_eq!(stack.stat("switchyard_access_token_fetches_total", "result=\"ok\""), 1);
+    assert_eq!(stack.source.issuer.checks().1, 0, "no token refused");
     // The token expires at Google while the proxy still holds it: refused, failed over.
-    stack.metadata.issuer.expire_all();
+    stack.source.issuer.expire_all();
     let r = chat(&stack, "expired", order()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-    assert_eq!(stack.gcloud.received_for("expired").len(), 1, "gcloud was tried and refused it");
+    assert_eq!(stack.cloud.received_for("expired").len(), 1, "gcloud was tried and refused it");
     assert_eq!(stack.keyed.received_for("expired").len(), 1);
     assert_token_stayed_home(&stack, "expired", &r);
 }
@@ -155,8 +102,8 @@ async fn fetched_once_then_an_expired_token_is_failed_over(build: Build, tag: &'
 async fn a_token_expiring_under_load_fails_no_request(build: Build, tag: &'static str) {
     let stack = std::sync::Arc::new(start(build, Duration::from_secs(6), false, tag));
     until_gcloud_serves(&stack, "load-warm", Duration::from_secs(10)).await;
-    let fetched_before = stack.metadata.issuer.fetches();
-    let refused_before = stack.metadata.issuer.checks().1;
+    let fetched_before = stack.source.issuer.fetches();
+    let refused_before = stack.source.issuer.checks().1;
     let t0 = Instant::now();
     let mut loops = Vec::new();
     for w in 0..4 {
@@ -179,8 +126,8 @@ async fn a_token_expiring_under_load_fails_no_request(build: Build, tag: &'stati
         sent += l.await.expect("load loop");
     }
     let elapsed_ms = t0.elapsed().as_millis() as u64;
-    let fetched = stack.metadata.issuer.fetches() - fetched_before;
-    let (accepted, refused) = stack.metadata.issuer.checks();
+    let fetched = stack.source.issuer.fetches() - fetched_before;
+    let (accepted, refused) = stack.source.issuer.checks();
     assert_eq!(refused - refused_before, 0, "every request carried a live token");
     assert!(accepted >= u64::from(sent));
     // Refreshed at half of each 6 s life: about one fetch per 3 s, from one worker at a time
@@ -196,8 +143,8 @@ async fn the_metadata_server_down_at_start_fails_the_provider_over_until_it_is_u
     let t0 = Instant::now();
     // A closed connection is Envoy's 503 to the module (`http_error`); no answer `unreachable`.
     let failed = |s: &Stack| {
-        stat(s, "switchyard_access_token_fetches_total", "result=\"unreachable\"")
-            + stat(s, "switchyard_access_token_fetches_total", "result=\"http_error\"")
+        s.stat("switchyard_access_token_fetches_total", "result=\"unreachable\"")
+            + s.stat("switchyard_access_token_fetches_total", "result=\"http_error\"")
     };
     while failed(&stack) == 0 {
         assert!(t0.elapsed() < Duration::from_secs(10), "no fetch was tried");
@@ -206,19 +153,19 @@ async fn the_metadata_server_down_at_start_fails_the_provider_over_until_it_is_u
     let r = chat(&stack, "down", order()).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("x-switchyard-provider"), Some("keyed"));
-    assert!(stack.gcloud.received_for("down").is_empty(), "no attempt reached gcloud without a token");
+    assert!(stack.cloud.received_for("down").is_empty(), "no attempt reached gcloud without a token");
     assert_token_stayed_home(&stack, "down", &r);
-    assert!(stat(&stack, "switchyard_access_token_missing_total", "provider=\"gcloud\"") >= 1);
-    assert_eq!(stack.metadata.issuer.fetches(), 0);
+    assert!(stack.stat("switchyard_access_token_missing_total", "provider=\"gcloud\"") >= 1);
+    assert_eq!(stack.source.issuer.fetches(), 0);
     // Pinned to it alone, the caller gets a 503 in its shape, without waiting for a fetch.
     let r = chat(&stack, "down-only", json!({"only": ["gcloud"]})).await;
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "credential_unavailable", "{}", r.text());
-    assert!(stack.gcloud.received_for("down-only").is_empty());
-    stack.metadata.set_down(false);
+    assert!(stack.cloud.received_for("down-only").is_empty());
+    stack.source.set_down(false);
     // The back-off is at most 10 s.
     until_gcloud_serves(&stack, "up", Duration::from_secs(20)).await;
-    assert!(stack.metadata.issuer.fetches() >= 1);
+    assert!(stack.source.issuer.fetches() >= 1);
 }
 
 #[tokio::test]
