@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::PROVIDERS;
+use common::{Stack, AWS_ENV};
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
+use switchyard_integration::client::post_json;
+use switchyard_integration::envoy::StackConfig;
 use switchyard_integration::mock::bedrock::{ACCESS_KEY, API_KEY, ROTATED_ACCESS_KEY, ROTATED_SECRET_KEY, SECRET_KEY};
 use switchyard_integration::mock::{received_in_order, Received};
 
@@ -56,56 +56,11 @@ fn catalog() -> Value {
     c
 }
 
-struct Stack {
-    addr: std::net::SocketAddr,
-    providers: Vec<switchyard_integration::mock::MockProvider>,
-}
-
-/// The test catalog over the mock providers: alpha..delta and the pass-through origin.
-fn stack_config(providers: &[switchyard_integration::mock::MockProvider]) -> StackConfig {
-    let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-    let clusters = ["alpha", "beta", "gamma", "delta"]
-        .iter()
-        .map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) })
-        .collect();
-    StackConfig::new(catalog(), clusters, Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }))
-}
-
 fn stack() -> &'static Stack {
     static STACK: std::sync::OnceLock<Stack> = std::sync::OnceLock::new();
     STACK.get_or_init(|| {
-        keep_running("bedrock", PROVIDERS.iter().map(|p| p.to_string()).collect(), |providers| {
-            let mut cfg = stack_config(&providers);
-            cfg.per_try_idle_timeout_ms = 2_000;
-            // Envoy's credential chain reads its environment first; no instance metadata.
-            let env = [
-                ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-                ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-            ];
-            let envoy = Envoy::start_with_env(&cfg, "bedrock", &env).unwrap_or_else(|e| panic!("envoy: {e}"));
-            let stack = Stack { addr: envoy.addr(), providers };
-            (envoy, stack)
-        })
+        common::launch_with_env("bedrock", catalog(), |cfg| cfg.per_try_idle_timeout_ms = 2_000, AWS_ENV)
     })
-}
-
-async fn post(path: &str, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-test-id", id)];
-    h.extend_from_slice(extra);
-    post_json(stack().addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"))
-}
-
-async fn openai(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("authorization", "Bearer caller-key")];
-    h.extend_from_slice(extra);
-    post("/v1/chat/completions", id, &h, body).await
-}
-
-async fn anthropic(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
-    h.extend_from_slice(extra);
-    post("/v1/messages", id, &h, body).await
 }
 
 fn attempts(id: &str) -> Vec<(String, Received)> {
@@ -138,7 +93,7 @@ fn sse_data(text: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn an_openai_caller_reaches_claude_on_bedrock_signed_by_envoy() {
-    let r = openai(
+    let r = stack().openai(
         "br-plain",
         &[],
         json!({"model": "br/plain", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}),
@@ -153,7 +108,7 @@ async fn an_openai_caller_reaches_claude_on_bedrock_signed_by_envoy() {
     assert_eq!(got.len(), 1);
     assert_bedrock_attempt(&got[0].1, false);
     // Streamed: Bedrock's event stream reaches the caller as OpenAI chunks.
-    let r = openai(
+    let r = stack().openai(
         "br-plain-stream",
         &[],
         json!({"model": "br/plain", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}),
@@ -172,7 +127,7 @@ async fn an_anthropic_caller_fails_over_from_anthropic_to_bedrock_streamed_and_n
     for (model, stream) in [("br/fo", false), ("br/fo-stream", true)] {
         let id = format!("br-fo-{stream}");
         let body = json!({"model": model, "max_tokens": 32, "stream": stream, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}});
-        let r = anthropic(&id, &[("x-mock-behavior", "alpha=529")], body).await;
+        let r = stack().anthropic(&id, &[("x-mock-behavior", "alpha=529")], body).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
         let got = attempts(&id);
@@ -193,7 +148,7 @@ async fn an_anthropic_caller_fails_over_from_anthropic_to_bedrock_streamed_and_n
 #[tokio::test]
 async fn a_signature_the_mock_refuses_is_failed_over_and_never_shown() {
     let body = json!({"model": "br/badsig", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}});
-    let r = anthropic("br-badsig", &[], body).await;
+    let r = stack().anthropic("br-badsig", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let got = attempts("br-badsig");
     let who: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
@@ -204,7 +159,7 @@ async fn a_signature_the_mock_refuses_is_failed_over_and_never_shown() {
 
 #[tokio::test]
 async fn a_bedrock_api_key_is_sent_as_a_bearer_token() {
-    let r = anthropic(
+    let r = stack().anthropic(
         "br-apikey",
         &[],
         json!({"model": "br/apikey", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}}),
@@ -219,7 +174,7 @@ async fn a_bedrock_api_key_is_sent_as_a_bearer_token() {
 #[tokio::test]
 async fn bedrock_throttling_cools_it_down_and_anthropic_answers() {
     let body = json!({"model": "br/throttled", "max_tokens": 32, "messages": [{"role": "user", "content": "hi"}], "provider": {"sort": "price"}});
-    let r = anthropic("br-throttled", &[("x-mock-behavior", "beta=429")], body).await;
+    let r = stack().anthropic("br-throttled", &[("x-mock-behavior", "beta=429")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let got = attempts("br-throttled");
     let who: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
@@ -242,15 +197,9 @@ fn rotation_stack() -> &'static (Stack, std::path::PathBuf) {
         let file = dir.join("credentials");
         write_credentials(&file, ACCESS_KEY, SECRET_KEY);
         let f = file.clone();
+        let tweak = move |cfg: &mut StackConfig| cfg.aws_credentials_file = Some(f);
         let stack =
-            keep_running("bedrock-rotation", PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
-                let mut cfg = stack_config(&providers);
-                cfg.aws_credentials_file = Some(f);
-                let envoy = Envoy::start_with_env(&cfg, "bedrock-rotation", &[("AWS_EC2_METADATA_DISABLED", "true")])
-                    .unwrap_or_else(|e| panic!("envoy: {e}"));
-                let stack = Stack { addr: envoy.addr(), providers };
-                (envoy, stack)
-            });
+            common::launch_with_env("bedrock-rotation", catalog(), tweak, &[("AWS_EC2_METADATA_DISABLED", "true")]);
         (stack, file)
     })
 }

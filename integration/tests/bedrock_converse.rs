@@ -7,11 +7,9 @@
 
 mod common;
 
-use common::PROVIDERS;
+use common::{Stack, AWS_ENV};
 use serde_json::{json, Value};
-use switchyard_integration::client::{post_json, Reply};
-use switchyard_integration::envoy::{keep_running, ClusterSpec, Envoy, StackConfig};
-use switchyard_integration::mock::bedrock::{ACCESS_KEY, SECRET_KEY};
+use switchyard_integration::mock::bedrock::ACCESS_KEY;
 use switchyard_integration::mock::converse::TEXT;
 use switchyard_integration::mock::{received_in_order, Received};
 
@@ -44,49 +42,11 @@ fn failover_model() -> Value {
         {"provider": "beta", "upstream_model": LLAMA, "region": "us-east-1", "pricing": {"prompt": 0.72, "completion": 0.72}}]})
 }
 
-struct Stack {
-    addr: std::net::SocketAddr,
-    providers: Vec<switchyard_integration::mock::MockProvider>,
-}
-
 fn stack() -> &'static Stack {
     static STACK: std::sync::OnceLock<Stack> = std::sync::OnceLock::new();
     STACK.get_or_init(|| {
-        keep_running("bedrock-converse", PROVIDERS.iter().map(|p| p.to_string()).collect(), |providers| {
-            let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
-            let clusters =
-                ["alpha", "beta"].iter().map(|n| ClusterSpec { name: format!("c_{n}"), port: port(n) }).collect();
-            let origin = Some(ClusterSpec { name: "c_origin".into(), port: port("origin") });
-            let mut cfg = StackConfig::new(catalog(), clusters, origin);
-            cfg.per_try_idle_timeout_ms = 2_000;
-            let env = [
-                ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-                ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-            ];
-            let envoy = Envoy::start_with_env(&cfg, "bedrock-converse", &env).unwrap_or_else(|e| panic!("envoy: {e}"));
-            let stack = Stack { addr: envoy.addr(), providers };
-            (envoy, stack)
-        })
+        common::launch_with_env("bedrock-converse", catalog(), |cfg| cfg.per_try_idle_timeout_ms = 2_000, AWS_ENV)
     })
-}
-
-async fn post(path: &str, id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-test-id", id)];
-    h.extend_from_slice(extra);
-    post_json(stack().addr, path, &h, &body).await.unwrap_or_else(|e| panic!("{id}: {e}"))
-}
-
-async fn openai(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("authorization", "Bearer caller-key")];
-    h.extend_from_slice(extra);
-    post("/v1/chat/completions", id, &h, body).await
-}
-
-async fn anthropic(id: &str, extra: &[(&str, &str)], body: Value) -> Reply {
-    let mut h = vec![("x-api-key", "caller-key"), ("anthropic-version", "2023-06-01")];
-    h.extend_from_slice(extra);
-    post("/v1/messages", id, &h, body).await
 }
 
 fn attempts(id: &str) -> Vec<(String, Received)> {
@@ -122,7 +82,7 @@ fn weather_tool_openai() -> Value {
 async fn an_openai_caller_reaches_llama_on_converse_plain_and_streamed() {
     let body = json!({"model": "cv/plain", "max_tokens": 32, "temperature": 0.3,
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
-    let r = openai("cv-plain", &[], body).await;
+    let r = stack().openai("cv-plain", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["choices"][0]["message"]["content"], TEXT, "{v}");
@@ -137,7 +97,7 @@ async fn an_openai_caller_reaches_llama_on_converse_plain_and_streamed() {
     assert_eq!(sent["inferenceConfig"], json!({"maxTokens": 32, "temperature": 0.3}), "{sent}");
     // Streamed: ConverseStream's event stream reaches the caller as OpenAI chunks with usage.
     let body = json!({"model": "cv/plain", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    let r = openai("cv-stream", &[], body).await;
+    let r = stack().openai("cv-stream", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();
     let chunks = sse_data(&text);
@@ -154,7 +114,7 @@ async fn an_openai_caller_reaches_llama_on_converse_plain_and_streamed() {
 async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
     let body = json!({"model": "cv/plain", "messages": [{"role": "user", "content": "Weather in Paris?"}],
         "tools": weather_tool_openai(), "tool_choice": "required"});
-    let r = openai("cv-tool", &[], body).await;
+    let r = stack().openai("cv-tool", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     let call = &v["choices"][0]["message"]["tool_calls"][0];
@@ -172,7 +132,7 @@ async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": null, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": id, "content": "18C"}]});
-    let r = openai("cv-tool-result", &[], body).await;
+    let r = stack().openai("cv-tool-result", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["choices"][0]["message"]["content"], TEXT);
     let sent = assert_converse_attempt(&attempts("cv-tool-result")[0].1, false);
@@ -181,7 +141,7 @@ async fn a_tool_call_from_converse_reaches_openai_and_anthropic_callers() {
     let body = json!({"model": "cv/plain", "max_tokens": 64, "stream": true,
         "messages": [{"role": "user", "content": "Weather in Paris?"}],
         "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]});
-    let r = anthropic("cv-tool-stream", &[], body).await;
+    let r = stack().anthropic("cv-tool-stream", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();
     let events = sse_data(&text);
@@ -202,7 +162,7 @@ async fn a_failing_provider_fails_over_to_converse_plain_and_streamed() {
         let id = format!("cv-fo-{stream}");
         let body = json!({"model": model, "max_tokens": 32, "stream": stream, "messages": [{"role": "user", "content": "hi"}],
             "provider": {"sort": "price"}});
-        let r = anthropic(&id, &[("x-mock-behavior", "alpha=503")], body).await;
+        let r = stack().anthropic(&id, &[("x-mock-behavior", "alpha=503")], body).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.header("x-switchyard-provider"), Some("beta"));
         assert_eq!(r.header("x-switchyard-attempt-log"), Some("alpha:503,beta:200"));
@@ -228,12 +188,12 @@ async fn a_failing_provider_fails_over_to_converse_plain_and_streamed() {
 async fn converse_errors_are_classified_and_a_stream_exception_reaches_the_caller() {
     // Throttled by Bedrock: a 429 to the caller in its shape (only Bedrock serves cv/plain).
     let body = json!({"model": "cv/plain", "messages": [{"role": "user", "content": "hi"}]});
-    let r = openai("cv-429", &[("x-mock-behavior", "beta=429")], body).await;
+    let r = stack().openai("cv-429", &[("x-mock-behavior", "beta=429")], body).await;
     assert_eq!(r.status, 429, "{}", r.text());
     // An exception inside ConverseStream: an error event, and the stream ends.
     let body =
         json!({"model": "cv/plain", "max_tokens": 32, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
-    let r = anthropic("cv-sserror", &[("x-mock-behavior", "beta=sserror1")], body).await;
+    let r = stack().anthropic("cv-sserror", &[("x-mock-behavior", "beta=sserror1")], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let text = r.text();
     assert!(text.contains("event: error") && text.contains("rate_limit_error"), "{text}");
@@ -243,7 +203,7 @@ async fn converse_errors_are_classified_and_a_stream_exception_reaches_the_calle
 #[tokio::test]
 async fn a_dropped_field_is_named_in_the_warning() {
     let body = json!({"model": "cv/plain", "seed": 7, "messages": [{"role": "user", "content": "hi"}]});
-    let r = openai("cv-warn", &[], body).await;
+    let r = stack().openai("cv-warn", &[], body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let w = r.header("x-switchyard-warning").unwrap_or_default();
     assert!(w.contains("dropped seed (no counterpart in the bedrock_converse API)"), "{w}");

@@ -13,6 +13,14 @@ use switchyard_integration::mock::{received_by, MockProvider, Received};
 
 pub const PROVIDERS: [&str; 5] = ["alpha", "beta", "gamma", "delta", "origin"];
 
+/// AWS credentials in Envoy's environment, which its credential chain reads first; no instance
+/// metadata (the Bedrock tests).
+pub const AWS_ENV: &[(&str, &str)] = &[
+    ("AWS_ACCESS_KEY_ID", switchyard_integration::mock::bedrock::ACCESS_KEY),
+    ("AWS_SECRET_ACCESS_KEY", switchyard_integration::mock::bedrock::SECRET_KEY),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+];
+
 /// Catalog exercising every field: data policies, a BYOK provider, an env credential, a
 /// variant slug, a path prefix, quantizations, context lengths and supported parameters.
 pub fn test_catalog() -> Value {
@@ -272,6 +280,16 @@ pub fn stack() -> &'static Stack {
 /// long as the process, so Envoy (PR_SET_PDEATHSIG) dies with the test binary. `tweak` adjusts
 /// the generated Envoy configuration (timeouts, circuit breakers).
 pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) -> Stack {
+    launch_with_env(tag, catalog, tweak, &[])
+}
+
+/// As `launch`, with `env` in Envoy's environment beside beta's key (e.g. AWS credentials).
+pub fn launch_with_env(
+    tag: &'static str,
+    catalog: Value,
+    tweak: impl FnOnce(&mut StackConfig) + Send + 'static,
+    env: &'static [(&'static str, &'static str)],
+) -> Stack {
     keep_running(tag, PROVIDERS.iter().map(|p| p.to_string()).collect(), move |providers| {
         let port = |n: &str| providers.iter().find(|p| p.name == n).map(|p| p.addr.port()).unwrap_or(0);
         let clusters = ["alpha", "beta", "gamma", "delta"]
@@ -283,7 +301,9 @@ pub fn launch(tag: &'static str, catalog: Value, tweak: fn(&mut StackConfig)) ->
             StackConfig::new(catalog, clusters, Some(ClusterSpec { name: "c_origin".into(), port: port("origin") }));
         cfg.env_keys = vec!["SY_TEST_BETA_KEY".into()];
         tweak(&mut cfg);
-        let envoy = match Envoy::start_with_env(&cfg, tag, &[("SY_TEST_BETA_KEY", "key-beta-from-env")]) {
+        let env: Vec<(&str, &str)> =
+            std::iter::once(("SY_TEST_BETA_KEY", "key-beta-from-env")).chain(env.iter().copied()).collect();
+        let envoy = match Envoy::start_with_env(&cfg, tag, &env) {
             Ok(e) => e,
             Err(e) => panic!("envoy: {e}"),
         };
