@@ -10,7 +10,6 @@ use super::downstream::Stream;
 use super::host::Action;
 use super::kind_test_kit::{self as kit, attempt, json_of, sent_body};
 use super::mock::MockHost;
-use super::upstream::Attempt;
 use super::{Configured, Filter};
 use crate::providers::bedrock::eventstream::{event, exception};
 use crate::wiring::MODEL_FAILURE_HEADER;
@@ -74,29 +73,6 @@ fn bedrock_stream() -> Vec<u8> {
     .collect()
 }
 
-/// Feeds `body` in chunks of `size` through the attempt's filter, then the decision filter,
-/// as Envoy does; what the caller receives.
-fn stream_answer(
-    host: &MockHost,
-    a: &mut Attempt<MockHost>,
-    s: &mut Stream<MockHost>,
-    body: &[u8],
-    size: usize,
-) -> String {
-    let mut out = Vec::new();
-    let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        let end = i + 1 == pieces.len();
-        host.state().response_body = piece.to_vec();
-        assert_eq!(a.on_response_body(piece.len(), end), Action::Continue);
-        let n = host.state().response_body.len();
-        s.on_response_body(n, end);
-        out.extend(host.state().response_body.clone());
-    }
-    a.on_done();
-    String::from_utf8(out).unwrap()
-}
-
 #[test]
 fn an_anthropic_caller_fails_over_to_bedrock_mid_plan_streamed() {
     let config = configured();
@@ -124,7 +100,7 @@ fn an_anthropic_caller_fails_over_to_bedrock_mid_plan_streamed() {
     assert_eq!(second.on_response_headers(false), Action::Continue);
     assert_eq!(host.response_header_value("content-type").as_deref(), Some("text/event-stream"));
     assert_eq!(stream.on_response_headers(false), Action::Continue);
-    let out = stream_answer(&host, &mut second, &mut stream, &bedrock_stream(), 37);
+    let out = kit::feed_answer(&host, &mut second, &mut stream, &bedrock_stream(), 37);
     assert!(out.starts_with("event: message_start\ndata: "), "{out}");
     assert!(out.contains("\"text\":\"Hello\""), "{out}");
     assert!(out.contains("event: message_stop"), "{out}");
@@ -153,7 +129,7 @@ fn an_openai_caller_reaches_claude_on_bedrock_plain_and_streamed() {
             host.with_response_headers(&[(":status", "200"), ("content-type", "application/vnd.amazon.eventstream")]);
             assert_eq!(a.on_response_headers(false), Action::Continue);
             stream.on_response_headers(false);
-            let out = stream_answer(&host, &mut a, &mut stream, &bedrock_stream(), 11);
+            let out = kit::feed_answer(&host, &mut a, &mut stream, &bedrock_stream(), 11);
             assert!(out.contains("\"content\":\"Hello\""), "{out}");
             assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
         } else {
@@ -166,7 +142,7 @@ fn an_openai_caller_reaches_claude_on_bedrock_plain_and_streamed() {
             assert_eq!(a.on_response_headers(false), Action::Continue);
             assert_eq!(host.response_header_value("content-type").as_deref(), Some("application/json"));
             stream.on_response_headers(false);
-            let out = stream_answer(&host, &mut a, &mut stream, answer.as_bytes(), answer.len());
+            let out = kit::feed_answer(&host, &mut a, &mut stream, answer.as_bytes(), answer.len());
             let v = json_of(out.as_bytes());
             assert_eq!(v["choices"][0]["message"]["content"], "Hello", "{v}");
             assert_eq!(v["provider"], "amazon-bedrock", "{v}");
@@ -192,7 +168,7 @@ fn bedrock_errors_are_classified_for_failover_and_answered_in_anthropics_shape()
     assert_eq!(host.response_header_value(":status").as_deref(), Some("502"));
     assert_eq!(host.response_header_value("content-length"), None);
     stream.on_response_headers(false);
-    let out = stream_answer(&host, &mut a, &mut stream, br#"{"message":"The model failed."}"#, 7);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, br#"{"message":"The model failed."}"#, 7);
     let v = json_of(out.as_bytes());
     assert_eq!(v["error"]["metadata"]["attempts"][0]["status"], 502, "{v}");
 
@@ -209,7 +185,7 @@ fn bedrock_errors_are_classified_for_failover_and_answered_in_anthropics_shape()
     assert_eq!(host.response_header_value(":status").as_deref(), Some("400"));
     stream.on_response_headers(false);
     let out =
-        stream_answer(&host, &mut a, &mut stream, br#"{"message":"messages: at least one message is required"}"#, 9);
+        kit::feed_answer(&host, &mut a, &mut stream, br#"{"message":"messages: at least one message is required"}"#, 9);
     let v = json_of(out.as_bytes());
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
@@ -245,7 +221,7 @@ fn an_exception_in_bedrocks_stream_reaches_the_caller_as_an_error_event() {
     let cut: Vec<u8> = events.iter().take(3).flat_map(|m| event("chunk", &m.payload)).collect();
     let mut body = cut;
     body.extend(exception("throttlingException", br#"{"message":"Too many tokens."}"#));
-    let out = stream_answer(&host, &mut a, &mut stream, &body, 16);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, &body, 16);
     assert!(out.contains("event: error"), "{out}");
     assert!(out.contains("rate_limit_error"), "{out}");
 }

@@ -6,11 +6,9 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
-use super::downstream::Stream;
 use super::host::Action;
 use super::kind_test_kit::{self as kit, attempt, json_of, sent_body};
 use super::mock::MockHost;
-use super::upstream::Attempt;
 use super::{Configured, Filter};
 use crate::providers::bedrock::eventstream::event;
 
@@ -35,22 +33,6 @@ const LLAMA_PATH: &str = "/model/us.meta.llama3-3-70b-instruct-v1%3A0";
 
 fn configured() -> Rc<Configured> {
     kit::configured(CONFIG)
-}
-
-/// Feeds `body` in chunks of `size` through the attempt's filter, then the decision filter.
-fn answer(host: &MockHost, a: &mut Attempt<MockHost>, s: &mut Stream<MockHost>, body: &[u8], size: usize) -> String {
-    let mut out = Vec::new();
-    let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        let end = i + 1 == pieces.len();
-        host.state().response_body = piece.to_vec();
-        assert_eq!(a.on_response_body(piece.len(), end), Action::Continue);
-        let n = host.state().response_body.len();
-        s.on_response_body(n, end);
-        out.extend(host.state().response_body.clone());
-    }
-    a.on_done();
-    String::from_utf8(out).unwrap()
 }
 
 fn converse_answer(tool: bool) -> Value {
@@ -104,7 +86,7 @@ fn an_openai_caller_reaches_llama_on_bedrock_converse_plain() {
     let warning = host.response_header_value("x-switchyard-warning").unwrap_or_default();
     assert!(warning.contains("dropped seed (no counterpart in the bedrock_converse API)"), "{warning}");
     assert!(!warning.contains("anthropic API"), "the Anthropic body was not sent: {warning}");
-    let out = answer(&host, &mut a, &mut stream, body.as_bytes(), 17);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, body.as_bytes(), 17);
     let v = json_of(out.as_bytes());
     assert_eq!(v["choices"][0]["message"]["content"], "Hello from Converse", "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
@@ -141,7 +123,7 @@ fn an_anthropic_caller_fails_over_to_converse_with_a_tool_call() {
         host.response_header_value("x-switchyard-attempt-log").as_deref(),
         Some("deepinfra:429,amazon-bedrock:200")
     );
-    let out = answer(&host, &mut second, &mut stream, body.as_bytes(), body.len());
+    let out = kit::feed_answer(&host, &mut second, &mut stream, body.as_bytes(), body.len());
     let v = json_of(out.as_bytes());
     assert_eq!(v["stop_reason"], "tool_use", "{v}");
     assert_eq!(
@@ -166,7 +148,7 @@ fn a_google_caller_streams_from_converse_stream_with_its_usage() {
     assert_eq!(a.on_response_headers(false), Action::Continue);
     assert_eq!(host.response_header_value("content-type").as_deref(), Some("text/event-stream"));
     stream.on_response_headers(false);
-    let out = answer(&host, &mut a, &mut stream, &converse_stream(), 13);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, &converse_stream(), 13);
     assert!(out.contains(r#""text":"Hello""#), "{out}");
     assert!(out.contains(r#""promptTokenCount":1000"#), "{out}");
     assert!(out.contains(r#""candidatesTokenCount":500"#), "{out}");

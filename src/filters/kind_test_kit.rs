@@ -1,5 +1,6 @@
-//! What the provider-kind tests (`bedrock_tests`, `vertex_tests`) share: a request decided by the
-//! decision filter, an attempt through the per-attempt filter, and the body it sent.
+//! What the provider-kind tests (`bedrock_tests`, `converse_tests`, `vertex_tests`) share: a
+//! request decided by the decision filter, an attempt through the per-attempt filter, the body
+//! it sent, and an answer fed back through both filters.
 
 use std::rc::Rc;
 
@@ -66,4 +67,27 @@ pub fn sent_body(host: &MockHost) -> Value {
     let body = host.state().request_body.clone();
     assert_eq!(host.request_header_value("content-length"), Some(body.len().to_string()));
     json_of(&body)
+}
+
+/// Feeds `body` in chunks of `size` through the attempt's filter, then the decision filter, as
+/// Envoy does; what the caller receives.
+pub fn feed_answer(
+    host: &MockHost,
+    a: &mut Attempt<MockHost>,
+    s: &mut Stream<MockHost>,
+    body: &[u8],
+    size: usize,
+) -> String {
+    let mut out = Vec::new();
+    let pieces: Vec<&[u8]> = body.chunks(size).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        let end = i + 1 == pieces.len();
+        host.state().response_body = piece.to_vec();
+        assert_eq!(a.on_response_body(piece.len(), end), Action::Continue);
+        let n = host.state().response_body.len();
+        s.on_response_body(n, end);
+        out.extend(host.state().response_body.clone());
+    }
+    a.on_done();
+    String::from_utf8(out).unwrap_or_else(|e| panic!("the answer is not UTF-8: {e}"))
 }

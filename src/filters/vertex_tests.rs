@@ -10,7 +10,6 @@ use super::downstream::Stream;
 use super::host::Action;
 use super::kind_test_kit::{self as kit, attempt, json_of, sent_body};
 use super::mock::MockHost;
-use super::upstream::Attempt;
 use super::{Configured, Filter};
 use crate::wiring::MODEL_FAILURE_HEADER;
 
@@ -58,21 +57,6 @@ fn assert_vertex_token(host: &MockHost) {
     assert_eq!(host.request_header_value(":authority").as_deref(), Some("us-east5-aiplatform.googleapis.com"));
 }
 
-fn feed(host: &MockHost, a: &mut Attempt<MockHost>, s: &mut Stream<MockHost>, body: &[u8], size: usize) -> String {
-    let mut out = Vec::new();
-    let pieces: Vec<&[u8]> = body.chunks(size).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        let end = i + 1 == pieces.len();
-        host.state().response_body = piece.to_vec();
-        assert_eq!(a.on_response_body(piece.len(), end), Action::Continue);
-        let n = host.state().response_body.len();
-        s.on_response_body(n, end);
-        out.extend(host.state().response_body.clone());
-    }
-    a.on_done();
-    String::from_utf8(out).unwrap()
-}
-
 fn claude_stream() -> String {
     [
         ("message_start", json!({"type":"message_start","message":{"id":"msg_vrtx_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}})),
@@ -109,7 +93,7 @@ fn an_anthropic_caller_fails_over_to_claude_on_vertex_streamed() {
     host.with_response_headers(&[(":status", "200"), ("content-type", "text/event-stream")]);
     assert_eq!(second.on_response_headers(false), Action::Continue);
     assert_eq!(stream.on_response_headers(false), Action::Continue);
-    let out = feed(&host, &mut second, &mut stream, claude_stream().as_bytes(), 29);
+    let out = kit::feed_answer(&host, &mut second, &mut stream, claude_stream().as_bytes(), 29);
     assert!(out.starts_with("event: message_start\ndata: "), "{out}");
     assert!(out.contains("\"text\":\"Hello\"") && out.contains("event: message_stop"), "{out}");
     assert!(out.contains("\"cost\":"), "the usage is priced: {out}");
@@ -137,7 +121,7 @@ fn an_openai_caller_reaches_gemini_on_vertex_translated_and_streamed() {
         json!({"candidates":[{"content":{"role":"model","parts":[{"text":"lo"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":2,"totalTokenCount":7},"modelVersion":"gemini-2.5-pro"}),
     ];
     let sse: String = events.iter().map(|e| format!("data: {e}\r\n\r\n")).collect();
-    let out = feed(&host, &mut a, &mut stream, sse.as_bytes(), 13);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, sse.as_bytes(), 13);
     assert!(out.contains("\"content\":\"Hel\"") && out.contains("\"content\":\"lo\""), "{out}");
     assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
 }
@@ -174,7 +158,7 @@ fn vertexs_errors_on_claude_paths_are_anthropics_and_a_refused_token_fails_over(
     assert_eq!(host.response_header_value("content-length"), None);
     stream.on_response_headers(false);
     let google = br#"{"error":{"code":429,"message":"Quota exceeded for aiplatform.googleapis.com/online_prediction_requests_per_base_model.","status":"RESOURCE_EXHAUSTED"}}"#;
-    let out = feed(&host, &mut a, &mut stream, google, 17);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, google, 17);
     let v = json_of(out.as_bytes());
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
@@ -195,7 +179,7 @@ fn vertexs_errors_on_claude_paths_are_anthropics_and_a_refused_token_fails_over(
     assert_eq!(a.on_response_headers(false), Action::Continue);
     stream.on_response_headers(false);
     let google = br#"{"error":{"code":404,"message":"Publisher Model `claude-sonnet-4-5@20250929` was not found or your project does not have access to it.","status":"NOT_FOUND"}}"#;
-    let out = feed(&host, &mut a, &mut stream, google, 23);
+    let out = kit::feed_answer(&host, &mut a, &mut stream, google, 23);
     let v = json_of(out.as_bytes());
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "not_found_error", "{v}");
