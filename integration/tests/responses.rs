@@ -15,19 +15,6 @@ use switchyard_integration::mock::received_in_order;
 /// alpha is OpenAI (chat completions and Responses), beta only Anthropic, gamma only Google,
 /// delta only chat completions (an OpenAI-compatible host).
 fn catalog() -> Value {
-    let mut c = json!({
-        "providers": {
-            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
-                      "apis": {"openai": {}, "openai_responses": {}}},
-            "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"},
-                     "apis": {"anthropic": {}}},
-            "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"},
-                      "apis": {"google": {}}},
-            "delta": {"cluster": "c_delta", "authority": "delta.example", "credential": {"value": "key-delta"}}
-        },
-        "models": {},
-        "routing": {"default_policy": "price_weighted"}
-    });
     let models: [(&str, &[(&str, f64)]); 10] = [
         ("r/claude", &[("beta", 3.0)]),
         ("r/claude-stream", &[("beta", 3.0)]),
@@ -40,17 +27,7 @@ fn catalog() -> Value {
         ("r/err", &[("gamma", 1.0)]),
         ("r/hosted", &[("delta", 1.0), ("alpha", 2.0)]),
     ];
-    for (model, endpoints) in models {
-        let eps: Vec<Value> = endpoints
-            .iter()
-            .map(|(p, price)| {
-                json!({"provider": p, "upstream_model": format!("{p}-{}", model.replace('/', "-")),
-                       "pricing": {"prompt": price, "completion": price * 5.0}})
-            })
-            .collect();
-        c["models"][model] = json!({"endpoints": eps});
-    }
-    c
+    common::one_api_per_provider(&models, |price| json!({"prompt": price, "completion": price * 5.0}))
 }
 
 fn stack() -> &'static Stack {

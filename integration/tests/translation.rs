@@ -11,20 +11,8 @@ use serde_json::{json, Value};
 use switchyard_integration::mock::received_in_order;
 
 /// alpha speaks only OpenAI (chat completions and Responses, as OpenAI), beta only Anthropic,
-/// gamma only Google.
+/// gamma only Google (`common::one_api_per_provider`; its delta is not used here).
 fn catalog() -> Value {
-    let mut c = json!({
-        "providers": {
-            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
-                      "apis": {"openai": {}, "openai_responses": {}}},
-            "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"},
-                     "apis": {"anthropic": {}}},
-            "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"},
-                      "apis": {"google": {}}}
-        },
-        "models": {},
-        "routing": {"default_policy": "price_weighted"}
-    });
     // One model per test (live statistics stay apart). Prices per million tokens.
     let models: [(&str, &[(&str, f64)]); 15] = [
         ("t/claude", &[("beta", 3.0)]),
@@ -43,17 +31,10 @@ fn catalog() -> Value {
         ("t/or-claude", &[("beta", 1.0)]),
         ("t/or-gemini", &[("gamma", 1.0)]),
     ];
-    for (model, endpoints) in models {
-        let eps: Vec<Value> = endpoints
-            .iter()
-            .map(|(p, price)| {
-                json!({"provider": p, "upstream_model": format!("{p}-{}", model.replace('/', "-")),
-                       "pricing": {"prompt": price, "completion": price * 5.0, "cached_prompt": price / 10.0}})
-            })
-            .collect();
-        c["models"][model] = json!({"endpoints": eps});
-    }
-    c
+    common::one_api_per_provider(
+        &models,
+        |price| json!({"prompt": price, "completion": price * 5.0, "cached_prompt": price / 10.0}),
+    )
 }
 
 fn stack() -> &'static Stack {

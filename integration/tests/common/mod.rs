@@ -170,6 +170,37 @@ fn add_caller_surface_models(catalog: &mut Value) {
         json!({"endpoints": [flat("alpha", "alpha-fail", 1.0), flat("beta", "beta-fail", 2.0)]});
 }
 
+/// A catalog of one API per provider: alpha OpenAI (chat completions and Responses), beta only
+/// Anthropic, gamma only Google, delta only chat completions (an OpenAI-compatible host); each
+/// of `models` on its `(provider, price)` endpoints (upstream id `<provider>-<model>`), priced by
+/// `pricing(price)` (the cross-API tests: `responses`, `translation`).
+pub fn one_api_per_provider(models: &[(&str, &[(&str, f64)])], pricing: impl Fn(f64) -> Value) -> Value {
+    let mut c = json!({
+        "providers": {
+            "alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "key-alpha"},
+                      "apis": {"openai": {}, "openai_responses": {}}},
+            "beta": {"cluster": "c_beta", "authority": "beta.example", "credential": {"value": "key-beta"},
+                     "apis": {"anthropic": {}}},
+            "gamma": {"cluster": "c_gamma", "authority": "gamma.example", "credential": {"value": "key-gamma"},
+                      "apis": {"google": {}}},
+            "delta": {"cluster": "c_delta", "authority": "delta.example", "credential": {"value": "key-delta"}}
+        },
+        "models": {},
+        "routing": {"default_policy": "price_weighted"}
+    });
+    for (model, endpoints) in models {
+        let eps: Vec<Value> = endpoints
+            .iter()
+            .map(|(p, price)| {
+                json!({"provider": p, "upstream_model": format!("{p}-{}", model.replace('/', "-")),
+                       "pricing": pricing(*price)})
+            })
+            .collect();
+        c["models"][*model] = json!({"endpoints": eps});
+    }
+    c
+}
+
 /// A loopback port with nothing listening (connect failures).
 ///
 /// The port stays reserved by a socket that is bound but never listens (kept open for the
