@@ -185,7 +185,7 @@ clean:
 # Side by side in one run (about 8 minutes; the first run also installs LiteLLM proxy into
 # .work/litellm-venv): the mock reached directly, plain Envoy, the Switchyard full path, the
 # breakdown rows and LiteLLM proxy, at 1, 10 and 100 KB, JSON and SSE. Env knobs: see
-# tools/src/bin/switchyard-bench.rs (BENCH_SECONDS, BENCH_ROUNDS, BENCH_LITELLM=0, ...).
+# tools/src/bin/switchyard-bench/main.rs (BENCH_SECONDS, BENCH_ROUNDS, BENCH_LITELLM=0, ...).
 # Writes target/bench/results.md. BENCH_NICE=-10 by default: on a machine busy with other work
 # Envoy otherwise gets half its core and the rows measure the machine (0 to opt out).
 BENCH_NICE ?= -10
