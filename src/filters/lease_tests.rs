@@ -1,6 +1,6 @@
 //! Mesh-wide limits through the decision filter (mock host): a worker leases budget in chunks
 //! and admits the next requests from its lease without a call or a pause; a refused chunk is
-//! asked again for exactly the request's reservation.
+//! asked again for exactly the request's reservation. And the root's cool-down poll.
 
 use std::rc::Rc;
 
@@ -114,4 +114,33 @@ fn a_refused_chunk_is_asked_again_for_the_exact_reservation_once() {
     third.on_grpc_response(4, 0, n);
     assert_eq!(calls(&host), 4);
     assert_eq!(host.state().reply.as_ref().map(|r| r.status), Some(429));
+}
+
+/// The same model with shared cool-downs on.
+const SHARED_COOLDOWNS: &str = r#"{
+  "providers": {"alpha": {"cluster": "c_alpha", "authority": "alpha.example", "credential": {"value": "k"}}},
+  "models": {"m": {"endpoints": [{"provider": "alpha", "pricing": {"prompt": 1, "completion": 1}}]}},
+  "routing": {"default_policy": "price_weighted"},
+  "rate_limits": {"service": {"cluster": "rls"}, "share_cooldowns": true}
+}"#;
+
+#[test]
+fn a_polled_cool_down_holds_past_its_slot_until_the_next_poll_can_answer() {
+    use super::mesh::Ticker;
+    use super::shared::{read_stats, stats_key};
+    use crate::limits::{COOLDOWN_GRACE_MS, COOLDOWN_SLOT_S};
+    let host = MockHost::default();
+    let config = configured(SHARED_COOLDOWNS);
+    let mut ticker = Ticker::default();
+    // 12.9 s: slot 2 (10-15 s); another pod marked alpha cooling in it.
+    let now_ms = 12_900;
+    ticker.tick(&host, &config, now_ms);
+    assert_eq!(calls(&host), 1, "one poll");
+    let n = answer(&host, Code::OverLimit, 0);
+    ticker.answered(&host, &config, 1, 0, n, now_ms);
+    let slot_end_ms = 3 * COOLDOWN_SLOT_S * 1000;
+    let stats = read_stats(&host, &stats_key("m", "alpha"));
+    // Cooling at the slot's turn and through the next poll's answer, then no longer.
+    assert!(stats.view(slot_end_ms + COOLDOWN_GRACE_MS - 1, 30_000).cooling_down);
+    assert!(!stats.view(slot_end_ms + COOLDOWN_GRACE_MS, 30_000).cooling_down);
 }

@@ -15,7 +15,7 @@ use crate::answer::errors::ApiError;
 use crate::limits::rls::{self, Code, Descriptor};
 use crate::limits::{
     capacity_descriptor, cooldown_descriptor, cooldown_slot, cooldown_slots, limit_descriptor, reservation, used,
-    Applied, Kind, Ledger, Limit, MeshLimits, Pending, Service, COOLDOWN_MARK, COOLDOWN_SLOT_S,
+    Applied, Kind, Ledger, Limit, MeshLimits, Pending, Service, COOLDOWN_GRACE_MS, COOLDOWN_MARK, COOLDOWN_SLOT_S,
 };
 use crate::routing::policy::CallerFacts;
 
@@ -620,11 +620,13 @@ impl Ticker {
                 }
             }
             RootCall::Poll { providers, slot } => {
+                // Past the slot's end by the grace: the next slot's poll answers before it runs out.
                 let slot_end_ms = slot.saturating_add(1).saturating_mul(COOLDOWN_SLOT_S).saturating_mul(1000);
+                let until_ms = slot_end_ms.saturating_add(COOLDOWN_GRACE_MS);
                 for (p, s) in providers.iter().zip(&r.statuses) {
                     if s.code == Code::OverLimit {
                         count(host, &format!("switchyard.rate_limit.shared_cooldown_total.provider.{}", tag(p)));
-                        cool_provider(host, config, p, slot_end_ms);
+                        cool_provider(host, config, p, until_ms);
                     }
                 }
             }

@@ -59,6 +59,10 @@ pub const UNIDENTIFIED: &str = "unidentified";
 pub const SPEND_UNITS_PER_USD: f64 = 10_000.0;
 /// Shared cool-downs are kept in slots of this many seconds.
 pub const COOLDOWN_SLOT_S: u64 = 5;
+/// How long past its slot's end a polled cool-down holds. The next slot's poll answers a tick
+/// (100 ms) and a service round trip after the slot turns; a provider still marked there must
+/// not be tried in between. A cool-down that really ended with its slot holds this much longer.
+pub const COOLDOWN_GRACE_MS: u64 = 1_000;
 /// A shared cool-down covers at most this long ahead (longer `Retry-After`s stay local).
 pub const MAX_SHARED_COOLDOWN_S: u64 = 300;
 /// What marks a cool-down slot; the limit is this count per hour, and each check adds one.
