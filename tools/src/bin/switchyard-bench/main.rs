@@ -452,27 +452,15 @@ fn bench() -> Result<i32, String> {
     // side with the default one in the same run (a change's A/B on a machine too noisy to compare
     // runs).
     if let Some(alt) = std::env::var_os("BENCH_ALT_NATIVE").map(PathBuf::from) {
-        let mut cfg = native_config(mock_port);
         let name = format!("Switchyard full path (native), {}", alt.display());
-        let boot = if alt.is_file() {
-            cfg.native = alt;
-            Ok(bootstrap(&cfg))
-        } else {
-            Err(format!("{} not found", alt.display()))
-        };
+        let boot = alt_build(native_config(mock_port), &alt, |cfg, alt| cfg.native = alt);
         add_envoy(&mut rows, &mut keep, &name, boot, "bench-native-alt");
     }
     // BENCH_ALT_WASM=<module>: the same full path with another build of the module (e.g. other
     // optimization settings), side by side with the default build in the same run.
     if let Some(alt) = std::env::var_os("BENCH_ALT_WASM").map(PathBuf::from) {
-        let mut cfg = switchyard_config(mock_port);
         let name = format!("Switchyard full path, {}", alt.display());
-        let boot = if alt.is_file() {
-            cfg.wasm = alt;
-            Ok(bootstrap(&cfg))
-        } else {
-            Err(format!("{} not found", alt.display()))
-        };
+        let boot = alt_build(switchyard_config(mock_port), &alt, |cfg, alt| cfg.wasm = alt);
         add_envoy(&mut rows, &mut keep, &name, boot, "bench-switchyard-alt");
     }
     if env_on("BENCH_TRANSLATED") {

@@ -277,3 +277,17 @@ pub(super) fn start_litellm(dir: &Path, mock_port: u16, cores: &Cores) -> Result
     }
     Err(format!("litellm not ready after 120 s (log: {})", dir.join("litellm.log").display()))
 }
+
+/// `cfg` with another build of the module or library at `alt` (`BENCH_ALT_WASM`,
+/// `BENCH_ALT_NATIVE`; `set` puts it in place), or why that row cannot run.
+pub(super) fn alt_build(
+    mut cfg: StackConfig,
+    alt: &Path,
+    set: impl FnOnce(&mut StackConfig, PathBuf),
+) -> Result<Value, String> {
+    if !alt.is_file() {
+        return Err(format!("{} not found", alt.display()));
+    }
+    set(&mut cfg, alt.to_path_buf());
+    Ok(bootstrap(&cfg))
+}
