@@ -17,7 +17,6 @@ pub(super) fn proxy_bound(s: &Summary) -> bool {
     s.proxy_core.is_some_and(|p| p >= SATURATED) && s.client_core < SATURATED
 }
 
-/// A target row "at most +`limit` us over plain" for a latency measured on both rows.
 // The hot-path targets (full path over plain Envoy, 1 KB unless named), and when a run counts:
 // plain Envoy at most 40 us per request and other processes at most 10 % of its core.
 pub(super) const TARGET_CPU_US: f64 = 30.0;
@@ -38,6 +37,7 @@ pub(super) const TARGET_NATIVE_TTFB_US: f64 = 60.0;
 pub(super) const QUIET_PLAIN_CPU_US: f64 = 40.0;
 pub(super) const QUIET_OTHERS: f64 = 0.10;
 
+/// A target row "at most +`limit` us over plain" for a latency measured on both rows.
 pub(super) fn latency_target(what: &str, switchyard: f64, plain: f64, limit: f64) -> String {
     let d = switchyard - plain;
     let verdict = if d <= limit { "met".to_string() } else { format!("missed by {:.0} us", d - limit) };
