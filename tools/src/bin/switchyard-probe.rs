@@ -171,8 +171,8 @@ fn wasm_only_static_route(boot: &mut Value) {
 }
 
 /// The full path without one piece of the wiring around the module (`noretry`, `noinject`,
-/// `noupmod`, `nomatcher`, `nocomp`); `false` for a name that is none of them.
-fn strip_wiring_piece(piece: &str, b: &mut Value) -> bool {
+/// `noupmod`, `nomatcher`, `nocomp`).
+fn strip_wiring_piece(piece: &str, b: &mut Value) {
     match piece {
         "noretry" => {
             // The full path without the route's retry policy: what retry state and the
@@ -204,9 +204,8 @@ fn strip_wiring_piece(piece: &str, b: &mut Value) -> bool {
         "nocomp" => {
             drop_filters(b, |f| f["name"] == "envoy.filters.http.compressor");
         }
-        _ => return false,
+        other => panic!("not a wiring piece: {other}"),
     }
-    true
 }
 
 fn main() {
