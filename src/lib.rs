@@ -15,11 +15,12 @@
 //!   translated into each other (a caller reaching an endpoint of another API)
 //! - `limits/`: mesh-wide budgets and provider capacity through a rate limit service
 //! - `telemetry`: the usage metrics' names and labels, the span and access-log attributes
+//! - `json`: how the module reads JSON (one reader: module size)
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
 //! - `filters/`: the two filters over the `Host` seam, with a mock host for native tests
 //! - `host/` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, SDK callbacks)
 //! - `native/` (x86_64 Linux): the same filters as an Envoy dynamic module (feature `native`)
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods))]
 // ApiError is only built on the cold (rejecting) path; boxing it buys nothing.
 #![allow(clippy::result_large_err)]
 
@@ -28,6 +29,7 @@ pub mod api;
 pub mod config;
 pub mod filters;
 pub mod forwarding;
+pub mod json;
 pub mod limits;
 pub mod protocol;
 pub mod providers;

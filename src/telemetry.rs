@@ -94,7 +94,7 @@ fn label_safe(v: &str) -> bool {
 impl Telemetry {
     /// Compiles the `telemetry` section of the plugin configuration (absent: defaults).
     pub fn from_json(bytes: &[u8]) -> Result<Telemetry, ConfigError> {
-        let raw: RawRoot = serde_json::from_slice(bytes).map_err(|e| err("telemetry", e.to_string()))?;
+        let raw: RawRoot = crate::json::from_slice(bytes).map_err(|e| err("telemetry", e.to_string()))?;
         let Some(raw) = raw.telemetry else { return Ok(Telemetry::default()) };
         let caller = match raw.caller {
             None => None,

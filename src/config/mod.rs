@@ -112,7 +112,7 @@ impl Catalog {
     /// Parses and validates the plugin configuration. `env` resolves `credential.env` names
     /// (the Wasm VM's environment in production; a closure in tests).
     pub fn from_json(bytes: &[u8], env: &dyn Fn(&str) -> Option<String>) -> Result<Catalog, ConfigError> {
-        let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        let raw: RawConfig = crate::json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
         compile(raw, env)
     }
 

@@ -378,7 +378,7 @@ const MAX_AMOUNT: u64 = u32::MAX as u64;
 impl MeshLimits {
     /// Compiles `rate_limits` from the plugin configuration, against the catalog and policies.
     pub fn from_json(bytes: &[u8], catalog: &Catalog, policies: &Policies) -> Result<MeshLimits, ConfigError> {
-        let raw: RawRoot = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        let raw: RawRoot = crate::json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
         let Some(r) = raw.rate_limits else { return Ok(MeshLimits::default()) };
         let f = "rate_limits.service";
         if r.service.cluster.is_empty() {

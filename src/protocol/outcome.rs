@@ -203,7 +203,7 @@ pub fn parse_google_retry_delay(body: &[u8], max_s: u32) -> Option<u32> {
         #[serde(rename = "retryDelay", default)]
         retry_delay: Option<String>,
     }
-    let body: Body = serde_json::from_slice(body).ok()?;
+    let body: Body = crate::json::from_slice(body).ok()?;
     let delay = body
         .error
         .details

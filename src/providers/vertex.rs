@@ -255,7 +255,7 @@ pub fn anthropic_type(rpc: &str, status: u16) -> &'static str {
 pub fn anthropic_error(status: u16, body: &[u8]) -> Option<Vec<u8>> {
     use serde_json::Value;
     // Google's shape: `{"error": {"code", "message", "status"}}`; Anthropic's has `"type":"error"`.
-    let v: Value = serde_json::from_slice(body).ok()?;
+    let v: Value = crate::json::from_slice(body).ok()?;
     let e = v.get("error").filter(|e| e.is_object() && v.get("type").is_none())?;
     let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let (rpc, message) = (text("status"), text("message"));

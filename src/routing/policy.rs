@@ -248,7 +248,7 @@ impl Policies {
     /// Reads `policies` and `policy_selection` from the plugin configuration (the rest is the
     /// catalog's), checked against the compiled catalog.
     pub fn from_json(bytes: &[u8], catalog: &Catalog) -> Result<Policies, ConfigError> {
-        let raw: RawPolicyConfig = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        let raw: RawPolicyConfig = crate::json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
         compile(raw, catalog)
     }
 

@@ -74,7 +74,7 @@ struct RawPreset {
 impl Presets {
     /// The `presets` section of the plugin configuration, checked against `catalog`.
     pub fn from_json(bytes: &[u8], catalog: &Catalog) -> Result<Presets, ConfigError> {
-        let raw: RawRoot = serde_json::from_slice(bytes).map_err(|e| err("presets", e.to_string()))?;
+        let raw: RawRoot = crate::json::from_slice(bytes).map_err(|e| err("presets", e.to_string()))?;
         let mut list = Vec::with_capacity(raw.presets.len());
         for (name, p) in raw.presets {
             let field = format!("presets[\"{name}\"]");

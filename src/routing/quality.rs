@@ -278,7 +278,7 @@ pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> 
     let (tool, malformed, text) = match api {
         Api::OpenAi => return judge_openai(body, offered),
         Api::Responses => {
-            let r: ResponsesAnswer = serde_json::from_slice(body).ok()?;
+            let r: ResponsesAnswer = crate::json::from_slice(body).ok()?;
             let calls = || r.output.iter().filter(|i| i.kind == "function_call");
             let malformed = calls()
                 .any(|i| call_is_bad(i.name.as_deref().unwrap_or(""), i.arguments.as_deref().unwrap_or(""), offered));
@@ -286,13 +286,13 @@ pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> 
             (calls().next().is_some(), malformed, text)
         }
         Api::Anthropic => {
-            let m: AnthropicMessage = serde_json::from_slice(body).ok()?;
+            let m: AnthropicMessage = crate::json::from_slice(body).ok()?;
             let calls = || m.content.iter().filter(|b| b.kind == "tool_use");
             let malformed = calls().any(|b| unknown(b.name.as_deref()) || object_is_bad(b.input.as_deref()));
             (calls().next().is_some(), malformed, m.content.iter().any(|b| has_text(b.text)))
         }
         Api::Google => {
-            let r: GoogleResponse = serde_json::from_slice(body).ok()?;
+            let r: GoogleResponse = crate::json::from_slice(body).ok()?;
             let parts = r.candidates.into_iter().next()?.content.unwrap_or_default().parts;
             let calls = || parts.iter().filter_map(|p| p.call.as_ref());
             let malformed = calls().any(|c| unknown(c.name.as_deref()) || object_is_bad(c.args.as_deref()));
@@ -303,7 +303,7 @@ pub fn judge_body(api: Api, body: &[u8], offered: &[String]) -> Option<Verdict> 
 }
 
 fn judge_openai(body: &[u8], offered: &[String]) -> Option<Verdict> {
-    let c: Completion = serde_json::from_slice(body).ok()?;
+    let c: Completion = crate::json::from_slice(body).ok()?;
     let m = c.choices.into_iter().next()?.message?;
     let calls = m.tool_calls.unwrap_or_default();
     let tool = !calls.is_empty();
@@ -386,7 +386,7 @@ impl StreamJudge {
     }
 
     fn anthropic(&mut self, data: &[u8]) {
-        let Ok(ev) = serde_json::from_slice::<AnthropicEvent>(data) else { return };
+        let Ok(ev) = crate::json::from_slice::<AnthropicEvent>(data) else { return };
         self.events += 1;
         match ev.kind.as_str() {
             "content_block_start" => {
@@ -420,7 +420,7 @@ impl StreamJudge {
     }
 
     fn google(&mut self, data: &[u8]) {
-        let Ok(r) = serde_json::from_slice::<GoogleResponse>(data) else { return };
+        let Ok(r) = crate::json::from_slice::<GoogleResponse>(data) else { return };
         self.events += 1;
         let Some(parts) = r.candidates.into_iter().next().and_then(|c| c.content).map(|c| c.parts) else { return };
         for p in parts {
@@ -437,7 +437,7 @@ impl StreamJudge {
     }
 
     fn openai(&mut self, data: &[u8]) {
-        let Ok(chunk) = serde_json::from_slice::<Completion>(data) else { return };
+        let Ok(chunk) = crate::json::from_slice::<Completion>(data) else { return };
         self.events += 1;
         let Some(delta) = chunk.choices.into_iter().next().and_then(|c| c.delta) else { return };
         if delta.content.is_some_and(|c| !c.empty) {
@@ -465,7 +465,7 @@ impl StreamJudge {
     /// The Responses API's events: text deltas, and each function call once whole
     /// (`response.output_item.done`).
     fn responses(&mut self, data: &[u8]) {
-        let Ok(ev) = serde_json::from_slice::<ResponsesEvent>(data) else { return };
+        let Ok(ev) = crate::json::from_slice::<ResponsesEvent>(data) else { return };
         self.events += 1;
         match ev.kind.as_str() {
             "response.output_text.delta" if ev.delta.is_some_and(|t| !t.empty) => self.content = true,

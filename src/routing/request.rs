@@ -130,7 +130,7 @@ impl<'de> Deserialize<'de> for TopLevel<'de> {
 
 impl<'a> TopLevel<'a> {
     pub fn parse(body: &'a [u8]) -> Result<TopLevel<'a>, serde_json::Error> {
-        serde_json::from_slice(body)
+        crate::json::from_slice(body)
     }
 
     pub fn get(&self, key: &str) -> Option<&'a RawValue> {

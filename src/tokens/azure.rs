@@ -121,7 +121,7 @@ struct RawAnswer {
 /// The token and its lifetime in seconds from IMDS's answer (`status` 0: none came).
 pub fn parse_answer(status: u16, body: &[u8]) -> Result<(String, u64), FetchError> {
     answered(status)?;
-    let a: RawAnswer = serde_json::from_slice(body).map_err(|_| FetchError::Malformed)?;
+    let a: RawAnswer = crate::json::from_slice(body).map_err(|_| FetchError::Malformed)?;
     let life = a.expires_in.get().ok_or(FetchError::Malformed)?;
     if !usable_bearer(&a.access_token, a.token_type.as_deref(), life) {
         return Err(FetchError::Malformed);

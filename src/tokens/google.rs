@@ -57,7 +57,7 @@ struct RawAnswer {
 /// came).
 pub fn parse_answer(status: u16, body: &[u8]) -> Result<(String, u64), FetchError> {
     answered(status)?;
-    let a: RawAnswer = serde_json::from_slice(body).map_err(|_| FetchError::Malformed)?;
+    let a: RawAnswer = crate::json::from_slice(body).map_err(|_| FetchError::Malformed)?;
     if !usable_bearer(&a.access_token, a.token_type.as_deref(), a.expires_in) {
         return Err(FetchError::Malformed);
     }

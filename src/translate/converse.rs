@@ -229,7 +229,7 @@ pub fn parse_answer(o: &Map<String, Value>, id: &str, model: &str) -> Option<(An
 /// translation read (the Bedrock endpoint serves the Anthropic API): the model's reasoning as a
 /// `thinking` block first. None when it is not a Converse answer.
 pub fn anthropic_answer(body: &[u8], id: &str, model: &str) -> Option<Vec<u8>> {
-    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else { return None };
+    let Ok(Value::Object(o)) = crate::json::from_slice::<Value>(body) else { return None };
     let (a, signature) = parse_answer(&o, id, model)?;
     let mut v = super::anthropic::write_answer(&a);
     if !a.reasoning.is_empty() {

@@ -153,7 +153,7 @@ pub fn request(from: Api, to: Api, body: &[u8], model: &str, stream: bool) -> Re
 
 /// The caller's body in `from` (routing fields already removed) in the pivot.
 fn parse(from: Api, body: &[u8]) -> Result<chat::Chat, Refused> {
-    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(Value::Object(o)) = crate::json::from_slice::<Value>(body) else {
         return Err(Refused::new("body", "the request body is not a JSON object"));
     };
     match from {
@@ -181,7 +181,7 @@ pub const CONVERSE: &str = "bedrock_converse";
 /// it is not an answer of `from` (the caller then gets it wrapped as a provider error).
 /// `created` (Unix seconds) is OpenAI's `created`.
 pub fn answer(from: Api, to: Api, body: &[u8], created: u64) -> Option<Vec<u8>> {
-    let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(Value::Object(o)) = crate::json::from_slice::<Value>(body) else {
         return None;
     };
     let a = match from {
@@ -205,7 +205,7 @@ pub fn answer(from: Api, to: Api, body: &[u8], created: u64) -> Option<Vec<u8>> 
 /// A body that is not a JSON error keeps its text as the message. (Every API's error carries
 /// `error.message`; `_from` is the provider's API, for symmetry with the other entry points.)
 pub fn error(_from: Api, to: Api, status: u16, body: &[u8]) -> (u16, Vec<u8>) {
-    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let v: Value = crate::json::from_slice(body).unwrap_or(Value::Null);
     let inner = v.g("error");
     let message = inner
         .and_then(|e| e.g("message"))

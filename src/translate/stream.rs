@@ -100,7 +100,7 @@ impl Decoder {
             out.push(Ev::End);
             return;
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else { return };
+        let Ok(v) = crate::json::from_slice::<Value>(data) else { return };
         if let Some(e) = v.g("error").filter(|_| event == "error" || v.g("type").is_none() || api != Api::Anthropic) {
             let status = e.g("code").and_then(Value::as_u64).unwrap_or(500) as u16;
             let status = if (400..600).contains(&status) { status } else { 500 };

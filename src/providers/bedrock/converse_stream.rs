@@ -127,7 +127,7 @@ impl Converter {
     fn message(&mut self, m: &Message, out: &mut Vec<u8>) {
         match m.kind() {
             Kind::Event(name) => {
-                let Ok(v) = serde_json::from_slice::<Value>(&m.payload) else {
+                let Ok(v) = crate::json::from_slice::<Value>(&m.payload) else {
                     return self.fail(out, "api_error", "the provider sent an event that is not JSON");
                 };
                 if !self.event(name, &v, out) {

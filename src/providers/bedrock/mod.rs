@@ -291,7 +291,7 @@ pub fn error_message(body: &[u8]) -> Option<String> {
         #[serde(default, alias = "Message")]
         message: Option<String>,
     }
-    serde_json::from_slice::<Body>(body).ok()?.message
+    crate::json::from_slice::<Body>(body).ok()?.message
 }
 
 /// A Bedrock HTTP error (`status`, its `x-amzn-ErrorType` header if any, its body) as the status

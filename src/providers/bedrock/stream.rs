@@ -35,9 +35,9 @@ fn chunk_event(payload: &[u8]) -> Option<(String, Vec<u8>)> {
         #[serde(rename = "type")]
         kind: String,
     }
-    let chunk: Chunk = serde_json::from_slice(payload).ok()?;
+    let chunk: Chunk = crate::json::from_slice(payload).ok()?;
     let event = crate::protocol::base64::decode_bytes(chunk.bytes.as_bytes())?;
-    let kind = serde_json::from_slice::<Typed>(&event).ok()?.kind;
+    let kind = crate::json::from_slice::<Typed>(&event).ok()?.kind;
     // An event name is one line of letters and underscores.
     if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return None;

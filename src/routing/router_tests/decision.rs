@@ -338,3 +338,15 @@ fn mutated_bodies_never_panic() {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_body_that_is_not_utf8_is_malformed_json_even_in_a_field_never_read() {
+    let mut body = br#"{"model": "m/dec", "messages": [{"role": "user", "content": "hi"}], "unread": ""#.to_vec();
+    body.extend_from_slice(b"\xff\"}");
+    let e = ChatRequest::parse(&body).err().unwrap_or_else(|| panic!("a body that is not UTF-8 was parsed"));
+    assert_eq!((e.status, e.code), (400, "invalid_json"), "{}", e.body());
+    assert!(e.message.contains("invalid UTF-8 at byte"), "{}", e.message);
+    // The same body in UTF-8 parses.
+    let fine = br#"{"model": "m/dec", "messages": [{"role": "user", "content": "hi"}], "unread": "\u00ff"}"#;
+    assert!(ChatRequest::parse(fine).is_ok());
+}
