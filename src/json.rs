@@ -1,4 +1,5 @@
-//! JSON reading for the module: every parse goes through `serde_json`'s string reader.
+//! JSON for the module: every parse goes through `serde_json`'s string reader, every `Value`
+//! written goes through its byte writer.
 //!
 //! `serde_json::from_slice` and `from_str` each instantiate the whole parser, and every type's
 //! visitor, for their own reader, and `serde_json` itself always needs the string reader (it
@@ -15,6 +16,20 @@ pub fn from_slice<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> serde_json::Result
         Ok(text) => serde_json::from_str(text),
         Err(e) => Err(serde::de::Error::custom(format_args!("invalid UTF-8 at byte {}", e.valid_up_to()))),
     }
+}
+
+/// `value.to_string()`, through the byte writer: `Value`'s `Display` writes through a
+/// formatter adapter, a second copy of the serializer in the module (about 5 KB of code).
+pub fn to_text(value: &serde_json::Value) -> String {
+    // A `Value` always serializes (its keys are strings), so the default is never taken.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Appends `value`'s JSON to `out` (what `out.extend_from_slice(value.to_string().as_bytes())`
+/// writes, without the string in between).
+pub fn write(out: &mut Vec<u8>, value: &serde_json::Value) {
+    // Writing to a Vec cannot fail, and a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 #[cfg(test)]
@@ -38,5 +53,14 @@ mod tests {
         let e = super::from_slice::<Value>(b"{\"a\":\"\xff\"}").unwrap_err();
         assert_eq!(e.to_string(), "invalid UTF-8 at byte 6");
         assert!(serde_json::from_slice::<Value>(b"{\"a\":\"\xff\"}").is_err(), "serde_json refuses it too");
+    }
+
+    #[test]
+    fn text_is_the_compact_json_display_gives() {
+        let v = json!({"b": [1, 2.5, "x\"y"], "a": {"n": null, "t": true}, "u": "\u{e9}"});
+        assert_eq!(super::to_text(&v), v.to_string());
+        let mut out = b"data: ".to_vec();
+        super::write(&mut out, &v);
+        assert_eq!(out, format!("data: {v}").into_bytes());
     }
 }

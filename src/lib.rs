@@ -15,7 +15,7 @@
 //!   translated into each other (a caller reaching an endpoint of another API)
 //! - `limits/`: mesh-wide budgets and provider capacity through a rate limit service
 //! - `telemetry`: the usage metrics' names and labels, the span and access-log attributes
-//! - `json`: how the module reads JSON (one reader: module size)
+//! - `json`: how the module reads and writes JSON (one reader, one writer: module size)
 //! - `wiring`: header, metadata and root-id names shared with the generated Envoy config
 //! - `filters/`: the two filters over the `Host` seam, with a mock host for native tests
 //! - `host/` (Wasm only): the thin proxy-wasm adapter (`Host` over the ABI, SDK callbacks)

@@ -164,7 +164,7 @@ impl ApiError {
         if !self.metadata.is_empty() {
             inner.insert("metadata".into(), Value::Object(self.metadata.clone()));
         }
-        json!({"type": "error", "error": Value::Object(inner)}).to_string()
+        crate::json::to_text(&json!({"type": "error", "error": Value::Object(inner)}))
     }
 
     fn google_body(&self) -> String {
@@ -177,11 +177,11 @@ impl ApiError {
         for (k, v) in &self.metadata {
             let text = match v {
                 Value::String(s) => s.clone(),
-                other => other.to_string(),
+                other => crate::json::to_text(other),
             };
             meta.insert(k.clone(), Value::String(text));
         }
-        json!({"error": {
+        crate::json::to_text(&json!({"error": {
             "code": self.status,
             "message": self.message,
             "status": google_status(self.status),
@@ -191,8 +191,7 @@ impl ApiError {
                 "domain": "switchyard",
                 "metadata": Value::Object(meta),
             }],
-        }})
-        .to_string()
+        }}))
     }
 
     fn openai_body(&self) -> String {
@@ -202,7 +201,7 @@ impl ApiError {
         inner.insert("code".into(), Value::String(self.code.to_string()));
         inner.insert("param".into(), self.param.clone().map_or(Value::Null, Value::String));
         inner.insert("metadata".into(), Value::Object(self.metadata.clone()));
-        json!({ "error": Value::Object(inner) }).to_string()
+        crate::json::to_text(&json!({ "error": Value::Object(inner) }))
     }
 }
 

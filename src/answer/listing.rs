@@ -139,7 +139,7 @@ pub fn answer(
     health: &dyn HealthView,
     allowed: &dyn Fn(&Endpoint) -> bool,
 ) -> Result<String, ApiError> {
-    value(catalog, presets, listing, health, allowed).map(|v| v.to_string())
+    value(catalog, presets, listing, health, allowed).map(|v| crate::json::to_text(&v))
 }
 
 /// One listed model in Anthropic's shape, from its OpenAI-shaped entry. The catalog has no
@@ -160,7 +160,7 @@ pub fn anthropic(
     allowed: &dyn Fn(&Endpoint) -> bool,
 ) -> Result<String, ApiError> {
     let v = value(catalog, presets, listing, health, allowed)?;
-    Ok(match listing {
+    Ok(crate::json::to_text(&match listing {
         Listing::Models => {
             let listed = v.get("data").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
             let data: Vec<Value> = listed.iter().map(anthropic_model).collect();
@@ -170,8 +170,7 @@ pub fn anthropic(
         }
         Listing::Model(_) => anthropic_model(&v),
         Listing::Endpoints(_) => v,
-    }
-    .to_string())
+    }))
 }
 
 fn value(

@@ -747,7 +747,7 @@ impl AutoChoice {
                 }))
             })
             .collect();
-        json!({
+        crate::json::to_text(&json!({
             "task": self.classification.task.name(),
             "signals": self.classification.signals,
             "needs": {
@@ -760,8 +760,7 @@ impl AutoChoice {
             "excluded_models": self.excluded_models,
             "ranking": if self.default_ranking { "default" } else { "configured" },
             "candidates": candidates,
-        })
-        .to_string()
+        }))
     }
 }
 

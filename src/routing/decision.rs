@@ -377,7 +377,7 @@ pub fn candidates_json(catalog: &Catalog, plan: &Plan, health: &dyn HealthView) 
             }))
         })
         .collect();
-    Value::Array(list).to_string()
+    crate::json::to_text(&Value::Array(list))
 }
 
 /// Filter-state key of the audit record (`wasm.switchyard_decision` in Envoy's filter state):

@@ -107,8 +107,8 @@ impl ServiceAccountKey {
         });
         let signing_input = format!(
             "{}.{}",
-            base64::encode_url(header.to_string().as_bytes()),
-            base64::encode_url(claims.to_string().as_bytes())
+            base64::encode_url(crate::json::to_text(&header).as_bytes()),
+            base64::encode_url(crate::json::to_text(&claims).as_bytes())
         );
         let signature = self.key.sign(signing_input.as_bytes())?;
         Some(format!("{signing_input}.{}", base64::encode_url(&signature)))

@@ -120,7 +120,7 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                 Some("tool_use") if assistant => calls.push(Call {
                     id: b.g("id").and_then(Value::as_str).unwrap_or("").to_string(),
                     name: b.g("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                    args: b.g("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                    args: b.g("input").map(crate::json::to_text).unwrap_or_else(|| "{}".into()),
                 }),
                 Some("tool_result") if !assistant => {
                     let id = b.g("tool_use_id").and_then(Value::as_str).unwrap_or("").to_string();
@@ -387,7 +387,7 @@ pub fn parse_answer(o: &Map<String, Value>) -> Option<Answer> {
             Some("tool_use") => a.calls.push(Call {
                 id: super::str_at(b, "/id").to_string(),
                 name: super::str_at(b, "/name").to_string(),
-                args: b.g("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                args: b.g("input").map(crate::json::to_text).unwrap_or_else(|| "{}".into()),
             }),
             _ => {}
         }

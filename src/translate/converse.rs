@@ -215,7 +215,7 @@ pub fn parse_answer(o: &Map<String, Value>, id: &str, model: &str) -> Option<(An
             a.calls.push(Call {
                 id: super::str_at(u, "/toolUseId").to_string(),
                 name: super::str_at(u, "/name").to_string(),
-                args: u.g("input").map(Value::to_string).unwrap_or_else(|| "{}".into()),
+                args: u.g("input").map(crate::json::to_text).unwrap_or_else(|| "{}".into()),
             });
         } else if let Some(r) = b.g("reasoningContent").and_then(|r| r.g("reasoningText")) {
             a.reasoning.push_str(super::str_at(r, "/text"));

@@ -144,7 +144,11 @@ pub fn parse_request(o: &Map<String, Value>) -> Result<Chat, Refused> {
                     }
                 };
                 open.entry(name.clone()).or_default().push_back(id.clone());
-                calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
+                calls.push(Call {
+                    id,
+                    name,
+                    args: f.g("args").map(crate::json::to_text).unwrap_or_else(|| "{}".into()),
+                });
             } else if let Some(f) = get2(p, "functionResponse", "function_response") {
                 let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
                 let id = match f.g("id").and_then(Value::as_str) {
@@ -264,10 +268,10 @@ fn response_text(v: Option<&Value>) -> String {
     match v {
         Some(Value::Object(o)) if o.len() == 1 => match o.g("result").or_else(|| o.g("content")) {
             Some(Value::String(s)) => s.clone(),
-            _ => Value::Object(o.clone()).to_string(),
+            _ => crate::json::to_text(&Value::Object(o.clone())),
         },
         Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
+        Some(v) => crate::json::to_text(v),
         None => String::new(),
     }
 }
@@ -464,7 +468,7 @@ pub fn read_parts(parts: &Value, text: &mut String, thoughts: &mut String, calls
             // Without an id: empty here, the caller numbers it (`call_<n>`).
             let id = f.g("id").and_then(Value::as_str).unwrap_or("").to_string();
             let name = f.g("name").and_then(Value::as_str).unwrap_or("").to_string();
-            calls.push(Call { id, name, args: f.g("args").map(Value::to_string).unwrap_or_else(|| "{}".into()) });
+            calls.push(Call { id, name, args: f.g("args").map(crate::json::to_text).unwrap_or_else(|| "{}".into()) });
         }
     }
 }

@@ -53,7 +53,7 @@ impl ResponsesEncoder {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\ndata: ");
-        out.extend_from_slice(Value::Object(o).to_string().as_bytes());
+        crate::json::write(out, &Value::Object(o));
         out.extend_from_slice(b"\n\n");
     }
 

@@ -293,7 +293,7 @@ fn sse(out: &mut Vec<u8>, event: Option<&str>, v: &Value) {
         out.push(b'\n');
     }
     out.extend_from_slice(b"data: ");
-    out.extend_from_slice(v.to_string().as_bytes());
+    crate::json::write(out, v);
     out.extend_from_slice(b"\n\n");
 }
 
@@ -448,10 +448,10 @@ impl Encoder {
         }
         if self.array {
             out.extend_from_slice(if self.wrote { b",\r\n" } else { b"[" });
-            out.extend_from_slice(v.to_string().as_bytes());
+            crate::json::write(out, &v);
         } else {
             out.extend_from_slice(b"data: ");
-            out.extend_from_slice(v.to_string().as_bytes());
+            crate::json::write(out, &v);
             out.extend_from_slice(b"\r\n\r\n");
         }
         self.wrote = true;

@@ -52,7 +52,7 @@ fn anthropic_stop(reason: &str) -> &'static str {
 }
 
 fn data(out: &mut Vec<u8>, kind: &str, v: &Value) {
-    push_event(out, kind, v.to_string().as_bytes());
+    push_event(out, kind, crate::json::to_text(v).as_bytes());
 }
 
 impl Converter {
