@@ -27,9 +27,14 @@ pub fn to_text(value: &serde_json::Value) -> String {
 
 /// Appends `value`'s JSON to `out` (what `out.extend_from_slice(value.to_string().as_bytes())`
 /// writes, without the string in between).
-pub fn write(out: &mut Vec<u8>, value: &serde_json::Value) {
-    // Writing to a Vec cannot fail, and a `Value` always serializes.
-    let _ = serde_json::to_writer(&mut *out, value);
+pub fn write<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing to a Vec cannot fail; a value that cannot serialize (a map with non-string keys)
+    // leaves `null`, never half a value.
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
 }
 
 #[cfg(test)]
@@ -62,5 +67,14 @@ mod tests {
         let mut out = b"data: ".to_vec();
         super::write(&mut out, &v);
         assert_eq!(out, format!("data: {v}").into_bytes());
+    }
+
+    #[test]
+    fn a_value_that_cannot_serialize_is_written_as_null() {
+        let mut bad = std::collections::BTreeMap::new();
+        bad.insert(vec![1u8], 2);
+        let mut out = b"[".to_vec();
+        super::write(&mut out, &bad);
+        assert_eq!(out, b"[null");
     }
 }

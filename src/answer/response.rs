@@ -31,14 +31,6 @@ pub struct Served {
     pub api: Api,
 }
 
-fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
-    let start = out.len();
-    if serde_json::to_writer(&mut *out, v).is_err() {
-        out.truncate(start);
-        out.extend_from_slice(b"null");
-    }
-}
-
 fn token_count(usage: &Map<String, Value>, keys: &[&str]) -> u64 {
     keys.iter().find_map(|k| usage.get(*k).and_then(Value::as_u64)).unwrap_or(0)
 }
@@ -230,14 +222,14 @@ fn rewrite_object_pieces<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'
     let mut out = Pieces::for_size(body.len() + served.slug.len() + 48);
     let o = out.owned();
     o.extend_from_slice(b"{\"provider\":");
-    push_json(o, &served.slug);
+    crate::json::write(o, &served.slug);
     for (k, v) in &fields.0 {
         let value: &'a str = v.get();
         let replaced: Option<Vec<u8>> = match k.as_ref() {
             "provider" => continue,
             "model" => {
                 let mut m = Vec::new();
-                push_json(&mut m, &served.model);
+                crate::json::write(&mut m, &served.model);
                 Some(m)
             }
             "usage" => usage_with_cost(value, &served.pricing, served.api),
@@ -245,7 +237,7 @@ fn rewrite_object_pieces<'a>(body: &'a [u8], served: &Served) -> Option<Pieces<'
         };
         let o = out.owned();
         o.push(b',');
-        push_json(o, k.as_ref());
+        crate::json::write(o, k.as_ref());
         o.push(b':');
         match replaced {
             Some(r) => o.extend_from_slice(&r),
@@ -303,7 +295,7 @@ fn rewrite_streamed(json: &[u8], served: &Served, start_usage: &Cell<ReportedUsa
                     whole.scan_for(Api::Anthropic, raw.as_bytes());
                     let cost = whole.priced(&served.pricing)?.cost_usd;
                     let mut value = Vec::new();
-                    push_json(&mut value, &((cost * 1e12).round() / 1e12));
+                    crate::json::write(&mut value, &((cost * 1e12).round() / 1e12));
                     let usage = with_member(raw, "cost", &value)?;
                     Some(splice_member(&fields, "usage", &usage))
                 }
@@ -325,7 +317,7 @@ fn with_member(raw: &str, key: &str, value: &[u8]) -> Option<Vec<u8>> {
     if !body.trim_start().trim_start_matches('{').trim().is_empty() {
         out.push(b',');
     }
-    push_json(&mut out, key);
+    crate::json::write(&mut out, key);
     out.push(b':');
     out.extend_from_slice(value);
     out.push(b'}');
@@ -342,7 +334,7 @@ fn replace_member_pieces<'a>(body: &'a [u8], key: &str, value: &str) -> Option<P
     let fields = TopLevel::parse(body).ok()?;
     fields.get(key)?;
     let mut v = Vec::new();
-    push_json(&mut v, value);
+    crate::json::write(&mut v, value);
     Some(splice_member_pieces(&fields, key, &v))
 }
 
@@ -359,7 +351,7 @@ fn splice_member_pieces<'a>(fields: &TopLevel<'a>, key: &str, value: &[u8]) -> P
         if i > 0 {
             o.push(b',');
         }
-        push_json(o, k.as_ref());
+        crate::json::write(o, k.as_ref());
         o.push(b':');
         if k == key {
             o.extend_from_slice(value);
